@@ -1,0 +1,38 @@
+// Verifiable bytes: the KV content of block `position` of the chunk named by
+// `key` is a deterministic expansion of (key, position). Whoever writes a
+// block (the simulated forward pass) and whoever checks a copy (tests, the
+// fuzzer's oracle) call the same two functions, so any copy can be verified
+// against its key without side tables.
+
+// mulberry32 seeded from both halves of the key and the position: cheap,
+// allocation-free, and different for every (key, position) in practice. The
+// generator state is per thread (each worker has its own module instance).
+let s = 0;
+
+function seed(key: bigint, position: number): void {
+  s =
+    (Number(key & 0xffffffffn) ^
+      Math.imul(Number(key >> 32n) | 0, 0x9e3779b1) ^
+      Math.imul(position + 1, 0x85ebca6b)) |
+    0;
+}
+
+function next(): number {
+  s = (s + 0x6d2b79f5) | 0;
+  let t = Math.imul(s ^ (s >>> 15), s | 1);
+  t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+  return (t ^ (t >>> 14)) >>> 0;
+}
+
+/** Fills `out` (one block's words) with the expansion of (key, position). */
+export function expandBlock(key: bigint, position: number, out: Uint32Array): void {
+  seed(key, position);
+  for (let i = 0; i < out.length; i += 1) out[i] = next();
+}
+
+/** True when `words` hold exactly the expansion of (key, position). */
+export function blockMatches(key: bigint, position: number, words: Uint32Array): boolean {
+  seed(key, position);
+  for (let i = 0; i < words.length; i += 1) if (words[i] !== next()) return false;
+  return true;
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env node
+// The kvoff command. Each subcommand lives in src/commands/ and registers
+// itself here; this file only wires them and turns errors into one clear line
+// (with the stack only under --debug) and a documented exit code.
+import { Command, CommanderError } from 'commander';
+import { KvoffError } from './errors.js';
+import { registerDemo } from './commands/demo.js';
+
+/** Exit codes: 0 success, 1 the run found a problem (violation, hole, crash policy), 2 bad usage or config, 3 internal error. */
+export const EXIT = { ok: 0, found: 1, usage: 2, internal: 3 } as const;
+
+export function buildProgram(): Command {
+  const program = new Command('kvoff')
+    .description(
+      'KV-cache offloading store path on worker_threads: only the ready prefix is ever stored',
+    )
+    .option('--debug', 'print stack traces of errors')
+    .showHelpAfterError()
+    .exitOverride();
+  registerDemo(program);
+  return program;
+}
+
+async function main(argv: string[]): Promise<number> {
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+    return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
+  } catch (err) {
+    if (err instanceof CommanderError) {
+      return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+    }
+    const debug = argv.includes('--debug');
+    if (err instanceof KvoffError) {
+      process.stderr.write(`kvoff: ${err.message}\n`);
+      if (debug && err.stack) process.stderr.write(`${err.stack}\n`);
+      return err.code === 'KVOFF_INVALID_CONFIG' ||
+        err.code === 'KVOFF_INVALID_ARGUMENT' ||
+        err.code === 'KVOFF_UNKNOWN_POLICY'
+        ? EXIT.usage
+        : EXIT.found;
+    }
+    process.stderr.write(
+      `kvoff: internal error: ${err instanceof Error ? err.message : String(err)}\n`,
+    );
+    if (debug && err instanceof Error && err.stack) process.stderr.write(`${err.stack}\n`);
+    return EXIT.internal;
+  }
+}
+
+main(process.argv).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (err: unknown) => {
+    process.stderr.write(`kvoff: ${String(err)}\n`);
+    process.exitCode = EXIT.internal;
+  },
+);

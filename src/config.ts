@@ -1,0 +1,231 @@
+// The offloading geometry and capacities, validated once. Everything else in
+// kvoff sizes its shared memory from a resolved Config, so a bad value must be
+// caught here with the field and the rule it breaks, never later as a bad index.
+import { ConfigError } from './errors.js';
+
+export type GroupKind = 'full' | 'sliding-window' | 'mamba';
+
+export interface GroupInput {
+  kind: GroupKind;
+  tokensPerBlock: number;
+  /** Sliding window in tokens; required for `sliding-window`, ignored otherwise. */
+  windowTokens?: number;
+  /** EAGLE/MTP group: the trailing chunk is volatile while decoding. */
+  eagle?: boolean;
+}
+
+export interface ConfigInput {
+  groups: GroupInput[];
+  blocksPerChunk?: number;
+  tokensPerHash: number;
+  offloadPromptOnly?: boolean;
+  maxRequests?: number;
+  /** Per request, per group. */
+  maxBlocksPerRequest?: number;
+  gpuBlocks?: number;
+  tierChunks?: number;
+  bytesPerBlock?: number;
+  /** Put each request's hot words on their own 64-byte line (false only to measure false sharing). */
+  padHotWords?: boolean;
+}
+
+export interface GroupConfig {
+  readonly index: number;
+  readonly kind: GroupKind;
+  readonly tokensPerBlock: number;
+  readonly tokensPerChunk: number;
+  readonly hashesPerChunk: number;
+  /** Chunks a sliding-window/mamba position depends on; null for full attention. */
+  readonly windowChunks: number | null;
+  readonly eagle: boolean;
+}
+
+export interface Config {
+  readonly groups: readonly GroupConfig[];
+  readonly blocksPerChunk: number;
+  readonly tokensPerHash: number;
+  readonly offloadPromptOnly: boolean;
+  readonly maxRequests: number;
+  readonly maxBlocksPerRequest: number;
+  /** floor(maxBlocksPerRequest / blocksPerChunk): key capacity per request per group. */
+  readonly maxChunksPerRequest: number;
+  /** Token capacity per request: enough to fill every group's block table. */
+  readonly maxTokensPerRequest: number;
+  /** Hash capacity per request: maxTokensPerRequest / tokensPerHash. */
+  readonly maxHashesPerRequest: number;
+  readonly gpuBlocks: number;
+  readonly tierChunks: number;
+  readonly bytesPerBlock: number;
+  readonly padHotWords: boolean;
+}
+
+/** Limits that keep every SharedArrayBuffer well under what a 2-core CI box holds. */
+export const CONFIG_LIMITS = {
+  groupsMax: 8,
+  maxRequestsMax: 1 << 16,
+  blocksPerChunkMax: 1024,
+  tokensPerBlockMax: 1 << 16,
+  maxBlocksPerRequestMax: 1 << 20,
+  gpuBlocksMax: 1 << 24,
+  tierChunksMax: 1 << 24,
+  bytesPerBlockMax: 64 << 20,
+  sharedBytesMax: 8 * 2 ** 30,
+} as const;
+
+export const CONFIG_DEFAULTS = {
+  blocksPerChunk: 1,
+  offloadPromptOnly: false,
+  maxRequests: 64,
+  maxBlocksPerRequest: 256,
+  gpuBlocks: 4096,
+  tierChunks: 4096,
+  bytesPerBlock: 256,
+  padHotWords: true,
+} as const;
+
+export function resolveConfig(input: ConfigInput): Config {
+  if (typeof input !== 'object' || input === null)
+    throw new ConfigError('config', 'must be an object');
+  const tokensPerHash = positiveInt('tokensPerHash', input.tokensPerHash, 1 << 16);
+  const blocksPerChunk = positiveInt(
+    'blocksPerChunk',
+    input.blocksPerChunk ?? CONFIG_DEFAULTS.blocksPerChunk,
+    CONFIG_LIMITS.blocksPerChunkMax,
+  );
+  if (!Array.isArray(input.groups) || input.groups.length === 0) {
+    throw new ConfigError('groups', 'must be a non-empty array');
+  }
+  if (input.groups.length > CONFIG_LIMITS.groupsMax) {
+    throw new ConfigError('groups', `at most ${CONFIG_LIMITS.groupsMax} groups`);
+  }
+  const groups = input.groups.map((g, index) =>
+    resolveGroup(g, index, blocksPerChunk, tokensPerHash),
+  );
+  const maxRequests = positiveInt(
+    'maxRequests',
+    input.maxRequests ?? CONFIG_DEFAULTS.maxRequests,
+    CONFIG_LIMITS.maxRequestsMax,
+  );
+  const maxBlocksPerRequest = positiveInt(
+    'maxBlocksPerRequest',
+    input.maxBlocksPerRequest ?? CONFIG_DEFAULTS.maxBlocksPerRequest,
+    CONFIG_LIMITS.maxBlocksPerRequestMax,
+  );
+  if (maxBlocksPerRequest < blocksPerChunk) {
+    throw new ConfigError(
+      'maxBlocksPerRequest',
+      `must be at least blocksPerChunk (${blocksPerChunk})`,
+    );
+  }
+  const maxChunksPerRequest = Math.floor(maxBlocksPerRequest / blocksPerChunk);
+  const maxTokensPerBlock = Math.max(...groups.map((g) => g.tokensPerBlock));
+  const maxTokensPerRequest = maxBlocksPerRequest * maxTokensPerBlock;
+  const maxHashesPerRequest = Math.floor(maxTokensPerRequest / tokensPerHash);
+  const gpuBlocks = positiveInt(
+    'gpuBlocks',
+    input.gpuBlocks ?? CONFIG_DEFAULTS.gpuBlocks,
+    CONFIG_LIMITS.gpuBlocksMax,
+  );
+  if (gpuBlocks < 2)
+    throw new ConfigError('gpuBlocks', 'must be at least 2 (block 0 is the null block)');
+  const tierChunks = positiveInt(
+    'tierChunks',
+    input.tierChunks ?? CONFIG_DEFAULTS.tierChunks,
+    CONFIG_LIMITS.tierChunksMax,
+  );
+  const bytesPerBlock = positiveInt(
+    'bytesPerBlock',
+    input.bytesPerBlock ?? CONFIG_DEFAULTS.bytesPerBlock,
+    CONFIG_LIMITS.bytesPerBlockMax,
+  );
+  if (bytesPerBlock % 8 !== 0) throw new ConfigError('bytesPerBlock', 'must be a multiple of 8');
+  const offloadPromptOnly = bool(
+    'offloadPromptOnly',
+    input.offloadPromptOnly ?? CONFIG_DEFAULTS.offloadPromptOnly,
+  );
+  const padHotWords = bool('padHotWords', input.padHotWords ?? CONFIG_DEFAULTS.padHotWords);
+
+  // Shared memory is laid out up front; refuse a config whose arenas cannot fit.
+  const arenaBytes = gpuBlocks * bytesPerBlock + tierChunks * blocksPerChunk * bytesPerBlock;
+  const stateBytes =
+    maxRequests * groups.length * (maxChunksPerRequest * 8 + maxBlocksPerRequest * 4) +
+    maxRequests * (maxTokensPerRequest * 4 + maxHashesPerRequest * 8);
+  if (arenaBytes + stateBytes > CONFIG_LIMITS.sharedBytesMax) {
+    throw new ConfigError(
+      'capacities',
+      `shared memory would be ${Math.ceil((arenaBytes + stateBytes) / 2 ** 20)} MiB, over the ${CONFIG_LIMITS.sharedBytesMax / 2 ** 30} GiB limit`,
+    );
+  }
+  return Object.freeze({
+    groups: Object.freeze(groups),
+    blocksPerChunk,
+    tokensPerHash,
+    offloadPromptOnly,
+    maxRequests,
+    maxBlocksPerRequest,
+    maxChunksPerRequest,
+    maxTokensPerRequest,
+    maxHashesPerRequest,
+    gpuBlocks,
+    tierChunks,
+    bytesPerBlock,
+    padHotWords,
+  });
+}
+
+function resolveGroup(
+  g: GroupInput,
+  index: number,
+  blocksPerChunk: number,
+  tokensPerHash: number,
+): GroupConfig {
+  const field = `groups[${index}]`;
+  if (typeof g !== 'object' || g === null) throw new ConfigError(field, 'must be an object');
+  if (g.kind !== 'full' && g.kind !== 'sliding-window' && g.kind !== 'mamba') {
+    throw new ConfigError(`${field}.kind`, 'must be one of full, sliding-window, mamba');
+  }
+  const tokensPerBlock = positiveInt(
+    `${field}.tokensPerBlock`,
+    g.tokensPerBlock,
+    CONFIG_LIMITS.tokensPerBlockMax,
+  );
+  const tokensPerChunk = tokensPerBlock * blocksPerChunk;
+  if (tokensPerBlock % tokensPerHash !== 0) {
+    throw new ConfigError(
+      `${field}.tokensPerBlock`,
+      `tokensPerBlock (${tokensPerBlock}) must be a multiple of tokensPerHash (${tokensPerHash})`,
+    );
+  }
+  let windowChunks: number | null = null;
+  if (g.kind === 'sliding-window') {
+    const w = positiveInt(`${field}.windowTokens`, g.windowTokens, 1 << 30);
+    windowChunks = Math.ceil(w / tokensPerChunk);
+  } else if (g.kind === 'mamba') {
+    // A state group depends on a single state: one chunk.
+    windowChunks = 1;
+  } else if (g.windowTokens !== undefined) {
+    throw new ConfigError(`${field}.windowTokens`, 'only sliding-window groups have a window');
+  }
+  return Object.freeze({
+    index,
+    kind: g.kind,
+    tokensPerBlock,
+    tokensPerChunk,
+    hashesPerChunk: tokensPerChunk / tokensPerHash,
+    windowChunks,
+    eagle: bool(`${field}.eagle`, g.eagle ?? false),
+  });
+}
+
+function positiveInt(field: string, value: unknown, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value))
+    throw new ConfigError(field, 'must be an integer');
+  if (value < 1) throw new ConfigError(field, 'must be at least 1');
+  if (value > max) throw new ConfigError(field, `must be at most ${max}`);
+  return value;
+}
+
+function bool(field: string, value: unknown): boolean {
+  if (typeof value !== 'boolean') throw new ConfigError(field, 'must be a boolean');
+  return value;
+}

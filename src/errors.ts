@@ -1,0 +1,152 @@
+// One base class, one stable `code` per failure, one factory per failure.
+// Operating errors (bad input, a full tier, a worker gone) are typed and
+// recoverable: the caller can catch them by class or by `code`. Broken
+// invariants are programmer errors and throw node's AssertionError instead
+// (see `invariant`), so they can never be mistaken for a recoverable condition.
+import { AssertionError } from 'node:assert';
+
+export type KvoffErrorCode =
+  | 'KVOFF_INVALID_CONFIG'
+  | 'KVOFF_INVALID_ARGUMENT'
+  | 'KVOFF_STALE_HANDLE'
+  | 'KVOFF_SLOTS_EXHAUSTED'
+  | 'KVOFF_REQUEST_CAPACITY'
+  | 'KVOFF_ILLEGAL_TRANSITION'
+  | 'KVOFF_UNKNOWN_POLICY'
+  | 'KVOFF_LEGACY_ASSERTION'
+  | 'KVOFF_WORKER_FAILED'
+  | 'KVOFF_CLOSED'
+  | 'KVOFF_TIMEOUT';
+
+export class KvoffError extends Error {
+  readonly code: KvoffErrorCode;
+  constructor(code: KvoffErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'KvoffError';
+    this.code = code;
+  }
+}
+
+/** Thrown when a config field is missing, out of range or inconsistent with another. */
+export class ConfigError extends KvoffError {
+  readonly field: string;
+  readonly rule: string;
+  constructor(field: string, rule: string) {
+    super('KVOFF_INVALID_CONFIG', `invalid config: ${field}: ${rule}`);
+    this.name = 'ConfigError';
+    this.field = field;
+    this.rule = rule;
+  }
+}
+
+/** Thrown when a caller passes a value outside what an API accepts; nothing was changed. */
+export class InvalidArgumentError extends KvoffError {
+  constructor(what: string, rule: string) {
+    super('KVOFF_INVALID_ARGUMENT', `invalid argument: ${what}: ${rule}`);
+    this.name = 'InvalidArgumentError';
+  }
+}
+
+/** Thrown when a handle names a request slot that was released or reused since. */
+export class StaleHandleError extends KvoffError {
+  readonly slot: number;
+  constructor(slot: number, generationHeld: number, generationNow: number) {
+    super(
+      'KVOFF_STALE_HANDLE',
+      `stale request handle: slot ${slot} is at generation ${generationNow}, handle holds ${generationHeld}`,
+    );
+    this.name = 'StaleHandleError';
+    this.slot = slot;
+  }
+}
+
+/** Thrown by `open` when every request slot is in use; retry after a release. */
+export class SlotsExhaustedError extends KvoffError {
+  constructor(maxRequests: number) {
+    super('KVOFF_SLOTS_EXHAUSTED', `all ${maxRequests} request slots are in use`);
+    this.name = 'SlotsExhaustedError';
+  }
+}
+
+/** Thrown when an append would exceed a per-request capacity fixed by the config. */
+export class RequestCapacityError extends KvoffError {
+  constructor(what: string, capacity: number, wanted: number) {
+    super(
+      'KVOFF_REQUEST_CAPACITY',
+      `request capacity exceeded: ${what} holds ${capacity}, ${wanted} wanted`,
+    );
+    this.name = 'RequestCapacityError';
+  }
+}
+
+/** Thrown when a lifecycle event does not apply to the request's status (e.g. progress after finish). */
+export class IllegalTransitionError extends KvoffError {
+  constructor(event: string, status: string) {
+    super('KVOFF_ILLEGAL_TRANSITION', `cannot ${event} a request that is ${status}`);
+    this.name = 'IllegalTransitionError';
+  }
+}
+
+/** Thrown when a policy or strategy name is not one kvoff knows. */
+export class UnknownPolicyError extends KvoffError {
+  constructor(kind: string, name: string, known: readonly string[]) {
+    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} "${name}"; known: ${known.join(', ')}`);
+    this.name = 'UnknownPolicyError';
+  }
+}
+
+/**
+ * Thrown only by the `legacy-assert` policy: the old store path sliced keys and
+ * block IDs at the token boundary and asserted equal lengths (the seeds' crash).
+ */
+export class LegacyAssertionError extends KvoffError {
+  readonly group: number;
+  readonly keys: number;
+  readonly blocks: number;
+  constructor(group: number, keys: number, blocks: number) {
+    super(
+      'KVOFF_LEGACY_ASSERTION',
+      `legacy-assert: group ${group}: len(offload_keys)=${keys} != len(block_ids)=${blocks} at the token boundary`,
+    );
+    this.name = 'LegacyAssertionError';
+    this.group = group;
+    this.keys = keys;
+    this.blocks = blocks;
+  }
+}
+
+/** Thrown (or used to reject) when a role worker threw or exited; names the role and the cause. */
+export class WorkerFailedError extends KvoffError {
+  readonly role: string;
+  constructor(role: string, cause: unknown) {
+    super('KVOFF_WORKER_FAILED', `${role} worker failed: ${describe(cause)}`, { cause });
+    this.name = 'WorkerFailedError';
+    this.role = role;
+  }
+}
+
+/** Thrown when an operation is attempted on a runtime that was closed. */
+export class ClosedError extends KvoffError {
+  constructor(what: string) {
+    super('KVOFF_CLOSED', `${what} is closed`);
+    this.name = 'ClosedError';
+  }
+}
+
+/** Thrown when a bounded wait ran out; the operation may be retried. */
+export class TimeoutError extends KvoffError {
+  constructor(what: string, ms: number) {
+    super('KVOFF_TIMEOUT', `${what} did not finish within ${ms} ms`);
+    this.name = 'TimeoutError';
+  }
+}
+
+/** A broken internal invariant: a bug in kvoff, never an operating condition. */
+export function invariant(condition: unknown, message: string): asserts condition {
+  if (!condition) throw new AssertionError({ message: `kvoff invariant: ${message}` });
+}
+
+function describe(cause: unknown): string {
+  if (cause instanceof Error) return cause.message;
+  return String(cause);
+}

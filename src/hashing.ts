@@ -1,0 +1,74 @@
+// Chained block hashes and offload keys.
+//
+// Choice: xxHash64 (the `xxhash-wasm` package: zero dependencies, WebAssembly,
+// so it behaves identically in every thread and on every platform, and it is
+// one of the two hash families vLLM offers for prefix caching). A block hash is
+// XXH64 over the block's token IDs (little-endian u32) seeded with the parent
+// hash, so each hash covers its parent and its tokens; the first block is seeded
+// with ROOT_SEED. The offload key of chunk c of group g is XXH64 over the group
+// index (big-endian u32, as vLLM appends it) seeded with the chunk's last block
+// hash: equal tokens give equal keys in any thread, groups never collide.
+//
+// The WebAssembly module loads asynchronously once per thread (`loadHashing`);
+// after that every call is synchronous.
+import xxhash from 'xxhash-wasm';
+import type { XXHashAPI } from 'xxhash-wasm';
+
+/** Seed of the first block hash of every request ("kvoff" in ASCII). */
+export const ROOT_SEED = 0x6b766f66n;
+
+export interface Hashing {
+  /** Hash of one hash block of tokens, chained on `parent`. */
+  blockHash(parent: bigint, tokens: Int32Array): bigint;
+  /** Offload key of a chunk of `group` whose last block hash is `lastBlockHash`. */
+  offloadKey(lastBlockHash: bigint, group: number): bigint;
+}
+
+let loading: Promise<Hashing> | undefined;
+let loaded: Hashing | undefined;
+
+export function loadHashing(): Promise<Hashing> {
+  loading ??= xxhash().then((api) => {
+    loaded = makeHashing(api);
+    return loaded;
+  });
+  return loading;
+}
+
+/** The hashing of this thread once `loadHashing` resolved; undefined before. */
+export function hashingIfLoaded(): Hashing | undefined {
+  return loaded;
+}
+
+function makeHashing(api: XXHashAPI): Hashing {
+  // One scratch buffer for the group suffix: no allocation per key.
+  const groupBytes = new Uint8Array(4);
+  const groupView = new DataView(groupBytes.buffer);
+  return {
+    blockHash(parent, tokens) {
+      return api.h64Raw(
+        new Uint8Array(tokens.buffer, tokens.byteOffset, tokens.byteLength),
+        parent,
+      );
+    },
+    offloadKey(lastBlockHash, group) {
+      groupView.setUint32(0, group, false);
+      return api.h64Raw(groupBytes, lastBlockHash);
+    },
+  };
+}
+
+/**
+ * Block hashes of a whole token list (full hash blocks only), for tests and
+ * for the simulator's expected values. The hasher role computes the same chain
+ * incrementally.
+ */
+export function chainHashes(hashing: Hashing, tokens: Int32Array, tokensPerHash: number): bigint[] {
+  const out: bigint[] = [];
+  let parent = ROOT_SEED;
+  for (let i = 0; (i + 1) * tokensPerHash <= tokens.length; i += 1) {
+    parent = hashing.blockHash(parent, tokens.subarray(i * tokensPerHash, (i + 1) * tokensPerHash));
+    out.push(parent);
+  }
+  return out;
+}

@@ -1,0 +1,38 @@
+// Public API of kvoff.
+export * from './errors.js';
+export * from './config.js';
+export {
+  Status,
+  STATUS_NAMES,
+  FIELDS,
+  ARRAYS,
+  GROUPS_MAX,
+  SNAPSHOT_RETRIES_MAX,
+  NO_CAP,
+} from './layout.js';
+export type { Role, FieldSpec, SharedBuffers, StatusCode } from './layout.js';
+export { SharedState } from './state.js';
+export { loadHashing, chainHashes, ROOT_SEED } from './hashing.js';
+export type { Hashing } from './hashing.js';
+export * from './ready.js';
+export type { RequestHandle } from './roles/handle.js';
+export { SchedulerRole } from './roles/scheduler.js';
+export type { OpenRequest } from './roles/scheduler.js';
+export { HasherRole } from './roles/hasher.js';
+export { AllocatorRole } from './roles/allocator.js';
+export { StoreRole, RequestSnapshot } from './roles/store.js';
+export { StorePlanner, FINAL_STORE_ATTEMPTS_MAX } from './planner.js';
+export type { PlannerCounters, PlannerOptions } from './planner.js';
+export type { StoreJob, StoreChunk } from './job.js';
+export { HostTier } from './tier/host-tier.js';
+export type {
+  OffloadTier,
+  PrepareStoreResult,
+  TierEvent,
+  TierStats,
+  LookupState,
+} from './tier/types.js';
+export { GpuBlockPool } from './gpu-pool.js';
+export { expandBlock, blockMatches } from './bytes.js';
+export { LocalOffload } from './local.js';
+export type { GroupProgress, LocalOffloadOptions } from './local.js';

@@ -1,0 +1,248 @@
+// Every word of shared request state, declared once: which line it lives in,
+// its width, and the single role that writes it. All other modules use the
+// constants exported here; no module computes a shared index of its own.
+//
+// Each request slot is four lines, one per writing role, so a role only ever
+// dirties its own line. With `padHotWords` each line is 16 Int32 words (one
+// 64-byte cache line) so roles on different cores never false-share; without
+// it the lines are packed back to back (kept only so the bench can show the
+// difference).
+import type { Config } from './config.js';
+
+export type Role = 'scheduler' | 'hasher' | 'allocator' | 'store' | 'transfer';
+
+export interface FieldSpec {
+  readonly name: string;
+  readonly writer: Role;
+  /** One word per group when true, else one word. */
+  readonly perGroup: boolean;
+  /** Index of the first word within its role's line. */
+  readonly index: number;
+  readonly doc: string;
+}
+
+/** Most groups a config may have; fixes every line's size so indices are constants. */
+export const GROUPS_MAX = 8;
+/** Words in a padded line: 64 bytes. */
+export const LINE_WORDS = 16;
+/** Bounded retries of a seqlock snapshot before the store role gives up for this pass. */
+export const SNAPSHOT_RETRIES_MAX = 16;
+
+export const Status = {
+  free: 0,
+  waiting: 1,
+  running: 2,
+  preempted: 3,
+  finished: 4,
+  aborted: 5,
+} as const;
+export type StatusCode = (typeof Status)[keyof typeof Status];
+export const STATUS_NAMES = [
+  'free',
+  'waiting',
+  'running',
+  'preempted',
+  'finished',
+  'aborted',
+] as const;
+
+/** Sentinel for "no max-offload-tokens cap". */
+export const NO_CAP = -1;
+
+// Scheduler line: lifecycle and token progress.
+export const S_GENERATION = 0;
+export const S_STATUS = 1;
+export const S_REQUEST_ID = 2;
+export const S_PROMPT_TOKENS = 3;
+export const S_NUM_TOKENS = 4;
+export const S_COMPUTED_TOKENS = 5;
+export const S_SCHEDULED_TOKENS = 6;
+export const S_MAX_OFFLOAD_TOKENS = 7;
+export const S_HIT_CHUNKS = 8; // + group
+// Hasher line: block hashes and per-group offload keys.
+export const H_GENERATION = 0;
+export const H_HASH_COUNT = 1;
+export const H_KEY_COUNT = 2; // + group
+// Allocator line: per-group block IDs, under a seqlock for non-append changes.
+export const A_GENERATION = 0;
+export const A_SEQ = 1;
+export const A_BLOCK_COUNT = 2; // + group
+// Store line: cursors and the final-pass marker.
+export const T_GENERATION = 0;
+export const T_DRAINED_GENERATION = 1;
+export const T_CURSOR = 2; // + group
+
+export const FIELDS: readonly FieldSpec[] = [
+  f(
+    'generation',
+    'scheduler',
+    false,
+    S_GENERATION,
+    'slot incarnation: odd while a request holds the slot, bumped on open and on release; handles carry it',
+  ),
+  f(
+    'status',
+    'scheduler',
+    false,
+    S_STATUS,
+    'lifecycle: free, waiting, running, preempted, finished, aborted',
+  ),
+  f(
+    'requestId',
+    'scheduler',
+    false,
+    S_REQUEST_ID,
+    "the host's numeric request id (external id mapping)",
+  ),
+  f('promptTokens', 'scheduler', false, S_PROMPT_TOKENS, 'prompt length in tokens'),
+  f(
+    'numTokens',
+    'scheduler',
+    false,
+    S_NUM_TOKENS,
+    'tokens known (prompt + sampled); publishes the token array',
+  ),
+  f('computedTokens', 'scheduler', false, S_COMPUTED_TOKENS, 'tokens whose KV is computed'),
+  f(
+    'scheduledTokens',
+    'scheduler',
+    false,
+    S_SCHEDULED_TOKENS,
+    'tokens scheduled in the current batch (async scheduling horizon)',
+  ),
+  f(
+    'maxOffloadTokens',
+    'scheduler',
+    false,
+    S_MAX_OFFLOAD_TOKENS,
+    'cap on offloadable tokens, -1 for none',
+  ),
+  f(
+    'hitChunks',
+    'scheduler',
+    true,
+    S_HIT_CHUNKS,
+    'chunks served by a tier load at admission; the store cursor starts there',
+  ),
+  f(
+    'hasherGeneration',
+    'hasher',
+    false,
+    H_GENERATION,
+    'generation the hasher line belongs to; counts below are 0 for any other',
+  ),
+  f('hashCount', 'hasher', false, H_HASH_COUNT, 'chained block hashes published'),
+  f('keyCount', 'hasher', true, H_KEY_COUNT, 'offload keys published per group'),
+  f(
+    'allocatorGeneration',
+    'allocator',
+    false,
+    A_GENERATION,
+    'generation the allocator line belongs to',
+  ),
+  f(
+    'blockSeq',
+    'allocator',
+    false,
+    A_SEQ,
+    'seqlock: odd while block IDs change other than by append',
+  ),
+  f('blockCount', 'allocator', true, A_BLOCK_COUNT, 'GPU block IDs published per group'),
+  f('storeGeneration', 'store', false, T_GENERATION, 'generation the store line belongs to'),
+  f(
+    'drainedGeneration',
+    'store',
+    false,
+    T_DRAINED_GENERATION,
+    'set to the generation once the final pass of a finished/aborted request ran',
+  ),
+  f('cursor', 'store', true, T_CURSOR, 'index of the next chunk to store, per group'),
+];
+
+// Arrays beyond the slot lines; the count that publishes each is named.
+export const ARRAYS = [
+  { name: 'tokens', writer: 'scheduler', publishedBy: 'numTokens', doc: 'token IDs per request' },
+  {
+    name: 'hashes',
+    writer: 'hasher',
+    publishedBy: 'hashCount',
+    doc: 'chained 64-bit block hashes per request',
+  },
+  {
+    name: 'keys',
+    writer: 'hasher',
+    publishedBy: 'keyCount',
+    doc: '64-bit offload keys per request per group',
+  },
+  {
+    name: 'blocks',
+    writer: 'allocator',
+    publishedBy: 'blockCount',
+    doc: 'GPU block IDs per request per group; 0 is the null block',
+  },
+  {
+    name: 'pins',
+    writer: 'store (add) / transfer (sub)',
+    publishedBy: '-',
+    doc: 'pin count per GPU block; the allocator never reuses a pinned block',
+  },
+] as const;
+
+function f(name: string, writer: Role, perGroup: boolean, index: number, doc: string): FieldSpec {
+  return { name, writer, perGroup, index, doc };
+}
+
+/** Word offsets of each role's line within a slot, and the slot stride. */
+export interface SlotGeometry {
+  readonly schedulerLine: number;
+  readonly hasherLine: number;
+  readonly allocatorLine: number;
+  readonly storeLine: number;
+  readonly slotWords: number;
+}
+
+export function slotGeometry(groupCount: number, padded: boolean): SlotGeometry {
+  const sched = S_HIT_CHUNKS + groupCount;
+  const hash = H_KEY_COUNT + groupCount;
+  const alloc = A_BLOCK_COUNT + groupCount;
+  const store = T_CURSOR + groupCount;
+  if (padded) {
+    return {
+      schedulerLine: 0,
+      hasherLine: LINE_WORDS,
+      allocatorLine: 2 * LINE_WORDS,
+      storeLine: 3 * LINE_WORDS,
+      slotWords: 4 * LINE_WORDS,
+    };
+  }
+  return {
+    schedulerLine: 0,
+    hasherLine: sched,
+    allocatorLine: sched + hash,
+    storeLine: sched + hash + alloc,
+    slotWords: sched + hash + alloc + store,
+  };
+}
+
+/** The buffers that make up one shared state; pass these to any thread to attach. */
+export interface SharedBuffers {
+  readonly control: SharedArrayBuffer;
+  readonly tokens: SharedArrayBuffer;
+  readonly hashes: SharedArrayBuffer;
+  readonly keys: SharedArrayBuffer;
+  readonly blocks: SharedArrayBuffer;
+  readonly pins: SharedArrayBuffer;
+}
+
+export function bufferSizes(config: Config): Record<keyof SharedBuffers, number> {
+  const g = config.groups.length;
+  const geom = slotGeometry(g, config.padHotWords);
+  return {
+    control: config.maxRequests * geom.slotWords * 4,
+    tokens: config.maxRequests * config.maxTokensPerRequest * 4,
+    hashes: config.maxRequests * config.maxHashesPerRequest * 8,
+    keys: config.maxRequests * g * config.maxChunksPerRequest * 8,
+    blocks: config.maxRequests * g * config.maxBlocksPerRequest * 4,
+    pins: config.gpuBlocks * 4,
+  };
+}

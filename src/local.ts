@@ -1,0 +1,149 @@
+// The single-process facade: every role driven from one thread, over the same
+// shared-memory layout and the same role code the workers use. For tests, for
+// the demo, and for anyone who wants to see the rule work step by step.
+import { resolveConfig } from './config.js';
+import type { Config, ConfigInput } from './config.js';
+import type { StoreJob } from './job.js';
+import { loadHashing } from './hashing.js';
+import { StorePlanner } from './planner.js';
+import type { PlannerCounters, PlannerOptions } from './planner.js';
+import { offloadableTokens, readyPrefix, tokenChunks } from './ready.js';
+import { AllocatorRole } from './roles/allocator.js';
+import { checkHandle } from './roles/handle.js';
+import type { RequestHandle } from './roles/handle.js';
+import { HasherRole } from './roles/hasher.js';
+import { SchedulerRole } from './roles/scheduler.js';
+import type { OpenRequest } from './roles/scheduler.js';
+import { RequestSnapshot, StoreRole } from './roles/store.js';
+import { SharedState } from './state.js';
+import { HostTier } from './tier/host-tier.js';
+import type { OffloadTier } from './tier/types.js';
+
+export interface GroupProgress {
+  tokenChunks: number;
+  keys: number;
+  blocks: number;
+  ready: number;
+  cursor: number;
+}
+
+export interface LocalOffloadOptions extends PlannerOptions {
+  /** A tier other than the default LRU host tier (capacity from the config). */
+  tier?: OffloadTier;
+}
+
+export class LocalOffload {
+  readonly config: Config;
+  readonly state: SharedState;
+  readonly scheduler: SchedulerRole;
+  readonly hasher: HasherRole;
+  readonly allocator: AllocatorRole;
+  readonly planner: StorePlanner;
+  readonly tier: OffloadTier;
+  private readonly reader: StoreRole;
+  private readonly snap: RequestSnapshot;
+
+  private constructor(
+    config: Config,
+    state: SharedState,
+    hasher: HasherRole,
+    options: LocalOffloadOptions,
+  ) {
+    this.config = config;
+    this.state = state;
+    this.scheduler = new SchedulerRole(state);
+    this.hasher = hasher;
+    this.allocator = new AllocatorRole(state);
+    this.tier = options.tier ?? new HostTier(config.tierChunks);
+    this.planner = new StorePlanner(state, this.tier, options);
+    this.reader = new StoreRole(state);
+    this.snap = new RequestSnapshot(state.groupCount);
+  }
+
+  static async create(
+    input: ConfigInput,
+    options: LocalOffloadOptions = {},
+  ): Promise<LocalOffload> {
+    const config = resolveConfig(input);
+    const state = SharedState.create(config);
+    const hasher = new HasherRole(state, await loadHashing());
+    return new LocalOffload(config, state, hasher, options);
+  }
+
+  open(req: OpenRequest): RequestHandle {
+    return this.scheduler.open(req);
+  }
+  appendTokens(handle: RequestHandle, tokens: ArrayLike<number>): void {
+    this.scheduler.appendTokens(handle, tokens);
+  }
+  /** Hasher role: hash up to `hashesMax` new hash blocks (all available by default). */
+  hash(handle: RequestHandle, hashesMax?: number): number {
+    return this.hasher.hash(handle, hashesMax);
+  }
+  appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
+    this.allocator.appendBlocks(handle, group, blockIds);
+  }
+  nullBlock(handle: RequestHandle, group: number, position: number): number {
+    return this.allocator.nullBlock(handle, group, position);
+  }
+  progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    this.scheduler.progress(handle, computedTokens, scheduledTokens);
+  }
+  /** Preemption: progress restarts and the block tables are cleared; cursors stay. */
+  preempt(handle: RequestHandle): number[] {
+    this.scheduler.preempt(handle);
+    return this.allocator.clear(handle);
+  }
+  finish(handle: RequestHandle): void {
+    this.scheduler.finish(handle);
+  }
+  abort(handle: RequestHandle): void {
+    this.scheduler.abort(handle);
+  }
+  /** Frees the request's blocks and its slot; returns the block IDs it held. */
+  release(handle: RequestHandle): number[] {
+    const freed = this.allocator.clear(handle);
+    this.scheduler.release(handle);
+    return freed;
+  }
+  /** One store-planning pass over every request. */
+  plan(): StoreJob[] {
+    return this.planner.pass();
+  }
+  /** Completes a job as the transfer role would: publish in the tier, unpin. */
+  complete(job: StoreJob, success = true): void {
+    this.planner.complete(job, success);
+  }
+  get counters(): Readonly<PlannerCounters> {
+    return this.planner.counters;
+  }
+
+  /** The rule's view of one group right now (what the next pass would see). */
+  groupProgress(handle: RequestHandle, group: number): GroupProgress {
+    checkHandle(this.state, handle);
+    const result = this.reader.snapshot(handle.slot, this.snap);
+    if (result !== 'ok') throw new Error(`slot ${handle.slot} is ${result}`);
+    const g = this.config.groups[group]!;
+    const tc = tokenChunks(this.snap, g, offloadableTokens(this.snap, this.config));
+    const keys = this.snap.keyCount[group]!;
+    const blocks = this.snap.blockCount[group]!;
+    return {
+      tokenChunks: tc,
+      keys,
+      blocks,
+      ready: readyPrefix(tc, keys, blocks, this.config.blocksPerChunk),
+      cursor: this.snap.cursor[group]!,
+    };
+  }
+
+  cursor(handle: RequestHandle, group: number): number {
+    return this.groupProgress(handle, group).cursor;
+  }
+
+  /** The offload keys published for a group (a copy). */
+  keys(handle: RequestHandle, group: number): bigint[] {
+    const n = this.groupProgress(handle, group).keys;
+    const base = this.state.keyBase(handle.slot, group);
+    return Array.from(this.state.keys.subarray(base, base + n));
+  }
+}

@@ -1,0 +1,273 @@
+// One store-planning pass: for every occupied slot, snapshot each group, take
+// the store window from the one rule, offer the chunks to the tier, pin their
+// source blocks, build the job and advance cursors exactly as vLLM's store path
+// does after the fix: unchanged when the tier cannot allocate, to the window's
+// end otherwise. The steady-state pass with nothing ready allocates nothing.
+import type { Config } from './config.js';
+import { invariant } from './errors.js';
+import type { StoreChunk, StoreJob } from './job.js';
+import { SNAPSHOT_RETRIES_MAX, Status } from './layout.js';
+import { pinBlocks, unpinBlocks } from './pins.js';
+import { emptyWindow, offloadableTokens, storeWindow, tokenChunks } from './ready.js';
+import type { StorePolicy, StoreWindow } from './ready.js';
+import { RequestSnapshot, StoreRole } from './roles/store.js';
+import type { SharedState } from './state.js';
+import type { OffloadTier } from './tier/types.js';
+
+/** Passes an ended request's final offer may fail for lack of tier space before its chunks are dropped. */
+export const FINAL_STORE_ATTEMPTS_MAX = 3;
+
+export interface PlannerOptions {
+  policy?: StorePolicy;
+  /**
+   * Test-only: skip pinning source blocks. Exists so a test can show that the
+   * reuse-mid-copy check fails without pins; never turn it off otherwise.
+   */
+  unsafeSkipPins?: boolean;
+}
+
+/** Cumulative counters of the store role. */
+export interface PlannerCounters {
+  passes: number;
+  requestsVisited: number;
+  jobs: number;
+  chunksOffered: number;
+  chunksStored: number;
+  chunksAlreadyPresent: number;
+  chunksSkippedNull: number;
+  /** Chunk-passes where a chunk was token-ready but not ready (its key or blocks lagged). */
+  chunksDeferred: number;
+  allocationFailures: number;
+  chunksDroppedForCapacity: number;
+  snapshotRetries: number;
+  snapshotsGivenUp: number;
+}
+
+export type JobListener = (job: StoreJob) => void;
+
+export class StorePlanner {
+  readonly state: SharedState;
+  readonly tier: OffloadTier;
+  readonly policy: StorePolicy;
+  readonly counters: PlannerCounters;
+  private readonly role: StoreRole;
+  private readonly config: Config;
+  private readonly skipPins: boolean;
+  private readonly snap: RequestSnapshot;
+  private readonly windows: StoreWindow[];
+  /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
+  private readonly finalAttempts: Int32Array;
+  private readonly finalAttemptGeneration: Int32Array;
+  private nextJobId = 1;
+
+  constructor(state: SharedState, tier: OffloadTier, options: PlannerOptions = {}) {
+    this.state = state;
+    this.tier = tier;
+    this.config = state.config;
+    this.policy = options.policy ?? 'ready-prefix';
+    this.skipPins = options.unsafeSkipPins ?? false;
+    this.role = new StoreRole(state);
+    this.snap = new RequestSnapshot(state.groupCount);
+    this.windows = state.config.groups.map(() => emptyWindow());
+    this.finalAttempts = new Int32Array(state.config.maxRequests);
+    this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
+    this.counters = {
+      passes: 0,
+      requestsVisited: 0,
+      jobs: 0,
+      chunksOffered: 0,
+      chunksStored: 0,
+      chunksAlreadyPresent: 0,
+      chunksSkippedNull: 0,
+      chunksDeferred: 0,
+      allocationFailures: 0,
+      chunksDroppedForCapacity: 0,
+      snapshotRetries: 0,
+      snapshotsGivenUp: 0,
+    };
+  }
+
+  /** One pass over every slot; each job is handed to `onJob` (or collected and returned). */
+  pass(onJob?: JobListener): StoreJob[] {
+    this.counters.passes += 1;
+    const jobs: StoreJob[] = [];
+    for (let slot = 0; slot < this.config.maxRequests; slot += 1) {
+      const job = this.planSlot(slot);
+      if (job === undefined) continue;
+      if (onJob) onJob(job);
+      else jobs.push(job);
+    }
+    return jobs;
+  }
+
+  /** Plans one slot; at most one job per request per pass. */
+  planSlot(slot: number): StoreJob | undefined {
+    for (let attempt = 0; attempt < SNAPSHOT_RETRIES_MAX; attempt += 1) {
+      const result = this.tryPlan(slot);
+      if (result !== RETRY) return result;
+      this.counters.snapshotRetries += 1;
+    }
+    // A writer kept changing the slot under us: leave it for the next pass.
+    this.counters.snapshotsGivenUp += 1;
+    return undefined;
+  }
+
+  /** Ends a job: publishes (or drops) its tier entries and unpins its blocks, exactly once. */
+  complete(job: StoreJob, success = true): void {
+    this.tier.completeStore(
+      job.chunks.map((c) => c.key),
+      success,
+    );
+    if (!this.skipPins) for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
+  }
+
+  private tryPlan(slot: number): StoreJob | undefined | typeof RETRY {
+    const { role, snap, config, windows } = this;
+    const taken = role.snapshot(slot, snap);
+    if (taken === 'free') return undefined;
+    if (taken === 'busy') return RETRY;
+    const ended = snap.status === Status.finished || snap.status === Status.aborted;
+    if (ended && snap.drained) return undefined;
+    this.counters.requestsVisited += 1;
+    const bpc = config.blocksPerChunk;
+    const offloadable = offloadableTokens(snap, config);
+    let candidateCount = 0;
+    let deferred = 0;
+    let advances = false;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const group = config.groups[g]!;
+      const w = storeWindow(
+        this.policy,
+        tokenChunks(snap, group, offloadable),
+        snap.keyCount[g]!,
+        snap.blockCount[g]!,
+        snap.cursor[g]!,
+        g,
+        bpc,
+        windows[g]!,
+      );
+      // The old length assertion, kept after the ready bound as a guard: both
+      // slices have exactly end - start entries whatever the policy.
+      invariant(
+        w.end <= snap.keyCount[g]! || w.end === w.start,
+        `group ${g}: window end ${w.end} within ${snap.keyCount[g]} keys`,
+      );
+      invariant(
+        w.end * bpc <= snap.blockCount[g]! || w.end === w.start,
+        `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`,
+      );
+      candidateCount += w.end - w.start;
+      deferred += Math.max(0, w.tokenChunks - Math.max(w.ready, w.start));
+      if (w.advanceTo > snap.cursor[g]!) advances = true;
+    }
+    if (candidateCount === 0 && !advances && !ended) {
+      this.counters.chunksDeferred += deferred;
+      return undefined;
+    }
+
+    // Read the entries of every window, then pin, then confirm nothing moved.
+    const keys: bigint[] = [];
+    const chunks: Candidate[] = [];
+    let nulls = 0;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const w = windows[g]!;
+      for (let c = w.start; c < w.end; c += 1) {
+        if (role.block(snap, g, c * bpc + bpc - 1) === 0) {
+          nulls += 1; // the deciding block slid out of the window: nothing to store
+          continue;
+        }
+        const blocks: number[] = [];
+        const positions: number[] = [];
+        for (let i = 0; i < bpc; i += 1) {
+          const b = role.block(snap, g, c * bpc + i);
+          if (b === 0) continue;
+          blocks.push(b);
+          positions.push(c * bpc + i);
+        }
+        const key = role.key(snap, g, c);
+        keys.push(key);
+        chunks.push({ group: g, chunk: c, key, blocks, positions });
+      }
+    }
+    if (!this.skipPins) for (const c of chunks) pinBlocks(this.state.pins, c.blocks);
+    if (!role.stable(snap)) {
+      if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
+      return RETRY;
+    }
+
+    this.counters.chunksDeferred += deferred;
+    this.counters.chunksSkippedNull += nulls;
+    if (chunks.length === 0) {
+      this.advanceAll(ended);
+      return undefined;
+    }
+
+    this.counters.chunksOffered += chunks.length;
+    const out = this.tier.prepareStore(keys);
+    if (!out.ok) {
+      this.counters.allocationFailures += 1;
+      if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
+      if (ended && this.finalAttemptFailed(slot, snap.generation)) {
+        // Visible, counted, never silent: the tier could not take these even after retries.
+        this.counters.chunksDroppedForCapacity += chunks.length;
+        this.advanceAll(true);
+      }
+      return undefined; // cursors unchanged: the same chunks are offered next pass
+    }
+
+    const stored: StoreChunk[] = [];
+    let next = 0;
+    for (const c of chunks) {
+      if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
+        stored.push({ ...c, tierSlot: out.slots[next]! });
+        next += 1;
+      } else if (!this.skipPins) {
+        unpinBlocks(this.state.pins, c.blocks); // already present or in flight: not copied
+      }
+    }
+    invariant(
+      next === out.keysToStore.length,
+      'tier returned an order-preserving subsequence of the offered keys',
+    );
+    this.counters.chunksAlreadyPresent += chunks.length - stored.length;
+    this.tier.touch(keys);
+    this.advanceAll(ended);
+    if (stored.length === 0) return undefined;
+    this.counters.jobs += 1;
+    this.counters.chunksStored += stored.length;
+    return {
+      jobId: this.nextJobId++,
+      slot,
+      generation: snap.generation,
+      requestId: snap.requestId,
+      chunks: stored,
+    };
+  }
+
+  private advanceAll(ended: boolean): void {
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const to = this.windows[g]!.advanceTo;
+      if (to > this.snap.cursor[g]!) this.role.advanceCursor(this.snap, g, to);
+    }
+    if (ended) this.role.markDrained(this.snap);
+  }
+
+  private finalAttemptFailed(slot: number, generation: number): boolean {
+    if (this.finalAttemptGeneration[slot] !== generation) {
+      this.finalAttemptGeneration[slot] = generation;
+      this.finalAttempts[slot] = 0;
+    }
+    this.finalAttempts[slot]! += 1;
+    return this.finalAttempts[slot]! >= FINAL_STORE_ATTEMPTS_MAX;
+  }
+}
+
+const RETRY = Symbol('retry');
+
+interface Candidate {
+  readonly group: number;
+  readonly chunk: number;
+  readonly key: bigint;
+  readonly blocks: number[];
+  readonly positions: number[];
+}

@@ -1,0 +1,140 @@
+// The allocator role's view of request state: per-group GPU block IDs. It is
+// the only writer of the allocator line and the block array. Appends publish
+// the count after the entries; every other change (preemption clear, nulling a
+// sliding-window position, adopting a reused slot) runs inside the slot's
+// seqlock so the store role can tell a torn read from a consistent one.
+import { InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { A_BLOCK_COUNT, A_GENERATION, A_SEQ } from '../layout.js';
+import type { SharedState } from '../state.js';
+import { checkHandle } from './handle.js';
+import type { RequestHandle } from './handle.js';
+
+export class AllocatorRole {
+  readonly state: SharedState;
+
+  constructor(state: SharedState) {
+    this.state = state;
+  }
+
+  appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
+    checkHandle(this.state, handle);
+    this.checkGroup(group);
+    const { config, control, blocks } = this.state;
+    for (let i = 0; i < blockIds.length; i += 1) {
+      const id = blockIds[i];
+      if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= config.gpuBlocks) {
+        throw new InvalidArgumentError(
+          `blockIds[${i}]`,
+          `must be a block ID in [0, ${config.gpuBlocks})`,
+        );
+      }
+    }
+    this.adopt(handle);
+    const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + group);
+    const n = Atomics.load(control, countWord);
+    if (n + blockIds.length > config.maxBlocksPerRequest) {
+      throw new RequestCapacityError(
+        'blocks per request per group',
+        config.maxBlocksPerRequest,
+        n + blockIds.length,
+      );
+    }
+    const base = this.state.blockBase(handle.slot, group);
+    for (let i = 0; i < blockIds.length; i += 1) blocks[base + i + n] = blockIds[i]!;
+    Atomics.store(control, countWord, n + blockIds.length);
+  }
+
+  /** Block IDs currently held in `group` (a copy). */
+  blockIds(handle: RequestHandle, group: number): number[] {
+    checkHandle(this.state, handle);
+    this.checkGroup(group);
+    const n = this.count(handle, group);
+    const base = this.state.blockBase(handle.slot, group);
+    return Array.from(this.state.blocks.subarray(base, base + n));
+  }
+
+  /**
+   * Empties every group's block table (preemption, finish, abort) and returns
+   * the non-null IDs that were held so the pool can free them. Cursors are not
+   * touched: chunks come back once blocks are re-appended.
+   */
+  clear(handle: RequestHandle): number[] {
+    checkHandle(this.state, handle);
+    this.adopt(handle);
+    const freed: number[] = [];
+    const { control, blocks } = this.state;
+    this.writeBegin(handle.slot);
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + g);
+      const n = Atomics.load(control, countWord);
+      const base = this.state.blockBase(handle.slot, g);
+      for (let i = 0; i < n; i += 1) if (blocks[base + i] !== 0) freed.push(blocks[base + i]!);
+      Atomics.store(control, countWord, 0);
+    }
+    this.writeEnd(handle.slot);
+    return freed;
+  }
+
+  /**
+   * Replaces the block at `position` of a sliding-window/mamba group with the
+   * null block (it slid out of the window) and returns the ID it held.
+   */
+  nullBlock(handle: RequestHandle, group: number, position: number): number {
+    checkHandle(this.state, handle);
+    this.checkGroup(group);
+    if (this.state.config.groups[group]!.windowChunks === null) {
+      throw new InvalidArgumentError(
+        'group',
+        `group ${group} is full attention; only windowed groups null blocks`,
+      );
+    }
+    const n = this.count(handle, group);
+    if (!Number.isInteger(position) || position < 0 || position >= n) {
+      throw new InvalidArgumentError('position', `must be in [0, ${n})`);
+    }
+    const index = this.state.blockBase(handle.slot, group) + position;
+    const old = this.state.blocks[index]!;
+    this.writeBegin(handle.slot);
+    this.state.blocks[index] = 0;
+    this.writeEnd(handle.slot);
+    return old;
+  }
+
+  count(handle: RequestHandle, group: number): number {
+    if (
+      Atomics.load(this.state.control, this.state.allocatorWord(handle.slot, A_GENERATION)) !==
+      handle.generation
+    )
+      return 0;
+    return Atomics.load(
+      this.state.control,
+      this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + group),
+    );
+  }
+
+  private checkGroup(group: number): void {
+    if (!Number.isInteger(group) || group < 0 || group >= this.state.groupCount) {
+      throw new InvalidArgumentError('group', `must be in [0, ${this.state.groupCount})`);
+    }
+  }
+
+  private adopt(handle: RequestHandle): void {
+    const { control } = this.state;
+    const genWord = this.state.allocatorWord(handle.slot, A_GENERATION);
+    if (Atomics.load(control, genWord) === handle.generation) return;
+    this.writeBegin(handle.slot);
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      Atomics.store(control, this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + g), 0);
+    }
+    Atomics.store(control, genWord, handle.generation);
+    this.writeEnd(handle.slot);
+  }
+
+  private writeBegin(slot: number): void {
+    Atomics.add(this.state.control, this.state.allocatorWord(slot, A_SEQ), 1); // odd: writing
+  }
+
+  private writeEnd(slot: number): void {
+    Atomics.add(this.state.control, this.state.allocatorWord(slot, A_SEQ), 1); // even: stable
+  }
+}

@@ -1,0 +1,241 @@
+// The scheduler role: request lifecycle and token progress. It is the only
+// writer of the scheduler line and of the token array. Each method validates
+// the handle and the transition before writing anything, so a rejected call
+// changes nothing.
+import {
+  IllegalTransitionError,
+  InvalidArgumentError,
+  RequestCapacityError,
+  SlotsExhaustedError,
+} from '../errors.js';
+import {
+  NO_CAP,
+  S_COMPUTED_TOKENS,
+  S_GENERATION,
+  S_HIT_CHUNKS,
+  S_MAX_OFFLOAD_TOKENS,
+  S_NUM_TOKENS,
+  S_PROMPT_TOKENS,
+  S_REQUEST_ID,
+  S_SCHEDULED_TOKENS,
+  S_STATUS,
+  Status,
+} from '../layout.js';
+import type { StatusCode } from '../layout.js';
+import type { SharedState } from '../state.js';
+import { checkHandle, statusName, statusOf } from './handle.js';
+import type { RequestHandle } from './handle.js';
+
+export interface OpenRequest {
+  /** The host's id for this request (a non-negative int32). */
+  requestId: number;
+  promptTokens: ArrayLike<number>;
+  /** Cap on offloadable tokens; absent for none. */
+  maxOffloadTokens?: number;
+  /** Per group, chunks already loaded from the tier: the store cursor starts there. */
+  hitChunks?: ArrayLike<number>;
+}
+
+export class SchedulerRole {
+  readonly state: SharedState;
+  /** Slots this scheduler knows to be free; private to the one scheduler thread. */
+  private readonly freeSlots: number[];
+
+  constructor(state: SharedState) {
+    this.state = state;
+    this.freeSlots = [];
+    // Highest index first so pop() hands out slot 0 first.
+    for (let slot = state.config.maxRequests - 1; slot >= 0; slot -= 1) {
+      if ((Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION)) & 1) === 0)
+        this.freeSlots.push(slot);
+    }
+  }
+
+  get freeSlotCount(): number {
+    return this.freeSlots.length;
+  }
+
+  open(req: OpenRequest): RequestHandle {
+    const { config, control, tokens } = this.state;
+    if (!Number.isInteger(req.requestId) || req.requestId < 0 || req.requestId > 0x7fffffff) {
+      throw new InvalidArgumentError('requestId', 'must be an integer in [0, 2^31)');
+    }
+    const prompt = req.promptTokens;
+    if (prompt === null || typeof prompt !== 'object' || typeof prompt.length !== 'number') {
+      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+    }
+    if (prompt.length > config.maxTokensPerRequest) {
+      throw new RequestCapacityError(
+        'tokens per request',
+        config.maxTokensPerRequest,
+        prompt.length,
+      );
+    }
+    validateTokens(prompt);
+    const cap = req.maxOffloadTokens ?? NO_CAP;
+    if (cap !== NO_CAP && (!Number.isInteger(cap) || cap < 0 || cap > 0x7fffffff)) {
+      throw new InvalidArgumentError('maxOffloadTokens', 'must be a non-negative integer');
+    }
+    const hits = req.hitChunks;
+    if (hits !== undefined) {
+      if (hits.length !== this.state.groupCount) {
+        throw new InvalidArgumentError(
+          'hitChunks',
+          `must have one entry per group (${this.state.groupCount})`,
+        );
+      }
+      for (let g = 0; g < hits.length; g += 1) {
+        const h = hits[g]!;
+        if (!Number.isInteger(h) || h < 0 || h > config.maxChunksPerRequest) {
+          throw new InvalidArgumentError(
+            `hitChunks[${g}]`,
+            `must be an integer in [0, ${config.maxChunksPerRequest}]`,
+          );
+        }
+      }
+    }
+    const slot = this.freeSlots.pop();
+    if (slot === undefined) throw new SlotsExhaustedError(config.maxRequests);
+    const w = (field: number) => this.state.schedulerWord(slot, field);
+    const base = this.state.tokenBase(slot);
+    for (let i = 0; i < prompt.length; i += 1) tokens[base + i] = prompt[i]!;
+    Atomics.store(control, w(S_REQUEST_ID), req.requestId);
+    Atomics.store(control, w(S_PROMPT_TOKENS), prompt.length);
+    Atomics.store(control, w(S_NUM_TOKENS), prompt.length);
+    Atomics.store(control, w(S_COMPUTED_TOKENS), 0);
+    Atomics.store(control, w(S_SCHEDULED_TOKENS), 0);
+    Atomics.store(control, w(S_MAX_OFFLOAD_TOKENS), cap);
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      Atomics.store(control, w(S_HIT_CHUNKS + g), hits?.[g] ?? 0);
+    }
+    Atomics.store(control, w(S_STATUS), Status.waiting);
+    // Publish last: a reader that sees the odd generation sees every field above.
+    const generation = Atomics.load(control, w(S_GENERATION)) + 1;
+    Atomics.store(control, w(S_GENERATION), generation);
+    return { slot, generation };
+  }
+
+  /** Appends sampled (or known) tokens; the count is published after the data. */
+  appendTokens(handle: RequestHandle, newTokens: ArrayLike<number>): void {
+    checkHandle(this.state, handle);
+    this.expectLive(handle, 'append tokens to');
+    validateTokens(newTokens);
+    const { control, tokens, config } = this.state;
+    const countWord = this.state.schedulerWord(handle.slot, S_NUM_TOKENS);
+    const n = Atomics.load(control, countWord);
+    if (n + newTokens.length > config.maxTokensPerRequest) {
+      throw new RequestCapacityError(
+        'tokens per request',
+        config.maxTokensPerRequest,
+        n + newTokens.length,
+      );
+    }
+    const base = this.state.tokenBase(handle.slot) + n;
+    for (let i = 0; i < newTokens.length; i += 1) tokens[base + i] = newTokens[i]!;
+    Atomics.store(control, countWord, n + newTokens.length);
+  }
+
+  /**
+   * Publishes token progress: `computedTokens` whose KV is computed and
+   * `scheduledTokens` in flight in the current batch. Marks the request running.
+   */
+  progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    checkHandle(this.state, handle);
+    this.expectLive(handle, 'set progress of');
+    if (
+      !Number.isInteger(computedTokens) ||
+      computedTokens < 0 ||
+      computedTokens > this.state.config.maxTokensPerRequest
+    ) {
+      throw new InvalidArgumentError(
+        'computedTokens',
+        `must be an integer in [0, ${this.state.config.maxTokensPerRequest}]`,
+      );
+    }
+    if (
+      !Number.isInteger(scheduledTokens) ||
+      scheduledTokens < 0 ||
+      scheduledTokens > this.state.config.maxTokensPerRequest
+    ) {
+      throw new InvalidArgumentError(
+        'scheduledTokens',
+        `must be an integer in [0, ${this.state.config.maxTokensPerRequest}]`,
+      );
+    }
+    const { control } = this.state;
+    const computedWord = this.state.schedulerWord(handle.slot, S_COMPUTED_TOKENS);
+    const before = Atomics.load(control, computedWord);
+    if (computedTokens < before) {
+      throw new InvalidArgumentError(
+        'computedTokens',
+        `must not go back (${before} -> ${computedTokens}) except by preempt`,
+      );
+    }
+    Atomics.store(
+      control,
+      this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS),
+      scheduledTokens,
+    );
+    Atomics.store(control, computedWord, computedTokens);
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.running);
+  }
+
+  /** Preemption (recompute): progress restarts from zero; the allocator clears the blocks. */
+  preempt(handle: RequestHandle): void {
+    checkHandle(this.state, handle);
+    this.expectLive(handle, 'preempt');
+    const { control } = this.state;
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.preempted);
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_COMPUTED_TOKENS), 0);
+  }
+
+  /** Normal finish: the store role takes one final pass with the finished horizon. */
+  finish(handle: RequestHandle): void {
+    checkHandle(this.state, handle);
+    this.expectLive(handle, 'finish');
+    this.end(handle, Status.finished);
+  }
+
+  /** Abort (queued or running): only computed tokens remain offloadable. */
+  abort(handle: RequestHandle): void {
+    checkHandle(this.state, handle);
+    this.expectLive(handle, 'abort');
+    this.end(handle, Status.aborted);
+  }
+
+  /** Frees the slot; the handle (and every copy of it) becomes stale. */
+  release(handle: RequestHandle): void {
+    checkHandle(this.state, handle);
+    const { control } = this.state;
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.free);
+    Atomics.store(
+      control,
+      this.state.schedulerWord(handle.slot, S_GENERATION),
+      handle.generation + 1,
+    );
+    this.freeSlots.push(handle.slot);
+  }
+
+  private end(handle: RequestHandle, status: StatusCode): void {
+    const { control } = this.state;
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
+    Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), status);
+  }
+
+  private expectLive(handle: RequestHandle, event: string): void {
+    const status = statusOf(this.state, handle.slot);
+    if (status === Status.finished || status === Status.aborted || status === Status.free) {
+      throw new IllegalTransitionError(event, statusName(status));
+    }
+  }
+}
+
+function validateTokens(tokens: ArrayLike<number>): void {
+  for (let i = 0; i < tokens.length; i += 1) {
+    const t = tokens[i];
+    if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0x7fffffff) {
+      throw new InvalidArgumentError(`tokens[${i}]`, 'must be an integer token ID in [0, 2^31)');
+    }
+  }
+}

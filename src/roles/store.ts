@@ -1,0 +1,152 @@
+// The store role's view of request state: consistent snapshots and cursors. It
+// is the only writer of the store line. A snapshot reads the allocator's
+// seqlock, the counts (each only if its line belongs to the snapshot's
+// generation), then the caller reads the entries it needs and asks `stable`
+// whether nothing changed underneath; retries are bounded by the caller.
+import { invariant } from '../errors.js';
+import {
+  A_BLOCK_COUNT,
+  A_GENERATION,
+  A_SEQ,
+  H_GENERATION,
+  H_KEY_COUNT,
+  S_COMPUTED_TOKENS,
+  S_GENERATION,
+  S_HIT_CHUNKS,
+  S_MAX_OFFLOAD_TOKENS,
+  S_NUM_TOKENS,
+  S_PROMPT_TOKENS,
+  S_REQUEST_ID,
+  S_SCHEDULED_TOKENS,
+  S_STATUS,
+  T_CURSOR,
+  T_DRAINED_GENERATION,
+  T_GENERATION,
+} from '../layout.js';
+import type { RequestFacts } from '../ready.js';
+import type { SharedState } from '../state.js';
+
+/** A reusable snapshot of one slot; allocated once per store role, refilled every pass. */
+export class RequestSnapshot implements RequestFacts {
+  slot = -1;
+  generation = 0;
+  seq = 0;
+  status = 0;
+  requestId = 0;
+  promptTokens = 0;
+  numTokens = 0;
+  computedTokens = 0;
+  scheduledTokens = 0;
+  maxOffloadTokens = 0;
+  drained = false;
+  readonly keyCount: Int32Array;
+  readonly blockCount: Int32Array;
+  readonly cursor: Int32Array;
+
+  constructor(groupCount: number) {
+    this.keyCount = new Int32Array(groupCount);
+    this.blockCount = new Int32Array(groupCount);
+    this.cursor = new Int32Array(groupCount);
+  }
+}
+
+export type SnapshotResult = 'ok' | 'free' | 'busy';
+
+export class StoreRole {
+  readonly state: SharedState;
+
+  constructor(state: SharedState) {
+    this.state = state;
+  }
+
+  /**
+   * Reads `slot` into `out`. 'free': no request holds the slot. 'busy': the
+   * allocator is mid-change (odd seqlock); try again later. 'ok': counts are
+   * read; confirm with `stable` after reading entries.
+   */
+  snapshot(slot: number, out: RequestSnapshot): SnapshotResult {
+    const s = this.state;
+    const control = s.control;
+    const generation = Atomics.load(control, s.schedulerWord(slot, S_GENERATION));
+    if ((generation & 1) === 0) return 'free';
+    const seq = Atomics.load(control, s.allocatorWord(slot, A_SEQ));
+    if ((seq & 1) === 1) return 'busy';
+    this.adopt(slot, generation);
+    out.slot = slot;
+    out.generation = generation;
+    out.seq = seq;
+    out.status = Atomics.load(control, s.schedulerWord(slot, S_STATUS));
+    out.requestId = Atomics.load(control, s.schedulerWord(slot, S_REQUEST_ID));
+    out.promptTokens = Atomics.load(control, s.schedulerWord(slot, S_PROMPT_TOKENS));
+    out.numTokens = Atomics.load(control, s.schedulerWord(slot, S_NUM_TOKENS));
+    out.computedTokens = Atomics.load(control, s.schedulerWord(slot, S_COMPUTED_TOKENS));
+    out.scheduledTokens = Atomics.load(control, s.schedulerWord(slot, S_SCHEDULED_TOKENS));
+    out.maxOffloadTokens = Atomics.load(control, s.schedulerWord(slot, S_MAX_OFFLOAD_TOKENS));
+    out.drained = Atomics.load(control, s.storeWord(slot, T_DRAINED_GENERATION)) === generation;
+    const hashed = Atomics.load(control, s.hasherWord(slot, H_GENERATION)) === generation;
+    const allocated = Atomics.load(control, s.allocatorWord(slot, A_GENERATION)) === generation;
+    for (let g = 0; g < s.groupCount; g += 1) {
+      out.keyCount[g] = hashed ? Atomics.load(control, s.hasherWord(slot, H_KEY_COUNT + g)) : 0;
+      out.blockCount[g] = allocated
+        ? Atomics.load(control, s.allocatorWord(slot, A_BLOCK_COUNT + g))
+        : 0;
+      out.cursor[g] = Atomics.load(control, s.storeWord(slot, T_CURSOR + g));
+    }
+    return 'ok';
+  }
+
+  /** True when neither the slot's generation nor its block tables changed since `snap` was taken. */
+  stable(snap: RequestSnapshot): boolean {
+    const control = this.state.control;
+    return (
+      Atomics.load(control, this.state.allocatorWord(snap.slot, A_SEQ)) === snap.seq &&
+      Atomics.load(control, this.state.schedulerWord(snap.slot, S_GENERATION)) === snap.generation
+    );
+  }
+
+  /** Moves a cursor forward; never backwards (the one rule). */
+  advanceCursor(snap: RequestSnapshot, group: number, to: number): void {
+    const word = this.state.storeWord(snap.slot, T_CURSOR + group);
+    const now = Atomics.load(this.state.control, word);
+    invariant(
+      to >= now,
+      `cursor of slot ${snap.slot} group ${group} moves forward (${now} -> ${to})`,
+    );
+    Atomics.store(this.state.control, word, to);
+    snap.cursor[group] = to;
+  }
+
+  /** Records that the final pass of an ended request ran; the allocator may free its blocks. */
+  markDrained(snap: RequestSnapshot): void {
+    Atomics.store(
+      this.state.control,
+      this.state.storeWord(snap.slot, T_DRAINED_GENERATION),
+      snap.generation,
+    );
+    snap.drained = true;
+  }
+
+  key(snap: RequestSnapshot, group: number, chunk: number): bigint {
+    return this.state.keys[this.state.keyBase(snap.slot, group) + chunk]!;
+  }
+
+  block(snap: RequestSnapshot, group: number, position: number): number {
+    return this.state.blocks[this.state.blockBase(snap.slot, group) + position]!;
+  }
+
+  /** The store line starts each generation with cursors at the chunks loaded from the tier. */
+  private adopt(slot: number, generation: number): void {
+    const s = this.state;
+    const genWord = s.storeWord(slot, T_GENERATION);
+    if (Atomics.load(s.control, genWord) === generation) return;
+    for (let g = 0; g < s.groupCount; g += 1) {
+      Atomics.store(
+        s.control,
+        s.storeWord(slot, T_CURSOR + g),
+        Atomics.load(s.control, s.schedulerWord(slot, S_HIT_CHUNKS + g)),
+      );
+    }
+    Atomics.store(s.control, s.storeWord(slot, T_DRAINED_GENERATION), 0);
+    Atomics.store(s.control, genWord, generation);
+  }
+}

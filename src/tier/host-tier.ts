@@ -1,0 +1,200 @@
+// The host tier: a fixed pool of chunk slots keyed by offload key, with LRU
+// eviction. An entry's refCount is -1 while it is being written (invisible to
+// lookups, never evicted), 0 when readable and idle (the only evictable state),
+// and > 0 while loads read it (never evicted). prepareStore is atomic: it
+// either reserves every slot it needs or changes nothing.
+import { InvalidArgumentError, invariant } from '../errors.js';
+import type {
+  LookupState,
+  OffloadTier,
+  PrepareStoreResult,
+  TierEvent,
+  TierStats,
+} from './types.js';
+
+interface Entry {
+  slot: number;
+  refCount: number;
+}
+
+const WRITING = -1;
+
+export class HostTier implements OffloadTier {
+  readonly capacityChunks: number;
+  /** Insertion order is recency order: first = least recently used. */
+  private readonly entries = new Map<bigint, Entry>();
+  /** Freed slots are reused last-in first-out; fresh ones are handed out in order. */
+  private readonly freeSlots: number[] = [];
+  private nextFreshSlot = 0;
+  private evictableCount = 0;
+  private writingCount = 0;
+  private readingCount = 0;
+  private events: TierEvent[] = [];
+  private storeCount = 0;
+  private evictionCount = 0;
+  private allocationFailureCount = 0;
+
+  constructor(capacityChunks: number) {
+    if (!Number.isInteger(capacityChunks) || capacityChunks < 1) {
+      throw new InvalidArgumentError('capacityChunks', 'must be a positive integer');
+    }
+    this.capacityChunks = capacityChunks;
+  }
+
+  lookup(keys: readonly bigint[]): number {
+    let n = 0;
+    for (const key of keys) {
+      const e = this.entries.get(key);
+      if (e === undefined || e.refCount === WRITING) break;
+      n += 1;
+    }
+    return n;
+  }
+
+  state(key: bigint): LookupState {
+    const e = this.entries.get(key);
+    if (e === undefined) return 'miss';
+    return e.refCount === WRITING ? 'pending' : 'hit';
+  }
+
+  /** Marks keys recently used, in reverse so the first key ends most recent (prefix heads outlive tails). */
+  touch(keys: readonly bigint[]): void {
+    for (let i = keys.length - 1; i >= 0; i -= 1) {
+      const key = keys[i]!;
+      const e = this.entries.get(key);
+      if (e === undefined || e.refCount !== 0) continue;
+      this.entries.delete(key);
+      this.entries.set(key, e);
+    }
+  }
+
+  prepareStore(keys: readonly bigint[]): PrepareStoreResult {
+    const keysToStore: bigint[] = [];
+    const seen = new Set<bigint>();
+    for (const key of keys) {
+      if (seen.has(key)) continue;
+      seen.add(key);
+      if (!this.entries.has(key)) keysToStore.push(key);
+    }
+    if (keysToStore.length === 0) return { ok: true, keysToStore, slots: [], evicted: [] };
+    const free = this.freeSlots.length + (this.capacityChunks - this.nextFreshSlot);
+    const needed = keysToStore.length - free;
+    let evicted: bigint[] = [];
+    if (needed > 0) {
+      const victims = needed <= this.evictableCount ? this.pickVictims(needed, seen) : undefined;
+      if (victims === undefined) {
+        this.allocationFailureCount += 1;
+        return { ok: false, reason: 'cannot-allocate', needed, evictable: this.evictableCount };
+      }
+      for (const key of victims) this.remove(key);
+      evicted = victims;
+      this.evictionCount += victims.length;
+      this.events.push({ kind: 'removed', keys: victims });
+    }
+    const slots: number[] = [];
+    for (const key of keysToStore) {
+      const slot = this.freeSlots.pop() ?? this.nextFreshSlot++;
+      invariant(slot < this.capacityChunks, 'tier slot within capacity');
+      this.entries.set(key, { slot, refCount: WRITING });
+      this.writingCount += 1;
+      slots.push(slot);
+    }
+    return { ok: true, keysToStore, slots, evicted };
+  }
+
+  /** Publishes written keys (success) or drops the reservation (failure). Unknown or ready keys are ignored. */
+  completeStore(keys: readonly bigint[], success = true): void {
+    const stored: bigint[] = [];
+    for (const key of keys) {
+      const e = this.entries.get(key);
+      if (e === undefined || e.refCount !== WRITING) continue;
+      this.writingCount -= 1;
+      if (success) {
+        e.refCount = 0;
+        this.evictableCount += 1;
+        // Becoming readable makes the entry most recent.
+        this.entries.delete(key);
+        this.entries.set(key, e);
+        stored.push(key);
+        this.storeCount += 1;
+      } else {
+        this.entries.delete(key);
+        this.freeSlots.push(e.slot);
+      }
+    }
+    if (stored.length > 0) this.events.push({ kind: 'stored', keys: stored });
+  }
+
+  prepareLoad(keys: readonly bigint[]): number[] {
+    const slots: number[] = [];
+    for (const key of keys) {
+      const e = this.entries.get(key);
+      if (e === undefined || e.refCount === WRITING) {
+        throw new InvalidArgumentError('keys', `key ${key} is not readable in the tier`);
+      }
+    }
+    for (const key of keys) {
+      const e = this.entries.get(key)!;
+      if (e.refCount === 0) {
+        this.evictableCount -= 1;
+        this.readingCount += 1;
+      }
+      e.refCount += 1;
+      slots.push(e.slot);
+    }
+    return slots;
+  }
+
+  completeLoad(keys: readonly bigint[]): void {
+    for (const key of keys) {
+      const e = this.entries.get(key);
+      invariant(e !== undefined && e.refCount > 0, 'completeLoad of a key being read');
+      e.refCount -= 1;
+      if (e.refCount === 0) {
+        this.evictableCount += 1;
+        this.readingCount -= 1;
+      }
+    }
+  }
+
+  slotOf(key: bigint): number | undefined {
+    return this.entries.get(key)?.slot;
+  }
+
+  takeEvents(): TierEvent[] {
+    const out = this.events;
+    this.events = [];
+    return out;
+  }
+
+  stats(): TierStats {
+    return {
+      capacityChunks: this.capacityChunks,
+      used: this.entries.size,
+      writing: this.writingCount,
+      reading: this.readingCount,
+      evictable: this.evictableCount,
+      stores: this.storeCount,
+      evictions: this.evictionCount,
+      allocationFailures: this.allocationFailureCount,
+    };
+  }
+
+  /** Exactly `n` idle, unprotected entries from the LRU end, or undefined. */
+  private pickVictims(n: number, protectedKeys: ReadonlySet<bigint>): bigint[] | undefined {
+    const victims: bigint[] = [];
+    for (const [key, e] of this.entries) {
+      if (victims.length === n) break;
+      if (e.refCount === 0 && !protectedKeys.has(key)) victims.push(key);
+    }
+    return victims.length === n ? victims : undefined;
+  }
+
+  private remove(key: bigint): void {
+    const e = this.entries.get(key);
+    invariant(e !== undefined && e.refCount === 0, 'only idle entries are evicted');
+    this.entries.delete(key);
+    this.evictableCount -= 1;
+    this.freeSlots.push(e.slot);
+  }
+}

@@ -1,0 +1,57 @@
+// The offloading manager contract the store planner relies on. `keysToStore`
+// is an order-preserving subsequence of the offered keys and `slots[i]` is the
+// destination of `keysToStore[i]`; a key becomes visible to lookups only at
+// `completeStore` (publish after complete).
+
+export type PrepareStoreResult =
+  | {
+      readonly ok: true;
+      /** Offered keys the tier will write, in offer order (present or in-flight keys are skipped). */
+      readonly keysToStore: readonly bigint[];
+      /** Tier slot of each key in keysToStore. */
+      readonly slots: readonly number[];
+      /** Keys evicted to make room. */
+      readonly evicted: readonly bigint[];
+    }
+  | {
+      readonly ok: false;
+      readonly reason: 'cannot-allocate';
+      /** Slots that were needed beyond the free ones. */
+      readonly needed: number;
+      /** Entries that could have been evicted. */
+      readonly evictable: number;
+    };
+
+export type LookupState = 'hit' | 'pending' | 'miss';
+
+export interface TierEvent {
+  readonly kind: 'stored' | 'removed';
+  readonly keys: readonly bigint[];
+}
+
+export interface OffloadTier {
+  readonly capacityChunks: number;
+  /** Length of the prefix of `keys` that is stored and readable. */
+  lookup(keys: readonly bigint[]): number;
+  state(key: bigint): LookupState;
+  touch(keys: readonly bigint[]): void;
+  prepareStore(keys: readonly bigint[]): PrepareStoreResult;
+  completeStore(keys: readonly bigint[], success?: boolean): void;
+  /** Protects readable keys from eviction while they are read; returns their slots. */
+  prepareLoad(keys: readonly bigint[]): number[];
+  completeLoad(keys: readonly bigint[]): void;
+  slotOf(key: bigint): number | undefined;
+  takeEvents(): TierEvent[];
+  stats(): TierStats;
+}
+
+export interface TierStats {
+  readonly capacityChunks: number;
+  readonly used: number;
+  readonly writing: number;
+  readonly reading: number;
+  readonly evictable: number;
+  readonly stores: number;
+  readonly evictions: number;
+  readonly allocationFailures: number;
+}

@@ -1,0 +1,41 @@
+import { LocalOffload } from '../src/local.js';
+import type { LocalOffloadOptions } from '../src/local.js';
+import type { ConfigInput } from '../src/config.js';
+import type { StoreJob } from '../src/job.js';
+
+/** Tokens 0..n-1 offset by `salt`, so different salts give different keys. */
+export function tokens(n: number, salt = 0): number[] {
+  return Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104729) % 50000);
+}
+
+export function range(from: number, to: number): number[] {
+  return Array.from({ length: to - from }, (_, i) => from + i);
+}
+
+export const ONE_GROUP: ConfigInput = {
+  groups: [{ kind: 'full', tokensPerBlock: 4 }],
+  tokensPerHash: 4,
+  maxRequests: 8,
+  maxBlocksPerRequest: 64,
+  gpuBlocks: 512,
+  tierChunks: 256,
+};
+
+export function local(
+  config: ConfigInput = ONE_GROUP,
+  options: LocalOffloadOptions = {},
+): Promise<LocalOffload> {
+  return LocalOffload.create(config, options);
+}
+
+/** (group, chunk) pairs of a job, e.g. ["0:0", "0:1"]. */
+export function chunkIds(job: StoreJob | undefined): string[] {
+  return job === undefined ? [] : job.chunks.map((c) => `${c.group}:${c.chunk}`);
+}
+
+/** Plans once, completes every job, returns the jobs. */
+export function planAndComplete(lo: LocalOffload): StoreJob[] {
+  const jobs = lo.plan();
+  for (const j of jobs) lo.complete(j);
+  return jobs;
+}
