@@ -3,7 +3,7 @@
 // the count after the entries; every other change (preemption clear, nulling a
 // sliding-window position, adopting a reused slot) runs inside the slot's
 // seqlock so the store role can tell a torn read from a consistent one.
-import { InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { InvalidArgumentError, RequestCapacityError, invariant } from '../errors.js';
 import { A_BLOCK_COUNT, A_GENERATION, A_SEQ } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { checkHandle } from './handle.js';
@@ -29,9 +29,9 @@ export class AllocatorRole {
         );
       }
     }
-    this.adopt(handle);
-    const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + group);
-    const n = Atomics.load(control, countWord);
+    // Validate against this generation's count (0 before adoption) before any write,
+    // so a rejected call changes nothing, not even the lazy adoption.
+    const n = this.count(handle, group);
     if (n + blockIds.length > config.maxBlocksPerRequest) {
       throw new RequestCapacityError(
         'blocks per request per group',
@@ -39,6 +39,9 @@ export class AllocatorRole {
         n + blockIds.length,
       );
     }
+    this.adopt(handle);
+    const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + group);
+    invariant(Atomics.load(control, countWord) === n, 'block count unchanged by adoption');
     const base = this.state.blockBase(handle.slot, group);
     for (let i = 0; i < blockIds.length; i += 1) blocks[base + i + n] = blockIds[i]!;
     Atomics.store(control, countWord, n + blockIds.length);
@@ -100,7 +103,10 @@ export class AllocatorRole {
     return old;
   }
 
+  /** Block IDs published in `group` for this handle's generation (0 before the first append). */
   count(handle: RequestHandle, group: number): number {
+    checkHandle(this.state, handle);
+    this.checkGroup(group);
     if (
       Atomics.load(this.state.control, this.state.allocatorWord(handle.slot, A_GENERATION)) !==
       handle.generation
