@@ -1,0 +1,317 @@
+// Renders a ReportData object to one self-contained HTML page: inline CSS and
+// inline SVG, no script or style fetched from anywhere, so the file opens
+// offline and can be attached to an issue. Pure: same data, same string.
+//
+// Per traced request, one chart per group plots (in chunks, against time) the
+// three sources that race to a chunk boundary — token chunks, keys, complete
+// block chunks — with the ready prefix (their minimum) and the cursor. Where
+// token chunks run ahead of ready, the gap is shaded: those chunks were
+// deferred. Each store is a green bar over the chunks it dispatched.
+import type {
+  ReportData,
+  ReportGroupTrace,
+  ReportPass,
+  ReportRequestTrace,
+  ReportSummaryRow,
+} from './data.js';
+
+/** Passes drawn per group: more would make the SVG heavy without showing more. */
+export const PASSES_DRAWN_MAX = 800;
+/** Deferral rows listed per request. */
+export const DEFERRAL_ROWS_MAX = 12;
+
+const CHART = { width: 1100, height: 190, left: 56, right: 16, top: 14, bottom: 28 } as const;
+
+const SERIES = [
+  { key: 'tokenChunks', label: 'token chunks', color: '#2f6fd0', dash: '' },
+  { key: 'keys', label: 'keys', color: '#8a4fc8', dash: '5 3' },
+  { key: 'blockChunks', label: 'complete block chunks', color: '#d9822b', dash: '2 2' },
+  { key: 'ready', label: 'ready prefix', color: '#1a9a5a', dash: '' },
+  { key: 'cursorAfter', label: 'cursor', color: '#222222', dash: '' },
+] as const satisfies readonly {
+  key: keyof ReportPass;
+  label: string;
+  color: string;
+  dash: string;
+}[];
+
+export function renderReport(data: ReportData): string {
+  const body = [
+    `<h1>${esc(data.title)}</h1>`,
+    `<p class="meta">policy <b>${esc(data.policy)}</b> · generated ${esc(data.generatedAt)}</p>`,
+    renderSummary(data.summary),
+    renderWorkload(data.workload),
+    renderLegend(),
+    data.requests.length === 0
+      ? '<p class="empty">No request was traced in this run.</p>'
+      : data.requests.map(renderRequest).join('\n'),
+  ].join('\n');
+  return `<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>${esc(data.title)}</title>
+<style>${CSS}</style>
+</head>
+<body>
+${body}
+</body>
+</html>
+`;
+}
+
+function renderSummary(rows: readonly ReportSummaryRow[]): string {
+  const cells = rows
+    .map(
+      (r) =>
+        `<div class="stat${r.bad ? ' bad' : ''}"><div class="v">${esc(r.value)}</div><div class="l">${esc(r.label)}</div></div>`,
+    )
+    .join('');
+  return `<section class="summary"><h2>Summary</h2><div class="stats">${cells}</div></section>`;
+}
+
+function renderWorkload(workload: ReportData['workload']): string {
+  const items = Object.entries(workload)
+    .map(([k, v]) => `<span class="kv"><span class="k">${esc(k)}</span> ${esc(String(v))}</span>`)
+    .join(' ');
+  return `<p class="workload">workload: ${items}</p>`;
+}
+
+function renderLegend(): string {
+  const lines = SERIES.map(
+    (s) =>
+      `<span class="lg"><svg width="28" height="10" aria-hidden="true"><line x1="0" y1="5" x2="28" y2="5" stroke="${s.color}" stroke-width="${s.key === 'cursorAfter' ? 3 : 2}"${s.dash ? ` stroke-dasharray="${s.dash}"` : ''}/></svg>${esc(s.label)}</span>`,
+  );
+  lines.push(
+    '<span class="lg"><svg width="16" height="10" aria-hidden="true"><rect width="16" height="10" fill="#e5484d" fill-opacity="0.25"/></svg>deferred (token-ready, not ready)</span>',
+    '<span class="lg"><svg width="8" height="10" aria-hidden="true"><rect width="4" height="10" x="2" fill="#1a9a5a"/></svg>store job</span>',
+    '<span class="lg"><svg width="10" height="10" aria-hidden="true"><line x1="5" y1="0" x2="5" y2="10" stroke="#e5484d" stroke-dasharray="2 2"/></svg>preemption (new generation)</span>',
+  );
+  return `<p class="legend">${lines.join(' ')}</p>`;
+}
+
+function renderRequest(req: ReportRequestTrace): string {
+  const all = req.groups.flatMap((g) => g.passes);
+  const t0 = all.length ? Math.min(...all.map((p) => p.tMs)) : 0;
+  const t1 = all.length ? Math.max(...all.map((p) => p.tMs)) : 1;
+  const deferredPasses = all.filter((p) => p.deferred > 0).length;
+  const stores = all.reduce((n, p) => n + p.stored, 0);
+  const head =
+    `<h2>Request ${req.requestId} <span class="status">${esc(req.status)}</span></h2>` +
+    `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks</p>`;
+  const charts = req.groups.map((g) => renderGroup(g, t0, Math.max(t1, t0 + 1))).join('\n');
+  return `<section class="request">${head}\n${charts}\n${renderDeferrals(req)}</section>`;
+}
+
+function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
+  const passes = decimate(g.passes, PASSES_DRAWN_MAX);
+  const title = `<h3>group ${g.group} · ${esc(g.kind)} · ${g.tokensPerChunk} tokens per chunk · ${g.passes.length} passes</h3>`;
+  if (passes.length === 0)
+    return `<div class="group">${title}<p class="empty">no pass recorded</p></div>`;
+  const yMax = Math.max(1, ...passes.map((p) => Math.max(p.tokenChunks, p.keys, p.blockChunks)));
+  const { width, height, left, right, top, bottom } = CHART;
+  const plotW = width - left - right;
+  const plotH = height - top - bottom;
+  const x = (t: number): number => left + ((t - t0) / (t1 - t0)) * plotW;
+  const y = (v: number): number => top + plotH - (v / yMax) * plotH;
+  const parts: string[] = [];
+
+  // Axes and ticks.
+  for (const v of ticks(0, yMax, 4)) {
+    parts.push(
+      `<line class="grid" x1="${left}" x2="${width - right}" y1="${f(y(v))}" y2="${f(y(v))}"/>`,
+      `<text class="tick" x="${left - 6}" y="${f(y(v) + 4)}" text-anchor="end">${v}</text>`,
+    );
+  }
+  for (const t of ticks(t0, t1, 8)) {
+    parts.push(
+      `<text class="tick" x="${f(x(t))}" y="${height - 8}" text-anchor="middle">${fmtMs(t)}</text>`,
+    );
+  }
+  parts.push(
+    `<line class="axis" x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}"/>`,
+    `<line class="axis" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`,
+  );
+
+  // Deferred bands: between ready and token chunks until the next pass.
+  for (let i = 0; i < passes.length; i += 1) {
+    const p = passes[i]!;
+    if (p.deferred <= 0) continue;
+    const xEnd = i + 1 < passes.length ? x(passes[i + 1]!.tMs) : x(p.tMs) + 2;
+    const w = Math.max(1.5, xEnd - x(p.tMs));
+    parts.push(
+      `<rect class="deferred" x="${f(x(p.tMs))}" y="${f(y(p.ready + p.deferred))}" width="${f(w)}" height="${f(Math.max(1, y(p.ready) - y(p.ready + p.deferred)))}"><title>${passTitle(p)}</title></rect>`,
+    );
+  }
+  // Preemptions.
+  for (let i = 1; i < passes.length; i += 1) {
+    if (passes[i]!.generation !== passes[i - 1]!.generation) {
+      const px = f(x(passes[i]!.tMs));
+      parts.push(
+        `<line class="preempt" x1="${px}" x2="${px}" y1="${top}" y2="${top + plotH}"><title>generation ${passes[i]!.generation} at ${fmtMs(passes[i]!.tMs)}</title></line>`,
+      );
+    }
+  }
+  // Series as step lines.
+  for (const s of SERIES) {
+    parts.push(
+      `<path class="series" d="${stepPath(
+        passes,
+        (p) => x(p.tMs),
+        (p) => y(p[s.key]),
+      )}" stroke="${s.color}" stroke-width="${s.key === 'cursorAfter' ? 2.5 : 1.6}"${s.dash ? ` stroke-dasharray="${s.dash}"` : ''}/>`,
+    );
+  }
+  // Store jobs: a bar over the chunks dispatched.
+  for (const p of passes) {
+    if (p.stored <= 0) continue;
+    parts.push(
+      `<rect class="store" x="${f(x(p.tMs) - 1.5)}" y="${f(y(p.cursorBefore + p.stored))}" width="3" height="${f(Math.max(1.5, y(p.cursorBefore) - y(p.cursorBefore + p.stored)))}"><title>${passTitle(p)}</title></rect>`,
+    );
+  }
+  const svg = `<svg class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-label="group ${g.group} timeline">${parts.join('')}</svg>`;
+  return `<div class="group">${title}${svg}</div>`;
+}
+
+function renderDeferrals(req: ReportRequestTrace): string {
+  const rows: string[] = [];
+  let total = 0;
+  for (const g of req.groups) {
+    for (const p of g.passes) {
+      if (p.deferred <= 0) continue;
+      total += 1;
+      if (rows.length >= DEFERRAL_ROWS_MAX) continue;
+      const lag = [
+        p.keys < p.tokenChunks ? 'keys' : '',
+        p.blockChunks < p.tokenChunks ? 'block IDs' : '',
+      ]
+        .filter(Boolean)
+        .join(' + ');
+      rows.push(
+        `<tr><td>${fmtMs(p.tMs)}</td><td>${g.group}</td><td>${p.tokenChunks}</td><td>${p.keys}</td><td>${p.blockChunks}</td><td>${p.ready}</td><td>${p.cursorBefore} → ${p.cursorAfter}</td><td>${p.stored}</td><td class="d">${p.ready}..${p.ready + p.deferred - 1}</td><td>${esc(lag || '-')}</td></tr>`,
+      );
+    }
+  }
+  if (total === 0) return '<p class="meta">No chunk of this request was ever deferred.</p>';
+  const more =
+    total > rows.length
+      ? `<p class="meta">… and ${total - rows.length} more passes with deferred chunks.</p>`
+      : '';
+  return `<table class="deferrals"><caption>Passes that deferred chunks (first ${rows.length} of ${total})</caption><thead><tr><th>time</th><th>group</th><th>token chunks</th><th>keys</th><th>block chunks</th><th>ready</th><th>cursor</th><th>stored</th><th>deferred chunks</th><th>lagging</th></tr></thead><tbody>${rows.join('')}</tbody></table>${more}`;
+}
+
+/**
+ * Keeps at most `max` passes, preferring the ones that tell the story: the
+ * first and last, every store, every change of deferral or generation.
+ */
+export function decimate(passes: readonly ReportPass[], max: number): ReportPass[] {
+  if (passes.length <= max) return passes.slice();
+  const keep: number[] = [];
+  for (let i = 0; i < passes.length; i += 1) {
+    const p = passes[i]!;
+    const prev = passes[i - 1];
+    if (
+      i === 0 ||
+      i === passes.length - 1 ||
+      p.stored > 0 ||
+      !prev ||
+      prev.generation !== p.generation ||
+      prev.deferred > 0 !== p.deferred > 0
+    ) {
+      keep.push(i);
+    }
+  }
+  const chosen = keep.length <= max ? keep : stride(keep, max);
+  return chosen.map((i) => passes[i]!);
+}
+
+function stride(indices: readonly number[], max: number): number[] {
+  const out: number[] = [];
+  const step = (indices.length - 1) / (max - 1);
+  for (let k = 0; k < max; k += 1) out.push(indices[Math.round(k * step)]!);
+  return [...new Set(out)];
+}
+
+function stepPath(
+  passes: readonly ReportPass[],
+  px: (p: ReportPass) => number,
+  py: (p: ReportPass) => number,
+): string {
+  let d = '';
+  for (let i = 0; i < passes.length; i += 1) {
+    const p = passes[i]!;
+    d += i === 0 ? `M${f(px(p))} ${f(py(p))}` : `H${f(px(p))}V${f(py(p))}`;
+  }
+  return d;
+}
+
+function passTitle(p: ReportPass): string {
+  return esc(
+    `${fmtMs(p.tMs)} gen ${p.generation}: token chunks ${p.tokenChunks}, keys ${p.keys}, block chunks ${p.blockChunks}, ready ${p.ready}, cursor ${p.cursorBefore}→${p.cursorAfter}, stored ${p.stored}, deferred ${p.deferred}`,
+  );
+}
+
+/** Round tick values between lo and hi, about `count` of them. */
+export function ticks(lo: number, hi: number, count: number): number[] {
+  const span = hi - lo;
+  if (!(span > 0)) return [lo];
+  const raw = span / count;
+  const mag = 10 ** Math.floor(Math.log10(raw));
+  const step = ([1, 2, 5, 10].find((m) => m * mag >= raw) ?? 10) * mag;
+  const out: number[] = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + 1e-9 && out.length <= count * 3; v += step) {
+    out.push(Number(v.toPrecision(12)));
+  }
+  return out;
+}
+
+function fmtMs(t: number): string {
+  return t >= 10_000 ? `${(t / 1000).toFixed(1)} s` : `${Math.round(t)} ms`;
+}
+
+function f(n: number): string {
+  return Number.isFinite(n) ? n.toFixed(1) : '0';
+}
+
+/** Escapes text for HTML element content and double-quoted attributes. */
+export function esc(s: string): string {
+  return s.replace(/[&<>"']/g, (c) =>
+    c === '&' ? '&amp;' : c === '<' ? '&lt;' : c === '>' ? '&gt;' : c === '"' ? '&quot;' : '&#39;',
+  );
+}
+
+const CSS = `
+:root { color-scheme: light; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 24px 32px; color: #1b1f24; background: #fff; max-width: 1180px; }
+h1 { font-size: 22px; margin: 0 0 4px; }
+h2 { font-size: 17px; margin: 28px 0 4px; }
+h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; color: #444; }
+.meta, .workload, .empty { color: #555; margin: 2px 0 8px; }
+.summary h2 { margin-top: 16px; }
+.stats { display: flex; flex-wrap: wrap; gap: 8px; }
+.stat { border: 1px solid #d8dee4; border-radius: 6px; padding: 6px 10px; min-width: 120px; }
+.stat .v { font-size: 18px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.stat .l { font-size: 12px; color: #555; }
+.stat.bad { border-color: #e5484d; background: #fff0f0; }
+.stat.bad .v { color: #c62a2f; }
+.kv { display: inline-block; background: #f3f4f6; border-radius: 4px; padding: 0 6px; margin: 1px 0; }
+.kv .k { color: #666; }
+.legend { display: flex; flex-wrap: wrap; gap: 14px; align-items: center; font-size: 12px; color: #333; }
+.lg { display: inline-flex; gap: 5px; align-items: center; }
+.request { border-top: 1px solid #d8dee4; margin-top: 18px; }
+.status { font-size: 12px; font-weight: 500; background: #eef2f6; border-radius: 10px; padding: 1px 8px; vertical-align: middle; }
+.chart { display: block; max-width: 100%; height: auto; background: #fcfcfd; border: 1px solid #eceff3; border-radius: 4px; }
+.chart .grid { stroke: #eceff3; }
+.chart .axis { stroke: #9aa4af; }
+.chart .tick { font-size: 10px; fill: #667; }
+.chart .series { fill: none; stroke-linejoin: round; }
+.chart .deferred { fill: #e5484d; fill-opacity: 0.25; }
+.chart .store { fill: #1a9a5a; }
+.chart .preempt { stroke: #e5484d; stroke-dasharray: 3 3; }
+table.deferrals { border-collapse: collapse; margin-top: 10px; font-size: 12px; font-variant-numeric: tabular-nums; }
+table.deferrals caption { text-align: left; font-weight: 600; padding-bottom: 4px; }
+table.deferrals th, table.deferrals td { border: 1px solid #e1e5ea; padding: 2px 8px; text-align: right; }
+table.deferrals th { background: #f6f8fa; }
+table.deferrals td.d { color: #c62a2f; }
+`;
