@@ -96,6 +96,9 @@ describe('renderReport', () => {
     expect(html.match(/class="deferred"/g)).toHaveLength(1);
     expect(html.match(/class="store"/g)).toHaveLength(2);
     expect(html.match(/class="preempt"/g)).toHaveLength(1);
+    // The lag strip under the chart: one deferral area, one tick per store.
+    expect(html.match(/class="lag"/g)).toHaveLength(1);
+    expect(html.match(/class="storetick"/g)).toHaveLength(2);
   });
 
   it('lists the deferring pass with what lagged', () => {

@@ -171,7 +171,47 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
     );
   }
   const svg = `<svg class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-label="group ${g.group} timeline">${parts.join('')}</svg>`;
-  return `<div class="group">${title}${svg}</div>`;
+  return `<div class="group">${title}${svg}${renderLagStrip(passes, x)}</div>`;
+}
+
+/**
+ * The race at a glance: under the chart, on the same time axis, how many
+ * chunks were token-ready but not ready (red, scaled to the group's worst)
+ * and a green tick per store job. On the main chart a deferral of one chunk in
+ * hundreds is a hairline; here it is never thinner than the strip.
+ */
+function renderLagStrip(passes: readonly ReportPass[], x: (t: number) => number): string {
+  const { width, left, right } = CHART;
+  const height = 46;
+  const top = 4;
+  const laneH = 26;
+  const deferredMax = Math.max(1, ...passes.map((p) => p.deferred));
+  const y = (v: number): number => top + laneH - (v / deferredMax) * laneH;
+  const parts: string[] = [
+    `<line class="axis" x1="${left}" x2="${width - right}" y1="${top + laneH}" y2="${top + laneH}"/>`,
+    `<text class="tick" x="${left - 6}" y="${top + 10}" text-anchor="end">${deferredMax}</text>`,
+    `<text class="tick" x="${left - 6}" y="${top + laneH}" text-anchor="end">0</text>`,
+  ];
+  let d = '';
+  for (let i = 0; i < passes.length; i += 1) {
+    const p = passes[i]!;
+    const x0 = x(p.tMs);
+    const x1 = i + 1 < passes.length ? x(passes[i + 1]!.tMs) : x0 + 2;
+    if (p.deferred > 0)
+      d += `M${f(x0)} ${f(top + laneH)}V${f(y(p.deferred))}H${f(Math.max(x1, x0 + 1.5))}V${f(top + laneH)}Z`;
+  }
+  if (d) parts.push(`<path class="lag" d="${d}"/>`);
+  for (const p of passes) {
+    if (p.stored > 0) {
+      parts.push(
+        `<line class="storetick" x1="${f(x(p.tMs))}" x2="${f(x(p.tMs))}" y1="${top + laneH + 3}" y2="${top + laneH + 13}"/>`,
+      );
+    }
+  }
+  parts.push(
+    `<text class="lane" x="${width - right}" y="${top + 9}" text-anchor="end">deferred chunks · store jobs below</text>`,
+  );
+  return `<svg class="chart strip" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-label="deferred chunks and store jobs">${parts.join('')}</svg>`;
 }
 
 function renderDeferrals(req: ReportRequestTrace): string {
@@ -309,6 +349,10 @@ h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; color: #444; }
 .chart .deferred { fill: #e5484d; fill-opacity: 0.25; }
 .chart .store { fill: #1a9a5a; }
 .chart .preempt { stroke: #e5484d; stroke-dasharray: 3 3; }
+.chart.strip { border-top: none; border-radius: 0 0 4px 4px; margin-top: -1px; }
+.chart .lag { fill: #e5484d; fill-opacity: 0.75; }
+.chart .storetick { stroke: #1a9a5a; stroke-width: 1.2; }
+.chart .lane { font-size: 10px; fill: #888; }
 table.deferrals { border-collapse: collapse; margin-top: 10px; font-size: 12px; font-variant-numeric: tabular-nums; }
 table.deferrals caption { text-align: left; font-weight: 600; padding-bottom: 4px; }
 table.deferrals th, table.deferrals td { border: 1px solid #e1e5ea; padding: 2px 8px; text-align: right; }

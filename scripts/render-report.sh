@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Renders a `kvoff simulate --report` page in headless Chromium and writes a
+# PNG screenshot, to check that the page draws offline.
+#
+#   scripts/render-report.sh [report.html] [out.png]
+#
+# Without a report it runs a small simulation to make one. Needs Debian's
+# `chromium` package (apt-get install -y chromium); when it is absent the
+# script says so and exits 0 (it is not part of CI).
+# REPORT_WINDOW (default 1400,1000) sets the viewport, e.g. 1400,3000 for the whole page.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+browser="$(command -v chromium || command -v chromium-browser || true)"
+if [ -z "$browser" ]; then
+  echo "render-report: skipped: chromium is not installed (apt-get install -y chromium)"
+  exit 0
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+report="${1:-}"
+out="${2:-report.png}"
+if [ -z "$report" ]; then
+  report="$tmp/report.html"
+  # Exit 1 only means the run found holes (legacy policies); the page is still written.
+  set +e
+  npx tsx src/cli.ts simulate --requests 4 --prompt-tokens 4096 --gpu-tokens 12288 \
+    --report "$report" --json >"$tmp/simulate.json"
+  code=$?
+  set -e
+  if [ "$code" -gt 1 ] || [ ! -s "$report" ]; then
+    echo "render-report: kvoff simulate failed (exit $code)" >&2
+    exit 1
+  fi
+fi
+
+"$browser" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
+  --disable-background-networking --disable-component-update --disable-sync \
+  --user-data-dir="$tmp/profile" --screenshot="$out" \
+  --window-size="${REPORT_WINDOW:-1400,1000}" "file://$(realpath "$report")" 2>"$tmp/chromium.log" || {
+  echo "render-report: chromium failed:" >&2
+  cat "$tmp/chromium.log" >&2
+  exit 1
+}
+if [ ! -s "$out" ]; then
+  echo "render-report: no screenshot written" >&2
+  exit 1
+fi
+echo "render-report: wrote $out"

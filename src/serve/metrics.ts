@@ -1,0 +1,143 @@
+// Prometheus metrics of an embedded runtime, exposed with prom-client on a
+// registry of our own (never the process-global one, so two servers in one
+// process do not collide). Counters and gauges are read from one stats()
+// snapshot at scrape time; job latency is observed from the runtime's 'job'
+// events as they happen.
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { EmbeddableRuntime, RuntimeStats } from './runtime-api.js';
+
+/** Monotonic runtime counters exported as Prometheus counters. */
+const COUNTERS = [
+  ['requests', 'kvoff_requests_admitted_total', 'requests admitted by the engine'],
+  ['completed', 'kvoff_requests_completed_total', 'requests that finished normally'],
+  ['aborted', 'kvoff_requests_aborted_total', 'requests aborted'],
+  ['preemptions', 'kvoff_preemptions_total', 'preemptions with recompute'],
+  ['chunksStored', 'kvoff_chunks_stored_total', 'chunks dispatched to the transfer backend'],
+  [
+    'chunksDeferred',
+    'kvoff_chunks_deferred_total',
+    'chunk-passes where a token-ready chunk was not ready yet',
+  ],
+  [
+    'chunksDeferredThenStored',
+    'kvoff_chunks_deferred_then_stored_total',
+    'stored chunks that had been deferred before',
+  ],
+  [
+    'allocationRetries',
+    'kvoff_tier_allocation_retries_total',
+    'store offers the tier could not allocate (retried on a later pass)',
+  ],
+  ['snapshotRetries', 'kvoff_snapshot_retries_total', 'seqlock snapshots the store role retried'],
+  ['tierHits', 'kvoff_tier_hit_chunks_total', 'chunks loaded from the tier on prefix reuse'],
+  ['bytesCopied', 'kvoff_bytes_copied_total', 'bytes copied by completed store jobs'],
+  [
+    'chunksDroppedForCapacity',
+    'kvoff_chunks_dropped_for_capacity_total',
+    'final chunks the tier could not take after retries',
+  ],
+  [
+    'holes',
+    'kvoff_holes_total',
+    'chunks below a drained cursor never offered to the tier (must stay 0)',
+  ],
+  ['mismatches', 'kvoff_mismatches_total', 'tier bytes that did not match their key (must stay 0)'],
+] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
+
+/** Levels exported as Prometheus gauges. */
+const GAUGES = [
+  ['tierUsed', 'kvoff_tier_used_chunks', 'tier entries in use (readable or being written)'],
+  ['tierCapacity', 'kvoff_tier_capacity_chunks', 'tier capacity in chunks'],
+  ['pinsOutstanding', 'kvoff_pins_outstanding', 'GPU blocks pinned by store jobs not yet copied'],
+  ['jobsInFlight', 'kvoff_jobs_in_flight', 'transfer jobs submitted and not completed'],
+] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
+
+/** Job latency buckets in seconds: 0.1 ms to 1 s. */
+const JOB_LATENCY_BUCKETS_S = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+];
+
+export interface ServerGauges {
+  /** Event-loop delay percentiles of the serving thread, in milliseconds. */
+  eventLoopDelayMs(): { p50: number; p99: number; max: number };
+  httpInFlight(): number;
+}
+
+export interface RuntimeMetrics {
+  readonly registry: Registry;
+  /** The exposition text, from one stats() snapshot. */
+  render(): Promise<string>;
+}
+
+export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges): RuntimeMetrics {
+  const registry = new Registry();
+  // Counters are fed the difference since the last scrape of one snapshot.
+  let snapshot: RuntimeStats | undefined;
+  const exported: Partial<Record<keyof RuntimeStats, number>> = {};
+  const take = (): RuntimeStats => (snapshot ??= runtime.stats());
+
+  for (const [field, name, help] of COUNTERS) {
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const now = take()[field];
+        const delta = now - (exported[field] ?? 0);
+        if (delta > 0) this.inc(delta);
+        exported[field] = Math.max(now, exported[field] ?? 0);
+      },
+    });
+  }
+  for (const [field, name, help] of GAUGES) {
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.set(take()[field]);
+      },
+    });
+  }
+  const jobLatency = new Histogram({
+    name: 'kvoff_job_latency_seconds',
+    help: 'transfer job latency, from submission to completion',
+    buckets: JOB_LATENCY_BUCKETS_S,
+    registers: [registry],
+  });
+  runtime.on('job', (e) => jobLatency.observe(e.latencyMs / 1000));
+
+  const loopDelay = new Gauge({
+    name: 'kvoff_event_loop_delay_seconds',
+    help: 'event-loop delay of the serving thread since start, by quantile',
+    labelNames: ['quantile'],
+    registers: [registry],
+    collect() {
+      const d = server.eventLoopDelayMs();
+      this.set({ quantile: '0.5' }, d.p50 / 1000);
+      this.set({ quantile: '0.99' }, d.p99 / 1000);
+      this.set({ quantile: '1' }, d.max / 1000);
+    },
+  });
+  void loopDelay;
+  new Gauge({
+    name: 'kvoff_http_requests_in_flight',
+    help: 'POST /v1/requests being served',
+    registers: [registry],
+    collect() {
+      this.set(server.httpInFlight());
+    },
+  });
+
+  return {
+    registry,
+    async render() {
+      snapshot = undefined;
+      try {
+        return await registry.metrics();
+      } finally {
+        snapshot = undefined;
+      }
+    },
+  };
+}
