@@ -189,6 +189,18 @@ describe('rejected configs name the field and the rule', () => {
     );
   });
 
+  it('tokensPerHash and the window over their limits', () => {
+    expectRejected({ ...BASE, tokensPerHash: 2 ** 16 + 1 }, 'tokensPerHash', /at most 65536/);
+    expectRejected(
+      {
+        ...BASE,
+        groups: [{ kind: 'sliding-window', tokensPerBlock: 16, windowTokens: 2 ** 30 + 1 }],
+      },
+      'groups[0].windowTokens',
+      /at most/,
+    );
+  });
+
   it('empty or missing groups', () => {
     expectRejected({ ...BASE, groups: [] }, 'groups', /non-empty/);
     expectRejected({ ...BASE, groups: undefined }, 'groups', /non-empty/);

@@ -192,19 +192,29 @@ describe('capacities', () => {
   });
 
   it('keys never exceed capacity, even for the group with the smallest blocks', async () => {
-    const lo = await local(TWO_GROUPS);
+    // The small-block group is last, so a spill past its table would land in the next slot.
+    const lo = await local({
+      ...TWO_GROUPS,
+      groups: [
+        { kind: 'full', tokensPerBlock: 8 },
+        { kind: 'full', tokensPerBlock: 4 },
+      ],
+    });
     const max = lo.config.maxTokensPerRequest;
     const a = lo.open({ requestId: 1, promptTokens: tokens(max, 1) });
     const b = lo.open({ requestId: 2, promptTokens: tokens(max, 2) });
+    expect([a.slot, b.slot]).toEqual([0, 1]);
     lo.hash(b);
     const bKeys = [lo.keys(b, 0), lo.keys(b, 1)];
+    const before = Array.from(lo.state.keys.subarray(lo.state.keyBase(1, 0)));
     lo.hash(a);
-    // Group 0 (4 tokens per chunk) could name 12 chunks; its table holds 6.
+    // Group 1 (4 tokens per chunk) could name 12 chunks; its table holds 6.
     expect(lo.config.maxChunksPerRequest).toBe(6);
     expect(lo.groupProgress(a, 0).keys).toBe(6);
     expect(lo.groupProgress(a, 1).keys).toBe(6);
     expect(lo.keys(b, 0)).toEqual(bKeys[0]); // no spill into the next request's keys
     expect(lo.keys(b, 1)).toEqual(bKeys[1]);
+    expect(Array.from(lo.state.keys.subarray(lo.state.keyBase(1, 0)))).toEqual(before);
     expect(lo.hash(a)).toBe(0);
   });
 });
