@@ -2,6 +2,7 @@
 // shared-memory layout and the same role code the workers use. For tests, for
 // the demo, and for anyone who wants to see the rule work step by step.
 import { resolveConfig } from './config.js';
+import { InvalidArgumentError } from './errors.js';
 import type { Config, ConfigInput } from './config.js';
 import type { StoreJob } from './job.js';
 import { loadHashing } from './hashing.js';
@@ -121,6 +122,9 @@ export class LocalOffload {
   /** The rule's view of one group right now (what the next pass would see). */
   groupProgress(handle: RequestHandle, group: number): GroupProgress {
     checkHandle(this.state, handle);
+    if (!Number.isInteger(group) || group < 0 || group >= this.state.groupCount) {
+      throw new InvalidArgumentError('group', `must be in [0, ${this.state.groupCount})`);
+    }
     const result = this.reader.snapshot(handle.slot, this.snap);
     if (result !== 'ok') throw new Error(`slot ${handle.slot} is ${result}`);
     const g = this.config.groups[group]!;

@@ -300,6 +300,30 @@ describe('rejected calls change nothing', () => {
     );
     expect(lo.scheduler.freeSlotCount).toBe(1);
   });
+
+  it('non-arrays and bad budgets are typed errors, not TypeErrors', async () => {
+    const lo = await local(TWO_GROUPS);
+    const h = busyRequest(lo, 1, 0);
+    rejectsCleanly(lo, () => lo.appendBlocks(h, 0, null as never), InvalidArgumentError);
+    rejectsCleanly(lo, () => lo.appendTokens(h, undefined as never), InvalidArgumentError);
+    rejectsCleanly(lo, () => lo.groupProgress(h, 2), InvalidArgumentError);
+    rejectsCleanly(lo, () => lo.keys(h, -1), InvalidArgumentError);
+    rejectsCleanly(lo, () => lo.cursor(h, 0.5), InvalidArgumentError);
+    rejectsCleanly(lo, () => lo.allocator.count(h, 2), InvalidArgumentError);
+  });
+
+  it('a NaN, fractional or negative hash budget never rewinds published counts', async () => {
+    const lo = await local(TWO_GROUPS);
+    const h = lo.open({ requestId: 1, promptTokens: tokens(16) });
+    expect(lo.hash(h, 2)).toBe(2);
+    for (const budget of [NaN, 1.5, -1]) {
+      rejectsCleanly(lo, () => lo.hash(h, budget), InvalidArgumentError);
+    }
+    expect(lo.groupProgress(h, 0).keys).toBe(2);
+    expect(lo.hash(h, 0)).toBe(0);
+    expect(lo.hash(h, Infinity)).toBe(2);
+    expect(lo.groupProgress(h, 0).keys).toBe(4);
+  });
 });
 
 describe('the allocator seqlock and StoreRole.stable', () => {

@@ -20,6 +20,9 @@ export class AllocatorRole {
     checkHandle(this.state, handle);
     this.checkGroup(group);
     const { config, control, blocks } = this.state;
+    if (blockIds === null || typeof blockIds !== 'object' || typeof blockIds.length !== 'number') {
+      throw new InvalidArgumentError('blockIds', 'must be an array of block IDs');
+    }
     for (let i = 0; i < blockIds.length; i += 1) {
       const id = blockIds[i];
       if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= config.gpuBlocks) {

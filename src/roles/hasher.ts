@@ -1,7 +1,7 @@
 // The hasher role: turns published tokens into chained block hashes and
 // per-group offload keys. It is the only writer of the hasher line, the hash
 // array and the key array. Entries are written first, counts published after.
-import { invariant } from '../errors.js';
+import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { ROOT_SEED } from '../hashing.js';
 import { H_GENERATION, H_HASH_COUNT, H_KEY_COUNT, S_NUM_TOKENS } from '../layout.js';
@@ -25,6 +25,10 @@ export class HasherRole {
    */
   hash(handle: RequestHandle, hashesMax = Number.MAX_SAFE_INTEGER): number {
     checkHandle(this.state, handle);
+    // NaN or a fraction would publish a count that disagrees with the hashes written.
+    if (!(Number.isInteger(hashesMax) || hashesMax === Infinity) || hashesMax < 0) {
+      throw new InvalidArgumentError('hashesMax', 'must be a non-negative integer');
+    }
     this.adopt(handle);
     const { state, hashing } = this;
     const { control, tokens, hashes, config } = state;
@@ -34,7 +38,7 @@ export class HasherRole {
     const hashCountWord = state.hasherWord(slot, H_HASH_COUNT);
     const have = Atomics.load(control, hashCountWord);
     const available = Math.min(Math.floor(numTokens / tph), config.maxHashesPerRequest);
-    const target = Math.min(available, have + Math.max(0, hashesMax));
+    const target = Math.min(available, have + hashesMax);
     if (target <= have) return 0;
     const tokenBase = state.tokenBase(slot);
     const hashBase = state.hashBase(slot);

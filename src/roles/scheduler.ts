@@ -232,6 +232,9 @@ export class SchedulerRole {
 }
 
 function validateTokens(tokens: ArrayLike<number>): void {
+  if (tokens === null || typeof tokens !== 'object' || typeof tokens.length !== 'number') {
+    throw new InvalidArgumentError('tokens', 'must be an array of token IDs');
+  }
   for (let i = 0; i < tokens.length; i += 1) {
     const t = tokens[i];
     if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0x7fffffff) {
