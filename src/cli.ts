@@ -5,6 +5,7 @@
 import { Command, CommanderError } from 'commander';
 import { KvoffError } from './errors.js';
 import { registerDemo } from './commands/demo.js';
+import { registerFuzz } from './commands/fuzz.js';
 
 /** Exit codes: 0 success, 1 the run found a problem (violation, hole, crash policy), 2 bad usage or config, 3 internal error. */
 export const EXIT = { ok: 0, found: 1, usage: 2, internal: 3 } as const;
@@ -18,6 +19,7 @@ export function buildProgram(): Command {
     .showHelpAfterError()
     .exitOverride();
   registerDemo(program);
+  registerFuzz(program);
   return program;
 }
 

@@ -45,15 +45,27 @@ export class GpuBlockPool {
     if (n > this.freeCount) this.releaseUnpinned();
     if (n > this.freeCount) return undefined;
     const out: number[] = [];
-    for (let i = 0; i < n; i += 1) {
+    // A free block can be pinned: a store pass that read a block ID from a
+    // snapshot taken before the block was freed pins it, then fails to
+    // re-validate and unpins it. Such a block is not handed out; it waits in
+    // quarantine like any pinned block. (Found by the race fuzzer.)
+    while (out.length < n && this.freeCount > 0) {
       const b = this.free[--this.freeCount]!;
       invariant(this.allocated[b] === 0, `block ${b} on the free list is not allocated`);
-      invariant(
-        this.ignorePins || Atomics.load(this.pins, b) === 0,
-        `block ${b} on the free list is unpinned`,
-      );
+      if (!this.ignorePins && Atomics.load(this.pins, b) > 0) {
+        this.quarantine.push(b);
+        continue;
+      }
       this.allocated[b] = 1;
       out.push(b);
+    }
+    if (out.length < n) {
+      // All or nothing: put the taken blocks back in the order they came off.
+      for (let i = out.length - 1; i >= 0; i -= 1) {
+        this.allocated[out[i]!] = 0;
+        this.free[this.freeCount++] = out[i]!;
+      }
+      return undefined;
     }
     return out;
   }

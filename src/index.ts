@@ -36,3 +36,24 @@ export { GpuBlockPool } from './gpu-pool.js';
 export { expandBlock, blockMatches } from './bytes.js';
 export { LocalOffload } from './local.js';
 export type { GroupProgress, LocalOffloadOptions } from './local.js';
+export type { PlanPoint, PlanPointListener } from './planner.js';
+export { fuzz, runSchedule, describeFailure, scenarioOf } from './sim/run.js';
+export type { FuzzOptions, FuzzReport, FailureReport, ScheduleResult } from './sim/run.js';
+export { World } from './sim/world.js';
+export type { WorldOptions, WorldOutcome } from './sim/world.js';
+export { INVARIANTS } from './sim/oracle.js';
+export type { InvariantName, Violation } from './sim/oracle.js';
+export { ACTORS, scenarioFromSeed, formatScenario } from './sim/scenario.js';
+export type { Scenario, ScenarioEvent, RequestSpec } from './sim/scenario.js';
+export {
+  STRATEGIES,
+  parseStrategy,
+  RandomStrategy,
+  PctStrategy,
+  DecisionListStrategy,
+} from './sim/strategy.js';
+export type { Strategy, StrategyName } from './sim/strategy.js';
+export { encodeReplayToken, decodeReplayToken } from './sim/token.js';
+export type { ReplaySpec } from './sim/token.js';
+export { shrinkFailure, ddmin } from './sim/shrink.js';
+export { Prng } from './sim/prng.js';

@@ -24,7 +24,18 @@ export interface PlannerOptions {
    * reuse-mid-copy check fails without pins; never turn it off otherwise.
    */
   unsafeSkipPins?: boolean;
+  /**
+   * Called at the points of planning one slot where another role's write can
+   * land in real threads: after the snapshot's counts are read ('snapshot')
+   * and after the source blocks are pinned, before the snapshot is confirmed
+   * ('pinned'). The deterministic simulator runs other roles' steps here (and
+   * its oracle reads the snapshot); real threads pass nothing.
+   */
+  onPlanPoint?: PlanPointListener;
 }
+
+export type PlanPoint = 'snapshot' | 'pinned';
+export type PlanPointListener = (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
 
 /** Cumulative counters of the store role. */
 export interface PlannerCounters {
@@ -53,6 +64,7 @@ export class StorePlanner {
   private readonly role: StoreRole;
   private readonly config: Config;
   private readonly skipPins: boolean;
+  private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly snap: RequestSnapshot;
   private readonly windows: StoreWindow[];
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
@@ -66,6 +78,7 @@ export class StorePlanner {
     this.config = state.config;
     this.policy = options.policy ?? 'ready-prefix';
     this.skipPins = options.unsafeSkipPins ?? false;
+    this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
     this.windows = state.config.groups.map(() => emptyWindow());
@@ -126,6 +139,7 @@ export class StorePlanner {
     const taken = role.snapshot(slot, snap);
     if (taken === 'free') return undefined;
     if (taken === 'busy') return RETRY;
+    this.onPlanPoint?.('snapshot', snap);
     const ended = snap.status === Status.finished || snap.status === Status.aborted;
     if (ended && snap.drained) return undefined;
     this.counters.requestsVisited += 1;
@@ -190,6 +204,7 @@ export class StorePlanner {
       }
     }
     if (!this.skipPins) for (const c of chunks) pinBlocks(this.state.pins, c.blocks);
+    this.onPlanPoint?.('pinned', snap);
     if (!role.stable(snap)) {
       if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
       return RETRY;

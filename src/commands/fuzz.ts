@@ -1,0 +1,275 @@
+// `kvoff fuzz`: the deterministic race fuzzer. Runs seeded schedules of the
+// roles over the shared state until the first invariant violation (or the
+// budget ends), shrinks it and prints how to replay it. `--replay TOKEN` runs
+// one recorded schedule again, step for step.
+//
+// Exit codes: 0 no violation, 1 a violation was found, 2 bad usage.
+import { SingleBar } from 'cli-progress';
+import type { Command } from 'commander';
+import { InvalidArgumentError } from '../errors.js';
+import { loadHashing } from '../hashing.js';
+import { parseStorePolicy } from '../ready.js';
+import { describeFailure, fuzz, runSchedule } from '../sim/run.js';
+import type { FailureReport, FuzzReport } from '../sim/run.js';
+import { parseStrategy } from '../sim/strategy.js';
+import { decodeReplayToken, encodeReplayToken, parseInvariant, parseSeed } from '../sim/token.js';
+import { formatScenario } from '../sim/scenario.js';
+import { formatTrace } from '../sim/trace.js';
+import type { TraceLine } from '../sim/trace.js';
+
+/** Budget when neither --seconds nor --schedules is given. */
+export const FUZZ_DEFAULT_SECONDS = 10;
+const SECONDS_MAX = 7 * 24 * 3600;
+const SCHEDULES_MAX = 1e12;
+
+interface FuzzFlags {
+  policy?: string;
+  strategy?: string;
+  seconds?: string;
+  schedules?: string;
+  seed?: string;
+  pins: boolean;
+  json?: boolean;
+  replay?: string;
+  trace?: boolean;
+  watch?: string;
+}
+
+export function registerFuzz(program: Command): void {
+  program
+    .command('fuzz')
+    .description(
+      'race fuzzer: seeded interleavings of the roles (random or PCT) with faults, checked against the invariants; shrinks and replays failures',
+    )
+    .option('--policy <policy>', 'store policy: ready-prefix (default), legacy-assert, legacy-zip')
+    .option('--strategy <strategy>', 'scheduling strategy: pct (default) or random')
+    .option('--seconds <n>', `run for n seconds (default ${FUZZ_DEFAULT_SECONDS})`)
+    .option('--schedules <n>', 'run n schedules')
+    .option('--seed <s>', 'first seed; schedule i runs with seed s+i (default: random)')
+    .option('--no-pins', 'the unsafe variant: no pins and a pool that reuses pinned blocks')
+    .option('--json', 'print exactly one JSON object on stdout')
+    .option('--replay <token>', 'run one recorded schedule again (the token a failure prints)')
+    .option('--watch <invariants>', 'report only these invariants (comma-separated), e.g. hole')
+    .option('--trace', 'also print the full (unshrunk) trace of a failure')
+    .action(async (flags: FuzzFlags) => {
+      if (flags.replay !== undefined) return replay(flags);
+      return campaign(flags);
+    });
+}
+
+function positive(flag: string, text: string, max: number): number {
+  const n = Number(text);
+  if (!Number.isFinite(n) || n <= 0 || n > max) {
+    throw new InvalidArgumentError(flag, `must be a number in (0, ${max}]`);
+  }
+  return n;
+}
+
+async function campaign(flags: FuzzFlags): Promise<void> {
+  const policy = parseStorePolicy(flags.policy ?? 'ready-prefix');
+  const strategy = parseStrategy(flags.strategy ?? 'pct');
+  if (flags.seconds !== undefined && flags.schedules !== undefined) {
+    throw new InvalidArgumentError('--seconds/--schedules', 'give one budget, not both');
+  }
+  const schedules =
+    flags.schedules !== undefined
+      ? Math.floor(positive('--schedules', flags.schedules, SCHEDULES_MAX))
+      : undefined;
+  const seconds =
+    flags.seconds !== undefined
+      ? positive('--seconds', flags.seconds, SECONDS_MAX)
+      : schedules === undefined
+        ? FUZZ_DEFAULT_SECONDS
+        : undefined;
+  const seed =
+    flags.seed !== undefined ? parseSeed(flags.seed) : Math.floor(Math.random() * 0x100000000);
+  const watch = flags.watch?.split(',').map((x) => parseInvariant(x.trim()));
+  const bar = progressBar(schedules, seconds);
+  let report: FuzzReport;
+  try {
+    report = await fuzz({
+      policy,
+      strategy,
+      pins: flags.pins,
+      seed,
+      ...(watch !== undefined ? { watch } : {}),
+      ...(schedules !== undefined ? { schedules } : {}),
+      ...(seconds !== undefined ? { seconds } : {}),
+      onProgress: (done, ms) => bar?.update(schedules !== undefined ? done : ms / 1000, done),
+    });
+  } finally {
+    bar?.stop();
+  }
+  if (report.violations > 0) process.exitCode = 1;
+  if (flags.json) {
+    process.stdout.write(`${JSON.stringify(jsonOf(report))}\n`);
+    return;
+  }
+  const out: string[] = [];
+  out.push(
+    `kvoff fuzz: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
+  );
+  out.push(
+    rows([
+      ['schedules', String(report.schedules)],
+      ['steps', String(report.steps)],
+      ['schedules/s', report.schedulesPerSecond.toFixed(0)],
+      ['violations', String(report.violations)],
+    ]),
+  );
+  if (report.first) out.push(failureText(report.first, flags.trace ?? false));
+  else out.push('no invariant violated');
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+async function replay(flags: FuzzFlags): Promise<void> {
+  for (const f of ['policy', 'strategy', 'seed', 'seconds', 'schedules', 'watch'] as const) {
+    if (flags[f] !== undefined) {
+      throw new InvalidArgumentError(`--${f}`, 'the replay token already fixes it; drop it');
+    }
+  }
+  if (!flags.pins) throw new InvalidArgumentError('--no-pins', 'the replay token already fixes it');
+  const spec = decodeReplayToken(flags.replay!);
+  const hashing = await loadHashing();
+  const result = runSchedule(hashing, spec, true);
+  const v = result.violation;
+  if (v !== undefined) process.exitCode = 1;
+  // A whole schedule that fails is shrunk as well; a shrunk one is shown as is.
+  const failure: FailureReport | undefined =
+    v !== undefined && spec.decisions === undefined ? describeFailure(hashing, spec) : undefined;
+  if (flags.json) {
+    process.stdout.write(
+      `${JSON.stringify({
+        replay: encodeReplayToken(spec),
+        policy: spec.policy,
+        strategy: spec.strategy,
+        pins: spec.pins,
+        seed: spec.seed,
+        schedules: 1,
+        violations: v ? 1 : 0,
+        traceLength: result.steps,
+        traceHash: result.traceHash,
+        ...(v ? { invariant: v.invariant, message: v.message, detectedAtStep: v.decision } : {}),
+        ...(failure
+          ? {
+              shrunkLength: failure.shrunkLength,
+              shrunkHash: failure.shrunkHash,
+              shrunkToken: failure.shrunkToken,
+              shrunkTrace: failure.shrunkTrace.map(lineText),
+            }
+          : {}),
+        trace: result.lines.map(lineText),
+      })}\n`,
+    );
+    return;
+  }
+  const out: string[] = [];
+  out.push(`replay ${encodeReplayToken(spec)}`);
+  out.push(
+    rows([
+      ['scenario', `${result.scenario.geometry}, ${result.scenario.events.length} events`],
+      ['trace', `${result.steps} steps, hash ${result.traceHash}`],
+      ['result', v ? `VIOLATION ${v.invariant}: ${v.message}` : 'no invariant violated'],
+    ]),
+  );
+  out.push('', 'trace:', formatTrace(result.lines));
+  if (failure) {
+    out.push(
+      '',
+      `shrunk: ${failure.shrunkLength} steps (from ${failure.traceLength}), hash ${failure.shrunkHash}`,
+      `  replay: kvoff fuzz --replay ${failure.shrunkToken}`,
+      formatTrace(failure.shrunkTrace),
+    );
+  }
+  process.stdout.write(`${out.join('\n')}\n`);
+}
+
+function jsonOf(report: FuzzReport): Record<string, unknown> {
+  const f = report.first;
+  return {
+    policy: report.policy,
+    strategy: report.strategy,
+    pins: report.pins,
+    ...(report.watch ? { watch: report.watch } : {}),
+    baseSeed: report.baseSeed,
+    schedules: report.schedules,
+    violations: report.violations,
+    steps: report.steps,
+    elapsedMs: Math.round(report.elapsedMs),
+    schedulesPerSecond: Math.round(report.schedulesPerSecond),
+    ...(f
+      ? {
+          seed: f.seed,
+          invariant: f.invariant,
+          message: f.message,
+          traceLength: f.traceLength,
+          traceHash: f.traceHash,
+          replayToken: f.replayToken,
+          shrunkLength: f.shrunkLength,
+          shrunkHash: f.shrunkHash,
+          shrunkToken: f.shrunkToken,
+          shrunkTrace: f.shrunkTrace.map(lineText),
+          shrunkScenario: f.shrunkScenario,
+        }
+      : {}),
+  };
+}
+
+function failureText(f: FailureReport, full: boolean): string {
+  const out = [
+    '',
+    'VIOLATION',
+    rows([
+      ['seed', String(f.seed)],
+      ['invariant', f.invariant],
+      ['message', f.message],
+      ['trace', `${f.traceLength} steps, hash ${f.traceHash}`],
+      ['replay', `kvoff fuzz --replay ${f.replayToken}`],
+      ['shrunk', `${f.shrunkLength} steps, hash ${f.shrunkHash}`],
+      ['replay shrunk', `kvoff fuzz --replay ${f.shrunkToken}`],
+    ]),
+  ];
+  if (full) out.push('', `trace (${f.traceLength} steps):`, formatTrace(f.trace));
+  out.push(
+    '',
+    `shrunk trace (${f.shrunkLength} steps; "> " marks steps inside a store-planning pass):`,
+    formatTrace(f.shrunkTrace),
+    '',
+    'shrunk scenario (for a regression test: runSchedule with the shrunk replay token, or these events):',
+    formatScenario(f.shrunkScenario),
+  );
+  return out.join('\n');
+}
+
+function lineText(l: TraceLine): string {
+  return `${l.decision} ${l.nested ? '> ' : ''}${l.actor} ${l.text}`;
+}
+
+function rows(items: ReadonlyArray<readonly [string, string]>): string {
+  const width = Math.max(...items.map(([k]) => k.length));
+  return items.map(([k, v]) => `  ${k.padEnd(width)}  ${v}`).join('\n');
+}
+
+interface Bar {
+  update(value: number, schedules: number): void;
+  stop(): void;
+}
+
+/** A bar on stderr only when it is a terminal and NO_COLOR is unset: no ANSI in pipes or logs. */
+function progressBar(schedules: number | undefined, seconds: number | undefined): Bar | undefined {
+  if (process.stderr.isTTY !== true || process.env.NO_COLOR) return undefined;
+  const total = schedules ?? seconds ?? 1;
+  const bar = new SingleBar({
+    stream: process.stderr,
+    format: `fuzz [{bar}] {percentage}% | {schedules} schedules`,
+    barCompleteChar: '#',
+    barIncompleteChar: '-',
+    hideCursor: true,
+    clearOnComplete: true,
+  });
+  bar.start(total, 0, { schedules: 0 });
+  return {
+    update: (value, done) => bar.update(Math.min(value, total), { schedules: done }),
+    stop: () => bar.stop(),
+  };
+}

@@ -1,0 +1,40 @@
+// The fuzzer's oracle: DESIGN.md's invariants, named. The checks themselves
+// run inside the simulator at the step where each can first be seen (world.ts)
+// and once more at the end of a schedule.
+
+export const INVARIANTS = [
+  /** 1. No throw, no hang: a role threw (a legacy-assert LegacyAssertionError counts). */
+  'crash',
+  /** 1. No hang: the schedule did not end within its step limit, or no role could step. */
+  'hang',
+  /** 2. A finished request has a chunk below its final ready prefix that was never stored. */
+  'hole',
+  /** 3. Tier bytes differ from their key's expansion, or a chunk was dispatched under another key. */
+  'mispairing',
+  /** 4. A chunk was dispatched twice in the same request generation. */
+  'double-store',
+  /** 5. A cursor moved backwards. */
+  'cursor-monotonic',
+  /** 5. A cursor moved past the ready prefix of the snapshot it was advanced from. */
+  'cursor-within-ready',
+  /** 6. A block, pin, tier entry or slot was still held after every request ended. */
+  'leak',
+] as const;
+export type InvariantName = (typeof INVARIANTS)[number];
+
+export interface Violation {
+  readonly invariant: InvariantName;
+  readonly message: string;
+  /** Decision index at which it was detected. */
+  readonly decision: number;
+}
+
+/** Unwinds a schedule from wherever a check failed (also from inside a planning pass). */
+export class ViolationSignal extends Error {
+  readonly violation: Violation;
+  constructor(violation: Violation) {
+    super(`${violation.invariant}: ${violation.message}`);
+    this.name = 'ViolationSignal';
+    this.violation = violation;
+  }
+}

@@ -1,0 +1,173 @@
+// Running schedules: one from a seed (or a replay spec), and a fuzz loop over
+// consecutive seeds that stops at the first violation, shrinks it and
+// reports how to replay it.
+import type { Hashing } from '../hashing.js';
+import { loadHashing } from '../hashing.js';
+import type { StorePolicy } from '../ready.js';
+import type { InvariantName, Violation } from './oracle.js';
+import { estimateSteps, requestSpecs, scenarioFromSeed } from './scenario.js';
+import type { Scenario } from './scenario.js';
+import { shrinkFailure } from './shrink.js';
+import { DecisionListStrategy, makeStrategy } from './strategy.js';
+import type { StrategyName } from './strategy.js';
+import { encodeReplayToken } from './token.js';
+import type { ReplaySpec } from './token.js';
+import type { TraceLine } from './trace.js';
+import { World } from './world.js';
+import type { WorldOutcome } from './world.js';
+
+export interface ScheduleResult extends WorldOutcome {
+  readonly spec: ReplaySpec;
+  readonly scenario: Scenario;
+}
+
+/** The scenario a replay spec names: the seed's, less the events shrinking dropped. */
+export function scenarioOf(spec: ReplaySpec): Scenario {
+  const full = scenarioFromSeed(spec.seed);
+  if (spec.events === undefined) return full;
+  const keep = new Set(spec.events);
+  return { ...full, events: full.events.filter((_, i) => keep.has(i)) };
+}
+
+/** Runs one schedule exactly as `spec` names it. */
+export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false): ScheduleResult {
+  const scenario = scenarioOf(spec);
+  const strategy =
+    spec.decisions !== undefined
+      ? new DecisionListStrategy(spec.decisions)
+      : makeStrategy(spec.strategy, spec.seed, estimateSteps(requestSpecs(scenario)));
+  const world = new World(scenario, {
+    policy: spec.policy,
+    pins: spec.pins,
+    hashing,
+    strategy,
+    record,
+    ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
+  });
+  return { ...world.run(), spec, scenario };
+}
+
+export interface FuzzOptions {
+  readonly policy: StorePolicy;
+  readonly strategy: StrategyName;
+  readonly pins: boolean;
+  /** Schedule i runs with seed (seed + i) mod 2^32. */
+  readonly seed: number;
+  /** Stop after this many schedules ... */
+  readonly schedules?: number;
+  /** ... or after this many seconds (whichever comes first). */
+  readonly seconds?: number;
+  /** Watch only these invariants; all when absent. */
+  readonly watch?: readonly InvariantName[];
+  /** Shrink the first failure (default true). */
+  readonly shrink?: boolean;
+  /** Called every few schedules with the count so far. */
+  readonly onProgress?: (schedules: number, elapsedMs: number) => void;
+}
+
+export interface FailureReport {
+  readonly seed: number;
+  readonly invariant: string;
+  readonly message: string;
+  readonly traceLength: number;
+  readonly traceHash: string;
+  readonly replayToken: string;
+  readonly trace: readonly TraceLine[];
+  readonly shrunkLength: number;
+  readonly shrunkHash: string;
+  readonly shrunkToken: string;
+  readonly shrunkTrace: readonly TraceLine[];
+  readonly shrunkScenario: Scenario;
+}
+
+export interface FuzzReport {
+  readonly policy: StorePolicy;
+  readonly strategy: StrategyName;
+  readonly pins: boolean;
+  readonly watch?: readonly InvariantName[];
+  readonly baseSeed: number;
+  readonly schedules: number;
+  readonly violations: number;
+  readonly steps: number;
+  readonly jobs: number;
+  readonly elapsedMs: number;
+  readonly schedulesPerSecond: number;
+  readonly first?: FailureReport;
+}
+
+/** Schedules between progress callbacks and clock reads. */
+const PROGRESS_EVERY = 64;
+/** Upper bound on schedules in one fuzz call when only seconds are given. */
+export const FUZZ_SCHEDULES_MAX = 1e12;
+
+export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
+  const hashing = await loadHashing();
+  const limit = options.schedules ?? FUZZ_SCHEDULES_MAX;
+  const deadline = options.seconds !== undefined ? options.seconds * 1000 : Infinity;
+  const t0 = performance.now();
+  let schedules = 0;
+  let steps = 0;
+  let jobs = 0;
+  let failed: ScheduleResult | undefined;
+  while (schedules < limit) {
+    const seed = (options.seed + schedules) >>> 0;
+    const result = runSchedule(hashing, {
+      policy: options.policy,
+      strategy: options.strategy,
+      pins: options.pins,
+      seed,
+      ...(options.watch !== undefined ? { watch: options.watch } : {}),
+    });
+    schedules += 1;
+    steps += result.steps;
+    jobs += result.jobs;
+    if (result.violation !== undefined) {
+      failed = result;
+      break;
+    }
+    if (schedules % PROGRESS_EVERY === 0) {
+      const elapsedMs = performance.now() - t0;
+      options.onProgress?.(schedules, elapsedMs);
+      if (elapsedMs >= deadline) break;
+    }
+  }
+  const elapsedMs = performance.now() - t0;
+  options.onProgress?.(schedules, elapsedMs);
+  const report: FuzzReport = {
+    policy: options.policy,
+    strategy: options.strategy,
+    pins: options.pins,
+    ...(options.watch !== undefined ? { watch: options.watch } : {}),
+    baseSeed: options.seed,
+    schedules,
+    violations: failed ? 1 : 0,
+    steps,
+    jobs,
+    elapsedMs,
+    schedulesPerSecond: elapsedMs > 0 ? (schedules * 1000) / elapsedMs : 0,
+  };
+  if (failed === undefined) return report;
+  return { ...report, first: describeFailure(hashing, failed.spec, options.shrink ?? true) };
+}
+
+/** Replays a failing spec with a recorded trace, shrinks it, and names both replays. */
+export function describeFailure(hashing: Hashing, spec: ReplaySpec, shrink = true): FailureReport {
+  const full = runSchedule(hashing, spec, true);
+  const violation = full.violation as Violation;
+  const shrunkSpec = shrink && violation ? shrinkFailure(hashing, full) : spec;
+  const shrunk = runSchedule(hashing, shrunkSpec, true);
+  return {
+    seed: spec.seed,
+    invariant: violation?.invariant ?? 'none',
+    message: violation?.message ?? 'no violation on replay',
+    traceLength: full.steps,
+    traceHash: full.traceHash,
+    replayToken: encodeReplayToken(spec),
+    trace: full.lines,
+    shrunkLength: shrunk.steps,
+    shrunkHash: shrunk.traceHash,
+    shrunkToken: encodeReplayToken(shrunkSpec),
+    shrunkTrace: shrunk.lines,
+    shrunkScenario: shrunk.scenario,
+  };
+}

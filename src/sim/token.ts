@@ -1,0 +1,133 @@
+// Replay tokens. A schedule is fully determined by (policy, strategy, pins,
+// seed); a shrunk schedule adds the scenario events it kept (indexes into the
+// seed's events) and its decision list (one character per decision). Tokens
+// are plain ASCII without spaces, so they paste into a shell unquoted:
+//
+//   kvf1.legacy-zip.pct.pins.1234                       a whole schedule
+//   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
+//   kvf1.legacy-zip.pct.pins.1234.whole                 watching one invariant
+import { InvalidArgumentError } from '../errors.js';
+import { STORE_POLICIES } from '../ready.js';
+import type { StorePolicy } from '../ready.js';
+import { INVARIANTS } from './oracle.js';
+import type { InvariantName } from './oracle.js';
+import { ACTORS } from './scenario.js';
+import { STRATEGIES } from './strategy.js';
+import type { StrategyName } from './strategy.js';
+
+export interface ReplaySpec {
+  readonly policy: StorePolicy;
+  readonly strategy: StrategyName;
+  readonly pins: boolean;
+  readonly seed: number;
+  /** Indexes of the seed scenario's events kept by shrinking; all when absent. */
+  readonly events?: readonly number[];
+  /** Decision list of a shrunk schedule (actor ids, -1 for a stalled tick); strategy when absent. */
+  readonly decisions?: readonly number[];
+  /** Invariants watched (the others are not checked); all when absent. */
+  readonly watch?: readonly InvariantName[];
+}
+
+const PREFIX = 'kvf1';
+/** Longest token accepted (a shrunk schedule's decisions are bounded well below this). */
+export const TOKEN_CHARS_MAX = 200_000;
+
+export function encodeReplayToken(spec: ReplaySpec): string {
+  const parts = [
+    PREFIX,
+    spec.policy,
+    spec.strategy,
+    spec.pins ? 'pins' : 'nopins',
+    String(spec.seed),
+  ];
+  if (spec.watch !== undefined) parts.push(`w${spec.watch.join(',')}`);
+  if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
+  if (spec.decisions !== undefined) {
+    parts.push(`d${spec.decisions.map((d) => (d < 0 ? 't' : String(d))).join('')}`);
+  }
+  return parts.join('.');
+}
+
+export function decodeReplayToken(token: string): ReplaySpec {
+  const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
+  if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
+  const parts = token.trim().split('.');
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 8) {
+    throw bad(
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.w<invariants>][.e<events>][.d<decisions>]`,
+    );
+  }
+  const [, policy, strategy, pins, seedText, ...rest] = parts as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    ...string[],
+  ];
+  if (!(STORE_POLICIES as readonly string[]).includes(policy))
+    throw bad(`unknown policy "${policy}"`);
+  if (!(STRATEGIES as readonly string[]).includes(strategy))
+    throw bad(`unknown strategy "${strategy}"`);
+  if (pins !== 'pins' && pins !== 'nopins') throw bad('pins must be "pins" or "nopins"');
+  const seed = parseSeed(seedText, '--replay');
+  let events: number[] | undefined;
+  let decisions: number[] | undefined;
+  let watch: InvariantName[] | undefined;
+  for (const part of rest) {
+    if (part.startsWith('w') && watch === undefined) {
+      watch = part
+        .slice(1)
+        .split(',')
+        .map((x) => parseInvariant(x, '--replay'));
+    } else if (part.startsWith('e') && events === undefined) {
+      events =
+        part.length === 1
+          ? []
+          : part
+              .slice(1)
+              .split(',')
+              .map((x) => {
+                const n = Number(x);
+                if (!Number.isInteger(n) || n < 0 || n > 1000) throw bad(`bad event index "${x}"`);
+                return n;
+              });
+    } else if (part.startsWith('d') && decisions === undefined) {
+      decisions = [];
+      for (const ch of part.slice(1)) {
+        if (ch === 't') decisions.push(-1);
+        else {
+          const n = ch.charCodeAt(0) - 48;
+          if (n < 0 || n >= ACTORS.length) throw bad(`bad decision "${ch}"`);
+          decisions.push(n);
+        }
+      }
+    } else throw bad(`unexpected part "${part}"`);
+  }
+  return {
+    policy: policy as StorePolicy,
+    strategy: strategy as StrategyName,
+    pins: pins === 'pins',
+    seed,
+    ...(events !== undefined ? { events } : {}),
+    ...(decisions !== undefined ? { decisions } : {}),
+    ...(watch !== undefined ? { watch } : {}),
+  };
+}
+
+export function parseInvariant(name: string, what = '--watch'): InvariantName {
+  if ((INVARIANTS as readonly string[]).includes(name)) return name as InvariantName;
+  throw new InvalidArgumentError(
+    what,
+    `unknown invariant "${name}"; known: ${INVARIANTS.join(', ')}`,
+  );
+}
+
+/** A seed is an unsigned 32-bit integer. */
+export function parseSeed(text: string, what = '--seed'): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n > 0xffffffff) {
+    throw new InvalidArgumentError(what, 'seed must be an integer in [0, 2^32)');
+  }
+  return n;
+}
