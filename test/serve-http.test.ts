@@ -113,9 +113,9 @@ describe('POST /v1/requests', () => {
   });
 
   it('accepts explicit prompt tokens', async () => {
-    const res = await post(JSON.stringify({ promptTokens: [1, 2, 3, 4], maxDecodeTokens: 0 }));
+    const res = await post(JSON.stringify({ promptTokens: [1, 2, 3, 4], maxDecodeTokens: 1 }));
     expect(res.status).toBe(200);
-    expect(runtime.submitted.at(-1)).toEqual({ promptTokens: [1, 2, 3, 4], maxDecodeTokens: 0 });
+    expect(runtime.submitted.at(-1)).toEqual({ promptTokens: [1, 2, 3, 4], maxDecodeTokens: 1 });
   });
 
   const cases: Array<[string, string, number, string, RegExp]> = [
@@ -148,18 +148,18 @@ describe('POST /v1/requests', () => {
       '{"promptLength":0}',
       400,
       'invalid_request',
-      /promptLength: must be in \[1, 4096\]/,
+      /promptLength: must be in \[1, 4095\]/,
     ],
     ['a length over capacity', '{"promptLength":5000}', 400, 'invalid_request', /promptLength/],
     ['a bad token', '{"promptTokens":[1,-2]}', 400, 'invalid_request', /promptTokens\[1\]/],
     ['a string token', '{"promptTokens":[1,"x"]}', 400, 'invalid_request', /promptTokens\[1\]/],
-    ['an empty prompt', '{"promptTokens":[]}', 400, 'invalid_request', /1 to 4096/],
+    ['an empty prompt', '{"promptTokens":[]}', 400, 'invalid_request', /1 to 4095/],
     [
       'decode past capacity',
       '{"promptLength":4000,"maxDecodeTokens":200}',
       400,
       'invalid_request',
-      /maxDecodeTokens: must be in \[0, 96\]/,
+      /maxDecodeTokens: must be in \[1, 96\]/,
     ],
     [
       'a negative prefix id',

@@ -45,7 +45,8 @@ export function parseSimRequest(body: unknown, limits: RequestLimits): SimReques
   for (const k of Object.keys(obj)) {
     if (!FIELDS.has(k)) throw bad(k, 'is not a known field');
   }
-  const max = limits.maxTokensPerRequest;
+  // At least one decode token must fit after the prompt.
+  const max = limits.maxTokensPerRequest - 1;
   const out: SimRequest = {};
   let promptTokens: number;
   if (obj.promptTokens !== undefined) {
@@ -78,10 +79,10 @@ export function parseSimRequest(body: unknown, limits: RequestLimits): SimReques
   const decode =
     obj.maxDecodeTokens === undefined
       ? undefined
-      : int('maxDecodeTokens', obj.maxDecodeTokens, 0, max - promptTokens);
+      : int('maxDecodeTokens', obj.maxDecodeTokens, 1, max + 1 - promptTokens);
   if (decode !== undefined) out.maxDecodeTokens = decode;
   if (obj.abortAfterTokens !== undefined) {
-    out.abortAfterTokens = int('abortAfterTokens', obj.abortAfterTokens, 0, max);
+    out.abortAfterTokens = int('abortAfterTokens', obj.abortAfterTokens, 0, max + 1);
   }
   return out;
 }

@@ -1,0 +1,253 @@
+// `kvoff simulate` options: from commander's strings to a validated plan
+// (config, lag, engine and workload). Pure, so every rule is unit-tested
+// without starting a runtime.
+import { availableParallelism } from 'node:os';
+import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
+import { resolveConfig } from '../config.js';
+import { InvalidArgumentError } from '../errors.js';
+import { parseStorePolicy } from '../ready.js';
+import type { StorePolicy } from '../ready.js';
+import { intOption, intOptionOr } from './options.js';
+
+/** Named group layouts for --groups; anything else is parsed as a spec. */
+export const GROUP_PRESETS: Readonly<Record<string, GroupInput[]>> = {
+  // The seeds' hybrid model: full attention with EAGLE/MTP plus a sliding window.
+  hybrid: [
+    { kind: 'full', tokensPerBlock: 16, eagle: true },
+    { kind: 'sliding-window', tokensPerBlock: 16, windowTokens: 1024 },
+  ],
+  full: [{ kind: 'full', tokensPerBlock: 16 }],
+  'full-eagle': [{ kind: 'full', tokensPerBlock: 16, eagle: true }],
+  'hybrid-mamba': [
+    { kind: 'full', tokensPerBlock: 16, eagle: true },
+    { kind: 'sliding-window', tokensPerBlock: 16, windowTokens: 1024 },
+    { kind: 'mamba', tokensPerBlock: 16 },
+  ],
+};
+
+export const SIMULATE_DEFAULTS = {
+  requests: 16,
+  promptTokens: 50_000,
+  gpuTokens: 611_840,
+  groups: 'hybrid',
+  blocksPerChunk: 4,
+  tierChunks: 16_384,
+  decodeTokens: 192,
+  prefixes: 4,
+  transferThreads: 1,
+  seed: 7,
+  traceRequests: 3,
+  maxRequests: 32,
+} as const;
+
+/** Per request: prompt variation (±4%) plus decode plus EAGLE drafts, in tokens. */
+const PROMPT_SLACK = 1.05;
+const DECODE_SLACK_TOKENS = 64;
+
+/** What commander gives the action (all strings, camel-cased). */
+export interface SimulateRawOptions {
+  requests?: string;
+  promptTokens?: string;
+  gpuTokens?: string;
+  groups?: string;
+  blocksPerChunk?: string;
+  tierChunks?: string;
+  decodeTokens?: string;
+  prefixes?: string;
+  sharedPrefixTokens?: string;
+  lagHashesPerWake?: string;
+  lagPublishDelayMs?: string;
+  lagJitterMs?: string;
+  seed?: string;
+  transferThreads?: string;
+  policy?: string;
+  report?: string;
+  traceRequests?: string;
+  json?: boolean;
+}
+
+export interface SimulatePlan {
+  policy: StorePolicy;
+  config: ConfigInput;
+  groupsName: string;
+  transferThreads: number;
+  lag: {
+    hasherHashesPerWake?: number;
+    allocatorPublishDelayMs?: number;
+    jitterMs?: number;
+    seed: number;
+  };
+  seed: number;
+  workload: {
+    requests: number;
+    promptTokens: number;
+    prefixes: number;
+    sharedPrefixTokens?: number;
+    maxDecodeTokens: number;
+    seed: number;
+  };
+  gpuTokens: number;
+  report?: string;
+  traceRequests: number;
+  json: boolean;
+}
+
+export function parseGroups(spec: string): GroupInput[] {
+  const preset = GROUP_PRESETS[spec];
+  if (preset) return preset.map((g) => ({ ...g }));
+  const parts = spec.split(',').map((s) => s.trim());
+  if (parts.length === 0 || parts.some((p) => p === '')) {
+    throw new InvalidArgumentError('--groups', groupsRule());
+  }
+  return parts.map((part) => {
+    const [kind, tpb, ...rest] = part.split(':');
+    if (kind !== 'full' && kind !== 'sliding-window' && kind !== 'mamba') {
+      throw new InvalidArgumentError('--groups', `unknown group kind "${kind}"; ${groupsRule()}`);
+    }
+    const tokensPerBlock = intOptionOr('--groups tokensPerBlock', tpb, 1, 1 << 16, 16);
+    const g: GroupInput = { kind: kind as GroupKind, tokensPerBlock };
+    for (const r of rest) {
+      if (r === 'eagle') g.eagle = true;
+      else if (kind === 'sliding-window' && g.windowTokens === undefined) {
+        g.windowTokens = intOptionOr('--groups windowTokens', r, 1, 1 << 30, 1);
+      } else throw new InvalidArgumentError('--groups', `"${part}": ${groupsRule()}`);
+    }
+    if (kind === 'sliding-window' && g.windowTokens === undefined) {
+      throw new InvalidArgumentError(
+        '--groups',
+        `"${part}": a sliding-window group needs its window in tokens`,
+      );
+    }
+    return g;
+  });
+}
+
+function groupsRule(): string {
+  return `use a preset (${Object.keys(GROUP_PRESETS).join(', ')}) or a comma list of kind:tokensPerBlock[:windowTokens][:eagle], e.g. full:16:eagle,sliding-window:16:1024`;
+}
+
+export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
+  const policy = parseStorePolicy(raw.policy ?? 'ready-prefix');
+  const requests = intOptionOr('--requests', raw.requests, 1, 4096, SIMULATE_DEFAULTS.requests);
+  const promptTokens = intOptionOr(
+    '--prompt-tokens',
+    raw.promptTokens,
+    16,
+    262_144,
+    SIMULATE_DEFAULTS.promptTokens,
+  );
+  const gpuTokens = intOptionOr(
+    '--gpu-tokens',
+    raw.gpuTokens,
+    64,
+    16_777_216,
+    SIMULATE_DEFAULTS.gpuTokens,
+  );
+  const groupsName = raw.groups ?? SIMULATE_DEFAULTS.groups;
+  const groups = parseGroups(groupsName);
+  const blocksPerChunk = intOptionOr(
+    '--blocks-per-chunk',
+    raw.blocksPerChunk,
+    1,
+    64,
+    SIMULATE_DEFAULTS.blocksPerChunk,
+  );
+  const tierChunks = intOptionOr(
+    '--tier-chunks',
+    raw.tierChunks,
+    1,
+    1 << 22,
+    SIMULATE_DEFAULTS.tierChunks,
+  );
+  const decodeTokens = intOptionOr(
+    '--decode-tokens',
+    raw.decodeTokens,
+    1,
+    16_384,
+    SIMULATE_DEFAULTS.decodeTokens,
+  );
+  const prefixes = intOptionOr('--prefixes', raw.prefixes, 1, 4096, SIMULATE_DEFAULTS.prefixes);
+  const sharedPrefixTokens = intOption(
+    '--shared-prefix-tokens',
+    raw.sharedPrefixTokens,
+    0,
+    promptTokens,
+  );
+  const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, SIMULATE_DEFAULTS.seed);
+  const threadsMax = Math.max(4, availableParallelism() * 2);
+  const transferThreads = intOptionOr(
+    '--transfer-threads',
+    raw.transferThreads,
+    1,
+    threadsMax,
+    SIMULATE_DEFAULTS.transferThreads,
+  );
+  const traceRequests = intOptionOr(
+    '--trace-requests',
+    raw.traceRequests,
+    0,
+    16,
+    raw.report ? SIMULATE_DEFAULTS.traceRequests : 0,
+  );
+  const lag: SimulatePlan['lag'] = { seed };
+  const hashes = intOption('--lag-hashes-per-wake', raw.lagHashesPerWake, 1, 1_000_000);
+  if (hashes !== undefined) lag.hasherHashesPerWake = hashes;
+  const delay = intOption('--lag-publish-delay-ms', raw.lagPublishDelayMs, 0, 1000);
+  if (delay !== undefined) lag.allocatorPublishDelayMs = delay;
+  const jitter = intOption('--lag-jitter-ms', raw.lagJitterMs, 0, 1000);
+  if (jitter !== undefined) lag.jitterMs = jitter;
+  if (raw.report !== undefined && raw.report.trim() === '') {
+    throw new InvalidArgumentError('--report', 'needs a file name');
+  }
+
+  // Size each request's block table for the largest prompt the workload draws
+  // plus decode; the pool is given in tokens and turned into blocks.
+  const tokensPerBlockMin = Math.min(...groups.map((g) => g.tokensPerBlock));
+  const tokensPerBlockMax = Math.max(...groups.map((g) => g.tokensPerBlock));
+  const perRequestTokens =
+    Math.ceil(promptTokens * PROMPT_SLACK) + decodeTokens + DECODE_SLACK_TOKENS;
+  const blocks = Math.ceil(perRequestTokens / tokensPerBlockMin);
+  const maxBlocksPerRequest = Math.ceil(blocks / blocksPerChunk) * blocksPerChunk;
+  const gpuBlocks = Math.floor(gpuTokens / tokensPerBlockMax);
+  if (gpuBlocks < 2)
+    throw new InvalidArgumentError('--gpu-tokens', 'the pool must hold at least 2 blocks');
+  const config: ConfigInput = {
+    groups,
+    blocksPerChunk,
+    tokensPerHash: gcdAll(groups.map((g) => g.tokensPerBlock)),
+    maxRequests: SIMULATE_DEFAULTS.maxRequests,
+    maxBlocksPerRequest,
+    gpuBlocks,
+    tierChunks,
+    bytesPerBlock: 256,
+  };
+  // Fail here, with the option's name, rather than deep inside the runtime.
+  resolveConfig(config);
+  const workload: SimulatePlan['workload'] = {
+    requests,
+    promptTokens,
+    prefixes,
+    maxDecodeTokens: decodeTokens,
+    seed,
+  };
+  if (sharedPrefixTokens !== undefined) workload.sharedPrefixTokens = sharedPrefixTokens;
+  const plan: SimulatePlan = {
+    policy,
+    config,
+    groupsName,
+    transferThreads,
+    lag,
+    seed,
+    workload,
+    gpuTokens,
+    traceRequests,
+    json: raw.json === true,
+  };
+  if (raw.report !== undefined) plan.report = raw.report;
+  return plan;
+}
+
+function gcdAll(values: readonly number[]): number {
+  const gcd = (a: number, b: number): number => (b === 0 ? a : gcd(b, a % b));
+  return values.reduce((a, b) => gcd(a, b));
+}
