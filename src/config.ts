@@ -201,6 +201,9 @@ function resolveGroup(
     const w = positiveInt(`${field}.windowTokens`, g.windowTokens, 1 << 30);
     windowChunks = Math.ceil(w / tokensPerChunk);
   } else if (g.kind === 'mamba') {
+    if (g.windowTokens !== undefined) {
+      throw new ConfigError(`${field}.windowTokens`, 'only sliding-window groups have a window');
+    }
     // A state group depends on a single state: one chunk.
     windowChunks = 1;
   } else if (g.windowTokens !== undefined) {
