@@ -1,0 +1,107 @@
+// `kvoff fuzz` end to end: one JSON object on stdout, exit 1 when a violation
+// is found, 0 when none, 2 for bad usage, and --replay reproduces the trace
+// hash the failure printed.
+import { spawnSync } from 'node:child_process';
+import { describe, expect, it } from 'vitest';
+
+function kvoff(...args: string[]): { code: number | null; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, NO_COLOR: '1' },
+    timeout: 60_000,
+  });
+  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+}
+
+describe('kvoff fuzz', () => {
+  it('legacy-zip: exit 1, one JSON object with the first violation, and a replay that matches', () => {
+    const r = kvoff(
+      'fuzz',
+      '--policy',
+      'legacy-zip',
+      '--schedules',
+      '200',
+      '--seed',
+      '3',
+      '--json',
+    );
+    expect(r.code).toBe(1);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    const out = JSON.parse(lines[0]!) as Record<string, unknown>;
+    expect(out).toMatchObject({ policy: 'legacy-zip', strategy: 'pct', violations: 1 });
+    for (const k of [
+      'schedules',
+      'schedulesPerSecond',
+      'seed',
+      'invariant',
+      'traceLength',
+      'shrunkLength',
+      'traceHash',
+      'replayToken',
+    ]) {
+      expect(out, k).toHaveProperty(k);
+    }
+    expect(out.shrunkLength as number).toBeLessThanOrEqual(out.traceLength as number);
+
+    const replay = kvoff('fuzz', '--replay', out.replayToken as string, '--json');
+    expect(replay.code).toBe(1);
+    const again = JSON.parse(replay.stdout) as Record<string, unknown>;
+    expect(again.traceHash).toBe(out.traceHash);
+    expect(again.invariant).toBe(out.invariant);
+    expect(again.traceLength).toBe(out.traceLength);
+  });
+
+  it('ready-prefix: exit 0 and no violation', () => {
+    const r = kvoff(
+      'fuzz',
+      '--policy',
+      'ready-prefix',
+      '--strategy',
+      'random',
+      '--schedules',
+      '300',
+      '--seed',
+      '8',
+      '--json',
+    );
+    expect(r.code).toBe(0);
+    const out = JSON.parse(r.stdout) as Record<string, unknown>;
+    expect(out).toMatchObject({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      schedules: 300,
+      violations: 0,
+    });
+    expect(out).not.toHaveProperty('invariant');
+  });
+
+  it('prints a readable failure without ANSI codes when not on a terminal', () => {
+    const r = kvoff(
+      'fuzz',
+      '--policy',
+      'legacy-assert',
+      '--schedules',
+      '50',
+      '--seed',
+      '1',
+      '--watch',
+      'crash',
+    );
+    expect(r.code).toBe(1);
+    expect(r.stdout).toMatch(/invariant\s+crash/);
+    expect(r.stdout).toMatch(/kvoff fuzz --replay kvf1\.legacy-assert\.pct\.pins\.\d+\.wcrash/);
+    expect(r.stdout).toMatch(/shrunk trace/);
+    expect(r.stdout + r.stderr).not.toContain(String.fromCharCode(27));
+  });
+
+  it('bad usage exits 2', () => {
+    expect(kvoff('fuzz', '--policy', 'nope', '--schedules', '1').code).toBe(2);
+    expect(kvoff('fuzz', '--strategy', 'dfs', '--schedules', '1').code).toBe(2);
+    expect(kvoff('fuzz', '--seconds', '1', '--schedules', '1').code).toBe(2);
+    expect(kvoff('fuzz', '--schedules', '-3').code).toBe(2);
+    expect(kvoff('fuzz', '--replay', 'garbage').code).toBe(2);
+    expect(kvoff('fuzz', '--replay', 'kvf1.legacy-zip.pct.pins.1', '--seed', '2').code).toBe(2);
+    expect(kvoff('fuzz', '--bogus').code).toBe(2);
+  });
+});
