@@ -97,6 +97,14 @@ describe('rejected configs name the field and the rule', () => {
     );
   });
 
+  it('a window on a mamba group', () => {
+    expectRejected(
+      { ...BASE, groups: [{ kind: 'mamba', tokensPerBlock: 16, windowTokens: 64 }] },
+      'groups[0].windowTokens',
+      /only sliding-window/,
+    );
+  });
+
   it('an unknown group kind', () => {
     expectRejected(
       { ...BASE, groups: [{ kind: 'linear', tokensPerBlock: 16 }] },
