@@ -100,17 +100,21 @@ export class StorePlanner {
     };
   }
 
-  /** One pass over every slot; each job is handed to `onJob` (or collected and returned). */
+  /**
+   * One pass over every slot; each job is handed to `onJob` (or collected and
+   * returned). With `onJob` nothing is collected and the shared empty (frozen)
+   * array is returned, so a pass with nothing to do allocates nothing.
+   */
   pass(onJob?: JobListener): StoreJob[] {
     this.counters.passes += 1;
-    const jobs: StoreJob[] = [];
+    const jobs: StoreJob[] | undefined = onJob ? undefined : [];
     for (let slot = 0; slot < this.config.maxRequests; slot += 1) {
       const job = this.planSlot(slot);
       if (job === undefined) continue;
       if (onJob) onJob(job);
-      else jobs.push(job);
+      else jobs!.push(job);
     }
-    return jobs;
+    return jobs ?? NO_JOBS;
   }
 
   /** Plans one slot; at most one job per request per pass. */
@@ -162,14 +166,13 @@ export class StorePlanner {
       );
       // The old length assertion, kept after the ready bound as a guard: both
       // slices have exactly end - start entries whatever the policy.
-      invariant(
-        w.end <= snap.keyCount[g]! || w.end === w.start,
-        `group ${g}: window end ${w.end} within ${snap.keyCount[g]} keys`,
-      );
-      invariant(
-        w.end * bpc <= snap.blockCount[g]! || w.end === w.start,
-        `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`,
-      );
+      // Tested before the message is built: this runs for every request-group of every pass.
+      if (w.end !== w.start && w.end > snap.keyCount[g]!) {
+        invariant(false, `group ${g}: window end ${w.end} within ${snap.keyCount[g]} keys`);
+      }
+      if (w.end !== w.start && w.end * bpc > snap.blockCount[g]!) {
+        invariant(false, `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`);
+      }
       candidateCount += w.end - w.start;
       deferred += Math.max(0, w.tokenChunks - Math.max(w.ready, w.start));
       if (w.advanceTo > snap.cursor[g]!) advances = true;
@@ -278,6 +281,7 @@ export class StorePlanner {
 }
 
 const RETRY = Symbol('retry');
+const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
 
 interface Candidate {
   readonly group: number;
