@@ -345,6 +345,27 @@ export class World {
     this.decisions.push(actor);
     this.decision += 1;
     this.stepActor(actor);
+    if (this.decision >= this.stepsMax && !this.done()) {
+      this.stop('hang', `no end after ${this.decision} steps`);
+    }
+  }
+
+  /** For external drivers: time passes without a step (the role picked could not step). */
+  externalTick(): void {
+    if (this.violation !== undefined || this.stopped) return;
+    this.decisions.push(-1);
+    this.decision += 1;
+    if (this.decision >= this.stepsMax) this.stop('hang', `no end after ${this.decision} steps`);
+  }
+
+  /** For external drivers: ends the schedule (a hang if it is not over) and runs the end checks. */
+  finishExternal(): WorldOutcome {
+    if (this.violation === undefined && !this.stopped) {
+      if (!this.done())
+        this.stop('hang', `not over when the driver stopped: ${this.describeWaits()}`);
+      else this.endChecks();
+    }
+    return this.outcome();
   }
 
   done(): boolean {

@@ -1,0 +1,232 @@
+// Fuzzing power: how many schedules each search needs to find each bug.
+//
+// For every target (a policy, pins on or off, and the invariants watched) and
+// every search engine (kvoff's simulator with the random or the PCT strategy,
+// and fast-check's fc.scheduler over the promise-based model in
+// fuzz-fc-model.ts), 20 independent searches (different base seeds) run until
+// their first violation; the table shows the median (and the 90th percentile)
+// of schedules to that first violation, and how many of the 20 found it within
+// the budget. A ready-prefix control row must find nothing. Speed (schedules
+// per second of ready-prefix) is measured with tinybench.
+//
+//   npm run bench:fuzz            (writes bench/results/fuzz-power.json)
+//   KVOFF_BENCH_QUICK=1 npm run bench:fuzz     (fewer seeds, for a smoke run)
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import fc from 'fast-check';
+import { Bench } from 'tinybench';
+import { loadHashing } from '../src/hashing.js';
+import type { StorePolicy } from '../src/ready.js';
+import type { InvariantName } from '../src/sim/oracle.js';
+import { fuzz, runSchedule } from '../src/sim/run.js';
+import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
+
+const QUICK = process.env.KVOFF_BENCH_QUICK === '1';
+const SEEDS = QUICK ? 5 : 20;
+/** Schedules one search may take before it counts as "not found". */
+const SIM_BUDGET = 20_000;
+const FC_BUDGET = 2_000;
+/** Control: ready-prefix schedules per engine that must find nothing. */
+const CONTROL_SIM = QUICK ? 2_000 : 20_000;
+const CONTROL_FC = QUICK ? 200 : 1_000;
+
+interface Target {
+  readonly name: string;
+  readonly policy: StorePolicy;
+  readonly pins: boolean;
+  readonly watch?: readonly InvariantName[];
+}
+
+const TARGETS: readonly Target[] = [
+  { name: 'legacy-assert, any invariant', policy: 'legacy-assert', pins: true },
+  { name: 'legacy-assert, the crash', policy: 'legacy-assert', pins: true, watch: ['crash'] },
+  { name: 'legacy-zip, any invariant', policy: 'legacy-zip', pins: true },
+  { name: 'legacy-zip, a hole', policy: 'legacy-zip', pins: true, watch: ['hole'] },
+  {
+    name: 'no pins, block reused mid-copy',
+    policy: 'ready-prefix',
+    pins: false,
+    watch: ['mispairing'],
+  },
+];
+
+const ENGINES = ['random', 'pct', 'fc.scheduler'] as const;
+type Engine = (typeof ENGINES)[number];
+
+interface Cell {
+  readonly target: string;
+  readonly engine: Engine;
+  readonly found: number;
+  readonly searches: number;
+  readonly budget: number;
+  readonly median: number | null;
+  readonly p90: number | null;
+  /** Schedules to the first violation of each search (null: not found within budget). */
+  readonly perSeed: (number | null)[];
+  readonly invariants: Record<string, number>;
+}
+
+function baseSeed(k: number): number {
+  return (1 + k * 7919) >>> 0;
+}
+
+/** Quantile with "not found" counted as +infinity; null when it falls on one. */
+function quantile(values: (number | null)[], q: number): number | null {
+  const xs = values.map((v) => v ?? Infinity).sort((a, b) => a - b);
+  const v = xs[Math.min(xs.length - 1, Math.floor(q * (xs.length - 1) + 0.5))]!;
+  return Number.isFinite(v) ? v : null;
+}
+
+async function powerCell(target: Target, engine: Engine): Promise<Cell> {
+  const hashing = await loadHashing();
+  const perSeed: (number | null)[] = [];
+  const invariants: Record<string, number> = {};
+  for (let k = 0; k < SEEDS; k += 1) {
+    if (engine === 'fc.scheduler') {
+      const n = await fcSchedulesToViolation(
+        hashing,
+        {
+          policy: target.policy,
+          pins: target.pins,
+          ...(target.watch ? { watch: target.watch } : {}),
+        },
+        baseSeed(k),
+        FC_BUDGET,
+      );
+      perSeed.push(n ?? null);
+      continue;
+    }
+    const r = await fuzz({
+      policy: target.policy,
+      strategy: engine,
+      pins: target.pins,
+      seed: baseSeed(k) * 1000,
+      schedules: SIM_BUDGET,
+      shrink: false,
+      ...(target.watch ? { watch: target.watch } : {}),
+    });
+    perSeed.push(r.violations > 0 ? r.schedules : null);
+    if (r.first) invariants[r.first.invariant] = (invariants[r.first.invariant] ?? 0) + 1;
+  }
+  return {
+    target: target.name,
+    engine,
+    found: perSeed.filter((x) => x !== null).length,
+    searches: SEEDS,
+    budget: engine === 'fc.scheduler' ? FC_BUDGET : SIM_BUDGET,
+    median: quantile(perSeed, 0.5),
+    p90: quantile(perSeed, 0.9),
+    perSeed,
+    invariants,
+  };
+}
+
+async function control(): Promise<Record<string, unknown>> {
+  const out: Record<string, unknown> = {};
+  for (const strategy of ['random', 'pct'] as const) {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy,
+      pins: true,
+      seed: 424242,
+      schedules: CONTROL_SIM,
+      shrink: false,
+    });
+    out[strategy] = { schedules: r.schedules, violations: r.violations };
+  }
+  const hashing = await loadHashing();
+  const n = await fcSchedulesToViolation(
+    hashing,
+    { policy: 'ready-prefix', pins: true },
+    424242,
+    CONTROL_FC,
+  );
+  out['fc.scheduler'] = { schedules: n ?? CONTROL_FC, violations: n === undefined ? 0 : 1 };
+  return out;
+}
+
+async function speed(): Promise<Record<string, number>> {
+  const hashing = await loadHashing();
+  let seed = 1;
+  const bench = new Bench({ time: QUICK ? 500 : 3000 });
+  for (const strategy of ['random', 'pct'] as const) {
+    bench.add(`simulator ${strategy}`, () => {
+      runSchedule(hashing, { policy: 'ready-prefix', strategy, pins: true, seed: seed++ });
+    });
+  }
+  bench.add('fc.scheduler model', async () => {
+    const s = seed++;
+    await fc.assert(
+      fc.asyncProperty(fc.scheduler(), async (sched) => {
+        await runFcSchedule(hashing, { policy: 'ready-prefix', pins: true }, s, sched);
+      }),
+      { seed: s, numRuns: 1 },
+    );
+  });
+  await bench.run();
+  const out: Record<string, number> = {};
+  for (const t of bench.tasks) {
+    const r = t.result;
+    if (r.state === 'completed') out[t.name] = Math.round(1000 / r.latency.mean);
+  }
+  return out;
+}
+
+function fmt(v: number | null, budget: number): string {
+  return v === null ? `>${budget}` : String(v);
+}
+
+async function main(): Promise<void> {
+  const cells: Cell[] = [];
+  for (const target of TARGETS) {
+    for (const engine of ENGINES) {
+      const cell = await powerCell(target, engine);
+      cells.push(cell);
+      process.stderr.write(
+        `  ${target.name} / ${engine}: median ${fmt(cell.median, cell.budget)}\n`,
+      );
+    }
+  }
+  const controlRows = await control();
+  const schedulesPerSecond = await speed();
+
+  const rows = TARGETS.map((t) => {
+    const row: Record<string, string> = { target: t.name };
+    for (const e of ENGINES) {
+      const c = cells.find((x) => x.target === t.name && x.engine === e)!;
+      row[e] = `${fmt(c.median, c.budget)} (p90 ${fmt(c.p90, c.budget)}, ${c.found}/${c.searches})`;
+    }
+    return row;
+  });
+  process.stdout.write(
+    `\nFuzzing power: median schedules to the first violation over ${SEEDS} searches (p90, found/searches)\n`,
+  );
+  console.table(rows);
+  process.stdout.write('\nready-prefix control (must be 0 violations):\n');
+  console.table(controlRows);
+  process.stdout.write('\nSpeed, ready-prefix schedules per second (tinybench):\n');
+  console.table(schedulesPerSecond);
+
+  const result = {
+    benchmark: 'fuzz-power',
+    date: new Date().toISOString(),
+    node: process.version,
+    quick: QUICK,
+    seeds: SEEDS,
+    simBudget: SIM_BUDGET,
+    fcBudget: FC_BUDGET,
+    cells,
+    control: controlRows,
+    schedulesPerSecond,
+  };
+  const here = dirname(fileURLToPath(import.meta.url));
+  const file = join(here, 'results', QUICK ? 'fuzz-power.tmp.json' : 'fuzz-power.json');
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
+  process.stdout.write(
+    `\nwrote ${join('bench', 'results', QUICK ? 'fuzz-power.tmp.json' : 'fuzz-power.json')}\n`,
+  );
+}
+
+await main();
