@@ -57,3 +57,23 @@ export { encodeReplayToken, decodeReplayToken } from './sim/token.js';
 export type { ReplaySpec } from './sim/token.js';
 export { shrinkFailure, ddmin } from './sim/shrink.js';
 export { Prng } from './sim/prng.js';
+export { OffloadRuntime } from './runtime/runtime.js';
+export type {
+  RuntimeOptions,
+  LagOptions,
+  SimRequest,
+  RequestSummary,
+  RuntimeStats,
+  VerifyReport,
+  JobEvent,
+  LeakReport,
+  RequestTrace,
+  TracePass,
+} from './runtime/runtime.js';
+export { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from './runtime/defaults.js';
+export type { WorkloadOptions } from './runtime/defaults.js';
+export { DEFAULT_ENGINE_OPTIONS, EngineSimulator } from './runtime/engine-sim.js';
+export type { EngineOptions } from './runtime/engine-sim.js';
+export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
+export type { TransferBackend, TransferCompletion } from './runtime/backend.js';
+export type { PlannerObserver, ChunkOutcome } from './planner.js';

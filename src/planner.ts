@@ -17,8 +17,31 @@ import type { OffloadTier } from './tier/types.js';
 /** Passes an ended request's final offer may fail for lack of tier space before its chunks are dropped. */
 export const FINAL_STORE_ATTEMPTS_MAX = 3;
 
+/** What happened to a chunk of a store window once the cursor moved over it. */
+export type ChunkOutcome = 'stored' | 'present' | 'null' | 'dropped';
+
+/**
+ * Optional hooks for drivers that check invariants (runtime, fuzzer, tests).
+ * Called on the store role's thread; they must not write shared state.
+ */
+export interface PlannerObserver {
+  /** A chunk the cursor moved over: dispatched, already in the tier, null (slid out), or dropped for capacity. */
+  chunk?(
+    slot: number,
+    generation: number,
+    group: number,
+    chunk: number,
+    outcome: ChunkOutcome,
+  ): void;
+  /** Chunks [from, to) of a group were token-ready but not ready at this pass. */
+  deferred?(slot: number, generation: number, group: number, from: number, to: number): void;
+  /** Just before an ended request is marked drained: its cursors are final, its blocks still held. */
+  draining?(snap: Readonly<RequestSnapshot>): void;
+}
+
 export interface PlannerOptions {
   policy?: StorePolicy;
+  observer?: PlannerObserver;
   /**
    * Test-only: skip pinning source blocks. Exists so a test can show that the
    * reuse-mid-copy check fails without pins; never turn it off otherwise.
@@ -65,8 +88,11 @@ export class StorePlanner {
   private readonly config: Config;
   private readonly skipPins: boolean;
   private readonly onPlanPoint: PlanPointListener | undefined;
+  private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
   private readonly windows: StoreWindow[];
+  /** Per group: first chunk deferred at this pass (the rest up to tokenChunks). */
+  private readonly deferredFrom: Int32Array;
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
   private readonly finalAttempts: Int32Array;
   private readonly finalAttemptGeneration: Int32Array;
@@ -78,10 +104,12 @@ export class StorePlanner {
     this.config = state.config;
     this.policy = options.policy ?? 'ready-prefix';
     this.skipPins = options.unsafeSkipPins ?? false;
+    this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
     this.windows = state.config.groups.map(() => emptyWindow());
+    this.deferredFrom = new Int32Array(state.groupCount);
     this.finalAttempts = new Int32Array(state.config.maxRequests);
     this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
     this.counters = {
@@ -174,23 +202,26 @@ export class StorePlanner {
         invariant(false, `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`);
       }
       candidateCount += w.end - w.start;
-      deferred += Math.max(0, w.tokenChunks - Math.max(w.ready, w.start));
+      this.deferredFrom[g] = Math.max(w.ready, w.start);
+      deferred += Math.max(0, w.tokenChunks - this.deferredFrom[g]!);
       if (w.advanceTo > snap.cursor[g]!) advances = true;
     }
     if (candidateCount === 0 && !advances && !ended) {
-      this.counters.chunksDeferred += deferred;
+      this.countDeferred(deferred);
       return undefined;
     }
 
     // Read the entries of every window, then pin, then confirm nothing moved.
     const keys: bigint[] = [];
     const chunks: Candidate[] = [];
+    const nullChunks: number[] | undefined = this.observer?.chunk ? [] : undefined;
     let nulls = 0;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const w = windows[g]!;
       for (let c = w.start; c < w.end; c += 1) {
         if (role.block(snap, g, c * bpc + bpc - 1) === 0) {
           nulls += 1; // the deciding block slid out of the window: nothing to store
+          nullChunks?.push(g, c);
           continue;
         }
         const blocks: number[] = [];
@@ -213,9 +244,10 @@ export class StorePlanner {
       return RETRY;
     }
 
-    this.counters.chunksDeferred += deferred;
+    this.countDeferred(deferred);
     this.counters.chunksSkippedNull += nulls;
     if (chunks.length === 0) {
+      this.reportNulls(nullChunks);
       this.advanceAll(ended);
       return undefined;
     }
@@ -228,6 +260,8 @@ export class StorePlanner {
       if (ended && this.finalAttemptFailed(slot, snap.generation)) {
         // Visible, counted, never silent: the tier could not take these even after retries.
         this.counters.chunksDroppedForCapacity += chunks.length;
+        this.reportNulls(nullChunks);
+        for (const c of chunks) this.report(c.group, c.chunk, 'dropped');
         this.advanceAll(true);
       }
       return undefined; // cursors unchanged: the same chunks are offered next pass
@@ -239,8 +273,11 @@ export class StorePlanner {
       if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
         stored.push({ ...c, tierSlot: out.slots[next]! });
         next += 1;
-      } else if (!this.skipPins) {
-        unpinBlocks(this.state.pins, c.blocks); // already present or in flight: not copied
+        this.report(c.group, c.chunk, 'stored');
+      } else {
+        // Already present or in flight: not copied.
+        if (!this.skipPins) unpinBlocks(this.state.pins, c.blocks);
+        this.report(c.group, c.chunk, 'present');
       }
     }
     invariant(
@@ -248,6 +285,7 @@ export class StorePlanner {
       'tier returned an order-preserving subsequence of the offered keys',
     );
     this.counters.chunksAlreadyPresent += chunks.length - stored.length;
+    this.reportNulls(nullChunks);
     this.tier.touch(keys);
     this.advanceAll(ended);
     if (stored.length === 0) return undefined;
@@ -267,7 +305,31 @@ export class StorePlanner {
       const to = this.windows[g]!.advanceTo;
       if (to > this.snap.cursor[g]!) this.role.advanceCursor(this.snap, g, to);
     }
-    if (ended) this.role.markDrained(this.snap);
+    if (ended) {
+      this.observer?.draining?.(this.snap);
+      this.role.markDrained(this.snap);
+    }
+  }
+
+  private countDeferred(deferred: number): void {
+    this.counters.chunksDeferred += deferred;
+    const hook = this.observer?.deferred;
+    if (deferred === 0 || hook === undefined) return;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const from = this.deferredFrom[g]!;
+      const to = this.windows[g]!.tokenChunks;
+      if (to > from) hook(this.snap.slot, this.snap.generation, g, from, to);
+    }
+  }
+
+  private report(group: number, chunk: number, outcome: ChunkOutcome): void {
+    this.observer?.chunk?.(this.snap.slot, this.snap.generation, group, chunk, outcome);
+  }
+
+  private reportNulls(nullChunks: number[] | undefined): void {
+    if (nullChunks === undefined) return;
+    for (let i = 0; i < nullChunks.length; i += 2)
+      this.report(nullChunks[i]!, nullChunks[i + 1]!, 'null');
   }
 
   private finalAttemptFailed(slot: number, generation: number): boolean {

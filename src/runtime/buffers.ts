@@ -1,0 +1,85 @@
+// All shared memory of one runtime, created once by main and attached by every
+// thread: the request state (src/state.ts), the two byte arenas, doorbells,
+// rings, counters and the control line. A plain object of SharedArrayBuffers,
+// so it crosses postMessage/workerData without copies.
+import type { Config } from '../config.js';
+import type { SharedBuffers } from '../layout.js';
+import { SharedState } from '../state.js';
+import type { ArenaGeometry } from '../copy.js';
+import { Doorbell } from './doorbell.js';
+import {
+  CONTROL_BUFFER_BYTES,
+  DOORBELL_BUFFER_BYTES,
+  RINGS,
+  STATS_BUFFER_BYTES,
+  doorbellWord,
+} from './layout.js';
+import type { DoorbellName, RingName } from './layout.js';
+import { SpscRing, ringBufferBytes } from './rings.js';
+
+export interface RuntimeBuffers {
+  readonly state: SharedBuffers;
+  /** gpuBlocks x bytesPerBlock: block b's KV bytes. */
+  readonly gpuArena: SharedArrayBuffer;
+  /** tierChunks x blocksPerChunk x bytesPerBlock: the host tier's slots. */
+  readonly tierArena: SharedArrayBuffer;
+  readonly doorbells: SharedArrayBuffer;
+  readonly stats: SharedArrayBuffer;
+  readonly control: SharedArrayBuffer;
+  readonly rings: Readonly<Record<RingName, SharedArrayBuffer>>;
+}
+
+export function createRuntimeBuffers(config: Config): RuntimeBuffers {
+  const state = SharedState.create(config);
+  const rings = {} as Record<RingName, SharedArrayBuffer>;
+  for (const name of Object.keys(RINGS) as RingName[]) {
+    rings[name] = new SharedArrayBuffer(ringBufferBytes(RINGS[name].words));
+  }
+  return {
+    state: state.buffers,
+    gpuArena: new SharedArrayBuffer(config.gpuBlocks * config.bytesPerBlock),
+    tierArena: new SharedArrayBuffer(
+      config.tierChunks * config.blocksPerChunk * config.bytesPerBlock,
+    ),
+    doorbells: new SharedArrayBuffer(DOORBELL_BUFFER_BYTES),
+    stats: new SharedArrayBuffer(STATS_BUFFER_BYTES),
+    control: new SharedArrayBuffer(CONTROL_BUFFER_BYTES),
+    rings,
+  };
+}
+
+/** Typed views over RuntimeBuffers; cheap, one per thread. */
+export class RuntimeViews {
+  readonly config: Config;
+  readonly buffers: RuntimeBuffers;
+  readonly state: SharedState;
+  readonly gpu: Uint32Array;
+  readonly tier: Uint32Array;
+  readonly geometry: ArenaGeometry;
+  readonly stats: BigInt64Array;
+  readonly control: Int32Array;
+  private readonly bellWords: Int32Array;
+
+  constructor(config: Config, buffers: RuntimeBuffers) {
+    this.config = config;
+    this.buffers = buffers;
+    this.state = SharedState.attach(config, buffers.state);
+    this.gpu = new Uint32Array(buffers.gpuArena);
+    this.tier = new Uint32Array(buffers.tierArena);
+    this.geometry = {
+      wordsPerBlock: config.bytesPerBlock / 4,
+      blocksPerChunk: config.blocksPerChunk,
+    };
+    this.stats = new BigInt64Array(buffers.stats);
+    this.control = new Int32Array(buffers.control);
+    this.bellWords = new Int32Array(buffers.doorbells);
+  }
+
+  doorbell(name: DoorbellName): Doorbell {
+    return new Doorbell(this.bellWords, doorbellWord(name));
+  }
+
+  ring(name: RingName): SpscRing {
+    return new SpscRing(this.buffers.rings[name]);
+  }
+}

@@ -1,0 +1,57 @@
+// The default run: the seeds' production overflow shape, scaled to finish in
+// well under a minute on 2 cores. 16 requests of about 50,000 prompt tokens
+// against a GPU pool of 611,840 tokens (38,240 blocks of 16 tokens), a hybrid
+// model (full attention with EAGLE plus a 1,024-token sliding window), async
+// lag on the hasher and allocator. Admission pressure preempts; shared
+// prefixes give later requests tier hits.
+import type { ConfigInput } from '../config.js';
+import type { SimRequest } from './runtime.js';
+
+export const DEFAULT_RUNTIME_CONFIG: ConfigInput = {
+  groups: [
+    { kind: 'full', tokensPerBlock: 16, eagle: true },
+    { kind: 'sliding-window', tokensPerBlock: 16, windowTokens: 1024 },
+  ],
+  blocksPerChunk: 4,
+  tokensPerHash: 16,
+  maxRequests: 32,
+  // 53,248 tokens per request: a 50k prompt plus decode.
+  maxBlocksPerRequest: 3328,
+  gpuBlocks: 38_240,
+  tierChunks: 16_384,
+  bytesPerBlock: 256,
+};
+
+export interface WorkloadOptions {
+  requests?: number;
+  promptTokens?: number;
+  /** Distinct shared prefixes; requests cycle through them. */
+  prefixes?: number;
+  sharedPrefixTokens?: number;
+  maxDecodeTokens?: number;
+  seed?: number;
+}
+
+/** The default workload: requests of about `promptTokens` (±4%), cycling over shared prefixes. */
+export function defaultWorkload(options: WorkloadOptions = {}): SimRequest[] {
+  const n = options.requests ?? 16;
+  const prompt = options.promptTokens ?? 50_000;
+  const prefixes = options.prefixes ?? 4;
+  const shared = options.sharedPrefixTokens ?? Math.floor(prompt * 0.6);
+  let s = (options.seed ?? 7) >>> 0;
+  const rand = () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 4294967296;
+  };
+  const out: SimRequest[] = [];
+  for (let i = 0; i < n; i += 1) {
+    const length = Math.round(prompt * (0.96 + 0.08 * rand()));
+    out.push({
+      promptLength: length,
+      prefixId: i % prefixes,
+      sharedPrefixTokens: Math.min(shared, length - 1),
+      maxDecodeTokens: options.maxDecodeTokens ?? 192,
+    });
+  }
+  return out;
+}

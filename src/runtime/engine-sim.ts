@@ -1,0 +1,817 @@
+// The built-in engine simulator: the workload the runtime runs by default. It
+// plays the scheduler role of an inference engine through SchedulerRole:
+// request arrivals, chunked prefill under a per-step token budget, decode,
+// EAGLE-style speculative steps, a finite GPU pool (blocks come from the
+// allocator role over a ring, so admission pressure causes preemption with
+// recompute), aborts of queued and running requests, finishes, and tier prefix
+// hits loaded back at admission.
+//
+// "Computing" a token range writes each completed chunk's blocks in the GPU
+// arena as the expansion of the chunk's offload key, always before the shared
+// state's offloadable horizon covers that chunk, so any copy can be verified.
+// The scheduler computes the keys itself (the same chain as src/hashing.ts)
+// instead of reading the hasher's: an engine's forward pass never waits for the
+// connector's hashes, and the hasher is lagged on purpose.
+//
+// `step()` does one bounded unit of work and never blocks, so the same engine
+// runs in the scheduler worker and under a single-thread driver.
+import { gpuBlockMatches, writeComputedBlock } from '../copy.js';
+import { InvalidArgumentError, invariant } from '../errors.js';
+import type { Hashing } from '../hashing.js';
+import { ROOT_SEED } from '../hashing.js';
+import type { RequestHandle } from '../roles/handle.js';
+import { SchedulerRole } from '../roles/scheduler.js';
+import type { RuntimeViews } from './buffers.js';
+import { CONTROL_CLOSING } from './layout.js';
+import { Outbox } from './outbox.js';
+import {
+  ANS_ALLOCATED,
+  ANS_LOADED,
+  ANS_LOOKED_UP,
+  ANS_RELEASED,
+  OP_ALLOC,
+  OP_END,
+  OP_LOAD,
+  OP_LOOKUP,
+  OP_NULL,
+  OP_PREEMPT,
+  OP_SUBMIT,
+  OP_UNLOCK,
+  UNSET,
+} from './protocol.js';
+import { Random } from './random.js';
+import { pushKey } from './rings.js';
+import type { SpscRing } from './rings.js';
+import { publishStat } from './stats.js';
+
+export interface EngineOptions {
+  /** Tokens scheduled per step across all requests (chunked prefill budget). */
+  stepTokenBudget: number;
+  /** Requests holding GPU blocks at once (the rest wait). */
+  maxRunning: number;
+  /** Decode tokens of a request that does not say. */
+  decodeTokens: number;
+  /** Draft tokens per decode step when a group is EAGLE (0 disables speculation). */
+  eagleDraftTokens: number;
+  /** Chance that each draft token is accepted (stops at the first rejection). */
+  eagleAcceptRate: number;
+  /** Chance per step that one queued request is aborted. */
+  abortQueuedRate: number;
+  /** Chance per step that one running request is aborted. */
+  abortRunningRate: number;
+  /** Ask the store role for the prompt's tier prefix at admission and load it. */
+  loadFromTier: boolean;
+  /** Tokens are drawn from [0, vocab). */
+  vocab: number;
+  seed: number;
+}
+
+export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
+  stepTokenBudget: 8192,
+  maxRunning: 16,
+  decodeTokens: 48,
+  eagleDraftTokens: 3,
+  eagleAcceptRate: 0.6,
+  abortQueuedRate: 0.002,
+  abortRunningRate: 0.002,
+  loadFromTier: true,
+  vocab: 32000,
+  seed: 1,
+};
+
+/** One submission, as the runtime's `submit` passes it (validated by the runtime). */
+export interface EngineSubmission {
+  requestId: number;
+  promptLength: number;
+  prefixId: number;
+  sharedPrefixTokens: number;
+  maxDecodeTokens: number;
+  abortAfterTokens: number;
+  promptTokens?: ArrayLike<number>;
+}
+
+export interface EngineSummary {
+  requestId: number;
+  status: 'finished' | 'aborted';
+  /** False when it ended before it ever held a request slot (aborted while queued). */
+  opened: boolean;
+  promptTokens: number;
+  decodedTokens: number;
+  hitChunks: number;
+  preemptions: number;
+}
+
+export interface EngineEvents {
+  ended(summary: EngineSummary): void;
+}
+
+type Phase =
+  'queued' | 'lookup' | 'hit-alloc' | 'loading' | 'running' | 'preempted' | 'ending' | 'done';
+
+class SimRequest {
+  phase: Phase = 'queued';
+  handle: RequestHandle | undefined;
+  readonly tokens: Int32Array;
+  numTokens: number;
+  readonly promptLength: number;
+  readonly maxDecode: number;
+  readonly abortAfter: number;
+  /** Tokens whose KV is computed (engine's view). */
+  computed = 0;
+  /** Horizon last published: computed + scheduled. */
+  publishedHorizon = 0;
+  /** Tokens scheduled by the outstanding allocation (committed on its answer). */
+  planned = 0;
+  /** Per group: block IDs by position; 0 is null. */
+  blocks: number[][];
+  /** Per group: positions below are nulled (windowed groups). */
+  nulledTo: number[];
+  /** Per group: chunks whose bytes are written for the current blocks. */
+  bytesChunks: number[];
+  /** Per group: blocks requested by the outstanding allocation. */
+  wanted: number[];
+  readonly hashes: bigint[] = [];
+  readonly keys: bigint[][];
+  hit = 0;
+  decoded = 0;
+  preemptions = 0;
+  admittedSeq = 0;
+  allocFailures = 0;
+  ending: 'finished' | 'aborted' = 'finished';
+  awaiting = false;
+
+  constructor(
+    readonly id: number,
+    prompt: Int32Array,
+    capacity: number,
+    maxDecode: number,
+    abortAfter: number,
+    groups: number,
+  ) {
+    this.tokens = new Int32Array(capacity);
+    this.tokens.set(prompt);
+    this.numTokens = prompt.length;
+    this.promptLength = prompt.length;
+    this.maxDecode = maxDecode;
+    this.abortAfter = abortAfter;
+    this.blocks = Array.from({ length: groups }, () => []);
+    this.nulledTo = new Array<number>(groups).fill(0);
+    this.bytesChunks = new Array<number>(groups).fill(0);
+    this.wanted = new Array<number>(groups).fill(0);
+    this.keys = Array.from({ length: groups }, () => []);
+  }
+}
+
+/** Allocation failures of the same request before it gives up a tier hit or aborts. */
+const ALLOC_FAILURES_MAX = 2000;
+const RECORDS_PER_STEP_MAX = 256;
+/** Share of the pool kept free at admission. */
+const WATERMARK_FRACTION = 0.02;
+
+export class EngineSimulator {
+  readonly options: EngineOptions;
+  private readonly views: RuntimeViews;
+  private readonly scheduler: SchedulerRole;
+  private readonly hashing: Hashing;
+  private readonly events: EngineEvents;
+  private readonly random: Random;
+  private readonly submissions: SpscRing;
+  private readonly allocAnswers: SpscRing;
+  private readonly storeAnswers: SpscRing;
+  private readonly toAllocator: Outbox;
+  private readonly toStore: Outbox;
+  private readonly eagle: boolean;
+  private readonly byId = new Map<number, SimRequest>();
+  /** Arrival order; ended requests are removed. */
+  private queue: SimRequest[] = [];
+  private live: SimRequest[] = [];
+  private admitted = 0;
+  private outstanding = 0;
+  private readonly counters = {
+    requests: 0,
+    completed: 0,
+    aborted: 0,
+    preemptions: 0,
+    poolAllocationFailures: 0,
+    engineSteps: 0,
+    tokensComputed: 0,
+    tierHits: 0,
+    loadMismatches: 0,
+  };
+  /** Notified after every publish so lagging roles wake. */
+  private readonly wake: () => void;
+
+  constructor(
+    views: RuntimeViews,
+    hashing: Hashing,
+    events: EngineEvents,
+    options: Partial<EngineOptions> = {},
+    wake: () => void = () => {},
+  ) {
+    this.views = views;
+    this.options = { ...DEFAULT_ENGINE_OPTIONS, ...options };
+    validateEngineOptions(this.options, views.config.maxRequests);
+    this.scheduler = new SchedulerRole(views.state);
+    this.hashing = hashing;
+    this.events = events;
+    this.random = new Random(this.options.seed);
+    this.submissions = views.ring('submit');
+    this.allocAnswers = views.ring('allocAnswer');
+    this.storeAnswers = views.ring('storeAnswer');
+    this.toAllocator = new Outbox(views.ring('allocRequest'));
+    this.toStore = new Outbox(views.ring('storeRequest'));
+    this.eagle = this.options.eagleDraftTokens > 0 && views.config.groups.some((g) => g.eagle);
+    this.wake = wake;
+  }
+
+  /** Requests not yet ended. */
+  get pending(): number {
+    return this.byId.size;
+  }
+
+  /** One bounded unit of work; true when anything happened. */
+  step(): boolean {
+    let did = this.toAllocator.flush() + this.toStore.flush() > 0;
+    did = this.submissions.drain((r) => this.submit(r), RECORDS_PER_STEP_MAX) > 0 || did;
+    did = this.allocAnswers.drain((r) => this.onAllocAnswer(r), RECORDS_PER_STEP_MAX) > 0 || did;
+    did = this.storeAnswers.drain((r) => this.onStoreAnswer(r), RECORDS_PER_STEP_MAX) > 0 || did;
+    if (Atomics.load(this.views.control, CONTROL_CLOSING) === 1) did = this.abortAll() || did;
+    else did = this.randomAborts() || did;
+    if (this.outstanding === 0) did = this.plan() || did;
+    this.publishStats();
+    if (did) this.wake();
+    return did;
+  }
+
+  // --- arrivals ---
+
+  private submit(r: Int32Array): void {
+    invariant(r[0] === OP_SUBMIT, 'submit ring carries submissions');
+    const s: EngineSubmission = {
+      requestId: r[1]!,
+      promptLength: r[2]!,
+      prefixId: r[3]!,
+      sharedPrefixTokens: r[4]!,
+      maxDecodeTokens: r[5]!,
+      abortAfterTokens: r[6]!,
+    };
+    const explicit = r[7]!;
+    if (explicit > 0) s.promptTokens = r.subarray(8, 8 + explicit);
+    this.add(s);
+  }
+
+  /** Adds a request directly (single-thread drivers); the ring path calls this too. */
+  add(s: EngineSubmission): void {
+    const { config } = this.views;
+    const prompt = s.promptTokens
+      ? Int32Array.from(s.promptTokens)
+      : this.makePrompt(s.requestId, s.promptLength, s.prefixId, s.sharedPrefixTokens);
+    const maxDecode = s.maxDecodeTokens === UNSET ? this.options.decodeTokens : s.maxDecodeTokens;
+    const req = new SimRequest(
+      s.requestId,
+      prompt,
+      config.maxTokensPerRequest,
+      Math.max(1, Math.min(maxDecode, config.maxTokensPerRequest - prompt.length - 1)),
+      s.abortAfterTokens,
+      config.groups.length,
+    );
+    this.byId.set(req.id, req);
+    this.queue.push(req);
+  }
+
+  /** Shared prefix tokens depend only on the prefix id; the rest on the request id. */
+  private makePrompt(id: number, length: number, prefixId: number, shared: number): Int32Array {
+    const out = new Int32Array(length);
+    const vocab = this.options.vocab;
+    const prefixRandom = new Random(0x5eed ^ Math.imul(prefixId + 1, 0x9e3779b1));
+    const ownRandom = new Random(0xbeef ^ Math.imul(id + 1, 0x85ebca6b));
+    const sharedTokens = prefixId === UNSET ? 0 : Math.min(shared, length);
+    for (let i = 0; i < length; i += 1) {
+      out[i] = (i < sharedTokens ? prefixRandom : ownRandom).int(vocab);
+    }
+    return out;
+  }
+
+  // --- planning a step ---
+
+  private plan(): boolean {
+    let did = false;
+    let budget = this.options.stepTokenBudget;
+    // Running requests first (decode before prefill, as engines do), in admission order.
+    const running = this.live.filter((r) => r.phase === 'running');
+    running.sort((a, b) => a.admittedSeq - b.admittedSeq);
+    for (const r of running) {
+      if (budget <= 0) break;
+      const n = this.tokensFor(r, budget);
+      if (n <= 0) continue;
+      budget -= n;
+      this.requestBlocks(r, n);
+      did = true;
+    }
+    // Preempted requests resume before new ones start (they keep their slot), once
+    // the pool looks able to hold their next chunk (else they would preempt themselves).
+    for (const r of this.live) {
+      if (r.phase !== 'preempted' || budget <= 0) continue;
+      if (this.activeCount() >= this.options.maxRunning) break;
+      if (!this.roomFor(Math.min(r.promptLength, budget))) break;
+      r.phase = 'running';
+      r.admittedSeq = ++this.admitted;
+      const n = this.tokensFor(r, budget);
+      budget -= n;
+      this.requestBlocks(r, n);
+      did = true;
+    }
+    // Admissions: a slot and room under maxRunning.
+    while (
+      this.queue.length > 0 &&
+      budget > 0 &&
+      this.activeCount() < this.options.maxRunning &&
+      this.scheduler.freeSlotCount > this.lookupsInFlight() &&
+      this.roomFor(Math.min(this.queue[0]!.promptLength, budget))
+    ) {
+      const r = this.queue.shift()!;
+      this.admit(r);
+      did = true;
+    }
+    // Hit allocations that failed earlier are retried here.
+    for (const r of this.live) {
+      if (r.phase === 'hit-alloc' && !r.awaiting) {
+        this.requestHitBlocks(r);
+        did = true;
+      }
+    }
+    return did;
+  }
+
+  /**
+   * The engine's own estimate (blocks it holds; quarantine and ending requests
+   * are invisible to it): enough free blocks for `tokens` in every group plus a
+   * watermark, as an engine's admission check does.
+   */
+  private roomFor(tokens: number): boolean {
+    const { config } = this.views;
+    let held = 0;
+    for (const r of this.live)
+      for (const b of r.blocks) for (const id of b) if (id !== 0) held += 1;
+    let need = 0;
+    for (const g of config.groups) need += Math.ceil(tokens / g.tokensPerBlock);
+    const watermark = Math.ceil(config.gpuBlocks * WATERMARK_FRACTION);
+    return config.gpuBlocks - 1 - held >= need + watermark;
+  }
+
+  private activeCount(): number {
+    let n = 0;
+    for (const r of this.live) {
+      if (
+        r.phase === 'running' ||
+        r.phase === 'lookup' ||
+        r.phase === 'hit-alloc' ||
+        r.phase === 'loading'
+      )
+        n += 1;
+    }
+    return n;
+  }
+
+  private lookupsInFlight(): number {
+    let n = 0;
+    for (const r of this.live) if (r.phase === 'lookup') n += 1;
+    return n;
+  }
+
+  /** Tokens to schedule for `r` this step: a prefill chunk, or a decode token plus drafts. */
+  private tokensFor(r: SimRequest, budget: number): number {
+    if (r.computed < r.promptLength) return Math.min(r.promptLength - r.computed, budget);
+    const room = this.views.config.maxTokensPerRequest - r.computed - 1;
+    return Math.max(0, Math.min(1 + (this.eagle ? this.options.eagleDraftTokens : 0), room));
+  }
+
+  private requestBlocks(r: SimRequest, n: number): void {
+    const { config } = this.views;
+    r.planned = n;
+    const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
+    for (const g of config.groups) {
+      const need = Math.ceil((r.computed + n) / g.tokensPerBlock) - r.blocks[g.index]!.length;
+      r.wanted[g.index] = Math.max(0, need);
+      record.push(0, r.wanted[g.index]!);
+    }
+    this.send(r, record);
+  }
+
+  private send(r: SimRequest, record: number[]): void {
+    r.awaiting = true;
+    this.outstanding += 1;
+    this.toAllocator.send(record);
+  }
+
+  // --- admission and the load path ---
+
+  private admit(r: SimRequest): void {
+    r.admittedSeq = ++this.admitted;
+    this.live.push(r);
+    const { config } = this.views;
+    const tpc = config.groups[0]!.tokensPerChunk;
+    const lookupChunks = Math.min(
+      Math.floor((r.promptLength - 1) / tpc),
+      config.maxChunksPerRequest,
+    );
+    if (!this.options.loadFromTier || lookupChunks <= 0) {
+      this.open(r, 0);
+      return;
+    }
+    this.ensureKeys(r, lookupChunks * tpc);
+    const record = [OP_LOOKUP, r.id, lookupChunks];
+    for (let g = 0; g < config.groups.length; g += 1) {
+      for (let c = 0; c < lookupChunks; c += 1) pushKey(record, r.keys[g]![c]!);
+    }
+    r.phase = 'lookup';
+    this.toStore.send(record);
+  }
+
+  private open(r: SimRequest, hit: number): void {
+    const groups = this.views.config.groups.length;
+    r.hit = hit;
+    r.handle = this.scheduler.open({
+      requestId: r.id,
+      promptTokens: r.tokens.subarray(0, r.numTokens),
+      hitChunks: new Array<number>(groups).fill(hit),
+    });
+    this.counters.requests += 1;
+    if (hit > 0) {
+      r.phase = 'hit-alloc';
+      this.requestHitBlocks(r);
+    } else {
+      r.phase = 'running';
+    }
+  }
+
+  private requestHitBlocks(r: SimRequest): void {
+    const { config } = this.views;
+    const bpc = config.blocksPerChunk;
+    const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
+    for (const g of config.groups) {
+      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      r.wanted[g.index] = (r.hit - lo) * bpc;
+      record.push(lo * bpc, r.wanted[g.index]!);
+    }
+    this.send(r, record);
+  }
+
+  private onStoreAnswer(a: Int32Array): void {
+    const r = this.byId.get(a[1]!);
+    invariant(r !== undefined, `store answer for a known request ${a[1]}`);
+    if (a[0] === ANS_LOOKED_UP) {
+      invariant(r.phase === 'lookup', 'lookup answer while looking up');
+      this.open(r, a[2]!);
+    } else {
+      invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
+      this.verifyLoad(r);
+      const tpc = this.views.config.groups[0]!.tokensPerChunk;
+      r.computed = r.hit * tpc;
+      r.bytesChunks.fill(r.hit);
+      this.counters.tierHits += r.hit;
+      r.phase = 'running';
+    }
+  }
+
+  /** Every loaded block must hold the expansion of its chunk's key. */
+  private verifyLoad(r: SimRequest): void {
+    const { config, gpu, geometry } = this.views;
+    const bpc = config.blocksPerChunk;
+    for (const g of config.groups) {
+      const blocks = r.blocks[g.index]!;
+      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
+        const key = r.keys[g.index]![Math.floor(p / bpc)]!;
+        if (!gpuBlockMatches(gpu, geometry, blocks[p]!, key, p)) this.counters.loadMismatches += 1;
+      }
+    }
+  }
+
+  // --- allocation answers: commit a step ---
+
+  private onAllocAnswer(a: Int32Array): void {
+    const r = this.byId.get(a[1]!);
+    invariant(r !== undefined, `allocator answer for a known request ${a[1]}`);
+    if (a[0] === ANS_RELEASED) {
+      this.released(r);
+      return;
+    }
+    invariant(a[0] === ANS_ALLOCATED && r.awaiting, 'an allocation answer was awaited');
+    r.awaiting = false;
+    this.outstanding -= 1;
+    const ok = a[2] === 1;
+    if (r.phase === 'hit-alloc') {
+      if (ok) this.startLoad(r, a.subarray(3));
+      else this.hitAllocFailed(r);
+      return;
+    }
+    // Requests with an answer outstanding are never preempted or ended.
+    invariant(r.phase === 'running', `allocation answered to a running request (${r.phase})`);
+    if (!ok) {
+      this.allocFailed(r);
+      return;
+    }
+    let at = 3;
+    for (let g = 0; g < r.blocks.length; g += 1) {
+      for (let i = 0; i < r.wanted[g]!; i += 1) r.blocks[g]!.push(a[at++]!);
+    }
+    r.allocFailures = 0;
+    this.commit(r);
+  }
+
+  private startLoad(r: SimRequest, ids: Int32Array): void {
+    const { config } = this.views;
+    const bpc = config.blocksPerChunk;
+    const record = [OP_LOAD, r.id];
+    let at = 0;
+    for (const g of config.groups) {
+      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      const blocks = r.blocks[g.index]!;
+      for (let p = 0; p < lo * bpc; p += 1) blocks.push(0);
+      for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
+        blocks.push(ids[at]!);
+        record.push(ids[at]!);
+        at += 1;
+      }
+      r.nulledTo[g.index] = lo * bpc;
+    }
+    r.phase = 'loading';
+    this.toStore.send(record);
+  }
+
+  private hitAllocFailed(r: SimRequest): void {
+    this.counters.poolAllocationFailures += 1;
+    r.allocFailures += 1;
+    if (r.allocFailures < ALLOC_FAILURES_MAX && this.preemptVictim(r)) return;
+    if (r.allocFailures < ALLOC_FAILURES_MAX) return; // retried next plan
+    // Give the hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier).
+    this.toStore.send([OP_UNLOCK, r.id]);
+    r.phase = 'running';
+    r.allocFailures = 0;
+  }
+
+  private allocFailed(r: SimRequest): void {
+    this.counters.poolAllocationFailures += 1;
+    r.allocFailures += 1;
+    if (this.preemptVictim(r)) return;
+    if (r.allocFailures >= ALLOC_FAILURES_MAX) {
+      // Nothing left to preempt and the pool never freed up: this request cannot run.
+      this.end(r, 'aborted');
+    }
+    // else: blocks are quarantined or held by ending requests; retried next step.
+  }
+
+  /** Preempts the most recently admitted running request (possibly the one that failed); false if none. */
+  private preemptVictim(_failed: SimRequest): boolean {
+    let victim: SimRequest | undefined;
+    for (const x of this.live) {
+      if (x.phase !== 'running' || x.awaiting) continue;
+      if (x.computed === 0 && x.blocks.every((b) => b.length === 0)) continue; // nothing to free
+      if (victim === undefined || x.admittedSeq > victim.admittedSeq) victim = x;
+    }
+    if (victim === undefined) return false;
+    this.preempt(victim);
+    return true;
+  }
+
+  private preempt(r: SimRequest): void {
+    const h = r.handle!;
+    this.scheduler.preempt(h);
+    this.toAllocator.send([OP_PREEMPT, h.slot, h.generation]);
+    r.phase = 'preempted';
+    r.computed = 0;
+    r.publishedHorizon = 0;
+    r.blocks = r.blocks.map(() => []);
+    r.nulledTo.fill(0);
+    r.bytesChunks.fill(0);
+    r.preemptions += 1;
+    this.counters.preemptions += 1;
+  }
+
+  /** The step's tokens are computed: write bytes, publish progress, sample, slide windows, end. */
+  private commit(r: SimRequest): void {
+    const n = r.planned;
+    const h = r.handle!;
+    const before = r.computed;
+    // Publish the horizon of this step (computed + scheduled), bytes first.
+    this.writeBytesUpTo(r, Math.min(before + n, r.numTokens));
+    this.scheduler.progress(h, before, n);
+    r.publishedHorizon = before + n;
+    // The forward pass ran: known tokens in range are computed; drafts may be accepted.
+    const known = Math.min(n, r.numTokens - before);
+    let computed = before + known;
+    const sampled: number[] = [];
+    if (computed >= r.numTokens) {
+      let accepted = 0;
+      if (this.eagle && before >= r.promptLength) {
+        while (accepted < n - 1 && this.random.chance(this.options.eagleAcceptRate)) accepted += 1;
+      }
+      for (let i = 0; i < accepted + 1; i += 1) sampled.push(this.random.int(this.options.vocab));
+      computed += accepted;
+      r.decoded += sampled.length;
+    }
+    this.counters.tokensComputed += computed - before;
+    r.computed = computed;
+    if (sampled.length > 0) {
+      const room = this.views.config.maxTokensPerRequest - r.numTokens;
+      const take = sampled.slice(0, room);
+      r.tokens.set(take, r.numTokens);
+      // The published horizon may already cover these tokens: their chunks' bytes go first.
+      this.writeBytesUpTo(r, Math.min(r.publishedHorizon, r.numTokens + take.length));
+      r.numTokens += take.length;
+      this.scheduler.appendTokens(h, take);
+    }
+    this.slideWindows(r);
+    this.counters.engineSteps += 1;
+    if (r.abortAfter !== UNSET && r.computed >= r.abortAfter) this.end(r, 'aborted');
+    else if (r.decoded >= r.maxDecode || r.numTokens >= this.views.config.maxTokensPerRequest)
+      this.end(r, 'finished');
+  }
+
+  /** Writes the bytes of every chunk whose tokens end at or below `tokenLimit` (once per allocation). */
+  private writeBytesUpTo(r: SimRequest, tokenLimit: number): void {
+    const { config, gpu, geometry } = this.views;
+    const bpc = config.blocksPerChunk;
+    this.ensureKeys(r, tokenLimit);
+    for (const g of config.groups) {
+      const blocks = r.blocks[g.index]!;
+      const upTo = Math.min(
+        Math.floor(tokenLimit / g.tokensPerChunk),
+        Math.floor(blocks.length / bpc),
+        r.keys[g.index]!.length,
+      );
+      for (let c = r.bytesChunks[g.index]!; c < upTo; c += 1) {
+        const key = r.keys[g.index]![c]!;
+        for (let p = c * bpc; p < (c + 1) * bpc; p += 1) {
+          const b = blocks[p]!;
+          if (b !== 0) writeComputedBlock(gpu, geometry, b, key, p);
+        }
+      }
+      if (upTo > r.bytesChunks[g.index]!) r.bytesChunks[g.index] = upTo;
+    }
+  }
+
+  /** Extends the request's hash chain and keys to cover `tokenLimit` known tokens. */
+  private ensureKeys(r: SimRequest, tokenLimit: number): void {
+    const { config } = this.views;
+    const tph = config.tokensPerHash;
+    const want = Math.min(
+      Math.floor(Math.min(tokenLimit, r.numTokens) / tph),
+      config.maxHashesPerRequest,
+    );
+    let parent = r.hashes.length === 0 ? ROOT_SEED : r.hashes[r.hashes.length - 1]!;
+    for (let i = r.hashes.length; i < want; i += 1) {
+      parent = this.hashing.blockHash(parent, r.tokens.subarray(i * tph, (i + 1) * tph));
+      r.hashes.push(parent);
+    }
+    for (const g of config.groups) {
+      const keys = r.keys[g.index]!;
+      const target = Math.min(
+        Math.floor(r.hashes.length / g.hashesPerChunk),
+        config.maxChunksPerRequest,
+      );
+      for (let c = keys.length; c < target; c += 1) {
+        keys.push(this.hashing.offloadKey(r.hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index));
+      }
+    }
+  }
+
+  /** Windowed groups: blocks that left the window are nulled and freed by the allocator. */
+  private slideWindows(r: SimRequest): void {
+    const { config } = this.views;
+    const h = r.handle!;
+    for (const g of config.groups) {
+      if (g.windowChunks === null || g.kind !== 'sliding-window') continue;
+      const windowTokens = g.windowChunks * g.tokensPerChunk;
+      const to = Math.min(
+        Math.max(0, Math.floor((r.computed - windowTokens) / g.tokensPerBlock)),
+        r.blocks[g.index]!.length,
+      );
+      const from = r.nulledTo[g.index]!;
+      if (to <= from) continue;
+      for (let p = from; p < to; p += 1) r.blocks[g.index]![p] = 0;
+      r.nulledTo[g.index] = to;
+      this.toAllocator.send([OP_NULL, h.slot, h.generation, g.index, from, to]);
+    }
+  }
+
+  // --- ending ---
+
+  private end(r: SimRequest, status: 'finished' | 'aborted'): void {
+    if (r.phase === 'ending' || r.phase === 'done') return;
+    r.ending = status;
+    const i = this.queue.indexOf(r);
+    if (i >= 0) this.queue.splice(i, 1);
+    if (r.handle === undefined) {
+      this.finishSummary(r, false);
+      return;
+    }
+    const h = r.handle;
+    if (status === 'finished') {
+      // Finished: every token but the last sampled one becomes offloadable; bytes first.
+      this.writeBytesUpTo(r, Math.max(r.promptLength, r.numTokens - 1));
+      this.scheduler.finish(h);
+    } else {
+      this.scheduler.abort(h);
+    }
+    if (r.phase === 'hit-alloc' && !r.awaiting) this.toStore.send([OP_UNLOCK, r.id]);
+    r.phase = 'ending';
+    this.toAllocator.send([OP_END, r.id, h.slot, h.generation]);
+  }
+
+  private released(r: SimRequest): void {
+    invariant(r.phase === 'ending', 'released after ending');
+    this.scheduler.release(r.handle!);
+    this.live.splice(this.live.indexOf(r), 1);
+    this.finishSummary(r, true);
+  }
+
+  private finishSummary(r: SimRequest, opened: boolean): void {
+    r.phase = 'done';
+    this.byId.delete(r.id);
+    if (r.ending === 'finished') this.counters.completed += 1;
+    else this.counters.aborted += 1;
+    this.events.ended({
+      requestId: r.id,
+      status: r.ending,
+      opened,
+      promptTokens: r.promptLength,
+      decodedTokens: r.decoded,
+      hitChunks: r.hit,
+      preemptions: r.preemptions,
+    });
+  }
+
+  private randomAborts(): boolean {
+    let did = false;
+    if (this.queue.length > 0 && this.random.chance(this.options.abortQueuedRate)) {
+      this.end(this.queue[this.random.int(this.queue.length)]!, 'aborted');
+      did = true;
+    }
+    if (this.random.chance(this.options.abortRunningRate)) {
+      const running = this.live.filter(
+        (r) => (r.phase === 'running' || r.phase === 'preempted') && !r.awaiting,
+      );
+      if (running.length > 0) {
+        const r = running[this.random.int(running.length)]!;
+        this.end(r, 'aborted');
+        did = true;
+      }
+    }
+    return did;
+  }
+
+  /** Aborts everything (the runtime is closing); true while anything changed. */
+  private abortAll(): boolean {
+    let did = false;
+    for (const r of [...this.queue]) {
+      this.end(r, 'aborted');
+      did = true;
+    }
+    for (const r of [...this.live]) {
+      if (
+        r.phase === 'ending' ||
+        r.phase === 'done' ||
+        r.phase === 'lookup' ||
+        r.phase === 'loading'
+      )
+        continue;
+      if (r.awaiting) continue; // its answer arrives first
+      this.end(r, 'aborted');
+      did = true;
+    }
+    return did;
+  }
+
+  private publishStats(): void {
+    const s = this.views.stats;
+    for (const [name, value] of Object.entries(this.counters)) {
+      publishStat(s, name as keyof typeof this.counters, value);
+    }
+  }
+}
+
+export function validateEngineOptions(o: EngineOptions, maxRequests: number): void {
+  const int = (name: keyof EngineOptions, min: number, max = Number.MAX_SAFE_INTEGER) => {
+    const v = o[name];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      throw new InvalidArgumentError(`simulator.${name}`, `must be an integer in [${min}, ${max}]`);
+    }
+  };
+  const rate = (name: keyof EngineOptions) => {
+    const v = o[name];
+    if (typeof v !== 'number' || !(v >= 0 && v <= 1)) {
+      throw new InvalidArgumentError(`simulator.${name}`, 'must be a number in [0, 1]');
+    }
+  };
+  int('stepTokenBudget', 1, 1 << 24);
+  int('maxRunning', 1, maxRequests);
+  int('decodeTokens', 1, 1 << 20);
+  int('eagleDraftTokens', 0, 64);
+  int('vocab', 1, 0x7fffffff);
+  int('seed', -0x80000000, 0x7fffffff);
+  rate('eagleAcceptRate');
+  rate('abortQueuedRate');
+  rate('abortRunningRate');
+}

@@ -1,0 +1,250 @@
+// What each role worker runs: attach to the shared buffers, build the role's
+// loop from src/runtime, step it until main raises the role's stop word, park
+// on the role's doorbell when idle (bounded), then report and return. The
+// files in workers/ only call these.
+import type { MessagePort } from 'node:worker_threads';
+import type { Config } from '../config.js';
+import { loadHashing } from '../hashing.js';
+import type { StorePolicy } from '../ready.js';
+import { AllocatorLoop } from './allocator-loop.js';
+import type { AllocatorLag } from './allocator-loop.js';
+import { PiscinaTransferBackend } from './backend.js';
+import { RuntimeViews } from './buffers.js';
+import type { RuntimeBuffers } from './buffers.js';
+import type { Doorbell } from './doorbell.js';
+import { EngineSimulator } from './engine-sim.js';
+import type { EngineOptions } from './engine-sim.js';
+import { HasherLoop } from './hasher-loop.js';
+import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
+import type { DoorbellName } from './layout.js';
+import { Random } from './random.js';
+import { StoreLoop } from './store-loop.js';
+import type { StoreLoopOptions } from './store-loop.js';
+
+export type RoleName = DoorbellName;
+
+/** Test-only: make one role's worker throw after this many loop steps. */
+export interface FaultInjection {
+  role: RoleName | 'transfer';
+  afterSteps: number;
+}
+
+export interface RoleWorkerData {
+  role: RoleName;
+  config: Config;
+  buffers: RuntimeBuffers;
+  hasher: { hashesPerWake: number; jitterMs: number; seed: number };
+  allocator: AllocatorLag & { unsafeIgnorePins: boolean };
+  store: StoreLoopOptions & { transferThreads: number };
+  simulator: Partial<EngineOptions>;
+  policy: StorePolicy;
+  fault?: FaultInjection;
+}
+
+/** Messages a role worker posts to main. */
+export type RoleMessage =
+  | { type: 'ready'; role: RoleName }
+  | { type: 'ended'; summary: import('./engine-sim.js').EngineSummary }
+  | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
+  | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
+  | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  | { type: 'final'; role: RoleName; report: Record<string, number> };
+
+export class InjectedFault extends Error {
+  constructor(role: string, steps: number) {
+    super(`injected fault in the ${role} worker after ${steps} steps (test switch)`);
+    this.name = 'InjectedFault';
+  }
+}
+
+export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<void> {
+  const views = new RuntimeViews(data.config, data.buffers);
+  const stopped = () => Atomics.load(views.control, CONTROL_STOP[data.role]) === 1;
+  const bell = views.doorbell(data.role);
+  const others = DOORBELLS.filter((d) => d !== data.role).map((d) => views.doorbell(d));
+  const wakeOthers = () => {
+    for (const b of others) b.ring();
+  };
+  const fault = data.fault?.role === data.role ? data.fault.afterSteps : Infinity;
+  const post = (m: RoleMessage) => port.postMessage(m);
+
+  if (data.role === 'scheduler') {
+    const hashing = await loadHashing();
+    const engine = new EngineSimulator(
+      views,
+      hashing,
+      { ended: (summary) => post({ type: 'ended', summary }) },
+      data.simulator,
+      wakeOthers,
+    );
+    post({ type: 'ready', role: data.role });
+    syncLoop(
+      () => engine.step(),
+      bell,
+      stopped,
+      () => (engine.pending > 0 ? 2 : PARK_MS_MAX),
+      fault,
+      data.role,
+    );
+    post({ type: 'final', role: data.role, report: { pending: engine.pending } });
+  } else if (data.role === 'hasher') {
+    const hashing = await loadHashing();
+    const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
+    const random = new Random(data.hasher.seed ^ 0x4a54);
+    const lagCell = new Int32Array(new SharedArrayBuffer(4));
+    post({ type: 'ready', role: data.role });
+    syncLoop(
+      () => {
+        const did = loop.step();
+        if (did) {
+          wakeOthers();
+          // Lag on purpose: a random pause after publishing, not cut short by the doorbell.
+          const ms = random.next() * data.hasher.jitterMs;
+          if (ms >= 0.05) Atomics.wait(lagCell, 0, 0, ms);
+        }
+        return did;
+      },
+      bell,
+      stopped,
+      () => PARK_MS_MAX,
+      fault,
+      data.role,
+    );
+    post({ type: 'final', role: data.role, report: {} });
+  } else if (data.role === 'allocator') {
+    const loop = new AllocatorLoop(views, {
+      lag: data.allocator,
+      unsafeIgnorePins: data.allocator.unsafeIgnorePins,
+    });
+    post({ type: 'ready', role: data.role });
+    syncLoop(
+      () => {
+        const did = loop.step();
+        if (did) wakeOthers();
+        return did;
+      },
+      bell,
+      stopped,
+      () => (loop.busy ? 1 : PARK_MS_MAX),
+      fault,
+      data.role,
+    );
+    // Copies finished before main stopped us: unpinned quarantined blocks go back.
+    loop.step();
+    post({
+      type: 'final',
+      role: data.role,
+      report: {
+        inUse: loop.pool.inUse,
+        quarantined: loop.pool.quarantined,
+        available: loop.pool.available,
+      },
+    });
+  } else {
+    await runStore(data, views, bell, stopped, wakeOthers, post, port, fault);
+  }
+}
+
+function syncLoop(
+  step: () => boolean,
+  bell: Doorbell,
+  stopped: () => boolean,
+  idleParkMs: () => number,
+  fault: number,
+  role: string,
+): void {
+  let steps = 0;
+  while (!stopped()) {
+    const seen = bell.read();
+    const did = step();
+    steps += 1;
+    if (steps >= fault) throw new InjectedFault(role, steps);
+    if (!did) bell.park(seen, idleParkMs());
+  }
+}
+
+/** Closing: in-flight copies get this long to finish before the store gives up on them. */
+const STORE_DRAIN_MS_MAX = 30_000;
+
+async function runStore(
+  data: RoleWorkerData,
+  views: RuntimeViews,
+  bell: Doorbell,
+  stopped: () => boolean,
+  wakeOthers: () => void,
+  post: (m: RoleMessage) => void,
+  port: MessagePort,
+  fault: number,
+): Promise<void> {
+  const backend = new PiscinaTransferBackend(
+    {
+      gpuArena: views.buffers.gpuArena,
+      tierArena: views.buffers.tierArena,
+      pins: views.buffers.state.pins,
+      wordsPerBlock: views.geometry.wordsPerBlock,
+      blocksPerChunk: views.geometry.blocksPerChunk,
+    },
+    { threads: data.store.transferThreads },
+  );
+  const loop = new StoreLoop(
+    views,
+    backend,
+    {
+      jobs: () => {},
+      drained: (request) => post({ type: 'drained', request }),
+    },
+    { ...data.store, policy: data.policy },
+  );
+  const onMessage = (m: { type: string; id: number }) => {
+    if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+  };
+  port.on('message', onMessage);
+  post({ type: 'ready', role: 'store' });
+  if (process.env.KVOFF_DEBUG) {
+    setInterval(() => {
+      process.stderr.write(
+        `[store] inFlight=${loop.jobsInFlight} backend=${backend.inFlight} pool=${JSON.stringify(backend.poolState)}\n`,
+      );
+    }, 1000).unref();
+  }
+  const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
+  let steps = 0;
+  const flushJobs = () => {
+    const events = loop.takeJobEvents();
+    if (events.length > 0) post({ type: 'jobs', events });
+  };
+  while (!stopped()) {
+    const seen = bell.read();
+    const did = loop.step();
+    flushJobs();
+    steps += 1;
+    if (steps >= fault) throw new InjectedFault('store', steps);
+    if (did) {
+      wakeOthers();
+      await yieldNow(); // let piscina completions in
+    } else {
+      await bell.parkAsync(seen, PARK_MS_MAX);
+    }
+  }
+  // Drain: every dispatched copy completes (and unpins) before we leave.
+  const deadline = performance.now() + STORE_DRAIN_MS_MAX;
+  while (loop.jobsInFlight > 0 && performance.now() < deadline) {
+    loop.step();
+    flushJobs();
+    await new Promise<void>((resolve) => setTimeout(resolve, 1));
+  }
+  await backend.close();
+  // A listener keeps the port (and so this thread) alive: drop it so the worker can end.
+  port.off('message', onMessage);
+  const left = loop.leftovers();
+  post({
+    type: 'final',
+    role: 'store',
+    report: {
+      jobsInFlight: loop.jobsInFlight,
+      tierWriting: left.writing,
+      tierReading: left.reading,
+      loadLocks: left.locks,
+    },
+  });
+}

@@ -1,0 +1,602 @@
+// OffloadRuntime: the embedding API. Main thread only; it never calls
+// Atomics.wait. It lays out the shared memory, starts one worker per role
+// (scheduler with the built-in engine simulator, hasher, allocator, store with
+// its piscina transfer pool), feeds submissions through the submit ring, and
+// learns about ended requests, drained requests and finished copies from
+// worker messages. Workers are ref'd only while something is pending, so an
+// idle runtime does not keep the process alive, and a pending operation does.
+import { EventEmitter } from 'node:events';
+import type { Worker } from 'node:worker_threads';
+import { resolveConfig } from '../config.js';
+import type { Config, ConfigInput } from '../config.js';
+import { ClosedError, InvalidArgumentError, TimeoutError, WorkerFailedError } from '../errors.js';
+import { S_GENERATION } from '../layout.js';
+import type { StorePolicy } from '../ready.js';
+import { parseStorePolicy } from '../ready.js';
+import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
+import type { RuntimeBuffers } from './buffers.js';
+import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS, validateEngineOptions } from './engine-sim.js';
+import type { EngineOptions, EngineSummary } from './engine-sim.js';
+import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, STAT_INDEX } from './layout.js';
+import type { DoorbellName } from './layout.js';
+import { OP_SUBMIT, UNSET } from './protocol.js';
+import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
+import { readAllStats } from './stats.js';
+import type { RuntimeStats } from './stats.js';
+import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
+import { spawnWorker, workerUrl } from './worker-files.js';
+
+export type { RuntimeStats } from './stats.js';
+export type { VerifyReport, JobEvent } from './store-loop.js';
+
+export interface LagOptions {
+  /** Hash blocks the hasher publishes per slot per wake-up. */
+  hasherHashesPerWake?: number;
+  /** Delay between the allocator answering the scheduler and publishing the block IDs. */
+  allocatorPublishDelayMs?: number;
+  /** Random extra delay in [0, jitterMs) on both. */
+  jitterMs?: number;
+  seed?: number;
+}
+
+export interface RuntimeOptions {
+  /** Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window, async lag). */
+  config?: ConfigInput;
+  /** Default 'ready-prefix'. */
+  policy?: StorePolicy;
+  /** piscina threads that copy, default 1. */
+  transferThreads?: number;
+  lag?: LagOptions;
+  simulator?: Partial<EngineOptions>;
+  /** Record per-pass windows of the first N requests (for the HTML report); 0 by default. */
+  traceSlots?: number;
+  /** Test only: the store does not pin, the pool ignores pins. Shows why pins exist. */
+  unsafeSkipPins?: boolean;
+  /** Test only: each copy sleeps this long first (widens the reuse-mid-copy window). */
+  transferDelayMs?: number;
+  /** Test only: make one role's worker throw after N loop steps. */
+  faultInjection?: FaultInjection;
+  /** Bound on every wait of close() (ms), default 60,000. */
+  closeTimeoutMs?: number;
+}
+
+export interface SimRequest {
+  /** Explicit prompt; otherwise one is drawn from the fields below. */
+  promptTokens?: number[];
+  promptLength?: number;
+  /** Requests with the same prefixId share their first sharedPrefixTokens tokens. */
+  prefixId?: number;
+  sharedPrefixTokens?: number;
+  maxDecodeTokens?: number;
+  /** Abort once this many tokens are computed. */
+  abortAfterTokens?: number;
+}
+
+export interface RequestSummary {
+  requestId: number;
+  status: 'finished' | 'aborted';
+  promptTokens: number;
+  decodedTokens: number;
+  chunksStored: number;
+  chunksDeferred: number;
+  hitChunks: number;
+  preemptions: number;
+  holes: number;
+}
+
+/** What close() found left over; every field is 0 after a clean run. */
+export interface LeakReport {
+  blocksInUse: number;
+  blocksQuarantined: number;
+  pinsOutstanding: number;
+  slotsInUse: number;
+  tierEntriesWriting: number;
+  tierEntriesReading: number;
+  jobsInFlight: number;
+}
+
+/** One group's view at one store pass of a traced request. */
+export interface TracePass {
+  /** Milliseconds since the runtime started. */
+  atMs: number;
+  group: number;
+  /** Incarnation of the request's progress: bumps at every preemption the store saw. */
+  generation: number;
+  tokenChunks: number;
+  keys: number;
+  blockChunks: number;
+  ready: number;
+  cursorBefore: number;
+  /** Cursor after the pass. */
+  cursor: number;
+  /** Chunks dispatched at this pass. */
+  stored: number;
+}
+
+/** Per-pass windows of one traced request; recorded only with traceSlots > 0. */
+export interface RequestTrace {
+  requestId: number;
+  status: 'running' | 'finished' | 'aborted';
+  promptTokens: number;
+  passes: TracePass[];
+}
+
+const ROLES: readonly RoleName[] = DOORBELLS;
+
+interface Pending {
+  resolve: (s: RequestSummary) => void;
+  reject: (e: Error) => void;
+  engine?: EngineSummary;
+  store?: DrainedRequest;
+}
+
+export class OffloadRuntime {
+  readonly config: Config;
+  readonly buffers: RuntimeBuffers;
+  private readonly views: RuntimeViews;
+  private readonly options: RuntimeOptions;
+  private readonly workers = new Map<RoleName, Worker>();
+  private readonly stopping = new Set<RoleName>();
+  private readonly exited = new Map<RoleName, Promise<void>>();
+  private readonly finals = new Map<RoleName, Record<string, number>>();
+  private readonly pending = new Map<number, Pending>();
+  private readonly drainedEarly = new Map<number, DrainedRequest>();
+  private readonly verifies = new Map<number, (r: VerifyReport) => void>();
+  private readonly emitter = new EventEmitter();
+  private readonly backlog: number[][] = [];
+  private backlogTimer: NodeJS.Timeout | undefined;
+  private nextRequestId = 1;
+  private nextVerifyId = 1;
+  private failure: WorkerFailedError | undefined;
+  private closing: Promise<void> | undefined;
+  private closed = false;
+  private refs = 0;
+  private leaks: LeakReport | undefined;
+
+  private constructor(config: Config, options: RuntimeOptions) {
+    this.config = config;
+    this.options = options;
+    this.buffers = createRuntimeBuffers(config);
+    this.views = new RuntimeViews(config, this.buffers);
+  }
+
+  /** Lays out shared memory and starts every role worker; resolves once all are attached. */
+  static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
+    const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
+    validateOptions(options);
+    validateEngineOptions({ ...DEFAULT_ENGINE_OPTIONS, ...options.simulator }, config.maxRequests);
+    const rt = new OffloadRuntime(config, options);
+    await rt.spawnAll();
+    return rt;
+  }
+
+  /** Submits a simulated request to the built-in engine; resolves when it finished or was aborted. */
+  submit(req: SimRequest = {}): Promise<RequestSummary> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    let record: number[];
+    try {
+      record = this.encode(req, this.nextRequestId);
+    } catch (err) {
+      return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
+    const requestId = this.nextRequestId++;
+    return new Promise<RequestSummary>((resolve, reject) => {
+      this.pending.set(requestId, { resolve, reject });
+      this.hold();
+      this.send(record);
+    });
+  }
+
+  /** A synchronous snapshot of the shared counters. */
+  stats(): RuntimeStats {
+    const s = readAllStats(this.views.stats);
+    return {
+      requests: s.requests,
+      completed: s.completed,
+      aborted: s.aborted,
+      preemptions: s.preemptions,
+      chunksStored: s.chunksStored,
+      chunksDeferred: s.chunksDeferred,
+      chunksDeferredThenStored: s.chunksDeferredThenStored,
+      allocationRetries: s.allocationRetries,
+      tierHits: s.tierHits,
+      bytesCopied: s.bytesCopied,
+      pinsOutstanding: this.pinsOutstanding(),
+      snapshotRetries: s.snapshotRetries,
+      jobsInFlight: s.jobsInFlight,
+      tierUsed: s.tierUsed,
+      tierCapacity: this.config.tierChunks,
+      holes: s.holes,
+      mismatches: s.loadMismatches + s.verifyMismatches,
+      chunksDroppedForCapacity: s.chunksDroppedForCapacity,
+    };
+  }
+
+  /** Every readable tier entry's bytes against its key, plus the hole and double-store counts so far. */
+  verify(): Promise<VerifyReport> {
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.closed) return Promise.reject(new ClosedError('runtime'));
+    const store = this.workers.get('store');
+    if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
+    const id = this.nextVerifyId++;
+    this.hold();
+    return new Promise<VerifyReport>((resolve) => {
+      this.verifies.set(id, (report) => {
+        this.release();
+        // Only main writes this word: the mismatches verify found, added up.
+        Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
+        resolve(report);
+      });
+      store.postMessage({ type: 'verify', id });
+    });
+  }
+
+  /** Per-pass windows of traced requests (empty unless traceSlots > 0). Not recorded yet: returns []. */
+  trace(): RequestTrace[] {
+    return [];
+  }
+
+  /** After close(): what was left over (all zero after a clean run); undefined before. */
+  leakReport(): LeakReport | undefined {
+    return this.leaks;
+  }
+
+  on(event: 'job', fn: (e: JobEvent) => void): this {
+    this.emitter.on(event, fn);
+    return this;
+  }
+
+  /**
+   * Aborts what is still running, drains in-flight copies, ends every worker.
+   * A second call returns the same promise. Every wait is bounded.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  // --- internals ---
+
+  private async spawnAll(): Promise<void> {
+    const lag = this.options.lag ?? {};
+    const seed = lag.seed ?? 1;
+    const base: Omit<RoleWorkerData, 'role'> = {
+      config: this.config,
+      buffers: this.buffers,
+      hasher: {
+        hashesPerWake: lag.hasherHashesPerWake ?? 64,
+        jitterMs: lag.jitterMs ?? 1,
+        seed,
+      },
+      allocator: {
+        publishDelayMs: lag.allocatorPublishDelayMs ?? 1,
+        jitterMs: lag.jitterMs ?? 1,
+        seed,
+        unsafeIgnorePins: this.options.unsafeSkipPins ?? false,
+      },
+      store: {
+        transferThreads: this.options.transferThreads ?? 1,
+        unsafeSkipPins: this.options.unsafeSkipPins ?? false,
+        transferDelayMs: this.options.transferDelayMs ?? 0,
+        traceRequests: this.options.traceSlots ?? 0,
+      },
+      simulator: { seed, ...this.options.simulator },
+      policy: this.options.policy ?? 'ready-prefix',
+      ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
+    };
+    const ready = ROLES.map((role) => this.spawn(role, { ...base, role }));
+    try {
+      await Promise.all(ready);
+    } catch (err) {
+      await this.terminateAll();
+      throw err;
+    }
+    this.updateRef();
+  }
+
+  private spawn(role: RoleName, data: RoleWorkerData): Promise<void> {
+    const worker = spawnWorker(workerUrl(role), { workerData: data, name: `kvoff-${role}` });
+    this.workers.set(role, worker);
+    let exitResolve!: () => void;
+    this.exited.set(role, new Promise<void>((r) => (exitResolve = r)));
+    return new Promise<void>((resolve, reject) => {
+      let started = false;
+      worker.on('message', (m: RoleMessage) => {
+        if (m.type === 'ready') {
+          started = true;
+          resolve();
+        } else this.onMessage(m);
+      });
+      worker.on('error', (err) => {
+        if (!started) reject(new WorkerFailedError(role, err));
+        this.fail(role, err);
+      });
+      worker.on('exit', (code) => {
+        exitResolve();
+        this.workers.delete(role);
+        if (!started)
+          reject(new WorkerFailedError(role, `exited with code ${code} before it started`));
+        if (!this.stopping.has(role)) this.fail(role, `exited unexpectedly with code ${code}`);
+      });
+    });
+  }
+
+  private onMessage(m: RoleMessage): void {
+    switch (m.type) {
+      case 'ended': {
+        const p = this.pending.get(m.summary.requestId);
+        if (p === undefined) return;
+        p.engine = m.summary;
+        if (!m.summary.opened) {
+          this.settle(m.summary.requestId, p);
+          return;
+        }
+        const early = this.drainedEarly.get(m.summary.requestId);
+        if (early) {
+          this.drainedEarly.delete(m.summary.requestId);
+          p.store = early;
+        }
+        if (p.store) this.settle(m.summary.requestId, p);
+        return;
+      }
+      case 'drained': {
+        const p = this.pending.get(m.request.requestId);
+        if (p === undefined) return;
+        p.store = m.request;
+        if (p.engine) this.settle(m.request.requestId, p);
+        return;
+      }
+      case 'jobs':
+        for (const e of m.events) this.emitter.emit('job', e);
+        return;
+      case 'verified': {
+        const done = this.verifies.get(m.id);
+        this.verifies.delete(m.id);
+        done?.(m.report);
+        return;
+      }
+      case 'final':
+        this.finals.set(m.role, m.report);
+        return;
+      default:
+        return;
+    }
+  }
+
+  private settle(requestId: number, p: Pending): void {
+    this.pending.delete(requestId);
+    this.release();
+    const e = p.engine!;
+    p.resolve({
+      requestId,
+      status: e.status,
+      promptTokens: e.promptTokens,
+      decodedTokens: e.decodedTokens,
+      chunksStored: p.store?.chunksStored ?? 0,
+      chunksDeferred: p.store?.chunksDeferred ?? 0,
+      hitChunks: e.hitChunks,
+      preemptions: e.preemptions,
+      holes: p.store?.holes ?? 0,
+    });
+  }
+
+  private fail(role: RoleName, cause: unknown): void {
+    if (this.failure) return;
+    this.failure = new WorkerFailedError(role, cause);
+    for (const [, p] of this.pending) p.reject(this.failure);
+    this.pending.clear();
+    for (const [, done] of this.verifies) done(failedVerify());
+    this.verifies.clear();
+    this.refs = 0;
+    // The other roles cannot make progress without this one: stop them all.
+    void this.terminateAll();
+  }
+
+  private async terminateAll(): Promise<void> {
+    for (const role of ROLES) this.stopping.add(role);
+    await Promise.all([...this.workers.values()].map((w) => w.terminate()));
+  }
+
+  private encode(req: SimRequest, requestId: number): number[] {
+    if (typeof req !== 'object' || req === null) {
+      throw new InvalidArgumentError('request', 'must be an object');
+    }
+    const max = this.config.maxTokensPerRequest - 1;
+    const optInt = (name: keyof SimRequest, min: number, limit: number): number => {
+      const v = req[name];
+      if (v === undefined) return UNSET;
+      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > limit) {
+        throw new InvalidArgumentError(name, `must be an integer in [${min}, ${limit}]`);
+      }
+      return v;
+    };
+    const tokens = req.promptTokens;
+    if (tokens !== undefined) {
+      if (!Array.isArray(tokens) || tokens.length < 1 || tokens.length > max) {
+        throw new InvalidArgumentError('promptTokens', `must be an array of 1 to ${max} token IDs`);
+      }
+      for (let i = 0; i < tokens.length; i += 1) {
+        const t = tokens[i];
+        if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0x7fffffff) {
+          throw new InvalidArgumentError(`promptTokens[${i}]`, 'must be an integer in [0, 2^31)');
+        }
+      }
+    }
+    let length = optInt('promptLength', 1, max);
+    if (tokens !== undefined) length = tokens.length;
+    else if (length === UNSET) length = Math.min(1024, max);
+    const prefixId = optInt('prefixId', 0, 0x7fffffff);
+    const shared = optInt('sharedPrefixTokens', 0, max);
+    const decode = optInt('maxDecodeTokens', 1, max);
+    const abortAfter = optInt('abortAfterTokens', 0, 0x7fffffff);
+    const record = [
+      OP_SUBMIT,
+      requestId,
+      length,
+      prefixId,
+      shared === UNSET ? 0 : shared,
+      decode,
+      abortAfter,
+    ];
+    record.push(tokens?.length ?? 0);
+    if (tokens) for (const t of tokens) record.push(t);
+    return record;
+  }
+
+  private send(record: number[]): void {
+    const ring = this.views.ring('submit');
+    if (this.backlog.length === 0 && ring.push(record)) {
+      this.views.doorbell('scheduler').ring();
+      return;
+    }
+    this.backlog.push(record);
+    this.flushBacklog();
+  }
+
+  /** The submit ring was full: retry on a timer (main never waits on shared memory). */
+  private flushBacklog(): void {
+    const ring = this.views.ring('submit');
+    while (this.backlog.length > 0 && ring.push(this.backlog[0]!)) this.backlog.shift();
+    this.views.doorbell('scheduler').ring();
+    if (this.backlog.length > 0 && this.backlogTimer === undefined && !this.failure) {
+      this.backlogTimer = setTimeout(() => {
+        this.backlogTimer = undefined;
+        this.flushBacklog();
+      }, 1);
+    }
+  }
+
+  private hold(): void {
+    this.refs += 1;
+    this.updateRef();
+  }
+
+  private release(): void {
+    this.refs = Math.max(0, this.refs - 1);
+    this.updateRef();
+  }
+
+  /** Workers keep the process alive exactly while something is pending. */
+  private updateRef(): void {
+    const keep = this.refs > 0 || (this.closing !== undefined && !this.closed);
+    for (const w of this.workers.values()) {
+      if (keep) w.ref();
+      else w.unref();
+    }
+  }
+
+  private pinsOutstanding(): number {
+    const pins = this.views.state.pins;
+    let n = 0;
+    for (let b = 0; b < pins.length; b += 1) n += Atomics.load(pins, b);
+    return n;
+  }
+
+  private async doClose(): Promise<void> {
+    this.updateRef();
+    const timeoutMs = this.options.closeTimeoutMs ?? 60_000;
+    const deadline = Date.now() + timeoutMs;
+    if (!this.failure) {
+      Atomics.store(this.views.control, CONTROL_CLOSING, 1);
+      this.views.doorbell('scheduler').ring();
+      // Every pending request ends (the engine aborts what is left).
+      await this.until(() => this.pending.size === 0 || this.failure !== undefined, deadline);
+      // Stop in dependency order: engine, then store (drains copies), then allocator (frees quarantine), hasher.
+      for (const role of ['scheduler', 'store', 'allocator', 'hasher'] as const) {
+        if (this.failure) break;
+        await this.stop(role, deadline);
+      }
+    }
+    await this.terminateAll();
+    this.closed = true;
+    if (this.backlogTimer) clearTimeout(this.backlogTimer);
+    for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
+    this.pending.clear();
+    this.leaks = this.leakCheck();
+    if (this.failure === undefined && Date.now() > deadline) {
+      throw new TimeoutError('OffloadRuntime.close', timeoutMs);
+    }
+  }
+
+  private async stop(role: RoleName, deadline: number): Promise<void> {
+    const exited = this.exited.get(role);
+    if (!this.workers.has(role) || exited === undefined) return;
+    this.stopping.add(role);
+    Atomics.store(this.views.control, CONTROL_STOP[role as DoorbellName], 1);
+    this.views.doorbell(role).ring();
+    const ms = Math.max(0, deadline - Date.now());
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    clearTimeout(timer);
+    // Reported but still alive (a stray handle): it has nothing left to do.
+    await this.workers.get(role)?.terminate();
+  }
+
+  private until(done: () => boolean, deadline: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const tick = () => {
+        if (done() || Date.now() > deadline) resolve();
+        else setTimeout(tick, 2);
+      };
+      tick();
+    });
+  }
+
+  private leakCheck(): LeakReport {
+    const { state } = this.views;
+    let slots = 0;
+    for (let s = 0; s < this.config.maxRequests; s += 1) {
+      if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
+    }
+    const alloc = this.finals.get('allocator');
+    const store = this.finals.get('store');
+    return {
+      blocksInUse: alloc?.inUse ?? -1,
+      blocksQuarantined: alloc?.quarantined ?? -1,
+      pinsOutstanding: this.pinsOutstanding(),
+      slotsInUse: slots,
+      tierEntriesWriting: store?.tierWriting ?? -1,
+      tierEntriesReading: store?.tierReading ?? -1,
+      jobsInFlight: store?.jobsInFlight ?? -1,
+    };
+  }
+}
+
+const statIndexVerify = STAT_INDEX.verifyMismatches;
+
+function failedVerify(): VerifyReport {
+  return {
+    ok: false,
+    entriesChecked: 0,
+    blocksChecked: 0,
+    mismatches: 0,
+    holes: 0,
+    doubleStores: 0,
+    mismatchKeys: [],
+  };
+}
+
+function validateOptions(o: RuntimeOptions): void {
+  if (o.policy !== undefined) parseStorePolicy(o.policy);
+  const int = (name: string, v: unknown, min: number, max: number) => {
+    if (v === undefined) return;
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+      throw new InvalidArgumentError(name, `must be an integer in [${min}, ${max}]`);
+    }
+  };
+  int('transferThreads', o.transferThreads, 1, 64);
+  int('traceSlots', o.traceSlots, 0, 1 << 16);
+  int('transferDelayMs', o.transferDelayMs, 0, 10_000);
+  int('closeTimeoutMs', o.closeTimeoutMs, 1, 3_600_000);
+  int('lag.hasherHashesPerWake', o.lag?.hasherHashesPerWake, 1, 1 << 20);
+  const num = (name: string, v: unknown) => {
+    if (v === undefined) return;
+    if (typeof v !== 'number' || !(v >= 0 && v <= 10_000)) {
+      throw new InvalidArgumentError(name, 'must be a number in [0, 10000]');
+    }
+  };
+  num('lag.allocatorPublishDelayMs', o.lag?.allocatorPublishDelayMs);
+  num('lag.jitterMs', o.lag?.jitterMs);
+}

@@ -1,0 +1,41 @@
+// Runtime counters: each role keeps plain local counters and publishes them to
+// its own words of the stats buffer with Atomics.store (one writer per word);
+// main reads a snapshot with Atomics.load.
+import { STATS, STAT_INDEX } from './layout.js';
+import type { StatName } from './layout.js';
+
+export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
+  Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
+}
+
+export function readStat(stats: BigInt64Array, name: StatName): number {
+  return Number(Atomics.load(stats, STAT_INDEX[name]));
+}
+
+export function readAllStats(stats: BigInt64Array): Record<StatName, number> {
+  const out = {} as Record<StatName, number>;
+  for (const s of STATS) out[s.name] = readStat(stats, s.name);
+  return out;
+}
+
+export interface RuntimeStats {
+  requests: number;
+  completed: number;
+  aborted: number;
+  preemptions: number;
+  chunksStored: number;
+  chunksDeferred: number;
+  chunksDeferredThenStored: number;
+  /** Store offers the tier could not allocate; the same chunks were offered again on a later pass. */
+  allocationRetries: number;
+  tierHits: number;
+  bytesCopied: number;
+  pinsOutstanding: number;
+  snapshotRetries: number;
+  jobsInFlight: number;
+  tierUsed: number;
+  tierCapacity: number;
+  holes: number;
+  mismatches: number;
+  chunksDroppedForCapacity: number;
+}

@@ -1,0 +1,474 @@
+// The store role's loop body. It owns the host tier and the transfer backend:
+// each step it answers the scheduler's lookups and loads, collects finished
+// copies (publishing a tier entry only after its bytes are there), and runs one
+// StorePlanner pass whose jobs go to the backend. It also keeps what the
+// runtime's checks need, on this thread only: which tier entries are readable
+// and which chunk positions they hold (verify), which chunks each request
+// generation dispatched or covered (double stores, holes).
+import { tierChunkMatches } from '../copy.js';
+import { invariant } from '../errors.js';
+import type { StoreJob } from '../job.js';
+import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
+import { StorePlanner } from '../planner.js';
+import type { ChunkOutcome, PlannerObserver } from '../planner.js';
+import type { StorePolicy } from '../ready.js';
+import type { RequestSnapshot } from '../roles/store.js';
+import { HostTier } from '../tier/host-tier.js';
+import type { TransferBackend, TransferCompletion } from './backend.js';
+import type { RuntimeViews } from './buffers.js';
+import { Outbox } from './outbox.js';
+import { ANS_LOADED, ANS_LOOKED_UP, OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
+import { readKey } from './rings.js';
+import type { SpscRing } from './rings.js';
+import { publishStat } from './stats.js';
+import { encodeLoadTask, encodeStoreTask } from './transfer.js';
+import type { LoadEntry } from './transfer.js';
+
+export interface StoreLoopOptions {
+  policy?: StorePolicy;
+  /** Test-only: the planner does not pin and the transfer does not unpin. */
+  unsafeSkipPins?: boolean;
+  /** Test knob: every transfer task sleeps this long before copying. */
+  transferDelayMs?: number;
+  /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
+  jobsInFlightMax?: number;
+  /** Record per-pass windows of requests with id below this (0: none). */
+  traceRequests?: number;
+}
+
+export interface JobEvent {
+  jobId: number;
+  chunks: number;
+  bytes: number;
+  latencyMs: number;
+}
+
+/** Sent to main once per request generation, just before it is marked drained. */
+export interface DrainedRequest {
+  requestId: number;
+  slot: number;
+  generation: number;
+  status: 'finished' | 'aborted';
+  chunksStored: number;
+  chunksDeferred: number;
+  holes: number;
+  doubleStores: number;
+}
+
+export interface VerifyReport {
+  ok: boolean;
+  entriesChecked: number;
+  blocksChecked: number;
+  mismatches: number;
+  holes: number;
+  doubleStores: number;
+  /** The first few mismatching keys, as hex. */
+  mismatchKeys: string[];
+}
+
+export interface StoreLoopEvents {
+  jobs(events: JobEvent[]): void;
+  drained(request: DrainedRequest): void;
+}
+
+interface InFlightStore {
+  readonly job: StoreJob;
+  readonly keys: bigint[];
+}
+
+interface Readable {
+  readonly slot: number;
+  readonly positions: readonly number[];
+}
+
+interface HitLock {
+  readonly keys: bigint[];
+  /** Per loaded (group, chunk), group-major: tier slot. */
+  readonly slots: number[];
+  readonly chunks: { group: number; chunk: number }[];
+  readonly hit: number;
+}
+
+// Per chunk coverage flags of the current generation of a slot.
+const COVERED = 1;
+const STORED = 2;
+const DEFERRED = 4;
+
+const RECORDS_PER_STEP_MAX = 64;
+
+export class StoreLoop {
+  readonly tier: HostTier;
+  readonly planner: StorePlanner;
+  private readonly views: RuntimeViews;
+  private readonly backend: TransferBackend;
+  private readonly events: StoreLoopEvents;
+  private readonly requests: SpscRing;
+  private readonly answers: Outbox;
+  private readonly skipPins: boolean;
+  private readonly delayMs: number;
+  private readonly jobsInFlightMax: number;
+  private readonly stores = new Map<number, InFlightStore>();
+  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
+  private readonly locks = new Map<number, HitLock>();
+  private readonly readable = new Map<bigint, Readable>();
+  /** Positions of keys being written, until their job completes. */
+  private readonly writing = new Map<bigint, Readable>();
+  // Per slot bookkeeping of the generation in slotGeneration.
+  private readonly slotGeneration: Int32Array;
+  private readonly coverage: Uint8Array[];
+  private readonly markedTo: Int32Array;
+  private readonly slotStored: Int32Array;
+  private readonly slotDeferred: Int32Array;
+  private readonly slotDoubles: Int32Array;
+  private holes = 0;
+  private doubleStores = 0;
+  private deferredThenStored = 0;
+  private bytesCopied = 0;
+  private jobsCompleted = 0;
+  private nextLoadId = 1;
+  private jobEvents: JobEvent[] = [];
+
+  constructor(
+    views: RuntimeViews,
+    backend: TransferBackend,
+    events: StoreLoopEvents,
+    options: StoreLoopOptions = {},
+  ) {
+    this.views = views;
+    this.backend = backend;
+    this.events = events;
+    const { config } = views;
+    this.tier = new HostTier(config.tierChunks);
+    this.skipPins = options.unsafeSkipPins ?? false;
+    this.delayMs = options.transferDelayMs ?? 0;
+    this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
+    const groups = views.state.groupCount;
+    this.slotGeneration = new Int32Array(config.maxRequests);
+    this.coverage = Array.from(
+      { length: config.maxRequests * groups },
+      () => new Uint8Array(config.maxChunksPerRequest),
+    );
+    this.markedTo = new Int32Array(config.maxRequests * groups);
+    this.slotStored = new Int32Array(config.maxRequests);
+    this.slotDeferred = new Int32Array(config.maxRequests);
+    this.slotDoubles = new Int32Array(config.maxRequests);
+    const observer: PlannerObserver = {
+      chunk: (slot, generation, group, chunk, outcome) =>
+        this.onChunk(slot, generation, group, chunk, outcome),
+      deferred: (slot, generation, group, from, to) =>
+        this.onDeferred(slot, generation, group, from, to),
+      draining: (snap) => this.onDraining(snap),
+    };
+    this.planner = new StorePlanner(views.state, this.tier, {
+      policy: options.policy ?? 'ready-prefix',
+      unsafeSkipPins: this.skipPins,
+      observer,
+    });
+    this.requests = views.ring('storeRequest');
+    this.answers = new Outbox(views.ring('storeAnswer'));
+  }
+
+  get jobsInFlight(): number {
+    return this.stores.size + this.loads.size;
+  }
+
+  /** One bounded unit of work; true when anything happened. */
+  step(): boolean {
+    let did = this.answers.flush() > 0;
+    if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
+    if (this.collect()) did = true;
+    if (this.stores.size < this.jobsInFlightMax) {
+      const before = this.planner.counters.jobs;
+      this.planner.pass((job) => this.dispatch(job));
+      if (this.planner.counters.jobs !== before) did = true;
+    }
+    this.trackEvictions();
+    this.publishStats();
+    return did;
+  }
+
+  /** Jobs completed since the last call, for the runtime's 'job' event. */
+  takeJobEvents(): JobEvent[] {
+    const out = this.jobEvents;
+    this.jobEvents = [];
+    return out;
+  }
+
+  /** Every readable tier entry's bytes against the expansion of its key. */
+  verify(): VerifyReport {
+    const { tier, geometry } = this.views;
+    let blocks = 0;
+    let mismatches = 0;
+    const mismatchKeys: string[] = [];
+    for (const [key, e] of this.readable) {
+      blocks += e.positions.length;
+      if (!tierChunkMatches(tier, geometry, e.slot, key, e.positions)) {
+        mismatches += 1;
+        if (mismatchKeys.length < 8) mismatchKeys.push(key.toString(16));
+      }
+    }
+    return {
+      ok: mismatches === 0 && this.holes === 0 && this.doubleStores === 0,
+      entriesChecked: this.readable.size,
+      blocksChecked: blocks,
+      mismatches,
+      holes: this.holes,
+      doubleStores: this.doubleStores,
+      mismatchKeys,
+    };
+  }
+
+  /** Leftovers after a run: entries still being written or read (should be 0 after close). */
+  leftovers(): { writing: number; reading: number; locks: number } {
+    const s = this.tier.stats();
+    return { writing: s.writing, reading: s.reading, locks: this.locks.size + this.loads.size };
+  }
+
+  private dispatch(job: StoreJob): void {
+    const keys: bigint[] = [];
+    const bpc = this.views.config.blocksPerChunk;
+    for (const c of job.chunks) {
+      keys.push(c.key);
+      this.writing.set(c.key, {
+        slot: c.tierSlot,
+        positions: c.positions.map((p) => p % bpc),
+      });
+    }
+    this.stores.set(job.jobId, { job, keys });
+    this.backend.submit(encodeStoreTask(job, !this.skipPins, this.delayMs));
+  }
+
+  private collect(): boolean {
+    const done = this.backend.takeCompletions();
+    for (const c of done) {
+      if (c.kind === 'store') this.completeStore(c);
+      else this.completeLoad(c);
+    }
+    return done.length > 0;
+  }
+
+  private completeStore(c: TransferCompletion): void {
+    const entry = this.stores.get(c.jobId);
+    invariant(entry !== undefined, `store job ${c.jobId} was in flight`);
+    this.stores.delete(c.jobId);
+    if (!c.ok) throw c.error instanceof Error ? c.error : new Error(String(c.error));
+    // Publish after complete: the bytes are in the slots, now the keys become readable.
+    this.tier.completeStore(entry.keys, true);
+    for (const k of entry.keys) {
+      const w = this.writing.get(k);
+      if (w === undefined) continue;
+      this.writing.delete(k);
+      this.readable.set(k, w);
+    }
+    this.bytesCopied += c.bytes;
+    this.jobsCompleted += 1;
+    this.jobEvents.push({
+      jobId: c.jobId,
+      chunks: entry.job.chunks.length,
+      bytes: c.bytes,
+      latencyMs: c.latencyMs,
+    });
+  }
+
+  private trackEvictions(): void {
+    for (const e of this.tier.takeEvents()) {
+      if (e.kind === 'removed') for (const k of e.keys) this.readable.delete(k);
+    }
+  }
+
+  private handle(r: Int32Array): void {
+    const op = r[0];
+    if (op === OP_LOOKUP) this.lookup(r);
+    else if (op === OP_LOAD) this.load(r);
+    else if (op === OP_UNLOCK) this.unlock(r[1]!);
+    else invariant(false, `store opcode ${op} is known`);
+  }
+
+  /**
+   * The prompt's tier prefix hit, in chunks common to every group: the longest
+   * prefix whose full-attention chunks are all readable and whose windowed
+   * groups have every chunk of their window at the boundary. Only whole chunks
+   * count (every block position present). Hit entries are protected from
+   * eviction until loaded or unlocked. Groups must share tokensPerChunk.
+   */
+  private lookup(r: Int32Array): void {
+    const tag = r[1]!;
+    const count = r[2]!;
+    const { config } = this.views;
+    const groups = config.groups;
+    const bpc = config.blocksPerChunk;
+    const key = (g: number, c: number) => readKey(r, 3 + 2 * (g * count + c));
+    const whole = (k: bigint) => {
+      const e = this.readable.get(k);
+      return e !== undefined && e.positions.length === bpc;
+    };
+    let hit = 0;
+    const sameChunk = groups.every((g) => g.tokensPerChunk === groups[0]!.tokensPerChunk);
+    if (sameChunk) {
+      hit = count;
+      for (const g of groups) {
+        if (g.windowChunks !== null) continue;
+        let n = 0;
+        while (n < hit && whole(key(g.index, n))) n += 1;
+        hit = n;
+      }
+      // Shrink until every windowed group has its whole window (bounded by hit * window).
+      while (hit > 0) {
+        let ok = true;
+        for (const g of groups) {
+          if (g.windowChunks === null) continue;
+          for (let c = Math.max(0, hit - g.windowChunks); c < hit && ok; c += 1) {
+            if (!whole(key(g.index, c))) ok = false;
+          }
+        }
+        if (ok) break;
+        hit -= 1;
+      }
+    }
+    if (hit > 0) {
+      const keys: bigint[] = [];
+      const chunks: { group: number; chunk: number }[] = [];
+      for (const g of groups) {
+        const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
+        for (let c = from; c < hit; c += 1) {
+          keys.push(key(g.index, c));
+          chunks.push({ group: g.index, chunk: c });
+        }
+      }
+      const slots = this.tier.prepareLoad(keys);
+      this.locks.set(tag, { keys, slots, chunks, hit });
+    }
+    this.answers.send([ANS_LOOKED_UP, tag, hit]);
+  }
+
+  /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
+  private load(r: Int32Array): void {
+    const tag = r[1]!;
+    const lock = this.locks.get(tag);
+    invariant(lock !== undefined, `load ${tag} follows a lookup hit`);
+    this.locks.delete(tag);
+    const bpc = this.views.config.blocksPerChunk;
+    invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
+    const entries: LoadEntry[] = [];
+    for (let i = 0; i < lock.chunks.length; i += 1) {
+      for (let p = 0; p < bpc; p += 1) {
+        entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block: r[2 + i * bpc + p]! });
+      }
+    }
+    const jobId = -this.nextLoadId++;
+    this.loads.set(jobId, { lock, tag });
+    this.backend.submit(encodeLoadTask(jobId, entries, 0));
+  }
+
+  private completeLoad(c: TransferCompletion): void {
+    const load = this.loads.get(c.jobId);
+    invariant(load !== undefined, `load job ${c.jobId} was in flight`);
+    this.loads.delete(c.jobId);
+    this.tier.completeLoad(load.lock.keys);
+    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
+  }
+
+  private unlock(tag: number): void {
+    const lock = this.locks.get(tag);
+    if (lock === undefined) return;
+    this.locks.delete(tag);
+    this.tier.completeLoad(lock.keys);
+  }
+
+  // --- planner observer: this thread only ---
+
+  private adopt(slot: number, generation: number): void {
+    if (this.slotGeneration[slot] === generation) return;
+    this.slotGeneration[slot] = generation;
+    const groups = this.views.state.groupCount;
+    for (let g = 0; g < groups; g += 1) {
+      this.coverage[slot * groups + g]!.fill(0);
+      this.markedTo[slot * groups + g] = 0;
+    }
+    this.slotStored[slot] = 0;
+    this.slotDeferred[slot] = 0;
+    this.slotDoubles[slot] = 0;
+  }
+
+  private onChunk(
+    slot: number,
+    generation: number,
+    group: number,
+    chunk: number,
+    outcome: ChunkOutcome,
+  ): void {
+    this.adopt(slot, generation);
+    const cov = this.coverage[slot * this.views.state.groupCount + group]!;
+    const was = cov[chunk]!;
+    if (outcome === 'stored') {
+      if ((was & STORED) !== 0) {
+        this.doubleStores += 1;
+        this.slotDoubles[slot]! += 1;
+      }
+      if ((was & DEFERRED) !== 0) this.deferredThenStored += 1;
+      this.slotStored[slot]! += 1;
+      cov[chunk] = was | STORED | COVERED;
+    } else {
+      cov[chunk] = was | COVERED;
+    }
+  }
+
+  private onDeferred(
+    slot: number,
+    generation: number,
+    group: number,
+    from: number,
+    to: number,
+  ): void {
+    this.adopt(slot, generation);
+    const i = slot * this.views.state.groupCount + group;
+    const cov = this.coverage[i]!;
+    this.slotDeferred[slot]! += to - from;
+    const end = Math.min(to, cov.length);
+    for (let c = Math.max(from, this.markedTo[i]!); c < end; c += 1) cov[c] = cov[c]! | DEFERRED;
+    this.markedTo[i] = Math.max(this.markedTo[i]!, end);
+  }
+
+  /** Runs before the drained mark: the allocator cannot free (or the slot be reused) yet. */
+  private onDraining(snap: Readonly<RequestSnapshot>): void {
+    const { state } = this.views;
+    const slot = snap.slot;
+    this.adopt(slot, snap.generation);
+    let holes = 0;
+    for (let g = 0; g < state.groupCount; g += 1) {
+      const hit = Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
+      const cov = this.coverage[slot * state.groupCount + g]!;
+      for (let c = hit; c < snap.cursor[g]!; c += 1) if ((cov[c]! & COVERED) === 0) holes += 1;
+    }
+    this.holes += holes;
+    const status = Atomics.load(state.control, state.schedulerWord(slot, S_STATUS));
+    this.events.drained({
+      requestId: Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID)),
+      slot,
+      generation: snap.generation,
+      status: status === Status.finished ? 'finished' : 'aborted',
+      chunksStored: this.slotStored[slot]!,
+      chunksDeferred: this.slotDeferred[slot]!,
+      holes,
+      doubleStores: this.slotDoubles[slot]!,
+    });
+  }
+
+  private publishStats(): void {
+    const s = this.views.stats;
+    const c = this.planner.counters;
+    publishStat(s, 'chunksStored', c.chunksStored);
+    publishStat(s, 'chunksDeferred', c.chunksDeferred);
+    publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);
+    publishStat(s, 'allocationRetries', c.allocationFailures);
+    publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
+    publishStat(s, 'snapshotRetries', c.snapshotRetries);
+    publishStat(s, 'bytesCopied', this.bytesCopied);
+    publishStat(s, 'jobsInFlight', this.jobsInFlight);
+    publishStat(s, 'jobsCompleted', this.jobsCompleted);
+    publishStat(s, 'tierUsed', this.tier.stats().used);
+    publishStat(s, 'holes', this.holes);
+    publishStat(s, 'doubleStores', this.doubleStores);
+    publishStat(s, 'storePasses', c.passes);
+  }
+}
