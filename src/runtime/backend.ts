@@ -6,7 +6,14 @@
 // tests).
 import { performance } from 'node:perf_hooks';
 import { Piscina } from 'piscina';
-import { attachArenas, runTransferTask, taskJobId, taskKind, TASK_LOAD } from './transfer.js';
+import {
+  attachArenas,
+  runTransferTask,
+  taskJobId,
+  taskKind,
+  TASK_LOAD,
+  TASK_STORE,
+} from './transfer.js';
 import type { AttachedArenas, TransferArenas } from './transfer.js';
 import { piscinaExecArgv, workerUrl } from './worker-files.js';
 
@@ -91,6 +98,12 @@ export class PiscinaTransferBackend implements TransferBackend {
   get inFlight(): number {
     return this.submitted;
   }
+  /** Runs an empty task on every thread so the first real copy does not pay for thread start-up. */
+  async warmUp(threads: number): Promise<void> {
+    const empty = new Int32Array([TASK_STORE, 0, 0, 0, 0]);
+    await Promise.all(Array.from({ length: threads }, () => this.pool.run(empty)));
+  }
+
   /** piscina's own view, for diagnostics. */
   get poolState(): { queued: number; completed: number; threads: number } {
     return {

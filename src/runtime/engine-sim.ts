@@ -314,8 +314,8 @@ export class EngineSimulator {
       if (r.phase !== 'preempted' || budget <= 0) continue;
       if (this.activeCount() >= this.options.maxRunning) break;
       if (!this.roomFor(Math.min(r.promptLength, budget))) break;
+      // It keeps its arrival order: the latest arrival stays the preemption victim.
       r.phase = 'running';
-      r.admittedSeq = ++this.admitted;
       const n = this.tokensFor(r, budget);
       budget -= n;
       this.requestBlocks(r, n);
@@ -330,6 +330,8 @@ export class EngineSimulator {
       this.roomFor(Math.min(this.queue[0]!.promptLength, budget))
     ) {
       const r = this.queue.shift()!;
+      // Its first prefill chunk is part of this step's budget (it runs once the lookup answers).
+      budget -= Math.min(r.promptLength, budget);
       this.admit(r);
       did = true;
     }
@@ -617,9 +619,9 @@ export class EngineSimulator {
       const room = this.views.config.maxTokensPerRequest - r.numTokens;
       const take = sampled.slice(0, room);
       r.tokens.set(take, r.numTokens);
+      r.numTokens += take.length; // local only: the shared count is published below
       // The published horizon may already cover these tokens: their chunks' bytes go first.
-      this.writeBytesUpTo(r, Math.min(r.publishedHorizon, r.numTokens + take.length));
-      r.numTokens += take.length;
+      this.writeBytesUpTo(r, Math.min(r.publishedHorizon, r.numTokens));
       this.scheduler.appendTokens(h, take);
     }
     this.slideWindows(r);

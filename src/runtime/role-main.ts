@@ -199,6 +199,7 @@ async function runStore(
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
   };
   port.on('message', onMessage);
+  await backend.warmUp(data.store.transferThreads);
   post({ type: 'ready', role: 'store' });
   if (process.env.KVOFF_DEBUG) {
     setInterval(() => {
