@@ -16,6 +16,7 @@ import type { WorldOutcome } from '../src/sim/world.js';
 export interface FcSearch {
   readonly policy: StorePolicy;
   readonly pins: boolean;
+  readonly revalidate?: boolean;
   readonly watch?: readonly InvariantName[];
 }
 
@@ -29,6 +30,7 @@ export async function runFcSchedule(
   const world = new World(scenarioFromSeed(scenarioSeed), {
     policy: search.policy,
     pins: search.pins,
+    ...(search.revalidate === false ? { revalidate: false } : {}),
     hashing,
     ...(search.watch ? { watch: new Set(search.watch) } : {}),
   });

@@ -35,6 +35,7 @@ interface Target {
   readonly name: string;
   readonly policy: StorePolicy;
   readonly pins: boolean;
+  readonly revalidate?: boolean;
   readonly watch?: readonly InvariantName[];
 }
 
@@ -47,6 +48,13 @@ const TARGETS: readonly Target[] = [
     name: 'no pins, block reused mid-copy',
     policy: 'ready-prefix',
     pins: false,
+    watch: ['mispairing'],
+  },
+  {
+    name: 'no re-validation, torn read',
+    policy: 'ready-prefix',
+    pins: true,
+    revalidate: false,
     watch: ['mispairing'],
   },
 ];
@@ -89,6 +97,7 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
         {
           policy: target.policy,
           pins: target.pins,
+          ...(target.revalidate === false ? { revalidate: false } : {}),
           ...(target.watch ? { watch: target.watch } : {}),
         },
         baseSeed(k),
@@ -104,6 +113,7 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
       seed: baseSeed(k) * 1000,
       schedules: SIM_BUDGET,
       shrink: false,
+      ...(target.revalidate === false ? { revalidate: false } : {}),
       ...(target.watch ? { watch: target.watch } : {}),
     });
     perSeed.push(r.violations > 0 ? r.schedules : null);

@@ -106,6 +106,9 @@ describe('replay tokens', () => {
     const token = encodeReplayToken(shrunk);
     expect(token).toBe('kvf1.ready-prefix.random.nopins.0.whole,crash.e0,3.d01t43');
     expect(decodeReplayToken(token)).toEqual(shrunk);
+    const torn = { ...whole, revalidate: false };
+    expect(encodeReplayToken(torn)).toBe('kvf1.legacy-zip.pct.pins.4294967295.r0');
+    expect(decodeReplayToken(encodeReplayToken(torn))).toEqual(torn);
   });
 
   it('reject anything else as bad usage', () => {

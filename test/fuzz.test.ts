@@ -62,6 +62,23 @@ describe('the fuzzer finds the legacy bugs within a bounded budget', () => {
   }
 });
 
+describe('the simulator interleaves inside a planning pass', () => {
+  it('without re-validation, a torn read (blocks changed between snapshot and pins) is found', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      pins: true,
+      revalidate: false,
+      seed: 1,
+      schedules: BUG_BUDGET,
+    });
+    expect(r.violations).toBe(1);
+    expect(r.first!.invariant).toBe('mispairing');
+    expect(r.first!.replayToken).toMatch(/\.r0$/);
+    expect(r.first!.shrunkTrace.some((l) => l.nested)).toBe(true);
+  });
+});
+
 describe('ready-prefix holds every invariant', () => {
   for (const strategy of ['random', 'pct'] as const) {
     it(`${CLEAN_SCHEDULES} ${strategy} schedules, no violation`, async () => {

@@ -29,6 +29,7 @@ interface FuzzFlags {
   schedules?: string;
   seed?: string;
   pins: boolean;
+  revalidate: boolean;
   json?: boolean;
   replay?: string;
   trace?: boolean;
@@ -47,6 +48,7 @@ export function registerFuzz(program: Command): void {
     .option('--schedules <n>', 'run n schedules')
     .option('--seed <s>', 'first seed; schedule i runs with seed s+i (default: random)')
     .option('--no-pins', 'the unsafe variant: no pins and a pool that reuses pinned blocks')
+    .option('--no-revalidate', 'the unsafe variant: the planner skips its snapshot re-validation')
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--replay <token>', 'run one recorded schedule again (the token a failure prints)')
     .option('--watch <invariants>', 'report only these invariants (comma-separated), e.g. hole')
@@ -91,6 +93,7 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       policy,
       strategy,
       pins: flags.pins,
+      ...(flags.revalidate ? {} : { revalidate: false }),
       seed,
       ...(watch !== undefined ? { watch } : {}),
       ...(schedules !== undefined ? { schedules } : {}),
@@ -107,7 +110,7 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   }
   const out: string[] = [];
   out.push(
-    `kvoff fuzz: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
+    `kvoff fuzz: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}${flags.revalidate ? '' : ', re-validation OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
   );
   out.push(
     rows([
@@ -129,6 +132,9 @@ async function replay(flags: FuzzFlags): Promise<void> {
     }
   }
   if (!flags.pins) throw new InvalidArgumentError('--no-pins', 'the replay token already fixes it');
+  if (!flags.revalidate) {
+    throw new InvalidArgumentError('--no-revalidate', 'the replay token already fixes it');
+  }
   const spec = decodeReplayToken(flags.replay!);
   const hashing = await loadHashing();
   const result = runSchedule(hashing, spec, true);

@@ -43,6 +43,7 @@ export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false):
     strategy,
     record,
     ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
+    ...(spec.revalidate === false ? { revalidate: false } : {}),
   });
   return { ...world.run(), spec, scenario };
 }
@@ -59,6 +60,8 @@ export interface FuzzOptions {
   readonly seconds?: number;
   /** Watch only these invariants; all when absent. */
   readonly watch?: readonly InvariantName[];
+  /** False: the planner skips its snapshot re-validation (the unsafe variant). */
+  readonly revalidate?: boolean;
   /** Shrink the first failure (default true). */
   readonly shrink?: boolean;
   /** Called every few schedules with the count so far. */
@@ -117,6 +120,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       pins: options.pins,
       seed,
       ...(options.watch !== undefined ? { watch: options.watch } : {}),
+      ...(options.revalidate === false ? { revalidate: false } : {}),
     });
     schedules += 1;
     steps += result.steps;

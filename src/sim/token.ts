@@ -6,6 +6,7 @@
 //   kvf1.legacy-zip.pct.pins.1234                       a whole schedule
 //   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
 //   kvf1.legacy-zip.pct.pins.1234.whole                 watching one invariant
+//   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
 import { InvalidArgumentError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
@@ -26,6 +27,8 @@ export interface ReplaySpec {
   readonly decisions?: readonly number[];
   /** Invariants watched (the others are not checked); all when absent. */
   readonly watch?: readonly InvariantName[];
+  /** False: the planner skips its snapshot re-validation (the unsafe variant). */
+  readonly revalidate?: boolean;
 }
 
 const PREFIX = 'kvf1';
@@ -40,6 +43,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     spec.pins ? 'pins' : 'nopins',
     String(spec.seed),
   ];
+  if (spec.revalidate === false) parts.push('r0');
   if (spec.watch !== undefined) parts.push(`w${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
@@ -52,9 +56,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
   if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
   const parts = token.trim().split('.');
-  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 8) {
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 9) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.w<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.w<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -74,8 +78,11 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let events: number[] | undefined;
   let decisions: number[] | undefined;
   let watch: InvariantName[] | undefined;
+  let revalidate: boolean | undefined;
   for (const part of rest) {
-    if (part.startsWith('w') && watch === undefined) {
+    if (part === 'r0' && revalidate === undefined) {
+      revalidate = false;
+    } else if (part.startsWith('w') && watch === undefined) {
       watch = part
         .slice(1)
         .split(',')
@@ -112,6 +119,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...(events !== undefined ? { events } : {}),
     ...(decisions !== undefined ? { decisions } : {}),
     ...(watch !== undefined ? { watch } : {}),
+    ...(revalidate !== undefined ? { revalidate } : {}),
   };
 }
 

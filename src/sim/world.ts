@@ -63,6 +63,8 @@ export interface WorldOptions {
   readonly policy: StorePolicy;
   /** False: the no-pin variant (planner skips pins, pool ignores them); must surface reuse mid-copy. */
   readonly pins: boolean;
+  /** False: the planner skips the snapshot re-validation (test-only variant); must surface torn reads. */
+  readonly revalidate?: boolean;
   readonly hashing: Hashing;
   /** Picks every step (top level and inside planning passes); absent for external drivers. */
   readonly strategy?: Strategy;
@@ -249,6 +251,7 @@ export class World {
     this.planner = new StorePlanner(this.state, this.tier, {
       policy: options.policy,
       unsafeSkipPins: !options.pins,
+      unsafeSkipRevalidate: options.revalidate === false,
       onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
     });
     const wordsPerBlock = config.bytesPerBlock / 4;
@@ -1034,13 +1037,20 @@ export class World {
       );
       return;
     }
+    this.note(
+      TRANSFER,
+      A_COMPLETE,
+      job.slot,
+      job.jobId,
+      () => `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
+    );
     // Invariant 3: the bytes about to be published are the expansion of their key.
     for (const c of job.chunks) {
       const positions = c.positions.map((p) => p % this.config.blocksPerChunk);
       if (!tierChunkMatches(this.tierArena, this.geo, c.tierSlot, c.key, positions)) {
         this.flag(
           'mispairing',
-          `job ${job.jobId} chunk ${c.group}:${c.chunk} (key ${c.key.toString(16)}): tier bytes are not the expansion of its key (a source block was reused before the copy)`,
+          `job ${job.jobId} chunk ${c.group}:${c.chunk} (key ${c.key.toString(16)}): tier bytes are not the expansion of its key (a source block held other bytes when it was copied)`,
         );
       }
       this.published.set(c.key, positions);
@@ -1050,13 +1060,6 @@ export class World {
     for (let s = 0; s < this.starved.length; s += 1) {
       if (this.starved[s] === 1 && this.slotOwner[s] !== undefined) this.dirty[s] = 1;
     }
-    this.note(
-      TRANSFER,
-      A_COMPLETE,
-      job.slot,
-      job.jobId,
-      () => `complete job ${job.jobId}: published, unpinned`,
-    );
   }
 
   // ------------------------------------------------------------------ oracle
