@@ -61,6 +61,13 @@ export interface EngineOptions {
   abortRunningRate: number;
   /** Ask the store role for the prompt's tier prefix at admission and load it. */
   loadFromTier: boolean;
+  /**
+   * false: every request is opened with maxOffloadTokens 0, so the store role
+   * stores nothing (it still runs its passes and drains ended requests). With
+   * loadFromTier false this is offloading switched off: the baseline the
+   * scenario benchmark compares a normal run against.
+   */
+  offload: boolean;
   /** Tokens are drawn from [0, vocab). */
   vocab: number;
   seed: number;
@@ -75,6 +82,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   abortQueuedRate: 0.002,
   abortRunningRate: 0.002,
   loadFromTier: true,
+  offload: true,
   vocab: 32000,
   seed: 1,
 };
@@ -277,6 +285,7 @@ export class EngineSimulator {
     );
     this.byId.set(req.id, req);
     this.queue.push(req);
+    this.counters.requests += 1;
   }
 
   /** Shared prefix tokens depend only on the prefix id; the rest on the request id. */
@@ -437,8 +446,8 @@ export class EngineSimulator {
       requestId: r.id,
       promptTokens: r.tokens.subarray(0, r.numTokens),
       hitChunks: new Array<number>(groups).fill(hit),
+      ...(this.options.offload ? {} : { maxOffloadTokens: 0 }),
     });
-    this.counters.requests += 1;
     if (hit > 0) {
       r.phase = 'hit-alloc';
       this.requestHitBlocks(r);
@@ -816,4 +825,7 @@ export function validateEngineOptions(o: EngineOptions, maxRequests: number): vo
   rate('eagleAcceptRate');
   rate('abortQueuedRate');
   rate('abortRunningRate');
+  if (typeof o.offload !== 'boolean') {
+    throw new InvalidArgumentError('simulator.offload', 'must be a boolean');
+  }
 }
