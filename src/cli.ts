@@ -5,6 +5,8 @@
 import { Command, CommanderError } from 'commander';
 import { KvoffError } from './errors.js';
 import { registerDemo } from './commands/demo.js';
+import { registerServe } from './commands/serve.js';
+import { registerSimulate } from './commands/simulate.js';
 import { registerFuzz } from './commands/fuzz.js';
 
 /** Exit codes: 0 success, 1 the run found a problem (violation, hole, crash policy), 2 bad usage or config, 3 internal error. */
@@ -18,7 +20,9 @@ export function buildProgram(): Command {
     .option('--debug', 'print stack traces of errors')
     .showHelpAfterError()
     .exitOverride();
+  registerSimulate(program);
   registerDemo(program);
+  registerServe(program);
   registerFuzz(program);
   return program;
 }

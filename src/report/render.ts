@@ -125,8 +125,10 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
     );
   }
   for (const t of ticks(t0, t1, 8)) {
+    // Labels near the right edge end there instead of running off the chart.
+    const anchor = x(t) > width - right - 24 ? 'end' : 'middle';
     parts.push(
-      `<text class="tick" x="${f(x(t))}" y="${height - 8}" text-anchor="middle">${fmtMs(t)}</text>`,
+      `<text class="tick" x="${f(x(t))}" y="${height - 8}" text-anchor="${anchor}">${fmtMs(t)}</text>`,
     );
   }
   parts.push(

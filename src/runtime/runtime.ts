@@ -153,6 +153,8 @@ export class OffloadRuntime {
   private closed = false;
   private refs = 0;
   private leaks: LeakReport | undefined;
+  private readonly traces: RequestTrace[] = [];
+  private readonly startedAtEpochMs = Date.now();
 
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
@@ -233,9 +235,16 @@ export class OffloadRuntime {
     });
   }
 
-  /** Per-pass windows of traced requests (empty unless traceSlots > 0). Not recorded yet: returns []. */
+  /**
+   * Per-pass windows of the traced requests (ids 1..traceSlots) that ended so
+   * far, in the order they ended; empty unless traceSlots > 0.
+   */
   trace(): RequestTrace[] {
-    return [];
+    // The store thread stamps passes with wall-clock ms; report them from start().
+    return this.traces.map((t) => ({
+      ...t,
+      passes: t.passes.map((p) => ({ ...p, atMs: p.atMs - this.startedAtEpochMs })),
+    }));
   }
 
   /** After close(): what was left over (all zero after a clean run); undefined before. */
@@ -342,6 +351,9 @@ export class OffloadRuntime {
         return;
       }
       case 'drained': {
+        if (m.request.trace && this.traces.length < (this.options.traceSlots ?? 0)) {
+          this.traces.push(m.request.trace);
+        }
         const p = this.pending.get(m.request.requestId);
         if (p === undefined) return;
         p.store = m.request;

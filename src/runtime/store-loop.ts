@@ -10,7 +10,7 @@ import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
 import { StorePlanner } from '../planner.js';
-import type { ChunkOutcome, PlannerObserver } from '../planner.js';
+import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
@@ -23,6 +23,8 @@ import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 import { encodeLoadTask, encodeStoreTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
+import { TraceRecorder } from './trace-recorder.js';
+import type { TracedRequest } from './trace-recorder.js';
 
 export interface StoreLoopOptions {
   policy?: StorePolicy;
@@ -53,6 +55,8 @@ export interface DrainedRequest {
   chunksDeferred: number;
   holes: number;
   doubleStores: number;
+  /** Per-pass windows, for a traced request only (options.traceRequests). */
+  trace?: TracedRequest;
 }
 
 export interface VerifyReport {
@@ -127,6 +131,7 @@ export class StoreLoop {
   private jobsCompleted = 0;
   private nextLoadId = 1;
   private jobEvents: JobEvent[] = [];
+  private readonly recorder: TraceRecorder | undefined;
 
   constructor(
     views: RuntimeViews,
@@ -152,9 +157,14 @@ export class StoreLoop {
     this.slotStored = new Int32Array(config.maxRequests);
     this.slotDeferred = new Int32Array(config.maxRequests);
     this.slotDoubles = new Int32Array(config.maxRequests);
+    const traceRequests = options.traceRequests ?? 0;
+    const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
+    this.recorder = recorder;
     const observer: PlannerObserver = {
-      chunk: (slot, generation, group, chunk, outcome) =>
-        this.onChunk(slot, generation, group, chunk, outcome),
+      chunk: (slot, generation, group, chunk, outcome) => {
+        if (outcome === 'stored') recorder?.onStored(slot, group);
+        this.onChunk(slot, generation, group, chunk, outcome);
+      },
       deferred: (slot, generation, group, from, to) =>
         this.onDeferred(slot, generation, group, from, to),
       draining: (snap) => this.onDraining(snap),
@@ -163,6 +173,13 @@ export class StoreLoop {
       policy: options.policy ?? 'ready-prefix',
       unsafeSkipPins: this.skipPins,
       observer,
+      ...(recorder
+        ? {
+            onPlanPoint: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => {
+              if (point === 'snapshot') recorder.onSnapshot(snap);
+            },
+          }
+        : {}),
     });
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
@@ -180,6 +197,7 @@ export class StoreLoop {
     if (this.stores.size < this.jobsInFlightMax) {
       const before = this.planner.counters.jobs;
       this.planner.pass((job) => this.dispatch(job));
+      this.recorder?.endPass();
       if (this.planner.counters.jobs !== before) did = true;
     }
     this.trackEvictions();
@@ -442,15 +460,19 @@ export class StoreLoop {
     }
     this.holes += holes;
     const status = Atomics.load(state.control, state.schedulerWord(slot, S_STATUS));
+    const requestId = Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID));
+    const ended = status === Status.finished ? 'finished' : 'aborted';
+    const trace = this.recorder?.take(requestId, slot, ended);
     this.events.drained({
-      requestId: Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID)),
+      requestId,
       slot,
       generation: snap.generation,
-      status: status === Status.finished ? 'finished' : 'aborted',
+      status: ended,
       chunksStored: this.slotStored[slot]!,
       chunksDeferred: this.slotDeferred[slot]!,
       holes,
       doubleStores: this.slotDoubles[slot]!,
+      ...(trace ? { trace } : {}),
     });
   }
 

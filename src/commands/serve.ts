@@ -1,0 +1,118 @@
+// `kvoff serve`: an HTTP server embedding one OffloadRuntime (see
+// src/serve/server.ts for the routes). Prints its bound address as one line,
+// serves until SIGTERM or SIGINT, then drains: requests in flight finish, the
+// runtime drains its copies and ends its workers, and the process exits 0
+// (1 if the drain ran out of time or the run left holes or mismatches).
+import type { Command } from 'commander';
+import { InvalidArgumentError } from '../errors.js';
+import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
+import { OffloadRuntime } from '../runtime/runtime.js';
+import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
+import { intOptionOr } from './options.js';
+
+interface ServeRawOptions {
+  port: string;
+  host: string;
+  policy: string;
+  transferThreads: string;
+  seed: string;
+  drainTimeoutMs: string;
+  json?: boolean;
+}
+
+/** Signals that start a drain; a second one while draining exits at once. */
+const DRAIN_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
+
+export function registerServe(program: Command): void {
+  program
+    .command('serve')
+    .description(
+      'HTTP server embedding one OffloadRuntime: POST /v1/requests, GET /v1/stats, GET /metrics, GET /healthz',
+    )
+    .option('--port <n>', 'TCP port (0 picks a free one)', '8080')
+    .option('--host <addr>', 'address to bind', '127.0.0.1')
+    .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
+    .option('--transfer-threads <n>', 'piscina threads that copy chunks', '1')
+    .option('--seed <n>', 'seed of the engine simulator and the lag', '1')
+    .option(
+      '--drain-timeout-ms <ms>',
+      'on SIGTERM, how long requests in flight may take to finish',
+      String(SERVE_DEFAULTS.drainTimeoutMs),
+    )
+    .option('--json', 'print the bound address (and the drain result) as JSON lines')
+    .addHelpText(
+      'after',
+      '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
+        '  or {"promptTokens": [1, 2, 3], "maxDecodeTokens": 8}; answers the offload summary when the request ends.\n' +
+        'Errors are 4xx/5xx with {"error": {"code", "message"}}.\n' +
+        'Exit codes: 0 drained after SIGTERM/SIGINT; 1 drain timed out, holes or mismatches; 2 bad options.',
+    )
+    .action(async (raw: ServeRawOptions) => {
+      const port = intOptionOr('--port', raw.port, 0, 65535, 8080);
+      const transferThreads = intOptionOr('--transfer-threads', raw.transferThreads, 1, 64, 1);
+      const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 1);
+      const drainTimeoutMs = intOptionOr(
+        '--drain-timeout-ms',
+        raw.drainTimeoutMs,
+        1,
+        3_600_000,
+        60_000,
+      );
+      if (raw.host.trim() === '') throw new InvalidArgumentError('--host', 'must not be empty');
+      const policy = parseStorePolicy(raw.policy);
+
+      const runtime = await OffloadRuntime.start({
+        policy,
+        transferThreads,
+        lag: { seed },
+        // Requests end when their client's decode budget is spent or they ask
+        // to abort; the simulator's random aborts are for simulate, not serve.
+        simulator: { seed, abortQueuedRate: 0, abortRunningRate: 0 },
+      });
+      const server = new KvoffServer(runtime, { drainTimeoutMs });
+      let addr;
+      try {
+        addr = await server.listen(port, raw.host);
+      } catch (err) {
+        await runtime.close();
+        throw new InvalidArgumentError(
+          '--port',
+          `cannot listen on ${raw.host}:${port}: ${err instanceof Error ? err.message : String(err)}`,
+        );
+      }
+      const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+      const url = `http://${host}:${addr.port}`;
+      process.stdout.write(
+        raw.json
+          ? `${JSON.stringify({ url, host: addr.address, port: addr.port })}\n`
+          : `kvoff serve listening on ${url}\n`,
+      );
+
+      const signal = await new Promise<string>((resolve) => {
+        for (const s of DRAIN_SIGNALS) process.once(s, () => resolve(s));
+      });
+      // A second signal while draining means "now".
+      for (const s of DRAIN_SIGNALS) process.once(s, () => process.exit(1));
+      if (!raw.json) process.stderr.write(`kvoff serve: ${signal}: draining\n`);
+      const drain = await server.drain();
+      const stats = runtime.stats();
+      const clean = drain.drained && stats.holes === 0 && stats.mismatches === 0;
+      const report = {
+        signal,
+        drained: drain.drained,
+        abandoned: drain.abandoned,
+        completed: stats.completed,
+        chunksStored: stats.chunksStored,
+        holes: stats.holes,
+        mismatches: stats.mismatches,
+      };
+      if (raw.json) process.stdout.write(`${JSON.stringify(report)}\n`);
+      else {
+        process.stderr.write(
+          `kvoff serve: ${drain.drained ? 'drained' : `drain timed out with ${drain.abandoned} requests in flight`}; ` +
+            `${stats.completed} requests completed, ${stats.chunksStored} chunks stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
+        );
+      }
+      if (!clean) process.exitCode = 1;
+    });
+}

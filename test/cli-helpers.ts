@@ -1,0 +1,48 @@
+// Running the kvoff command from source in a child process, as a user would
+// (node --import tsx src/cli.ts ...), with colour off and no TTY.
+import { spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+export const ROOT = fileURLToPath(new URL('..', import.meta.url));
+
+export interface CliRun {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/** Runs `kvoff ...args` to the end (killed after timeoutMs). */
+export function runCli(
+  args: readonly string[],
+  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<CliRun> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, NO_COLOR: '1', ...options.env },
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
+    child.stderr.setEncoding('utf8').on('data', (s: string) => (stderr += s));
+    const timer = setTimeout(() => child.kill('SIGKILL'), options.timeoutMs ?? 120_000);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
+  });
+}
+
+/** A small workload that still overflows its pool (preemption) and finishes in seconds. */
+export const SMALL_WORKLOAD = [
+  '--requests',
+  '4',
+  '--prompt-tokens',
+  '4096',
+  '--gpu-tokens',
+  '12288',
+  '--decode-tokens',
+  '32',
+] as const;

@@ -1,0 +1,154 @@
+// `kvoff simulate` end to end, from source, with small workloads: JSON fields,
+// exit codes, validation, the legacy policies, the HTML report, no ANSI.
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { runCli, SMALL_WORKLOAD } from './cli-helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'kvoff-cli-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+interface SimJson {
+  requests: number;
+  completed: number;
+  aborted: number;
+  chunksStored: number;
+  chunksDeferred: number;
+  holes: number;
+  mismatches: number;
+  wallSeconds: number;
+  policy: string;
+  crashed?: string;
+  ok: boolean;
+}
+
+function parseJson(stdout: string): SimJson {
+  const lines = stdout.trim().split('\n');
+  expect(lines).toHaveLength(1);
+  return JSON.parse(lines[0]!) as SimJson;
+}
+
+describe('kvoff simulate', () => {
+  it('--json: one object with the run, holes 0, mismatches 0, exit 0', async () => {
+    const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--json']);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    const r = parseJson(run.stdout);
+    expect(r).toMatchObject({
+      requests: 4,
+      holes: 0,
+      mismatches: 0,
+      policy: 'ready-prefix',
+      ok: true,
+    });
+    expect(r.completed + r.aborted).toBe(4);
+    expect(r.chunksStored).toBeGreaterThan(0);
+    expect(r.chunksDeferred).toBeGreaterThanOrEqual(0);
+    expect(r.wallSeconds).toBeGreaterThan(0);
+  });
+
+  it('text report and HTML report: no ANSI off a TTY, a self-contained page', async () => {
+    const report = join(dir, 'out.html');
+    const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--report', report], {
+      env: { NO_COLOR: '' },
+    });
+    expect(run.code).toBe(0);
+    expect(run.stdout + run.stderr).not.toContain('\u001b');
+    expect(run.stdout).toMatch(/holes\s+0\n/);
+    expect(run.stdout).toMatch(/byte mismatches\s+0\n/);
+    expect(run.stdout).toMatch(/chunks stored\s+\d+/);
+    expect(run.stdout).toContain(`report written to ${report}`);
+    const html = readFileSync(report, 'utf8');
+    expect(html.startsWith('<!doctype html>')).toBe(true);
+    expect(html).not.toMatch(/https?:\/\//);
+    expect(html).toContain('<svg class="chart"');
+    expect(html).toMatch(/Request \d+/);
+  });
+
+  it('--policy legacy-zip completes but reports its holes, exit 1', async () => {
+    const run = await runCli([
+      'simulate',
+      ...SMALL_WORKLOAD,
+      '--policy',
+      'legacy-zip',
+      '--lag-publish-delay-ms',
+      '4',
+      '--json',
+    ]);
+    expect(run.code).toBe(1);
+    const r = parseJson(run.stdout);
+    expect(r.policy).toBe('legacy-zip');
+    expect(r.crashed).toBeUndefined();
+    expect(r.completed + r.aborted).toBe(4);
+    expect(r.holes).toBeGreaterThan(0);
+    expect(r.ok).toBe(false);
+  });
+
+  it('--policy legacy-assert shows the old crash as a clear message, exit 1', async () => {
+    const run = await runCli([
+      'simulate',
+      ...SMALL_WORKLOAD,
+      '--policy',
+      'legacy-assert',
+      '--lag-publish-delay-ms',
+      '4',
+    ]);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(
+      /crashed: .*legacy-assert: group \d+: len\(offload_keys\)=\d+ != len\(block_ids\)=\d+/,
+    );
+    expect(run.stdout).toContain('The ready-prefix policy (the default) defers instead.');
+    expect(run.stderr).not.toMatch(/\n\s+at /);
+  });
+
+  it.each([
+    [
+      ['--requests', '0'],
+      /^kvoff: invalid argument: --requests: must be an integer in \[1, 4096\], got 0$/,
+    ],
+    [
+      ['--policy', 'nope'],
+      /^kvoff: unknown store policy "nope"; known: ready-prefix, legacy-assert, legacy-zip$/,
+    ],
+    [['--groups', 'dense'], /^kvoff: invalid argument: --groups: unknown group kind "dense"/],
+    [
+      ['--report', join(dir, 'missing', 'x.html')],
+      /^kvoff: invalid argument: --report: cannot write into/,
+    ],
+  ])('%j: one clear line, no stack, exit 2', async (args, message) => {
+    const run = await runCli(['simulate', ...args]);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe('');
+    const lines = run.stderr.trim().split('\n');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(message);
+  });
+
+  it('--debug adds the stack to an error', async () => {
+    const run = await runCli(['--debug', 'simulate', '--requests', '0']);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/\n\s+at /);
+  });
+
+  it('--help explains the workload options', async () => {
+    const run = await runCli(['simulate', '--help']);
+    expect(run.code).toBe(0);
+    for (const opt of [
+      '--requests',
+      '--prompt-tokens',
+      '--gpu-tokens',
+      '--groups',
+      '--lag-publish-delay-ms',
+      '--lag-hashes-per-wake',
+      '--seed',
+      '--transfer-threads',
+      '--policy',
+      '--report',
+      '--json',
+      'Exit codes',
+    ]) {
+      expect(run.stdout).toContain(opt);
+    }
+  });
+});
