@@ -77,3 +77,5 @@ export type { EngineOptions } from './runtime/engine-sim.js';
 export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
 export type { TransferBackend, TransferCompletion } from './runtime/backend.js';
 export type { PlannerObserver, ChunkOutcome } from './planner.js';
+export { ExternalHost, attachExternal } from './runtime/external.js';
+export type { ExternalRoles } from './runtime/external.js';

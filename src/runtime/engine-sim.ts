@@ -217,8 +217,7 @@ export class EngineSimulator {
     wake: () => void = () => {},
   ) {
     this.views = views;
-    this.options = { ...DEFAULT_ENGINE_OPTIONS, ...options };
-    validateEngineOptions(this.options, views.config.maxRequests);
+    this.options = resolveEngineOptions(options, views.config.maxRequests);
     this.scheduler = new SchedulerRole(views.state);
     this.hashing = hashing;
     this.events = events;
@@ -801,6 +800,20 @@ export class EngineSimulator {
       publishStat(s, name as keyof typeof this.counters, value);
     }
   }
+}
+
+/** Defaults filled in (maxRunning at most the slots there are), then validated. */
+export function resolveEngineOptions(
+  options: Partial<EngineOptions>,
+  maxRequests: number,
+): EngineOptions {
+  const o = {
+    ...DEFAULT_ENGINE_OPTIONS,
+    maxRunning: Math.min(DEFAULT_ENGINE_OPTIONS.maxRunning, maxRequests),
+    ...options,
+  };
+  validateEngineOptions(o, maxRequests);
+  return o;
 }
 
 export function validateEngineOptions(o: EngineOptions, maxRequests: number): void {

@@ -42,7 +42,7 @@ export type RingName = keyof typeof RINGS;
 /** Runtime counters (BigInt64 words, one line apart is not needed: each writer keeps its own copy and publishes). */
 export const STATS = [
   // scheduler (engine simulator)
-  { name: 'requests', writer: 'scheduler', doc: 'requests admitted (opened) by the engine' },
+  { name: 'requests', writer: 'scheduler', doc: 'requests the engine received' },
   { name: 'completed', writer: 'scheduler', doc: 'requests that finished normally' },
   { name: 'aborted', writer: 'scheduler', doc: 'requests aborted (queued or running)' },
   { name: 'preemptions', writer: 'scheduler', doc: 'preemptions with recompute' },

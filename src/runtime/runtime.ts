@@ -16,7 +16,7 @@ import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
-import { DEFAULT_ENGINE_OPTIONS, validateEngineOptions } from './engine-sim.js';
+import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, STAT_INDEX } from './layout.js';
 import type { DoorbellName } from './layout.js';
@@ -26,6 +26,7 @@ import { readAllStats } from './stats.js';
 import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
+import { ExternalHost } from './external.js';
 
 export type { RuntimeStats } from './stats.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
@@ -59,6 +60,13 @@ export interface RuntimeOptions {
   faultInjection?: FaultInjection;
   /** Bound on every wait of close() (ms), default 60,000. */
   closeTimeoutMs?: number;
+  /**
+   * The host program feeds scheduler and allocator events itself through
+   * `runtime.external` (or from its own workers via attachExternal); the
+   * runtime runs the hasher, the store and the transfer pool. submit() is then
+   * unavailable.
+   */
+  external?: boolean;
 }
 
 export interface SimRequest {
@@ -134,6 +142,9 @@ interface Pending {
 export class OffloadRuntime {
   readonly config: Config;
   readonly buffers: RuntimeBuffers;
+  /** With `external: true`: the host's role views, block pool and drain protocol. */
+  readonly external: ExternalHost | undefined;
+  private readonly roles: readonly RoleName[];
   private readonly views: RuntimeViews;
   private readonly options: RuntimeOptions;
   private readonly workers = new Map<RoleName, Worker>();
@@ -161,13 +172,15 @@ export class OffloadRuntime {
     this.options = options;
     this.buffers = createRuntimeBuffers(config);
     this.views = new RuntimeViews(config, this.buffers);
+    this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
+    this.roles = options.external ? ['hasher', 'store'] : ROLES;
   }
 
   /** Lays out shared memory and starts every role worker; resolves once all are attached. */
   static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);
-    validateEngineOptions({ ...DEFAULT_ENGINE_OPTIONS, ...options.simulator }, config.maxRequests);
+    if (!options.external) resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
     const rt = new OffloadRuntime(config, options);
     await rt.spawnAll();
     return rt;
@@ -177,6 +190,14 @@ export class OffloadRuntime {
   submit(req: SimRequest = {}): Promise<RequestSummary> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    if (this.external) {
+      return Promise.reject(
+        new InvalidArgumentError(
+          'submit',
+          'not available with external: true; feed events through runtime.external',
+        ),
+      );
+    }
     let record: number[];
     try {
       record = this.encode(req, this.nextRequestId);
@@ -295,7 +316,7 @@ export class OffloadRuntime {
       policy: this.options.policy ?? 'ready-prefix',
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
     };
-    const ready = ROLES.map((role) => this.spawn(role, { ...base, role }));
+    const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
     try {
       await Promise.all(ready);
     } catch (err) {
@@ -407,7 +428,7 @@ export class OffloadRuntime {
   }
 
   private async terminateAll(): Promise<void> {
-    for (const role of ROLES) this.stopping.add(role);
+    for (const role of this.roles) this.stopping.add(role);
     await Promise.all([...this.workers.values()].map((w) => w.terminate()));
   }
 
@@ -562,7 +583,11 @@ export class OffloadRuntime {
     for (let s = 0; s < this.config.maxRequests; s += 1) {
       if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
     }
-    const alloc = this.finals.get('allocator');
+    // The host's pool: copies are drained, so quarantined blocks can go back first.
+    this.external?.pool.releaseUnpinned();
+    const alloc = this.external
+      ? { inUse: this.external.pool.inUse, quarantined: this.external.pool.quarantined }
+      : this.finals.get('allocator');
     const store = this.finals.get('store');
     return {
       blocksInUse: alloc?.inUse ?? -1,

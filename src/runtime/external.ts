@@ -1,0 +1,108 @@
+// Feeding real events: with `OffloadRuntime.start({ external: true })` the
+// runtime runs only the hasher, the store and the transfer pool; the host
+// program is the scheduler and the allocator. It opens requests, publishes
+// tokens, blocks and progress through the same role views the built-in
+// simulator uses (single writer per role: the host must drive each role from
+// one thread), and frees a request's blocks only after the store drained it.
+//
+// A host worker can attach to the same memory: post `runtime.buffers` and
+// `runtime.config` to it and call `attachExternal(config, buffers)` there.
+import type { Config } from '../config.js';
+import { writeComputedBlock } from '../copy.js';
+import { IllegalTransitionError, TimeoutError } from '../errors.js';
+import { GpuBlockPool } from '../gpu-pool.js';
+import { T_DRAINED_GENERATION } from '../layout.js';
+import { AllocatorRole } from '../roles/allocator.js';
+import type { RequestHandle } from '../roles/handle.js';
+import { SchedulerRole } from '../roles/scheduler.js';
+import type { SharedState } from '../state.js';
+import { RuntimeViews } from './buffers.js';
+import type { RuntimeBuffers } from './buffers.js';
+
+export interface ExternalRoles {
+  readonly config: Config;
+  readonly state: SharedState;
+  /** The scheduler role: open, appendTokens, progress, preempt, finish, abort, release. */
+  readonly scheduler: SchedulerRole;
+  /** The allocator role: appendBlocks, clear, nullBlock. */
+  readonly allocator: AllocatorRole;
+  /** The GPU arena: block b is words [b * bytesPerBlock / 4, ...). */
+  readonly gpu: Uint32Array;
+  /** Writes block `block` as the verifiable expansion of (key, position in its group's table). */
+  writeBlock(block: number, key: bigint, position: number): void;
+  /** Tells the hasher and the store that something was published (otherwise they notice within their park bound). */
+  wake(): void;
+  /** True once the store ran the final pass of this (finished or aborted) request. */
+  drained(handle: RequestHandle): boolean;
+}
+
+/** Attaches to a runtime's shared memory from any thread (main or a host worker). */
+export function attachExternal(config: Config, buffers: RuntimeBuffers): ExternalRoles {
+  const views = new RuntimeViews(config, buffers);
+  const bells = [views.doorbell('hasher'), views.doorbell('store')];
+  return {
+    config,
+    state: views.state,
+    scheduler: new SchedulerRole(views.state),
+    allocator: new AllocatorRole(views.state),
+    gpu: views.gpu,
+    writeBlock: (block, key, position) =>
+      writeComputedBlock(views.gpu, views.geometry, block, key, position),
+    wake: () => {
+      for (const b of bells) b.ring();
+    },
+    drained: (handle) =>
+      Atomics.load(
+        views.state.control,
+        views.state.storeWord(handle.slot, T_DRAINED_GENERATION),
+      ) === handle.generation,
+  };
+}
+
+/** Poll interval of whenDrained: main never waits on shared memory, it re-checks on a timer. */
+const DRAIN_POLL_MS = 1;
+
+/**
+ * The main-thread host: the role views plus a GPU block pool it owns, and the
+ * end-of-request protocol (finish or abort, wait until drained, release).
+ */
+export class ExternalHost {
+  readonly roles: ExternalRoles;
+  /** The host's block pool over the shared pin counts (pinned blocks wait in quarantine). */
+  readonly pool: GpuBlockPool;
+
+  constructor(config: Config, buffers: RuntimeBuffers) {
+    this.roles = attachExternal(config, buffers);
+    this.pool = new GpuBlockPool(config.gpuBlocks, this.roles.state.pins);
+  }
+
+  get scheduler(): SchedulerRole {
+    return this.roles.scheduler;
+  }
+  get allocator(): AllocatorRole {
+    return this.roles.allocator;
+  }
+
+  /** Resolves once the store drained `handle` (after finish or abort); bounded by `timeoutMs`. */
+  whenDrained(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    const deadline = Date.now() + timeoutMs;
+    return new Promise<void>((resolve, reject) => {
+      const check = () => {
+        if (this.roles.drained(handle)) resolve();
+        else if (Date.now() > deadline) reject(new TimeoutError('whenDrained', timeoutMs));
+        else setTimeout(check, DRAIN_POLL_MS);
+      };
+      this.roles.wake();
+      check();
+    });
+  }
+
+  /** Frees the request's blocks and its slot; only after it was drained. */
+  release(handle: RequestHandle): void {
+    if (!this.roles.drained(handle)) {
+      throw new IllegalTransitionError('release', 'not yet drained by the store');
+    }
+    this.pool.release(this.roles.allocator.clear(handle));
+    this.roles.scheduler.release(handle);
+  }
+}

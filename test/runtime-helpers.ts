@@ -1,0 +1,77 @@
+// Shared pieces of the real-thread runtime tests: a small hybrid config that
+// keeps the pool and the tier tight (preemption, eviction, capacity drops), a
+// workload with aborts, and the checks every run must pass.
+import { expect } from 'vitest';
+import type { ConfigInput } from '../src/config.js';
+import type { OffloadRuntime, RequestSummary, SimRequest } from '../src/runtime/runtime.js';
+
+/** Longer runs with KVOFF_STRESS=1. */
+export const STRESS = process.env.KVOFF_STRESS === '1';
+
+export const SMALL_HYBRID: ConfigInput = {
+  groups: [
+    { kind: 'full', tokensPerBlock: 4, eagle: true },
+    { kind: 'sliding-window', tokensPerBlock: 4, windowTokens: 32 },
+  ],
+  blocksPerChunk: 2,
+  tokensPerHash: 4,
+  maxRequests: 24,
+  maxBlocksPerRequest: 512,
+  gpuBlocks: 1500,
+  tierChunks: 700,
+  bytesPerBlock: 64,
+};
+
+/** `n` requests of 600-1500 prompt tokens over 3 shared prefixes; every 7th aborts itself mid-prefill. */
+export function pressureWorkload(n: number, seed = 1): SimRequest[] {
+  let s = seed >>> 0;
+  const rand = () => {
+    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
+    return s / 4294967296;
+  };
+  return Array.from({ length: n }, (_, i) => {
+    const promptLength = 600 + Math.floor(rand() * 900);
+    const req: SimRequest = {
+      promptLength,
+      prefixId: i % 3,
+      sharedPrefixTokens: Math.floor(promptLength * 0.5),
+      maxDecodeTokens: 8 + Math.floor(rand() * 24),
+    };
+    if (i % 7 === 3) req.abortAfterTokens = Math.floor(promptLength / 2);
+    return req;
+  });
+}
+
+/** Waits (bounded, on timers) until no copy is in flight, so verify sees every entry. */
+export async function settle(rt: OffloadRuntime, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (rt.stats().jobsInFlight > 0 && Date.now() < deadline) {
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/** Verify, close, and check that nothing is left: the invariants of every run. */
+export async function checkAndClose(
+  rt: OffloadRuntime,
+  summaries: RequestSummary[],
+): Promise<void> {
+  await settle(rt);
+  const report = await rt.verify();
+  expect(report.mismatches).toBe(0);
+  expect(report.holes).toBe(0);
+  expect(report.doubleStores).toBe(0);
+  expect(report.ok).toBe(true);
+  expect(report.entriesChecked).toBeGreaterThan(0);
+  for (const s of summaries) expect(s.holes).toBe(0);
+  expect(rt.stats().mismatches).toBe(0);
+  await rt.close();
+  expect(rt.leakReport()).toEqual({
+    blocksInUse: 0,
+    blocksQuarantined: 0,
+    pinsOutstanding: 0,
+    slotsInUse: 0,
+    tierEntriesWriting: 0,
+    tierEntriesReading: 0,
+    jobsInFlight: 0,
+  });
+}
