@@ -29,7 +29,7 @@ describe('kvoff fuzz', () => {
     const lines = r.stdout.trim().split('\n');
     expect(lines).toHaveLength(1);
     const out = JSON.parse(lines[0]!) as Record<string, unknown>;
-    expect(out).toMatchObject({ policy: 'legacy-zip', strategy: 'pct', violations: 1 });
+    expect(out).toMatchObject({ policy: 'legacy-zip', strategy: 'random', violations: 1 });
     for (const k of [
       'schedules',
       'schedulesPerSecond',
@@ -90,7 +90,7 @@ describe('kvoff fuzz', () => {
     );
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/invariant\s+crash/);
-    expect(r.stdout).toMatch(/kvoff fuzz --replay kvf1\.legacy-assert\.pct\.pins\.\d+\.wcrash/);
+    expect(r.stdout).toMatch(/kvoff fuzz --replay kvf1\.legacy-assert\.random\.pins\.\d+\.wcrash/);
     expect(r.stdout).toMatch(/shrunk trace/);
     expect(r.stdout + r.stderr).not.toContain(String.fromCharCode(27));
   });

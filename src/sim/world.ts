@@ -19,7 +19,6 @@ import { copyChunkToTier, tierChunkMatches, writeComputedBlock } from '../copy.j
 import type { ArenaGeometry } from '../copy.js';
 import { LegacyAssertionError } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
-import { ROOT_SEED } from '../hashing.js';
 import type { Hashing } from '../hashing.js';
 import type { StoreJob } from '../job.js';
 import { Status, T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
@@ -29,13 +28,39 @@ import { offloadableTokens, readyPrefix, tokenChunks } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import { statusName } from '../roles/handle.js';
-import type { RequestHandle } from '../roles/handle.js';
 import { HasherRole } from '../roles/hasher.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
 import { HostTier } from '../tier/host-tier.js';
 import { FaultyTier } from './faulty-tier.js';
+import {
+  PENDING,
+  LIVE,
+  ENDED,
+  RELEASED,
+  A_NONE,
+  A_OPEN,
+  A_ABORT,
+  A_PREEMPT,
+  A_PREFILL,
+  A_DECODE,
+  A_FINISH,
+  A_RELEASE,
+  A_CLEAR,
+  A_FREE,
+  A_NULL,
+  A_PUBLISH,
+  A_HASH,
+  A_PLAN,
+  A_COPY,
+  A_COMPLETE,
+  A_TICK,
+  A_SNAPSHOT,
+  A_PINNED,
+  GROUP_SHIFT,
+  SimRequest,
+} from './request.js';
 import type { Violation, InvariantName } from './oracle.js';
 import { ViolationSignal } from './oracle.js';
 import {
@@ -45,11 +70,10 @@ import {
   SCHEDULER,
   STORE,
   TRANSFER,
-  blocksNeeded,
   estimateSteps,
   requestSpecs,
 } from './scenario.js';
-import type { RequestSpec, Scenario, ScenarioEvent } from './scenario.js';
+import type { Scenario, ScenarioEvent } from './scenario.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
@@ -72,94 +96,6 @@ export interface WorldOptions {
   readonly record?: boolean;
   /** Report only these invariants (the others are not checked); all when absent. */
   readonly watch?: ReadonlySet<InvariantName>;
-}
-
-// Phases of a simulated request.
-const PENDING = 0;
-const LIVE = 1;
-const ENDED = 2;
-const RELEASED = 3;
-
-// Scheduler actions.
-const A_NONE = 0;
-const A_OPEN = 1;
-const A_ABORT = 2;
-const A_PREEMPT = 3;
-const A_PREFILL = 4;
-const A_DECODE = 5;
-const A_FINISH = 6;
-const A_RELEASE = 7;
-// Allocator actions.
-const A_CLEAR = 8;
-const A_FREE = 9;
-const A_NULL = 10;
-const A_PUBLISH = 11;
-// Others.
-const A_HASH = 12;
-const A_PLAN = 13;
-const A_COPY = 14;
-const A_COMPLETE = 15;
-const A_TICK = 16;
-const A_SNAPSHOT = 17;
-const A_PINNED = 18;
-
-const GROUP_SHIFT = 65536;
-
-class SimRequest {
-  readonly index: number;
-  readonly spec: RequestSpec;
-  readonly need: number;
-  readonly tokens: Int32Array;
-  /** Expected offload keys per group, from the engine's own hashing of the tokens. */
-  readonly expectedKeys: bigint[][];
-  preemptAt: number[] = [];
-  abortAt: number | undefined;
-  phase = PENDING;
-  finished = false;
-  handle: RequestHandle = { slot: -1, generation: 0 };
-  computed = 0;
-  scheduled = 0;
-  numTokens = 0;
-  steps = 0;
-  decoded = 0;
-  hashed = 0;
-  allocated: number[][];
-  published: number[];
-  nullScan: number[];
-  clearPending = false;
-  freed = false;
-  drainChecked = false;
-  /** (group << 16 | chunk) dispatched in a job this generation. */
-  readonly dispatched = new Set<number>();
-  readonly dropped = new Set<number>();
-  readonly nulled = new Set<number>();
-  readonly cursorSeen: Int32Array;
-
-  constructor(index: number, spec: RequestSpec, config: Config, hashing: Hashing) {
-    this.index = index;
-    this.spec = spec;
-    this.need = blocksNeeded(config, spec);
-    this.tokens = Int32Array.from([...spec.prompt, ...spec.decode]);
-    const groups = config.groups.length;
-    this.allocated = Array.from({ length: groups }, () => []);
-    this.published = new Array<number>(groups).fill(0);
-    this.nullScan = new Array<number>(groups).fill(0);
-    this.cursorSeen = new Int32Array(groups);
-    const tph = config.tokensPerHash;
-    const hashes: bigint[] = [];
-    let parent = ROOT_SEED;
-    for (let i = 0; (i + 1) * tph <= this.tokens.length; i += 1) {
-      parent = hashing.blockHash(parent, this.tokens.subarray(i * tph, (i + 1) * tph));
-      hashes.push(parent);
-    }
-    this.expectedKeys = config.groups.map((g) => {
-      const keys: bigint[] = [];
-      for (let c = 0; (c + 1) * g.hashesPerChunk <= hashes.length; c += 1) {
-        keys.push(hashing.offloadKey(hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index));
-      }
-      return keys;
-    });
-  }
 }
 
 interface InFlight {
