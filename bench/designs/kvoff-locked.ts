@@ -1,0 +1,79 @@
+// Design (c): one shared mutex around all state. The same role and planner
+// code as design (a) over the same SharedArrayBuffer layout, but every
+// publication and every store pass holds one SpinFutexLock, as a design
+// without single-writer words would have to. The store parks on the same
+// doorbell as (a) when a pass finds nothing.
+import { resolveConfig } from '../../src/config.js';
+import { SharedState } from '../../src/state.js';
+import { epochMs } from '../lib/clock.js';
+import type { Round } from '../lib/threads.js';
+import { KvoffStore, KvoffWriters } from './kvoff.js';
+import type { KvoffSetup } from './kvoff.js';
+import { SpinFutexLock } from './lock.js';
+import { STORE_PARK_MS, attachBell, checkDeadline } from './stream.js';
+import type { Source, StoreOutcome, StreamShape } from './stream.js';
+
+export interface LockedSetup extends KvoffSetup {
+  /** One Int32 lock word on its own line. */
+  readonly lock: SharedArrayBuffer;
+}
+
+export function newLockBuffer(): SharedArrayBuffer {
+  return new SharedArrayBuffer(64);
+}
+
+export function lockedWriterThread(
+  p: LockedSetup & { shape: StreamShape; sources: readonly Source[] },
+  round: Round,
+  ready: () => void,
+): number {
+  const state = SharedState.attach(resolveConfig(p.config), p.buffers);
+  const writers = new KvoffWriters(state, p.pub, p.shape, p.handles);
+  const lock = new SpinFutexLock(new Int32Array(p.lock, 0, 1));
+  const bell = attachBell(p.bell);
+  ready();
+  round.waitGo();
+  let events = 0;
+  for (let c = 0; c < p.shape.chunks; c += 1) {
+    for (let r = 0; r < p.shape.requests; r += 1) {
+      for (const source of p.sources) {
+        lock.lock();
+        try {
+          writers.publish(r, c, source);
+        } finally {
+          lock.unlock();
+        }
+        events += 1;
+      }
+    }
+    bell.ring();
+  }
+  return events;
+}
+
+export function lockedStoreThread(
+  p: LockedSetup & { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): StoreOutcome {
+  const state = SharedState.attach(resolveConfig(p.config), p.buffers);
+  const store = new KvoffStore(state, p.pub, p.shape);
+  const lock = new SpinFutexLock(new Int32Array(p.lock, 0, 1));
+  const bell = attachBell(p.bell);
+  const total = p.shape.requests * p.shape.chunks;
+  ready();
+  round.waitGo();
+  for (let pass = 0; store.dispatched < total; pass += 1) {
+    const seen = bell.read();
+    const before = store.dispatched;
+    lock.lock();
+    try {
+      store.pass();
+    } finally {
+      lock.unlock();
+    }
+    if (store.dispatched === before) bell.park(seen, STORE_PARK_MS);
+    if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design c');
+  }
+  return store.outcome(epochMs() - round.startMs);
+}

@@ -1,0 +1,234 @@
+// Design (a): kvoff's shared-memory roles. Writer threads publish through the
+// real role classes (SchedulerRole.progress, HasherRole.hash, AllocatorRole.
+// appendBlocks) into the SharedArrayBuffer layout; the store thread runs the
+// real StorePlanner (snapshot, storeWindow, pin, stable, job, cursor) in a
+// loop, parking on its doorbell when a pass finds nothing. No locks, no
+// messages: each word has one writer.
+// Designs (b), (c) and (d) run the very same role and planner code (the
+// classes below) behind messages, behind one lock, and on one thread.
+import { resolveConfig } from '../../src/config.js';
+import type { ConfigInput } from '../../src/config.js';
+import type { Hashing } from '../../src/hashing.js';
+import type { StoreJob } from '../../src/job.js';
+import type { SharedBuffers } from '../../src/layout.js';
+import { StorePlanner } from '../../src/planner.js';
+import { AllocatorRole } from '../../src/roles/allocator.js';
+import type { RequestHandle } from '../../src/roles/handle.js';
+import { HasherRole } from '../../src/roles/hasher.js';
+import { SchedulerRole } from '../../src/roles/scheduler.js';
+import { SharedState } from '../../src/state.js';
+import { epochMs } from '../lib/clock.js';
+import type { Round } from '../lib/threads.js';
+import { AcceptAllTier } from './bench-tier.js';
+import {
+  LatencyLog,
+  STORE_PARK_MS,
+  SOURCE_BLOCKS,
+  SOURCE_KEYS,
+  SOURCE_TOKENS,
+  TOKENS_PER_CHUNK,
+  attachBell,
+  blockIdOf,
+  checkDeadline,
+  newBellBuffer,
+  pubIndex,
+  readyAtMs,
+} from './stream.js';
+import type { Source, StoreOutcome, StreamShape } from './stream.js';
+
+/**
+ * A cheap stand-in for xxHash: the comparison is about moving state between
+ * threads, and the other designs receive precomputed keys. Still chained and
+ * distinct per request and chunk, so no two chunks share a key.
+ */
+export const CHEAP_HASHING: Hashing = {
+  blockHash: (parent, tokens) =>
+    BigInt.asUintN(64, parent * 0x100000001b3n + BigInt(tokens[0]! + 1)),
+  offloadKey: (lastBlockHash, group) => lastBlockHash ^ BigInt(group),
+};
+
+export function kvoffDesignConfig(s: StreamShape): ConfigInput {
+  return {
+    groups: [{ kind: 'full', tokensPerBlock: TOKENS_PER_CHUNK }],
+    tokensPerHash: TOKENS_PER_CHUNK,
+    maxRequests: s.requests,
+    maxBlocksPerRequest: s.chunks,
+    gpuBlocks: s.requests * s.chunks + 1,
+    tierChunks: s.requests * s.chunks,
+  };
+}
+
+export interface KvoffSetup {
+  readonly config: ConfigInput;
+  readonly buffers: SharedBuffers;
+  readonly handles: RequestHandle[];
+  readonly pub: SharedArrayBuffer;
+  readonly bell: SharedArrayBuffer;
+}
+
+/** Main thread: open every request (prompt known up front, so the hasher never waits for tokens). */
+export function setupKvoffDesign(s: StreamShape): KvoffSetup {
+  const config = kvoffDesignConfig(s);
+  const state = SharedState.create(resolveConfig(config));
+  const scheduler = new SchedulerRole(state);
+  const hasher = new HasherRole(state, CHEAP_HASHING);
+  const allocator = new AllocatorRole(state);
+  const handles: RequestHandle[] = [];
+  const prompt = new Int32Array(s.chunks * TOKENS_PER_CHUNK);
+  for (let r = 0; r < s.requests; r += 1) {
+    for (let i = 0; i < prompt.length; i += 1) prompt[i] = r * prompt.length + i;
+    const h = scheduler.open({ requestId: r, promptTokens: prompt });
+    hasher.hash(h, 0);
+    allocator.appendBlocks(h, 0, []);
+    handles.push(h);
+  }
+  const pub = new SharedArrayBuffer(s.requests * s.chunks * 3 * 8);
+  return { config, buffers: state.buffers, handles, pub, bell: newBellBuffer() };
+}
+
+export interface KvoffWriterParams extends KvoffSetup {
+  readonly shape: StreamShape;
+  readonly sources: readonly Source[];
+}
+
+/** The writer roles' side, shared by the threaded design and the single-thread one. */
+export class KvoffWriters {
+  private readonly scheduler: SchedulerRole;
+  private readonly hasher: HasherRole;
+  private readonly allocator: AllocatorRole;
+  private readonly pub: Float64Array;
+  private readonly one = new Int32Array(1);
+
+  constructor(
+    state: SharedState,
+    pub: SharedArrayBuffer,
+    private readonly shape: StreamShape,
+    private readonly handles: readonly RequestHandle[],
+  ) {
+    this.scheduler = new SchedulerRole(state);
+    this.hasher = new HasherRole(state, CHEAP_HASHING);
+    this.allocator = new AllocatorRole(state);
+    this.pub = new Float64Array(pub);
+  }
+
+  /** Stamps the publication time, then publishes. */
+  publish(r: number, c: number, source: Source): void {
+    this.pub[pubIndex(this.shape, r, c, source)] = epochMs();
+    this.apply(r, c, source);
+  }
+
+  /** Publishes one event through the role it belongs to. */
+  apply(r: number, c: number, source: Source): void {
+    const h = this.handles[r]!;
+    if (source === SOURCE_TOKENS) this.scheduler.progress(h, (c + 1) * TOKENS_PER_CHUNK, 0);
+    else if (source === SOURCE_KEYS) this.hasher.hash(h, 1);
+    else {
+      this.one[0] = blockIdOf(this.shape, r, c);
+      this.allocator.appendBlocks(h, 0, this.one);
+    }
+  }
+}
+
+/** The store side: the real planner plus latency accounting per dispatched chunk. */
+export class KvoffStore {
+  readonly planner: StorePlanner;
+  readonly latency: LatencyLog;
+  dispatched = 0;
+  private readonly pub: Float64Array;
+  private readonly onJob: (job: StoreJob) => void;
+
+  constructor(state: SharedState, pub: SharedArrayBuffer, shape: StreamShape) {
+    this.planner = new StorePlanner(state, new AcceptAllTier(shape.chunks));
+    this.latency = new LatencyLog(shape.requests * shape.chunks);
+    this.pub = new Float64Array(pub);
+    this.onJob = (job) => {
+      const now = epochMs();
+      for (const chunk of job.chunks) {
+        this.latency.record(now - readyAtMs(this.pub, shape, job.requestId, chunk.chunk));
+      }
+      this.dispatched += job.chunks.length;
+      this.planner.complete(job); // the transfer's part: publish and unpin
+    };
+  }
+
+  pass(): void {
+    this.planner.pass(this.onJob);
+  }
+
+  /** Plans one request only (a store that knows which request changed). */
+  planSlot(slot: number): void {
+    const job = this.planner.planSlot(slot);
+    if (job !== undefined) this.onJob(job);
+  }
+
+  outcome(elapsedMs: number): StoreOutcome {
+    const { p50, p99 } = this.latency.summary();
+    const c = this.planner.counters;
+    return {
+      dispatchedChunks: this.dispatched,
+      elapsedMs,
+      latencyMsP50: p50,
+      latencyMsP99: p99,
+      notes: { passes: c.passes, jobs: c.jobs, snapshotRetries: c.snapshotRetries },
+    };
+  }
+}
+
+export function kvoffWriterThread(p: KvoffWriterParams, round: Round, ready: () => void): number {
+  const state = SharedState.attach(resolveConfig(p.config), p.buffers);
+  const writers = new KvoffWriters(state, p.pub, p.shape, p.handles);
+  const bell = attachBell(p.bell);
+  ready();
+  round.waitGo();
+  let events = 0;
+  for (let c = 0; c < p.shape.chunks; c += 1) {
+    for (let r = 0; r < p.shape.requests; r += 1) {
+      for (const source of p.sources) {
+        writers.publish(r, c, source);
+        events += 1;
+      }
+    }
+    bell.ring();
+  }
+  return events;
+}
+
+export function kvoffStoreThread(
+  p: KvoffSetup & { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): StoreOutcome {
+  const state = SharedState.attach(resolveConfig(p.config), p.buffers);
+  const store = new KvoffStore(state, p.pub, p.shape);
+  const bell = attachBell(p.bell);
+  const total = p.shape.requests * p.shape.chunks;
+  ready();
+  round.waitGo();
+  for (let pass = 0; store.dispatched < total; pass += 1) {
+    const seen = bell.read();
+    const before = store.dispatched;
+    store.pass();
+    if (store.dispatched === before) bell.park(seen, STORE_PARK_MS);
+    if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design a');
+  }
+  return store.outcome(epochMs() - round.startMs);
+}
+
+/** Design (d): the same roles and planner on one thread; a planner pass after every round of publications. */
+export function runSingleThreadDesign(s: StreamShape): StoreOutcome {
+  const setup = setupKvoffDesign(s);
+  const state = SharedState.attach(resolveConfig(setup.config), setup.buffers);
+  const writers = new KvoffWriters(state, setup.pub, s, setup.handles);
+  const store = new KvoffStore(state, setup.pub, s);
+  const startMs = epochMs();
+  for (let c = 0; c < s.chunks; c += 1) {
+    for (let r = 0; r < s.requests; r += 1) {
+      writers.publish(r, c, SOURCE_TOKENS);
+      writers.publish(r, c, SOURCE_KEYS);
+      writers.publish(r, c, SOURCE_BLOCKS);
+    }
+    store.pass();
+  }
+  store.pass();
+  return store.outcome(epochMs() - startMs);
+}

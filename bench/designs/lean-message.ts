@@ -1,0 +1,163 @@
+// Design (b-lean): message passing written by hand with the least work per
+// event. Writer threads postMessage each delta (source, request, chunk, value,
+// publication time) to a store thread that owns plain, unshared arrays and
+// applies the same rule (storeWindow) to the request the delta touched: no
+// role classes, no planner, no tier, no pins. Every delta is structured-cloned
+// and crosses the store's event loop. (Design b runs kvoff's code behind the
+// same messages.)
+import type { MessagePort } from 'node:worker_threads';
+import { storeWindow, emptyWindow } from '../../src/ready.js';
+import { epochMs } from '../lib/clock.js';
+import type { Round } from '../lib/threads.js';
+import {
+  LatencyLog,
+  SOURCES,
+  SOURCE_BLOCKS,
+  SOURCE_KEYS,
+  blockIdOf,
+  checkDeadline,
+  keyOf,
+} from './stream.js';
+import type { Source, StoreOutcome, StreamShape } from './stream.js';
+
+/** Words of one delta in a batch: source, request, chunk, value, publication time. */
+const DELTA_WORDS = 5;
+
+export interface MessageWriterParams {
+  readonly shape: StreamShape;
+  readonly sources: readonly Source[];
+  readonly port: MessagePort;
+  readonly batch: number;
+}
+
+export interface MessageStoreParams {
+  readonly shape: StreamShape;
+  readonly ports: readonly MessagePort[];
+}
+
+export function messageWriterThread(
+  p: MessageWriterParams,
+  round: Round,
+  ready: () => void,
+): number {
+  const { shape, port } = p;
+  ready();
+  round.waitGo();
+  let events = 0;
+  let buf = new Float64Array(p.batch * DELTA_WORDS);
+  let fill = 0;
+  for (let c = 0; c < shape.chunks; c += 1) {
+    for (let r = 0; r < shape.requests; r += 1) {
+      for (const source of p.sources) {
+        const value =
+          source === SOURCE_KEYS
+            ? keyOf(shape, r, c)
+            : source === SOURCE_BLOCKS
+              ? blockIdOf(shape, r, c)
+              : c + 1;
+        events += 1;
+        if (p.batch === 1) {
+          port.postMessage([source, r, c, value, epochMs()]);
+          continue;
+        }
+        const at = fill * DELTA_WORDS;
+        buf[at] = source;
+        buf[at + 1] = r;
+        buf[at + 2] = c;
+        buf[at + 3] = value;
+        buf[at + 4] = epochMs();
+        fill += 1;
+        if (fill === p.batch) {
+          port.postMessage(buf, [buf.buffer]);
+          buf = new Float64Array(p.batch * DELTA_WORDS);
+          fill = 0;
+        }
+      }
+    }
+  }
+  if (fill > 0) port.postMessage(buf.subarray(0, fill * DELTA_WORDS));
+  return events;
+}
+
+export function messageStoreThread(
+  p: MessageStoreParams,
+  round: Round,
+  ready: () => void,
+): Promise<StoreOutcome> {
+  const { shape } = p;
+  const R = shape.requests;
+  const C = shape.chunks;
+  const total = R * C;
+  // The store's own state: ordinary arrays, touched by this thread only.
+  const tokenChunks = new Int32Array(R);
+  const keyCount = new Int32Array(R);
+  const blockCount = new Int32Array(R);
+  const cursor = new Int32Array(R);
+  const keys = new Float64Array(R * C);
+  const blocks = new Int32Array(R * C);
+  const pub = new Float64Array(R * C * SOURCES.length);
+  const latency = new LatencyLog(total);
+  const window = emptyWindow();
+  let dispatched = 0;
+  let messages = 0;
+
+  return new Promise<StoreOutcome>((resolve, reject) => {
+    const apply = (source: number, r: number, c: number, value: number, t: number) => {
+      pub[(r * C + c) * SOURCES.length + source] = t;
+      // Deltas of one source arrive in order (one port per writer), so counts are c + 1.
+      if (source === 0) tokenChunks[r] = value;
+      else if (source === 1) {
+        keys[r * C + c] = value;
+        keyCount[r] = c + 1;
+      } else {
+        blocks[r * C + c] = value;
+        blockCount[r] = c + 1;
+      }
+      const w = storeWindow(
+        'ready-prefix',
+        tokenChunks[r]!,
+        keyCount[r]!,
+        blockCount[r]!,
+        cursor[r]!,
+        0,
+        1,
+        window,
+      );
+      if (w.end === w.start) return;
+      const now = epochMs();
+      const job: number[] = [];
+      for (let k = w.start; k < w.end; k += 1) {
+        job.push(keys[r * C + k]!, blocks[r * C + k]!);
+        const at = (r * C + k) * SOURCES.length;
+        latency.record(now - Math.max(pub[at]!, pub[at + 1]!, pub[at + 2]!));
+      }
+      dispatched += w.end - w.start;
+      cursor[r] = w.advanceTo;
+    };
+    const finish = () => {
+      for (const port of p.ports) port.close();
+      const { p50, p99 } = latency.summary();
+      resolve({
+        dispatchedChunks: dispatched,
+        elapsedMs: epochMs() - round.startMs,
+        latencyMsP50: p50,
+        latencyMsP99: p99,
+        notes: { messages },
+      });
+    };
+    const onMessage = (m: number[] | Float64Array) => {
+      try {
+        messages += 1;
+        for (let at = 0; at + DELTA_WORDS <= m.length; at += DELTA_WORDS) {
+          apply(m[at]!, m[at + 1]!, m[at + 2]!, m[at + 3]!, m[at + 4]!);
+        }
+        if (dispatched >= total) finish();
+        else if ((messages & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design b');
+      } catch (error) {
+        reject(error instanceof Error ? error : new Error(String(error)));
+      }
+    };
+    for (const port of p.ports) port.on('message', onMessage);
+    ready();
+  });
+}

@@ -1,0 +1,154 @@
+// Design (c-lean): one lock around all state, written by hand with the least
+// work per event: no role classes, no planner, no tier, no pins. Writers take
+// the lock (SpinFutexLock) for every publication; the store takes it for a
+// whole pass over every request, computing windows with the same rule
+// (storeWindow). State lives in a SharedArrayBuffer, read and written plainly
+// under the lock. Shows what kvoff's role and planner machinery costs per
+// event, next to the mechanism itself (design c runs kvoff's code under a lock).
+import { emptyWindow, storeWindow } from '../../src/ready.js';
+import { epochMs } from '../lib/clock.js';
+import { SpinFutexLock } from './lock.js';
+import type { Round } from '../lib/threads.js';
+import {
+  LatencyLog,
+  SOURCES,
+  STORE_PARK_MS,
+  SOURCE_BLOCKS,
+  SOURCE_KEYS,
+  attachBell,
+  blockIdOf,
+  checkDeadline,
+  newBellBuffer,
+  keyOf,
+} from './stream.js';
+import type { Source, StoreOutcome, StreamShape } from './stream.js';
+
+export interface MutexSetup {
+  readonly shape: StreamShape;
+  /** [lock line (16 words)] then per request: tokenChunks, keyCount, blockCount, cursor. */
+  readonly control: SharedArrayBuffer;
+  readonly keys: SharedArrayBuffer;
+  readonly blocks: SharedArrayBuffer;
+  readonly pub: SharedArrayBuffer;
+  readonly bell: SharedArrayBuffer;
+}
+
+const LOCK_WORDS = 16;
+const FIELDS = 4;
+
+export function setupMutexDesign(shape: StreamShape): MutexSetup {
+  const n = shape.requests * shape.chunks;
+  return {
+    shape,
+    control: new SharedArrayBuffer((LOCK_WORDS + shape.requests * FIELDS) * 4),
+    keys: new SharedArrayBuffer(n * 8),
+    blocks: new SharedArrayBuffer(n * 4),
+    pub: new SharedArrayBuffer(n * SOURCES.length * 8),
+    bell: newBellBuffer(),
+  };
+}
+
+class MutexState {
+  readonly lock: SpinFutexLock;
+  readonly fields: Int32Array;
+  readonly keys: Float64Array;
+  readonly blocks: Int32Array;
+  readonly pub: Float64Array;
+  constructor(s: MutexSetup) {
+    this.lock = new SpinFutexLock(new Int32Array(s.control, 0, 1));
+    this.fields = new Int32Array(s.control, LOCK_WORDS * 4);
+    this.keys = new Float64Array(s.keys);
+    this.blocks = new Int32Array(s.blocks);
+    this.pub = new Float64Array(s.pub);
+  }
+}
+
+export function mutexWriterThread(
+  p: MutexSetup & { sources: readonly Source[] },
+  round: Round,
+  ready: () => void,
+): number {
+  const st = new MutexState(p);
+  const { shape } = p;
+  const C = shape.chunks;
+  const bell = attachBell(p.bell);
+  ready();
+  round.waitGo();
+  let events = 0;
+  for (let c = 0; c < C; c += 1) {
+    for (let r = 0; r < shape.requests; r += 1) {
+      for (const source of p.sources) {
+        st.lock.lock();
+        st.pub[(r * C + c) * SOURCES.length + source] = epochMs();
+        if (source === SOURCE_KEYS) {
+          st.keys[r * C + c] = keyOf(shape, r, c);
+          st.fields[r * FIELDS + 1] = c + 1;
+        } else if (source === SOURCE_BLOCKS) {
+          st.blocks[r * C + c] = blockIdOf(shape, r, c);
+          st.fields[r * FIELDS + 2] = c + 1;
+        } else {
+          st.fields[r * FIELDS] = c + 1;
+        }
+        st.lock.unlock();
+        events += 1;
+      }
+    }
+    bell.ring();
+  }
+  return events;
+}
+
+export function mutexStoreThread(p: MutexSetup, round: Round, ready: () => void): StoreOutcome {
+  const st = new MutexState(p);
+  const { shape } = p;
+  const R = shape.requests;
+  const C = shape.chunks;
+  const total = R * C;
+  const latency = new LatencyLog(total);
+  const window = emptyWindow();
+  let dispatched = 0;
+  let passes = 0;
+  const bell = attachBell(p.bell);
+  ready();
+  round.waitGo();
+  while (dispatched < total) {
+    const seen = bell.read();
+    const before = dispatched;
+    st.lock.lock();
+    for (let r = 0; r < R; r += 1) {
+      const f = r * FIELDS;
+      const w = storeWindow(
+        'ready-prefix',
+        st.fields[f]!,
+        st.fields[f + 1]!,
+        st.fields[f + 2]!,
+        st.fields[f + 3]!,
+        0,
+        1,
+        window,
+      );
+      if (w.end === w.start) continue;
+      const now = epochMs();
+      const job: number[] = [];
+      for (let k = w.start; k < w.end; k += 1) {
+        job.push(st.keys[r * C + k]!, st.blocks[r * C + k]!);
+        const at = (r * C + k) * SOURCES.length;
+        latency.record(now - Math.max(st.pub[at]!, st.pub[at + 1]!, st.pub[at + 2]!));
+      }
+      dispatched += w.end - w.start;
+      st.fields[f + 3] = w.advanceTo;
+    }
+    st.lock.unlock();
+    if (dispatched === before) bell.park(seen, STORE_PARK_MS);
+    passes += 1;
+    if ((passes & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design c');
+  }
+  const { p50, p99 } = latency.summary();
+  return {
+    dispatchedChunks: dispatched,
+    elapsedMs: epochMs() - round.startMs,
+    latencyMsP50: p50,
+    latencyMsP99: p99,
+    notes: { passes },
+  };
+}

@@ -1,0 +1,111 @@
+// The event stream every design of benchmark 3 processes: R requests of C
+// chunks in one full-attention group; for every chunk three sources publish
+// independently (token progress, the offload key, the GPU block), so a chunk
+// is ready only once all three have arrived: `storeWindow` in src/ready.ts
+// decides, in every design. Writers walk chunks in order, requests round-robin.
+// Each publication stamps the epoch time of its source into a shared table so
+// the store can report publication -> dispatch latency per chunk (from the
+// last of the three sources to the chunk's dispatch).
+import { Doorbell } from '../../src/runtime/doorbell.js';
+import { quantile, sortedCopy } from '../lib/stats.js';
+
+export const SOURCES = ['tokens', 'keys', 'blocks'] as const;
+export type Source = 0 | 1 | 2;
+export const SOURCE_TOKENS: Source = 0;
+export const SOURCE_KEYS: Source = 1;
+export const SOURCE_BLOCKS: Source = 2;
+
+export const TOKENS_PER_CHUNK = 16;
+
+export interface StreamShape {
+  readonly requests: number;
+  readonly chunks: number;
+}
+
+/** Which sources each writer thread publishes, by writer count (the three roles split as evenly as possible). */
+export function writerSources(writers: number): Source[][] {
+  if (writers === 1) return [[0, 1, 2]];
+  if (writers === 2) return [[0, 1], [2]];
+  if (writers === 3) return [[0], [1], [2]];
+  throw new Error(`designs bench: 1 to 3 writers, not ${writers}`);
+}
+
+export function eventCount(s: StreamShape): number {
+  return s.requests * s.chunks * SOURCES.length;
+}
+
+/** The block ID of chunk c of request r (never the null block 0). */
+export function blockIdOf(s: StreamShape, r: number, c: number): number {
+  return 1 + r * s.chunks + c;
+}
+
+/** A distinct numeric key per chunk, for the designs that carry keys as plain numbers. */
+export function keyOf(s: StreamShape, r: number, c: number): number {
+  return (r * s.chunks + c) * 2654435761 + 1;
+}
+
+export function pubIndex(s: StreamShape, r: number, c: number, source: Source): number {
+  return (r * s.chunks + c) * SOURCES.length + source;
+}
+
+/** Publication time of the chunk's last-arriving source. */
+export function readyAtMs(pub: Float64Array, s: StreamShape, r: number, c: number): number {
+  const at = (r * s.chunks + c) * SOURCES.length;
+  return Math.max(pub[at]!, pub[at + 1]!, pub[at + 2]!);
+}
+
+/** What a store reports after the last chunk is dispatched. */
+export interface StoreOutcome {
+  readonly dispatchedChunks: number;
+  /** From the round's go to the last dispatch. */
+  readonly elapsedMs: number;
+  readonly latencyMsP50: number;
+  readonly latencyMsP99: number;
+  readonly notes?: Record<string, number>;
+}
+
+/** Dispatch latencies, one per chunk, preallocated so recording never allocates. */
+export class LatencyLog {
+  private readonly values: Float64Array;
+  private n = 0;
+
+  constructor(capacity: number) {
+    this.values = new Float64Array(capacity);
+  }
+  record(ms: number): void {
+    if (this.n < this.values.length) this.values[this.n++] = ms;
+  }
+  get count(): number {
+    return this.n;
+  }
+  summary(): { p50: number; p99: number } {
+    const sorted = sortedCopy(this.values.subarray(0, this.n));
+    return { p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99) };
+  }
+}
+
+/** Longest any store may take to dispatch a whole stream before the run counts as hung. */
+export const STORE_DEADLINE_MS = 60_000;
+
+export function checkDeadline(startMs: number, nowMs: number, what: string): void {
+  if (nowMs - startMs > STORE_DEADLINE_MS) {
+    throw new Error(`${what}: stream not dispatched within ${STORE_DEADLINE_MS} ms`);
+  }
+}
+
+/**
+ * The store's doorbell, as in the runtime (src/runtime/doorbell.ts): writers
+ * ring it once per round of publications (one chunk index over every request),
+ * and a store whose pass found nothing parks on it (bounded) instead of
+ * spinning, so on 2 cores it leaves the CPU to the writers. Used by the shared
+ * memory designs (a) and (c); (b) waits in its event loop instead.
+ */
+export const STORE_PARK_MS = 1;
+
+export function newBellBuffer(): SharedArrayBuffer {
+  return new SharedArrayBuffer(64);
+}
+
+export function attachBell(buffer: SharedArrayBuffer): Doorbell {
+  return new Doorbell(new Int32Array(buffer), 0);
+}

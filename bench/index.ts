@@ -1,0 +1,62 @@
+// kvoff's contention benchmarks: `npm run bench` (full) or
+// `npm run bench -- --quick` (under two minutes on 2 cores). Prints a table per
+// benchmark and writes one JSON file of results to bench/results/.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Command, Option } from 'commander';
+import { BENCHMARKS, runSuite } from './suite.js';
+import type { BenchmarkName } from './suite.js';
+import type { Mode } from './sizes.js';
+
+const DEFAULT_OUT = fileURLToPath(new URL('./results/', import.meta.url));
+
+interface CliOptions {
+  quick?: boolean;
+  smoke?: boolean;
+  only: BenchmarkName[];
+  out: string;
+}
+
+/** The results file of a mode, inside `dir`. */
+export function resultsPath(dir: string, mode: Mode): string {
+  return path.join(dir, `kvoff-bench-${mode}.json`);
+}
+
+async function main(argv: readonly string[]): Promise<void> {
+  const program = new Command()
+    .name('npm run bench --')
+    .description('kvoff contention benchmarks: planner, snapshots, designs, copy, scenario')
+    .option('--quick', 'smaller sizes and fewer repeats: under two minutes on 2 cores')
+    .addOption(
+      new Option('--smoke', 'tiny sizes, seconds: only checks that the harness runs').conflicts(
+        'quick',
+      ),
+    )
+    .addOption(
+      new Option('--only <names...>', 'run only these benchmarks')
+        .choices(BENCHMARKS)
+        .default([...BENCHMARKS]),
+    )
+    .option('--out <dir>', 'directory for the JSON results file', DEFAULT_OUT)
+    .showHelpAfterError();
+  program.parse([...argv], { from: 'user' });
+  const opts = program.opts<CliOptions>();
+  const mode: Mode = opts.smoke ? 'smoke' : opts.quick ? 'quick' : 'full';
+  const log = (line: string) => process.stderr.write(`${line}\n`);
+  log(`[bench] mode ${mode}: ${opts.only.join(', ')}`);
+  const results = await runSuite({ mode, only: opts.only, print: true, log });
+  mkdirSync(opts.out, { recursive: true });
+  const file = resultsPath(opts.out, mode);
+  writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
+  log(
+    `[bench] wrote ${path.relative(process.cwd(), file) || file} in ${results.durationSeconds.toFixed(0)} s`,
+  );
+}
+
+main(process.argv.slice(2)).catch((error: unknown) => {
+  process.stderr.write(
+    `bench failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
+  process.exitCode = 1;
+});

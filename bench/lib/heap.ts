@@ -1,0 +1,41 @@
+// Heap allocation of a piece of code. Node 20's v8.getHeapStatistics() has no
+// total_allocated_bytes, so this forces a full GC, reads used_heap_size, runs
+// the code, and reads it again: with no GC in between, the growth is what the
+// code allocated. The read itself allocates a little; an empty run calibrates
+// that away. A young-generation GC during the run would hide allocation, so
+// runs are kept short (well under one semi-space) and the median of several
+// trials is reported.
+import v8 from 'node:v8';
+import vm from 'node:vm';
+import { median } from './stats.js';
+
+export const HEAP_METHOD =
+  'v8.getHeapStatistics().used_heap_size growth across N calls after a forced full GC (v8 --expose-gc via setFlagsFromString; Node 20 has no total_allocated_bytes), minus an empty-run calibration, median of trials';
+
+let gcFn: (() => void) | undefined;
+
+export function forceGc(): void {
+  if (gcFn === undefined) {
+    v8.setFlagsFromString('--expose-gc');
+    gcFn = vm.runInNewContext('gc') as () => void;
+  }
+  gcFn();
+}
+
+function usedAfter(fn: () => void, calls: number): number {
+  forceGc();
+  const before = v8.getHeapStatistics().used_heap_size;
+  for (let i = 0; i < calls; i += 1) fn();
+  return v8.getHeapStatistics().used_heap_size - before;
+}
+
+/** Bytes allocated per call of `fn` (never below 0). */
+export function bytesPerCall(fn: () => void, calls: number, trials = 5): number {
+  const noop = () => {};
+  const samples: number[] = [];
+  for (let t = 0; t < trials; t += 1) {
+    const base = usedAfter(noop, calls);
+    samples.push((usedAfter(fn, calls) - base) / calls);
+  }
+  return Math.max(0, median(samples));
+}

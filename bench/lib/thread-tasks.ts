@@ -1,0 +1,27 @@
+// The thread functions a bench worker can run, by name. Each takes its params,
+// the round (go/stop words) and a ready callback to call once set up.
+import { kvoffStoreThread, kvoffWriterThread } from '../designs/kvoff.js';
+import { lockedStoreThread, lockedWriterThread } from '../designs/kvoff-locked.js';
+import { messagedStoreThread } from '../designs/kvoff-message.js';
+import { messageStoreThread, messageWriterThread } from '../designs/lean-message.js';
+import { mutexStoreThread, mutexWriterThread } from '../designs/lean-mutex.js';
+import { snapshotStoreThread, snapshotWriterThread } from '../snapshot.js';
+import type { Round } from './threads.js';
+
+type ThreadFn = (params: never, round: Round, ready: () => void) => unknown;
+
+export const THREAD_TASKS = {
+  'snapshot-writer': snapshotWriterThread,
+  'snapshot-store': snapshotStoreThread,
+  'design-a-writer': kvoffWriterThread,
+  'design-a-store': kvoffStoreThread,
+  'design-b-store': messagedStoreThread,
+  'design-c-writer': lockedWriterThread,
+  'design-c-store': lockedStoreThread,
+  'message-writer': messageWriterThread,
+  'lean-message-store': messageStoreThread,
+  'lean-mutex-writer': mutexWriterThread,
+  'lean-mutex-store': mutexStoreThread,
+} satisfies Record<string, ThreadFn>;
+
+export type ThreadKind = keyof typeof THREAD_TASKS;

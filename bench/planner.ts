@@ -1,0 +1,248 @@
+// Benchmark 1: one store-planning pass (StorePlanner.pass) over R active
+// requests x G groups. Idle: every request is running and fully stored, so the
+// pass finds nothing (the steady state of a server between engine steps).
+// With work: before each pass (untimed) every request publishes one more
+// chunk in every group, so each pass plans, pins and hands out R jobs of G
+// chunks into the real LRU host tier; the jobs are completed after the pass
+// (untimed). Figures: ns per request-group (pass time / (R x G)) and heap
+// bytes allocated per pass.
+import { Bench } from 'tinybench';
+import type { ConfigInput, GroupInput } from '../src/config.js';
+import type { StoreJob } from '../src/job.js';
+import { LocalOffload } from '../src/local.js';
+import type { RequestHandle } from '../src/roles/handle.js';
+import { HEAP_METHOD, bytesPerCall, forceGc } from './lib/heap.js';
+import type { Figure } from './lib/stats.js';
+import { figure } from './lib/stats.js';
+
+const TOKENS_PER_BLOCK = 16;
+const BLOCKS_PER_CHUNK = 2;
+const TOKENS_PER_CHUNK = TOKENS_PER_BLOCK * BLOCKS_PER_CHUNK;
+/** Chunk capacity per request-group; requests are recycled (untimed) when it is reached. */
+const CHUNKS_PER_REQUEST = 16;
+/** Chunks stored before measuring: the idle state has a non-zero cursor. */
+const CHUNKS_AT_START = 2;
+const GROUP_KINDS: readonly GroupInput[] = [
+  { kind: 'full', tokensPerBlock: TOKENS_PER_BLOCK },
+  { kind: 'sliding-window', tokensPerBlock: TOKENS_PER_BLOCK, windowTokens: 1024 },
+  { kind: 'full', tokensPerBlock: TOKENS_PER_BLOCK },
+  { kind: 'sliding-window', tokensPerBlock: TOKENS_PER_BLOCK, windowTokens: 1024 },
+];
+
+export function plannerConfig(requests: number, groups: number): ConfigInput {
+  const blocks = requests * groups * CHUNKS_PER_REQUEST * BLOCKS_PER_CHUNK;
+  return {
+    groups: GROUP_KINDS.slice(0, groups),
+    blocksPerChunk: BLOCKS_PER_CHUNK,
+    tokensPerHash: TOKENS_PER_BLOCK,
+    maxRequests: requests,
+    maxBlocksPerRequest: CHUNKS_PER_REQUEST * BLOCKS_PER_CHUNK,
+    gpuBlocks: Math.min(blocks + 1, 1 << 22),
+    tierChunks: Math.max(4096, 4 * requests * groups),
+    bytesPerBlock: 8,
+  };
+}
+
+/** A population of R running requests driven through the role facade, advanced chunk by chunk. */
+export class PlannerFixture {
+  readonly lo: LocalOffload;
+  readonly requests: number;
+  private handles: RequestHandle[] = [];
+  private chunks = 0;
+  private generation = 0;
+  private nextBlock = 1;
+  private readonly twoBlocks = new Int32Array(BLOCKS_PER_CHUNK);
+  readonly jobs: StoreJob[] = [];
+  readonly collect = (job: StoreJob): void => {
+    this.jobs.push(job);
+  };
+
+  private constructor(lo: LocalOffload, requests: number) {
+    this.lo = lo;
+    this.requests = requests;
+  }
+
+  static async create(requests: number, groups: number): Promise<PlannerFixture> {
+    const fx = new PlannerFixture(
+      await LocalOffload.create(plannerConfig(requests, groups)),
+      requests,
+    );
+    fx.openAll();
+    return fx;
+  }
+
+  /** Publishes one more chunk on every request-group (recycling requests at capacity). */
+  advance(): void {
+    if (this.chunks === CHUNKS_PER_REQUEST) this.recycle();
+    const c = this.chunks;
+    for (const h of this.handles) this.publishChunk(h, c);
+    this.chunks += 1;
+  }
+
+  /** Completes the jobs collected by the last pass, as the transfer role would. */
+  completeJobs(): void {
+    for (const job of this.jobs) this.lo.complete(job);
+    this.jobs.length = 0;
+  }
+
+  private publishChunk(h: RequestHandle, c: number): void {
+    const lo = this.lo;
+    lo.progress(h, (c + 1) * TOKENS_PER_CHUNK);
+    lo.hash(h, BLOCKS_PER_CHUNK);
+    for (let g = 0; g < lo.state.groupCount; g += 1) {
+      for (let i = 0; i < BLOCKS_PER_CHUNK; i += 1) {
+        this.twoBlocks[i] = this.nextBlock;
+        this.nextBlock = this.nextBlock + 1 === lo.config.gpuBlocks ? 1 : this.nextBlock + 1;
+      }
+      lo.appendBlocks(h, g, this.twoBlocks);
+    }
+  }
+
+  private openAll(): void {
+    const lo = this.lo;
+    const prompt = new Int32Array(CHUNKS_PER_REQUEST * TOKENS_PER_CHUNK);
+    this.generation += 1;
+    this.handles = [];
+    for (let r = 0; r < this.requests; r += 1) {
+      // Distinct tokens per request and per recycling, so keys never repeat in the tier.
+      const salt = (this.generation * this.requests + r) * prompt.length;
+      for (let i = 0; i < prompt.length; i += 1) prompt[i] = (salt + i) % 0x7fffffff;
+      this.handles.push(lo.open({ requestId: r, promptTokens: prompt }));
+    }
+    this.chunks = 0;
+    for (let k = 0; k < CHUNKS_AT_START; k += 1) this.advance();
+    this.lo.planner.pass(this.collect);
+    this.completeJobs();
+  }
+
+  private recycle(): void {
+    for (const h of this.handles) this.lo.finish(h);
+    this.lo.planner.pass(this.collect);
+    this.completeJobs();
+    for (const h of this.handles) this.lo.release(h);
+    this.openAll();
+  }
+}
+
+export interface PlannerOptions {
+  readonly requests: readonly number[];
+  readonly groups: readonly number[];
+  readonly timeMs: number;
+}
+
+export interface PlannerRow {
+  readonly requests: number;
+  readonly groups: number;
+  readonly mode: 'idle' | 'work';
+  readonly nsPerRequestGroup: Figure;
+  readonly passUs: Figure;
+  readonly heapBytesPerPass: number;
+  readonly passes: number;
+}
+
+export interface PlannerResults {
+  readonly description: string;
+  readonly heapMethod: string;
+  readonly rows: readonly PlannerRow[];
+}
+
+async function timePass(
+  name: string,
+  fn: () => void,
+  hooks: { beforeEach?: () => void; afterEach?: () => void },
+  budget: { timeMs: number; iterations: number },
+): Promise<number[]> {
+  const bench = new Bench({
+    time: budget.timeMs,
+    warmupTime: Math.max(20, budget.timeMs / 4),
+    iterations: budget.iterations,
+    warmupIterations: Math.max(2, Math.floor(budget.iterations / 4)),
+    retainSamples: true,
+    throws: true,
+  });
+  bench.add(name, fn, hooks);
+  const [task] = await bench.run();
+  const result = task?.result;
+  if (
+    result === undefined ||
+    result.state !== 'completed' ||
+    result.latency.samples === undefined
+  ) {
+    throw new Error(`planner bench ${name}: no samples`);
+  }
+  return [...result.latency.samples];
+}
+
+export async function runPlannerBench(options: PlannerOptions): Promise<PlannerResults> {
+  const rows: PlannerRow[] = [];
+  for (const groups of options.groups) {
+    for (const requests of options.requests) {
+      const fx = await PlannerFixture.create(requests, groups);
+      const planner = fx.lo.planner;
+      const rg = requests * groups;
+      // Few iterations for huge populations: a pass with work over 16k x 4 is tens of ms.
+      const iterations = Math.max(4, Math.min(64, Math.floor(2e6 / rg)));
+      const idleMs = await timePass(
+        'idle',
+        () => planner.pass(fx.collect),
+        {},
+        {
+          timeMs: options.timeMs,
+          iterations,
+        },
+      );
+      if (fx.jobs.length !== 0) throw new Error('planner bench: an idle pass produced jobs');
+      const idleHeap = bytesPerCall(
+        () => planner.pass(fx.collect),
+        Math.max(4, Math.min(2000, Math.floor(2e6 / rg))),
+      );
+      rows.push(row(requests, groups, 'idle', idleMs, idleHeap));
+
+      const workMs = await timePass(
+        'work',
+        () => planner.pass(fx.collect),
+        { beforeEach: () => fx.advance(), afterEach: () => fx.completeJobs() },
+        { timeMs: options.timeMs, iterations: Math.max(3, Math.floor(iterations / 4)) },
+      );
+      const workHeap: number[] = [];
+      for (let t = 0; t < 3; t += 1) {
+        fx.advance();
+        workHeap.push(bytesPerCall(() => planner.pass(fx.collect), 1, 1));
+        fx.completeJobs();
+      }
+      rows.push(row(requests, groups, 'work', workMs, workHeap.sort((a, b) => a - b)[1]!));
+      forceGc();
+    }
+  }
+  return {
+    description:
+      'StorePlanner.pass over R running requests x G groups (full and sliding-window, 2 blocks per chunk) with the real LRU host tier. idle: nothing new since the last pass. work: one new chunk per request-group before every pass (published untimed), jobs completed untimed after it.',
+    heapMethod: HEAP_METHOD,
+    rows,
+  };
+
+  function row(
+    requests: number,
+    groups: number,
+    mode: 'idle' | 'work',
+    samplesMs: number[],
+    heapBytesPerPass: number,
+  ): PlannerRow {
+    const rg = requests * groups;
+    return {
+      requests,
+      groups,
+      mode,
+      nsPerRequestGroup: figure(
+        samplesMs.map((ms) => (ms * 1e6) / rg),
+        'ns',
+      ),
+      passUs: figure(
+        samplesMs.map((ms) => ms * 1e3),
+        'us',
+      ),
+      heapBytesPerPass,
+      passes: samplesMs.length,
+    };
+  }
+}

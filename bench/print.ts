@@ -1,0 +1,146 @@
+// The terminal tables of each benchmark (medians, with the interquartile range
+// where noise matters). The JSON file has every figure with its full spread.
+import type { CopyResults } from './copy.js';
+import type { DesignResults } from './designs/run.js';
+import type { PlannerResults } from './planner.js';
+import type { ScenarioResults } from './scenario.js';
+import type { SnapshotResults } from './snapshot.js';
+import type { Figure } from './lib/stats.js';
+import { formatNumber, printTable } from './lib/table.js';
+import type { TargetCheck } from './targets.js';
+
+const iqr = (f: Figure) => `${formatNumber(f.spread.p25)}..${formatNumber(f.spread.p75)}`;
+const round = (x: number, digits = 1) => Number(x.toFixed(digits));
+
+export function printPlanner(p: PlannerResults): void {
+  printTable(
+    '1. Planner pass (StorePlanner.pass): ns per request-group, heap bytes per pass',
+    p.rows.map((r) => ({
+      R: r.requests,
+      G: r.groups,
+      mode: r.mode,
+      'ns/req-group': round(r.nsPerRequestGroup.median),
+      'IQR (ns)': iqr(r.nsPerRequestGroup),
+      'pass (us)': round(r.passUs.median),
+      'heap B/pass': round(r.heapBytesPerPass),
+      passes: r.passes,
+    })),
+  );
+}
+
+export function printSnapshot(s: SnapshotResults): void {
+  printTable(
+    `2. Snapshots under contention (${s.requests} requests, ${s.durationMsPerRepeat} ms per repeat)`,
+    s.rows.map((r) => ({
+      writers: r.writers,
+      padded: r.padded ? 'yes' : 'no',
+      'snapshots/s': Math.round(r.snapshotsPerSecond.median),
+      IQR: iqr(r.snapshotsPerSecond),
+      'retry %': round(r.retryRatePercent.median, 3),
+      'gave up/s': Math.round(r.givenUpPerSecond.median),
+      'writer pubs/s': Math.round(r.writerOpsPerSecond.median),
+    })),
+  );
+  printTable(
+    '   padded / unpadded (paired per repeat; > 1: padding helps)',
+    s.paddedOverUnpadded.map((r) => ({
+      writers: r.writers,
+      snapshots: round(r.snapshots.median, 2),
+      'writer pubs': round(r.writerOps.median, 2),
+    })),
+  );
+}
+
+export function printDesigns(d: DesignResults): void {
+  printTable(
+    `3. Designs on one event stream (${d.requests} requests x ${d.chunksPerRequest} chunks, ${d.eventsPerRun} events per run)`,
+    d.rows.map((r) => ({
+      design: r.design,
+      writers: r.writers,
+      'events/s': Math.round(r.eventsPerSecond.median),
+      IQR: iqr(r.eventsPerSecond),
+      'a / this': round(r.aSpeedup.median, 2),
+      'p50 ms': round(r.latencyMsP50.median, 3),
+      'p99 ms': round(r.latencyMsP99.median, 3),
+      'p50 / a': round(r.latencyP50OverA.median, 2),
+      'p99 / a': round(r.latencyP99OverA.median, 2),
+    })),
+  );
+  for (const [name, text] of Object.entries(d.designs))
+    process.stdout.write(`   ${name}: ${text}\n`);
+  process.stdout.write('\n');
+}
+
+export function printCopy(c: CopyResults): void {
+  printTable(
+    `4. Copy bandwidth (arena ${c.arenaMiB} MiB, ${Math.round(c.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    c.rows.map((r) => ({
+      'block KiB': r.blockKiB,
+      threads: r.threads,
+      'job KiB': r.jobKiB,
+      'pool GB/s': round(r.gbPerSecond.median, 2),
+      'memcpy GB/s': round(r.baselineGbPerSecond.median, 2),
+      'pool / memcpy': round(r.ratio.median, 2),
+      'ratio IQR': iqr(r.ratio),
+    })),
+  );
+}
+
+export function printScenario(s: ScenarioResults): void {
+  const on = s.offloadOn;
+  const off = s.offloadOff;
+  printTable(
+    `5. Overflow scenario (${s.workload.requests} requests x ~${s.workload.promptTokensApprox} tokens, ${s.workload.gpuPoolTokens}-token GPU pool)`,
+    [
+      {
+        run: 'offloading on',
+        'wall ms': Math.round(on.wallMs.median),
+        'chunks stored/s': Math.round(on.chunksStoredPerSecond.median),
+        stored: on.chunksStored.median,
+        'deferred (chunk-passes)': on.chunksDeferred.median,
+        'deferred then stored': on.chunksDeferredThenStored.median,
+        'alloc retries': on.allocationRetries.median,
+        preemptions: on.preemptions.median,
+        holes: on.holes,
+      },
+      {
+        run: 'offloading off',
+        'wall ms': Math.round(off.wallMs.median),
+        'chunks stored/s': 0,
+        stored: 0,
+        'deferred (chunk-passes)': 0,
+        'deferred then stored': 0,
+        'alloc retries': 0,
+        preemptions: off.preemptions.median,
+        holes: off.holes,
+      },
+    ],
+  );
+  process.stdout.write(
+    `   wall on / off: ${round(s.wallOnOverOff.median, 2)} (paired per repeat)\n\n`,
+  );
+  const row = (name: string, d: ScenarioResults['eventLoop']['offloadOn']) => ({
+    'host main thread': name,
+    'p50 ms': round(d.delayMsP50.median, 3),
+    'p99 ms': round(d.delayMsP99.median, 3),
+    'max ms': round(d.delayMsMax.median, 3),
+  });
+  printTable('6. Event-loop delay of the embedding main thread (beyond the 1 ms timer)', [
+    row('runtime, offloading on', s.eventLoop.offloadOn),
+    row('runtime, offloading off', s.eventLoop.offloadOff),
+    row('no runtime (machine alone)', s.eventLoop.noRuntime),
+  ]);
+}
+
+export function printTargets(targets: readonly TargetCheck[]): void {
+  printTable(
+    'Targets',
+    targets.map((t) => ({ target: t.target, measured: t.measured, met: t.met ? 'met' : 'MISSED' })),
+  );
+  for (const t of targets.filter((x) => !x.met)) {
+    process.stdout.write(
+      `   ${t.id}: missed by ${t.missedBy}\n     why: ${t.why}\n     to close: ${t.toClose}\n`,
+    );
+  }
+  process.stdout.write('\n');
+}

@@ -1,0 +1,238 @@
+// Benchmarks 5 and 6: the seeds' overflow scenario end to end through
+// OffloadRuntime (defaultWorkload(): 16 requests of ~50,000 prompt tokens,
+// DEFAULT_RUNTIME_CONFIG: a 611,840-token GPU pool, full+EAGLE and
+// sliding-window groups, async hasher/allocator lag, preemption), against the
+// same run with offloading off (simulator { offload: false, loadFromTier:
+// false }: requests open with maxOffloadTokens 0, so the store role stores
+// and loads nothing but the engine, hasher and allocator do the same work).
+// While each run is in flight, the host's main thread measures its own
+// event-loop delay (monitorEventLoopDelay, 1 ms resolution), and once more
+// with no runtime at all, to separate what kvoff costs the host from what the
+// shared machine costs it.
+import { monitorEventLoopDelay } from 'node:perf_hooks';
+import type { IntervalHistogram } from 'node:perf_hooks';
+import { defaultWorkload } from '../src/runtime/defaults.js';
+import { OffloadRuntime } from '../src/runtime/runtime.js';
+import type { RequestSummary, RuntimeOptions, RuntimeStats } from '../src/runtime/runtime.js';
+import { epochMs, sleepMs } from './lib/clock.js';
+import type { Figure } from './lib/stats.js';
+import { figure, ratioFigure } from './lib/stats.js';
+
+/** Histogram timer interval: each sample is the interval plus the delay, so the interval is subtracted. */
+const RESOLUTION_MS = 1;
+
+export interface ScenarioOptions {
+  readonly repeats: number;
+  /** Scale the workload down (tests): requests and prompt length. */
+  readonly requests?: number;
+  readonly promptTokens?: number;
+}
+
+export interface DelayFigures {
+  readonly delayMsP50: Figure;
+  readonly delayMsP99: Figure;
+  readonly delayMsMax: Figure;
+}
+
+export interface ScenarioRun {
+  readonly wallMs: number;
+  readonly stats: RuntimeStats;
+  readonly requestHoles: number;
+  readonly finished: number;
+  readonly aborted: number;
+  readonly verifyOk: boolean;
+  readonly leaksZero: boolean;
+  readonly delay: { p50: number; p99: number; max: number };
+}
+
+export interface ScenarioResults {
+  readonly description: string;
+  readonly workload: { requests: number; promptTokensApprox: number; gpuPoolTokens: number };
+  readonly offloadOn: {
+    readonly wallMs: Figure;
+    readonly chunksStoredPerSecond: Figure;
+    readonly chunksStored: Figure;
+    readonly chunksDeferred: Figure;
+    readonly chunksDeferredThenStored: Figure;
+    readonly allocationRetries: Figure;
+    readonly preemptions: Figure;
+    readonly tierHits: Figure;
+    readonly chunksDroppedForCapacity: Figure;
+    readonly holes: number;
+    readonly mismatches: number;
+    readonly verifyOk: boolean;
+    readonly leaksZero: boolean;
+  };
+  readonly offloadOff: {
+    readonly wallMs: Figure;
+    readonly preemptions: Figure;
+    readonly holes: number;
+    readonly leaksZero: boolean;
+  };
+  /** Wall time with offloading over without, paired per repeat. */
+  readonly wallOnOverOff: Figure;
+  readonly eventLoop: {
+    readonly method: string;
+    readonly offloadOn: DelayFigures;
+    readonly offloadOff: DelayFigures;
+    readonly noRuntime: DelayFigures;
+  };
+}
+
+function delayOf(h: IntervalHistogram): { p50: number; p99: number; max: number } {
+  const ms = (ns: number) => Math.max(0, ns / 1e6 - RESOLUTION_MS);
+  return { p50: ms(h.percentile(50)), p99: ms(h.percentile(99)), max: ms(h.max) };
+}
+
+async function runScenario(offload: boolean, options: ScenarioOptions): Promise<ScenarioRun> {
+  const runtimeOptions: RuntimeOptions = offload
+    ? {}
+    : { simulator: { offload: false, loadFromTier: false } };
+  const rt = await OffloadRuntime.start(runtimeOptions);
+  let summaries: RequestSummary[];
+  const h = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
+  let wallMs: number;
+  try {
+    const workload = defaultWorkload({
+      ...(options.requests !== undefined ? { requests: options.requests } : {}),
+      ...(options.promptTokens !== undefined ? { promptTokens: options.promptTokens } : {}),
+    });
+    h.enable();
+    const t0 = epochMs();
+    summaries = await Promise.all(workload.map((r) => rt.submit(r)));
+    wallMs = epochMs() - t0;
+    h.disable();
+  } catch (error) {
+    await rt.close();
+    throw error;
+  }
+  const stats = rt.stats();
+  const verify = await rt.verify();
+  await rt.close();
+  const leaks = rt.leakReport();
+  return {
+    wallMs,
+    stats,
+    requestHoles: summaries.reduce((n, s) => n + s.holes, 0),
+    finished: summaries.filter((s) => s.status === 'finished').length,
+    aborted: summaries.filter((s) => s.status === 'aborted').length,
+    verifyOk: verify.ok,
+    leaksZero: leaks !== undefined && Object.values(leaks).every((v) => v === 0),
+    delay: delayOf(h),
+  };
+}
+
+/** The same measurement with nothing running: the machine's own contribution. */
+async function idleDelay(durationMs: number): Promise<{ p50: number; p99: number; max: number }> {
+  const h = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
+  h.enable();
+  await sleepMs(durationMs);
+  h.disable();
+  return delayOf(h);
+}
+
+function delayFigures(d: { p50: number; p99: number; max: number }[]): DelayFigures {
+  return {
+    delayMsP50: figure(
+      d.map((x) => x.p50),
+      'ms',
+    ),
+    delayMsP99: figure(
+      d.map((x) => x.p99),
+      'ms',
+    ),
+    delayMsMax: figure(
+      d.map((x) => x.max),
+      'ms',
+    ),
+  };
+}
+
+export async function runScenarioBench(options: ScenarioOptions): Promise<ScenarioResults> {
+  const on: ScenarioRun[] = [];
+  const off: ScenarioRun[] = [];
+  const idle: { p50: number; p99: number; max: number }[] = [];
+  for (let rep = 0; rep < options.repeats; rep += 1) {
+    // Alternate the order so drift on a shared machine hits both.
+    const first = rep % 2 === 0;
+    if (first) on.push(await runScenario(true, options));
+    off.push(await runScenario(false, options));
+    if (!first) on.push(await runScenario(true, options));
+    idle.push(await idleDelay(Math.min(2000, on[on.length - 1]!.wallMs)));
+  }
+  const s = (f: (r: ScenarioRun) => number, runs = on) => runs.map(f);
+  const workload = defaultWorkload();
+  return {
+    description:
+      "defaultWorkload() through OffloadRuntime.start() with DEFAULT_RUNTIME_CONFIG, timed from the first submit to the last request's summary; offloading off = simulator { offload: false, loadFromTier: false } (an option added for this benchmark: requests open with maxOffloadTokens 0).",
+    workload: {
+      requests: options.requests ?? workload.length,
+      promptTokensApprox: options.promptTokens ?? 50_000,
+      gpuPoolTokens: 38_240 * 16,
+    },
+    offloadOn: {
+      wallMs: figure(
+        s((r) => r.wallMs),
+        'ms',
+      ),
+      chunksStoredPerSecond: figure(
+        s((r) => r.stats.chunksStored / (r.wallMs / 1000)),
+        'chunks/s',
+      ),
+      chunksStored: figure(
+        s((r) => r.stats.chunksStored),
+        'chunks',
+      ),
+      chunksDeferred: figure(
+        s((r) => r.stats.chunksDeferred),
+        'chunk-passes',
+      ),
+      chunksDeferredThenStored: figure(
+        s((r) => r.stats.chunksDeferredThenStored),
+        'chunks',
+      ),
+      allocationRetries: figure(
+        s((r) => r.stats.allocationRetries),
+        'retries',
+      ),
+      preemptions: figure(
+        s((r) => r.stats.preemptions),
+        'preemptions',
+      ),
+      tierHits: figure(
+        s((r) => r.stats.tierHits),
+        'chunks',
+      ),
+      chunksDroppedForCapacity: figure(
+        s((r) => r.stats.chunksDroppedForCapacity),
+        'chunks',
+      ),
+      holes: on.reduce((n, r) => n + r.stats.holes + r.requestHoles, 0),
+      mismatches: on.reduce((n, r) => n + r.stats.mismatches, 0),
+      verifyOk: on.every((r) => r.verifyOk),
+      leaksZero: on.every((r) => r.leaksZero),
+    },
+    offloadOff: {
+      wallMs: figure(
+        s((r) => r.wallMs, off),
+        'ms',
+      ),
+      preemptions: figure(
+        s((r) => r.stats.preemptions, off),
+        'preemptions',
+      ),
+      holes: off.reduce((n, r) => n + r.stats.holes + r.requestHoles, 0),
+      leaksZero: off.every((r) => r.leaksZero),
+    },
+    wallOnOverOff: ratioFigure(
+      on.map((r) => r.wallMs),
+      off.map((r) => r.wallMs),
+    ),
+    eventLoop: {
+      method: `perf_hooks.monitorEventLoopDelay({ resolution: ${RESOLUTION_MS} }) on the host's main thread from the first submit to the last summary; each sample is the timer interval plus the delay, so ${RESOLUTION_MS} ms is subtracted (floor 0). noRuntime: the same with nothing running.`,
+      offloadOn: delayFigures(on.map((r) => r.delay)),
+      offloadOff: delayFigures(off.map((r) => r.delay)),
+      noRuntime: delayFigures(idle),
+    },
+  };
+}

@@ -1,0 +1,58 @@
+// How big each benchmark runs in each mode. quick: under two minutes on 2
+// cores in total; full: more sizes, more repeats; smoke: seconds, only to keep
+// the harness from rotting (test/bench-smoke.test.ts).
+import type { CopyOptions } from './copy.js';
+import type { DesignOptions } from './designs/run.js';
+import type { PlannerOptions } from './planner.js';
+import type { ScenarioOptions } from './scenario.js';
+import type { SnapshotOptions } from './snapshot.js';
+
+export const MODES = ['quick', 'full', 'smoke'] as const;
+export type Mode = (typeof MODES)[number];
+
+export interface Sizes {
+  readonly planner: PlannerOptions;
+  readonly snapshot: SnapshotOptions;
+  readonly designs: DesignOptions;
+  readonly copy: CopyOptions;
+  readonly scenario: ScenarioOptions;
+}
+
+const KIB = 1024;
+const MIB = 1024 * KIB;
+const ALL_BLOCKS = [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 2 * MIB];
+
+export const SIZES: Readonly<Record<Mode, Sizes>> = {
+  quick: {
+    planner: { requests: [16, 256, 4096, 16384], groups: [1, 4], timeMs: 100 },
+    snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
+    designs: { shape: { requests: 32, chunks: 512 }, writerCounts: [3], repeats: 3, batch: 64 },
+    copy: {
+      blockBytes: [4 * KIB, 64 * KIB, MIB, 2 * MIB],
+      threads: [1, 2],
+      arenaBytes: 32 * MIB,
+      passes: 2,
+      repeats: 3,
+    },
+    scenario: { repeats: 2 },
+  },
+  full: {
+    planner: { requests: [16, 64, 256, 1024, 4096, 16384], groups: [1, 2, 3, 4], timeMs: 300 },
+    snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 1000, repeats: 5 },
+    designs: {
+      shape: { requests: 64, chunks: 1024 },
+      writerCounts: [1, 2, 3],
+      repeats: 5,
+      batch: 64,
+    },
+    copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 4, repeats: 5 },
+    scenario: { repeats: 3 },
+  },
+  smoke: {
+    planner: { requests: [16], groups: [1, 2], timeMs: 10 },
+    snapshot: { requests: 4, writerCounts: [0, 3], durationMs: 20, repeats: 1 },
+    designs: { shape: { requests: 4, chunks: 16 }, writerCounts: [3], repeats: 1, batch: 8 },
+    copy: { blockBytes: [64 * KIB], threads: [1], arenaBytes: MIB, passes: 1, repeats: 1 },
+    scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
+  },
+};

@@ -1,0 +1,140 @@
+// Runs the selected benchmarks in one process, one after the other (never two
+// at once: they would measure each other), and assembles the results file.
+import os from 'node:os';
+import { runCopyBench } from './copy.js';
+import type { CopyResults } from './copy.js';
+import { runDesignBench } from './designs/run.js';
+import type { DesignResults } from './designs/run.js';
+import { commitInfo, machineInfo } from './lib/machine.js';
+import type { CommitInfo, MachineInfo } from './lib/machine.js';
+import { ThreadPool } from './lib/threads.js';
+import { runPlannerBench } from './planner.js';
+import type { PlannerResults } from './planner.js';
+import {
+  printCopy,
+  printDesigns,
+  printPlanner,
+  printScenario,
+  printSnapshot,
+  printTargets,
+} from './print.js';
+import { runScenarioBench } from './scenario.js';
+import type { ScenarioResults } from './scenario.js';
+import { SIZES } from './sizes.js';
+import type { Mode } from './sizes.js';
+import { runSnapshotBench } from './snapshot.js';
+import type { SnapshotResults } from './snapshot.js';
+import { copyTargets, designTargets, plannerTargets, scenarioTargets } from './targets.js';
+import type { TargetCheck } from './targets.js';
+
+export const BENCHMARKS = ['planner', 'snapshot', 'designs', 'copy', 'scenario'] as const;
+export type BenchmarkName = (typeof BENCHMARKS)[number];
+
+export const RESULTS_SCHEMA = 'kvoff-bench/1';
+
+export interface SectionTiming {
+  readonly seconds: number;
+  /** 1-minute load average before and after: how busy the shared machine was. */
+  readonly loadBefore: number;
+  readonly loadAfter: number;
+}
+
+export interface BenchResults {
+  readonly schema: typeof RESULTS_SCHEMA;
+  readonly mode: Mode;
+  readonly date: string;
+  readonly machine: MachineInfo;
+  readonly git: CommitInfo;
+  readonly durationSeconds: number;
+  readonly timings: Partial<Record<BenchmarkName, SectionTiming>>;
+  readonly targets: readonly TargetCheck[];
+  readonly planner?: PlannerResults;
+  readonly snapshot?: SnapshotResults;
+  readonly designs?: DesignResults;
+  readonly copy?: CopyResults;
+  readonly scenario?: ScenarioResults;
+}
+
+export interface SuiteOptions {
+  readonly mode: Mode;
+  readonly only: readonly BenchmarkName[];
+  /** Print tables as each benchmark ends (off in tests). */
+  readonly print: boolean;
+  readonly log: (line: string) => void;
+}
+
+export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
+  const sizes = SIZES[options.mode];
+  const started = Date.now();
+  const date = new Date().toISOString();
+  const machine = machineInfo();
+  const git = commitInfo();
+  const timings: Partial<Record<BenchmarkName, SectionTiming>> = {};
+  const targets: TargetCheck[] = [];
+  const out: {
+    planner?: PlannerResults;
+    snapshot?: SnapshotResults;
+    designs?: DesignResults;
+    copy?: CopyResults;
+    scenario?: ScenarioResults;
+  } = {};
+  const wants = (name: BenchmarkName) => options.only.includes(name);
+  const timed = async <T>(name: BenchmarkName, run: () => Promise<T>): Promise<T> => {
+    options.log(`[bench] ${name} ...`);
+    const loadBefore = os.loadavg()[0] ?? 0;
+    const t0 = Date.now();
+    const result = await run();
+    timings[name] = {
+      seconds: (Date.now() - t0) / 1000,
+      loadBefore,
+      loadAfter: os.loadavg()[0] ?? 0,
+    };
+    options.log(`[bench] ${name} done in ${timings[name].seconds.toFixed(1)} s`);
+    return result;
+  };
+
+  if (wants('planner')) {
+    out.planner = await timed('planner', () => runPlannerBench(sizes.planner));
+    targets.push(...plannerTargets(out.planner));
+    if (options.print) printPlanner(out.planner);
+  }
+  if (wants('snapshot') || wants('designs')) {
+    // Four bench threads: a store and up to three writers.
+    const pool = await ThreadPool.open(4);
+    try {
+      if (wants('snapshot')) {
+        out.snapshot = await timed('snapshot', () => runSnapshotBench(pool, sizes.snapshot));
+        if (options.print) printSnapshot(out.snapshot);
+      }
+      if (wants('designs')) {
+        out.designs = await timed('designs', () => runDesignBench(pool, sizes.designs));
+        targets.push(...designTargets(out.designs));
+        if (options.print) printDesigns(out.designs);
+      }
+    } finally {
+      await pool.close();
+    }
+  }
+  if (wants('copy')) {
+    out.copy = await timed('copy', () => runCopyBench(sizes.copy));
+    targets.push(...copyTargets(out.copy));
+    if (options.print) printCopy(out.copy);
+  }
+  if (wants('scenario')) {
+    out.scenario = await timed('scenario', () => runScenarioBench(sizes.scenario));
+    targets.push(...scenarioTargets(out.scenario));
+    if (options.print) printScenario(out.scenario);
+  }
+  if (options.print) printTargets(targets);
+  return {
+    schema: RESULTS_SCHEMA,
+    mode: options.mode,
+    date,
+    machine,
+    git,
+    durationSeconds: (Date.now() - started) / 1000,
+    timings,
+    targets,
+    ...out,
+  };
+}
