@@ -79,3 +79,13 @@ export type { TransferBackend, TransferCompletion } from './runtime/backend.js';
 export type { PlannerObserver, ChunkOutcome } from './planner.js';
 export { ExternalHost, attachExternal } from './runtime/external.js';
 export type { ExternalRoles } from './runtime/external.js';
+export { KvoffServer, SERVE_DEFAULTS } from './serve/server.js';
+export type { ServeOptions, ServeStats, DrainResult } from './serve/server.js';
+export type { EmbeddableRuntime } from './serve/runtime-api.js';
+export { renderReport } from './report/render.js';
+export type {
+  ReportData,
+  ReportPass,
+  ReportRequestTrace,
+  ReportSummaryRow,
+} from './report/data.js';
