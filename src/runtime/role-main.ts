@@ -201,13 +201,6 @@ async function runStore(
   port.on('message', onMessage);
   await backend.warmUp(data.store.transferThreads);
   post({ type: 'ready', role: 'store' });
-  if (process.env.KVOFF_DEBUG) {
-    setInterval(() => {
-      process.stderr.write(
-        `[store] inFlight=${loop.jobsInFlight} backend=${backend.inFlight} pool=${JSON.stringify(backend.poolState)}\n`,
-      );
-    }, 1000).unref();
-  }
   const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
   let steps = 0;
   const flushJobs = () => {
