@@ -50,7 +50,7 @@ export function defaultWorkload(options: WorkloadOptions = {}): SimRequest[] {
       promptLength: length,
       prefixId: i % prefixes,
       sharedPrefixTokens: Math.min(shared, length - 1),
-      maxDecodeTokens: options.maxDecodeTokens ?? 192,
+      maxDecodeTokens: options.maxDecodeTokens ?? 512,
     });
   }
   return out;
