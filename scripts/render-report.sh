@@ -4,7 +4,7 @@
 #
 #   scripts/render-report.sh [report.html] [out.png]
 #
-# Without a report it runs a small simulation to make one. Needs Debian's
+# Without a report it runs `kvoff simulate` on its defaults to make one. Needs Debian's
 # `chromium` package (apt-get install -y chromium); when it is absent the
 # script says so and exits 0 (it is not part of CI).
 # REPORT_WINDOW (default 1400,1000) sets the viewport, e.g. 1400,3000 for the whole page.
@@ -25,8 +25,7 @@ if [ -z "$report" ]; then
   report="$tmp/report.html"
   # Exit 1 only means the run found holes (legacy policies); the page is still written.
   set +e
-  npx tsx src/cli.ts simulate --requests 4 --prompt-tokens 4096 --gpu-tokens 12288 \
-    --report "$report" --json >"$tmp/simulate.json"
+  npx tsx src/cli.ts simulate --report "$report" --json >"$tmp/simulate.json"
   code=$?
   set -e
   if [ "$code" -gt 1 ] || [ ! -s "$report" ]; then

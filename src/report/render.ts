@@ -35,6 +35,18 @@ const SERIES = [
   dash: string;
 }[];
 
+/**
+ * Stroke attributes of a series. Token chunks are drawn wide and pale under
+ * the others: when nothing lags the lines coincide, and the token line still
+ * shows around the cursor.
+ */
+function seriesStyle(s: (typeof SERIES)[number]): string {
+  const width = s.key === 'tokenChunks' ? 5 : s.key === 'cursorAfter' ? 2.5 : 1.6;
+  const opacity = s.key === 'tokenChunks' ? ' stroke-opacity="0.4"' : '';
+  const dash = s.dash ? ` stroke-dasharray="${s.dash}"` : '';
+  return ` stroke-width="${width}"${opacity}${dash}`;
+}
+
 export function renderReport(data: ReportData): string {
   const body = [
     `<h1>${esc(data.title)}</h1>`,
@@ -81,7 +93,7 @@ function renderWorkload(workload: ReportData['workload']): string {
 function renderLegend(): string {
   const lines = SERIES.map(
     (s) =>
-      `<span class="lg"><svg width="28" height="10" aria-hidden="true"><line x1="0" y1="5" x2="28" y2="5" stroke="${s.color}" stroke-width="${s.key === 'cursorAfter' ? 3 : 2}"${s.dash ? ` stroke-dasharray="${s.dash}"` : ''}/></svg>${esc(s.label)}</span>`,
+      `<span class="lg"><svg width="28" height="10" aria-hidden="true"><line x1="0" y1="5" x2="28" y2="5" stroke="${s.color}"${seriesStyle(s)}/></svg>${esc(s.label)}</span>`,
   );
   lines.push(
     '<span class="lg"><svg width="16" height="10" aria-hidden="true"><rect width="16" height="10" fill="#e5484d" fill-opacity="0.25"/></svg>deferred (token-ready, not ready)</span>',
@@ -157,13 +169,12 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
   }
   // Series as step lines.
   for (const s of SERIES) {
-    parts.push(
-      `<path class="series" d="${stepPath(
-        passes,
-        (p) => x(p.tMs),
-        (p) => y(p[s.key]),
-      )}" stroke="${s.color}" stroke-width="${s.key === 'cursorAfter' ? 2.5 : 1.6}"${s.dash ? ` stroke-dasharray="${s.dash}"` : ''}/>`,
+    const d = stepPath(
+      passes,
+      (p) => x(p.tMs),
+      (p) => y(p[s.key]),
     );
+    parts.push(`<path class="series" d="${d}" stroke="${s.color}"${seriesStyle(s)}/>`);
   }
   // Store jobs: a bar over the chunks dispatched.
   for (const p of passes) {
