@@ -11,7 +11,7 @@ import type { Config } from '../config.js';
 import { writeComputedBlock } from '../copy.js';
 import { IllegalTransitionError, TimeoutError } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
-import { T_DRAINED_GENERATION } from '../layout.js';
+import { H_GENERATION, H_HASH_COUNT, S_NUM_TOKENS, T_DRAINED_GENERATION } from '../layout.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
@@ -34,6 +34,8 @@ export interface ExternalRoles {
   wake(): void;
   /** True once the store ran the final pass of this (finished or aborted) request. */
   drained(handle: RequestHandle): boolean;
+  /** True once the hasher published a hash for every full hash block of the known tokens. */
+  hashed(handle: RequestHandle): boolean;
 }
 
 /** Attaches to a runtime's shared memory from any thread (main or a host worker). */
@@ -50,6 +52,17 @@ export function attachExternal(config: Config, buffers: RuntimeBuffers): Externa
       writeComputedBlock(views.gpu, views.geometry, block, key, position),
     wake: () => {
       for (const b of bells) b.ring();
+    },
+    hashed: (handle) => {
+      const { state } = views;
+      if (
+        Atomics.load(state.control, state.hasherWord(handle.slot, H_GENERATION)) !==
+        handle.generation
+      )
+        return false;
+      const tokens = Atomics.load(state.control, state.schedulerWord(handle.slot, S_NUM_TOKENS));
+      const want = Math.min(Math.floor(tokens / config.tokensPerHash), config.maxHashesPerRequest);
+      return Atomics.load(state.control, state.hasherWord(handle.slot, H_HASH_COUNT)) >= want;
     },
     drained: (handle) =>
       Atomics.load(
@@ -85,11 +98,24 @@ export class ExternalHost {
 
   /** Resolves once the store drained `handle` (after finish or abort); bounded by `timeoutMs`. */
   whenDrained(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    return this.poll('whenDrained', () => this.roles.drained(handle), timeoutMs);
+  }
+
+  /**
+   * Resolves once the runtime's hasher caught up with the request's tokens.
+   * The hasher lags on purpose; finishing before this means the final pass
+   * sees fewer keys and stores fewer chunks (never a hole: they were not ready).
+   */
+  whenHashed(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    return this.poll('whenHashed', () => this.roles.hashed(handle), timeoutMs);
+  }
+
+  private poll(what: string, done: () => boolean, timeoutMs: number): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     return new Promise<void>((resolve, reject) => {
       const check = () => {
-        if (this.roles.drained(handle)) resolve();
-        else if (Date.now() > deadline) reject(new TimeoutError('whenDrained', timeoutMs));
+        if (done()) resolve();
+        else if (Date.now() > deadline) reject(new TimeoutError(what, timeoutMs));
         else setTimeout(check, DRAIN_POLL_MS);
       };
       this.roles.wake();
