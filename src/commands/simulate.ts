@@ -195,14 +195,20 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     ['double stores', zero(r.doubleStores)],
     ['wall time', `${r.wallSeconds.toFixed(1)} s`],
   ];
-  const lines = [p.bold('kvoff simulate'), table(rows)];
+  const lines = [p.bold('kvoff simulate')];
   if (r.crashed) {
+    // The crash is the news: say it first, then what the run did before it.
     lines.push(
       p.red(`crashed: ${r.crashed}`),
       'This is the engine crash of the seeds: legacy-assert slices keys and block IDs at the token',
       'boundary and asserts equal lengths. The ready-prefix policy (the default) defers instead.',
+      'Before the crash:',
+      table(rows),
     );
-  } else if (r.holes > 0) {
+    return `${lines.join('\n')}\n`;
+  }
+  lines.push(table(rows));
+  if (r.holes > 0) {
     lines.push(
       p.red(`${r.holes} chunks were passed by the cursor and never stored (holes).`),
       r.policy === 'legacy-zip'
