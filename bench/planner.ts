@@ -13,7 +13,7 @@ import { LocalOffload } from '../src/local.js';
 import type { RequestHandle } from '../src/roles/handle.js';
 import { HEAP_METHOD, bytesPerCall, forceGc } from './lib/heap.js';
 import type { Figure } from './lib/stats.js';
-import { figure } from './lib/stats.js';
+import { figure, median } from './lib/stats.js';
 
 const TOKENS_PER_BLOCK = 16;
 const BLOCKS_PER_CHUNK = 2;
@@ -128,6 +128,10 @@ export interface PlannerOptions {
   readonly requests: readonly number[];
   readonly groups: readonly number[];
   readonly timeMs: number;
+  /** Cap on timed passes with work: each needs an untimed publish of R x G chunks before it. */
+  readonly workPassesMax: number;
+  /** Trials of the heap measurement (each forces full GCs). */
+  readonly heapTrials: number;
 }
 
 export interface PlannerRow {
@@ -154,9 +158,9 @@ async function timePass(
 ): Promise<number[]> {
   const bench = new Bench({
     time: budget.timeMs,
-    warmupTime: Math.max(20, budget.timeMs / 4),
+    warmupTime: Math.max(10, budget.timeMs / 4),
     iterations: budget.iterations,
-    warmupIterations: Math.max(2, Math.floor(budget.iterations / 4)),
+    warmupIterations: Math.max(1, Math.floor(budget.iterations / 4)),
     retainSamples: true,
     throws: true,
   });
@@ -195,6 +199,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       const idleHeap = bytesPerCall(
         () => planner.pass(fx.collect),
         Math.max(4, Math.min(2000, Math.floor(2e6 / rg))),
+        options.heapTrials,
       );
       rows.push(row(requests, groups, 'idle', idleMs, idleHeap));
 
@@ -202,15 +207,18 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
         'work',
         () => planner.pass(fx.collect),
         { beforeEach: () => fx.advance(), afterEach: () => fx.completeJobs() },
-        { timeMs: options.timeMs, iterations: Math.max(3, Math.floor(iterations / 4)) },
+        {
+          timeMs: options.timeMs,
+          iterations: Math.min(options.workPassesMax, Math.max(3, Math.floor(iterations / 4))),
+        },
       );
       const workHeap: number[] = [];
-      for (let t = 0; t < 3; t += 1) {
+      for (let t = 0; t < options.heapTrials; t += 1) {
         fx.advance();
         workHeap.push(bytesPerCall(() => planner.pass(fx.collect), 1, 1));
         fx.completeJobs();
       }
-      rows.push(row(requests, groups, 'work', workMs, workHeap.sort((a, b) => a - b)[1]!));
+      rows.push(row(requests, groups, 'work', workMs, median(workHeap)));
       forceGc();
     }
   }

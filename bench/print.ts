@@ -124,6 +124,7 @@ export function printScenario(s: ScenarioResults): void {
     'p50 ms': round(d.delayMsP50.median, 3),
     'p99 ms': round(d.delayMsP99.median, 3),
     'max ms': round(d.delayMsMax.median, 3),
+    'loop busy %': d.busyPercent ? round(d.busyPercent.median, 2) : '-',
   });
   printTable('6. Event-loop delay of the embedding main thread (beyond the 1 ms timer)', [
     row('runtime, offloading on', s.eventLoop.offloadOn),

@@ -9,7 +9,7 @@
 // event-loop delay (monitorEventLoopDelay, 1 ms resolution), and once more
 // with no runtime at all, to separate what kvoff costs the host from what the
 // shared machine costs it.
-import { monitorEventLoopDelay } from 'node:perf_hooks';
+import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import type { IntervalHistogram } from 'node:perf_hooks';
 import { defaultWorkload } from '../src/runtime/defaults.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
@@ -32,6 +32,8 @@ export interface DelayFigures {
   readonly delayMsP50: Figure;
   readonly delayMsP99: Figure;
   readonly delayMsMax: Figure;
+  /** performance.eventLoopUtilization() over the run, in percent. */
+  readonly busyPercent?: Figure;
 }
 
 export interface ScenarioRun {
@@ -43,6 +45,8 @@ export interface ScenarioRun {
   readonly verifyOk: boolean;
   readonly leaksZero: boolean;
   readonly delay: { p50: number; p99: number; max: number };
+  /** Fraction of the run the host's event loop was busy (its own work, not waiting to be scheduled). */
+  readonly utilization: number;
 }
 
 export interface ScenarioResults {
@@ -92,15 +96,18 @@ async function runScenario(offload: boolean, options: ScenarioOptions): Promise<
   let summaries: RequestSummary[];
   const h = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
   let wallMs: number;
+  let utilization: number;
   try {
     const workload = defaultWorkload({
       ...(options.requests !== undefined ? { requests: options.requests } : {}),
       ...(options.promptTokens !== undefined ? { promptTokens: options.promptTokens } : {}),
     });
     h.enable();
+    const elu0 = performance.eventLoopUtilization();
     const t0 = epochMs();
     summaries = await Promise.all(workload.map((r) => rt.submit(r)));
     wallMs = epochMs() - t0;
+    utilization = performance.eventLoopUtilization(elu0).utilization;
     h.disable();
   } catch (error) {
     await rt.close();
@@ -119,6 +126,7 @@ async function runScenario(offload: boolean, options: ScenarioOptions): Promise<
     verifyOk: verify.ok,
     leaksZero: leaks !== undefined && Object.values(leaks).every((v) => v === 0),
     delay: delayOf(h),
+    utilization,
   };
 }
 
@@ -131,20 +139,24 @@ async function idleDelay(durationMs: number): Promise<{ p50: number; p99: number
   return delayOf(h);
 }
 
-function delayFigures(d: { p50: number; p99: number; max: number }[]): DelayFigures {
+function delayFigures(
+  d: { p50: number; p99: number; max: number }[],
+  utilization?: number[],
+): DelayFigures {
+  const f = (pick: (x: { p50: number; p99: number; max: number }) => number) =>
+    figure(d.map(pick), 'ms');
   return {
-    delayMsP50: figure(
-      d.map((x) => x.p50),
-      'ms',
-    ),
-    delayMsP99: figure(
-      d.map((x) => x.p99),
-      'ms',
-    ),
-    delayMsMax: figure(
-      d.map((x) => x.max),
-      'ms',
-    ),
+    delayMsP50: f((x) => x.p50),
+    delayMsP99: f((x) => x.p99),
+    delayMsMax: f((x) => x.max),
+    ...(utilization
+      ? {
+          busyPercent: figure(
+            utilization.map((u) => 100 * u),
+            '%',
+          ),
+        }
+      : {}),
   };
 }
 
@@ -229,9 +241,15 @@ export async function runScenarioBench(options: ScenarioOptions): Promise<Scenar
       off.map((r) => r.wallMs),
     ),
     eventLoop: {
-      method: `perf_hooks.monitorEventLoopDelay({ resolution: ${RESOLUTION_MS} }) on the host's main thread from the first submit to the last summary; each sample is the timer interval plus the delay, so ${RESOLUTION_MS} ms is subtracted (floor 0). noRuntime: the same with nothing running.`,
-      offloadOn: delayFigures(on.map((r) => r.delay)),
-      offloadOff: delayFigures(off.map((r) => r.delay)),
+      method: `perf_hooks.monitorEventLoopDelay({ resolution: ${RESOLUTION_MS} }) on the host's main thread from the first submit to the last summary; each sample is the timer interval plus the delay, so ${RESOLUTION_MS} ms is subtracted (floor 0). noRuntime: the same with nothing running. busyPercent: performance.eventLoopUtilization() over the run, i.e. how much of the delay can be the host's own work.`,
+      offloadOn: delayFigures(
+        on.map((r) => r.delay),
+        on.map((r) => r.utilization),
+      ),
+      offloadOff: delayFigures(
+        off.map((r) => r.delay),
+        off.map((r) => r.utilization),
+      ),
       noRuntime: delayFigures(idle),
     },
   };

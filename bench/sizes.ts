@@ -24,9 +24,15 @@ const ALL_BLOCKS = [4 * KIB, 16 * KIB, 64 * KIB, 256 * KIB, MIB, 2 * MIB];
 
 export const SIZES: Readonly<Record<Mode, Sizes>> = {
   quick: {
-    planner: { requests: [16, 256, 4096, 16384], groups: [1, 4], timeMs: 100 },
+    planner: {
+      requests: [16, 1024, 16384],
+      groups: [1, 4],
+      timeMs: 100,
+      workPassesMax: 4,
+      heapTrials: 3,
+    },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
-    designs: { shape: { requests: 32, chunks: 512 }, writerCounts: [3], repeats: 3, batch: 64 },
+    designs: { shape: { requests: 32, chunks: 1024 }, writerCounts: [3], repeats: 5, batch: 64 },
     copy: {
       blockBytes: [4 * KIB, 64 * KIB, MIB, 2 * MIB],
       threads: [1, 2],
@@ -37,7 +43,13 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     scenario: { repeats: 2 },
   },
   full: {
-    planner: { requests: [16, 64, 256, 1024, 4096, 16384], groups: [1, 2, 3, 4], timeMs: 300 },
+    planner: {
+      requests: [16, 64, 256, 1024, 4096, 16384],
+      groups: [1, 2, 3, 4],
+      timeMs: 300,
+      workPassesMax: 16,
+      heapTrials: 5,
+    },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 1000, repeats: 5 },
     designs: {
       shape: { requests: 64, chunks: 1024 },
@@ -49,7 +61,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     scenario: { repeats: 3 },
   },
   smoke: {
-    planner: { requests: [16], groups: [1, 2], timeMs: 10 },
+    planner: { requests: [16], groups: [1, 2], timeMs: 10, workPassesMax: 3, heapTrials: 1 },
     snapshot: { requests: 4, writerCounts: [0, 3], durationMs: 20, repeats: 1 },
     designs: { shape: { requests: 4, chunks: 16 }, writerCounts: [3], repeats: 1, batch: 8 },
     copy: { blockBytes: [64 * KIB], threads: [1], arenaBytes: MIB, passes: 1, repeats: 1 },

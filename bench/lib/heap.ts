@@ -22,6 +22,18 @@ export function forceGc(): void {
   gcFn();
 }
 
+// Two copies of the same loop, so each call site stays monomorphic: one loop
+// alternating between the empty function and `fn` would deoptimise and
+// reoptimise on every trial, and that allocates code on the heap.
+function usedAfterEmpty(calls: number): number {
+  forceGc();
+  const before = v8.getHeapStatistics().used_heap_size;
+  let sink = 0;
+  for (let i = 0; i < calls; i += 1) sink += i;
+  const used = v8.getHeapStatistics().used_heap_size - before;
+  return sink < 0 ? -1 : used;
+}
+
 function usedAfter(fn: () => void, calls: number): number {
   forceGc();
   const before = v8.getHeapStatistics().used_heap_size;
@@ -31,10 +43,11 @@ function usedAfter(fn: () => void, calls: number): number {
 
 /** Bytes allocated per call of `fn` (never below 0). */
 export function bytesPerCall(fn: () => void, calls: number, trials = 5): number {
-  const noop = () => {};
+  // Warm up first: optimising `fn` allocates code and feedback on the heap, which is not the pass's doing.
+  for (let i = 0; i < calls; i += 1) fn();
   const samples: number[] = [];
   for (let t = 0; t < trials; t += 1) {
-    const base = usedAfter(noop, calls);
+    const base = usedAfterEmpty(calls);
     samples.push((usedAfter(fn, calls) - base) / calls);
   }
   return Math.max(0, median(samples));
