@@ -1,12 +1,13 @@
 // kvoff's contention benchmarks: `npm run bench` (full) or
 // `npm run bench -- --quick` (under two minutes on 2 cores). Prints a table per
 // benchmark and writes one JSON file of results to bench/results/.
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, Option } from 'commander';
+import { renderMarkdown } from './markdown.js';
 import { BENCHMARKS, runSuite } from './suite.js';
-import type { BenchmarkName } from './suite.js';
+import type { BenchResults, BenchmarkName } from './suite.js';
 import type { Mode } from './sizes.js';
 
 const DEFAULT_OUT = fileURLToPath(new URL('./results/', import.meta.url));
@@ -16,6 +17,7 @@ interface CliOptions {
   smoke?: boolean;
   only: BenchmarkName[];
   out: string;
+  markdown?: string;
 }
 
 /** The results file of a mode, inside `dir`. */
@@ -39,9 +41,15 @@ async function main(argv: readonly string[]): Promise<void> {
         .default([...BENCHMARKS]),
     )
     .option('--out <dir>', 'directory for the JSON results file', DEFAULT_OUT)
+    .option('--markdown <file>', 'run nothing: print the tables of a results file as Markdown')
     .showHelpAfterError();
   program.parse([...argv], { from: 'user' });
   const opts = program.opts<CliOptions>();
+  if (opts.markdown !== undefined) {
+    const results = JSON.parse(readFileSync(opts.markdown, 'utf8')) as BenchResults;
+    process.stdout.write(renderMarkdown(results));
+    return;
+  }
   const mode: Mode = opts.smoke ? 'smoke' : opts.quick ? 'quick' : 'full';
   const log = (line: string) => process.stderr.write(`${line}\n`);
   log(`[bench] mode ${mode}: ${opts.only.join(', ')}`);

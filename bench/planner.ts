@@ -11,7 +11,7 @@ import type { ConfigInput, GroupInput } from '../src/config.js';
 import type { StoreJob } from '../src/job.js';
 import { LocalOffload } from '../src/local.js';
 import type { RequestHandle } from '../src/roles/handle.js';
-import { HEAP_METHOD, bytesPerCall, forceGc } from './lib/heap.js';
+import { HEAP_METHOD, bytesOfOneCall, bytesPerCall, forceGc } from './lib/heap.js';
 import type { Figure } from './lib/stats.js';
 import { figure, median } from './lib/stats.js';
 
@@ -198,7 +198,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       if (fx.jobs.length !== 0) throw new Error('planner bench: an idle pass produced jobs');
       const idleHeap = bytesPerCall(
         () => planner.pass(fx.collect),
-        Math.max(4, Math.min(2000, Math.floor(2e6 / rg))),
+        Math.max(50, Math.min(20_000, Math.floor(5e6 / rg))),
         options.heapTrials,
       );
       rows.push(row(requests, groups, 'idle', idleMs, idleHeap));
@@ -215,7 +215,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       const workHeap: number[] = [];
       for (let t = 0; t < options.heapTrials; t += 1) {
         fx.advance();
-        workHeap.push(bytesPerCall(() => planner.pass(fx.collect), 1, 1));
+        workHeap.push(bytesOfOneCall(() => planner.pass(fx.collect)));
         fx.completeJobs();
       }
       rows.push(row(requests, groups, 'work', workMs, median(workHeap)));

@@ -52,3 +52,9 @@ export function bytesPerCall(fn: () => void, calls: number, trials = 5): number 
   }
   return Math.max(0, median(samples));
 }
+
+/** Bytes one call of `fn` allocated (no warm-up: for calls that consume their input). */
+export function bytesOfOneCall(fn: () => void): number {
+  const base = usedAfterEmpty(1);
+  return Math.max(0, usedAfter(fn, 1) - base);
+}

@@ -1,0 +1,177 @@
+// Markdown tables of a results file, for bench/README.md:
+// `npm run bench -- --markdown bench/results/kvoff-bench-quick.json`.
+import type { Figure } from './lib/stats.js';
+import { formatNumber } from './lib/table.js';
+import type { BenchResults } from './suite.js';
+
+type Row = Record<string, string | number>;
+
+function table(rows: readonly Row[]): string {
+  if (rows.length === 0) return '';
+  const cols = Object.keys(rows[0]!);
+  const cell = (v: string | number | undefined) =>
+    typeof v === 'number' ? formatNumber(v) : (v ?? '');
+  return [
+    `| ${cols.join(' | ')} |`,
+    `| ${cols.map((c) => (rows.every((r) => typeof r[c] === 'number') ? '---:' : '---')).join(' | ')} |`,
+    ...rows.map((r) => `| ${cols.map((c) => cell(r[c])).join(' | ')} |`),
+  ].join('\n');
+}
+
+const r2 = (x: number, d = 2) => Number(x.toFixed(d));
+const iqr = (f: Figure, d = 2) =>
+  `${formatNumber(r2(f.spread.p25, d))}–${formatNumber(r2(f.spread.p75, d))}`;
+
+export function renderMarkdown(res: BenchResults): string {
+  const out: string[] = [];
+  const m = res.machine;
+  out.push(
+    `Measured ${res.date.slice(0, 16).replace('T', ' ')} UTC, mode \`${res.mode}\`, commit \`${res.git.commit.slice(0, 12)}\`${res.git.dirty ? ' (with uncommitted changes)' : ''}; ${m.cpuModel}, ${m.cores} cores, ${Math.round(m.memoryBytes / 2 ** 30)} GiB, Node ${m.nodeVersion}. Load average at the start: ${r2(m.loadAverage1m, 1)} (the machine was shared).`,
+  );
+  const load = Object.entries(res.timings)
+    .map(([k, t]) => `${k} ${r2(t.loadBefore, 1)}→${r2(t.loadAfter, 1)}`)
+    .join(', ');
+  if (load) out.push(`Load average per benchmark (before→after): ${load}.`);
+  out.push(
+    '',
+    '**Targets**',
+    '',
+    table(
+      res.targets.map((t) => ({
+        target: t.target,
+        measured: t.measured,
+        met: t.met ? 'met' : `missed (${t.missedBy})`,
+      })),
+    ),
+  );
+  if (res.planner) {
+    out.push('', '**1. Planner pass** (median ns per request-group, IQR, heap bytes per pass)', '');
+    out.push(
+      table(
+        res.planner.rows.map((r) => ({
+          R: r.requests,
+          G: r.groups,
+          mode: r.mode,
+          'ns/request-group': r2(r.nsPerRequestGroup.median, 1),
+          IQR: iqr(r.nsPerRequestGroup, 1),
+          'heap B/pass': r2(r.heapBytesPerPass, 1),
+        })),
+      ),
+    );
+  }
+  if (res.snapshot) {
+    out.push('', `**2. Snapshots under contention** (${res.snapshot.requests} requests)`, '');
+    out.push(
+      table(
+        res.snapshot.rows.map((r) => ({
+          writers: r.writers,
+          padded: r.padded ? 'yes' : 'no',
+          'snapshots/s': Math.round(r.snapshotsPerSecond.median),
+          'retry %': r2(r.retryRatePercent.median, 2),
+          'writer publications/s': Math.round(r.writerOpsPerSecond.median),
+        })),
+      ),
+    );
+    out.push(
+      '',
+      table(
+        res.snapshot.paddedOverUnpadded.map((r) => ({
+          writers: r.writers,
+          'snapshots padded/unpadded': r2(r.snapshots.median),
+          'writer pubs padded/unpadded': r2(r.writerOps.median),
+        })),
+      ),
+    );
+  }
+  if (res.designs) {
+    out.push(
+      '',
+      `**3. Designs** (${res.designs.requests} requests × ${res.designs.chunksPerRequest} chunks, ${res.designs.eventsPerRun} events per run; ratios paired per repeat)`,
+      '',
+    );
+    out.push(
+      table(
+        res.designs.rows.map((r) => ({
+          design: r.design,
+          writers: r.writers,
+          'events/s': Math.round(r.eventsPerSecond.median),
+          'a ÷ this (events/s)': r2(r.aSpeedup.median),
+          'IQR of a ÷ this': iqr(r.aSpeedup),
+          'p50 ms': r2(r.latencyMsP50.median, 3),
+          'p99 ms': r2(r.latencyMsP99.median, 3),
+          'p50 ÷ a': r2(r.latencyP50OverA.median),
+          'p99 ÷ a': r2(r.latencyP99OverA.median),
+        })),
+      ),
+    );
+  }
+  if (res.copy) {
+    out.push('', '**4. Copy bandwidth** (GB/s, pool and memcpy baseline in the same repeat)', '');
+    out.push(
+      table(
+        res.copy.rows.map((r) => ({
+          'block KiB': r.blockKiB,
+          threads: r.threads,
+          'pool GB/s': r2(r.gbPerSecond.median),
+          'memcpy GB/s': r2(r.baselineGbPerSecond.median),
+          'pool ÷ memcpy': r2(r.ratio.median),
+          IQR: iqr(r.ratio),
+        })),
+      ),
+    );
+  }
+  if (res.scenario) {
+    const s = res.scenario;
+    out.push('', '**5. Overflow scenario** (medians)', '');
+    out.push(
+      table([
+        {
+          run: 'offloading on',
+          'wall ms': Math.round(s.offloadOn.wallMs.median),
+          'chunks stored/s': Math.round(s.offloadOn.chunksStoredPerSecond.median),
+          'chunks stored': s.offloadOn.chunksStored.median,
+          'deferred chunk-passes': s.offloadOn.chunksDeferred.median,
+          'deferred then stored': s.offloadOn.chunksDeferredThenStored.median,
+          'allocation retries': s.offloadOn.allocationRetries.median,
+          preemptions: s.offloadOn.preemptions.median,
+          holes: s.offloadOn.holes,
+        },
+        {
+          run: 'offloading off',
+          'wall ms': Math.round(s.offloadOff.wallMs.median),
+          'chunks stored/s': 0,
+          'chunks stored': 0,
+          'deferred chunk-passes': 0,
+          'deferred then stored': 0,
+          'allocation retries': 0,
+          preemptions: s.offloadOff.preemptions.median,
+          holes: s.offloadOff.holes,
+        },
+      ]),
+    );
+    out.push(
+      '',
+      `Wall time on ÷ off: ${r2(s.wallOnOverOff.median)} (IQR ${iqr(s.wallOnOverOff)}).`,
+    );
+    out.push(
+      '',
+      '**6. Host event-loop delay** (ms beyond the 1 ms timer, medians over repeats)',
+      '',
+    );
+    const row = (name: string, d: typeof s.eventLoop.offloadOn) => ({
+      'host main thread': name,
+      'p50 ms': r2(d.delayMsP50.median, 3),
+      'p99 ms': r2(d.delayMsP99.median, 3),
+      'max ms': r2(d.delayMsMax.median, 3),
+      'loop busy %': d.busyPercent ? r2(d.busyPercent.median) : '–',
+    });
+    out.push(
+      table([
+        row('runtime, offloading on', s.eventLoop.offloadOn),
+        row('runtime, offloading off', s.eventLoop.offloadOff),
+        row('no runtime', s.eventLoop.noRuntime),
+      ]),
+    );
+  }
+  return `${out.join('\n')}\n`;
+}
