@@ -44,7 +44,7 @@ describe('parseSimulateOptions', () => {
     expect(config.gpuBlocks * 16).toBe(611_840);
     expect(config.groups.map((g) => g.kind)).toEqual(['full', 'sliding-window']);
     // Every request fits its block table, prompt variation and decode included.
-    expect(config.maxTokensPerRequest).toBeGreaterThan(50_000 * 1.04 + 192);
+    expect(config.maxTokensPerRequest).toBeGreaterThan(50_000 * 1.04 + 512);
     // Total demand is over the pool: preemption must happen.
     expect(16 * 50_000).toBeGreaterThan(611_840);
     expect(plan.traceRequests).toBe(0);

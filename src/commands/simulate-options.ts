@@ -32,7 +32,8 @@ export const SIMULATE_DEFAULTS = {
   groups: 'hybrid',
   blocksPerChunk: 4,
   tierChunks: 16_384,
-  decodeTokens: 192,
+  // As defaultWorkload: long enough that all 16 requests overlap and the pool preempts.
+  decodeTokens: 512,
   prefixes: 4,
   transferThreads: 1,
   seed: 7,
