@@ -10,13 +10,13 @@ import type { RuntimeOptions } from '../src/runtime/runtime.js';
 import { SMALL_HYBRID, pressureWorkload, settle } from './runtime-helpers.js';
 
 describe('a worker that fails', () => {
-  for (const role of ['hasher', 'store', 'allocator', 'scheduler'] as const) {
+  for (const role of ['hasher', 'store', 'allocator', 'scheduler', 'transfer'] as const) {
     it(`${role}: pending submits reject with WorkerFailedError naming the role and the cause; close() returns`, async () => {
       const rt = await OffloadRuntime.start({
         config: SMALL_HYBRID,
-        faultInjection: { role, afterSteps: 40 },
+        faultInjection: { role, afterSteps: 3 },
       });
-      const results = await Promise.allSettled(pressureWorkload(12, 3).map((r) => rt.submit(r)));
+      const results = await Promise.allSettled(pressureWorkload(6, 3).map((r) => rt.submit(r)));
       const rejected = results.filter((r) => r.status === 'rejected');
       expect(rejected.length).toBeGreaterThan(0);
       for (const r of rejected) {
@@ -46,7 +46,7 @@ describe('pins make copies safe', () => {
 
   it('with pinning turned off (test switch) a block reused mid-copy is caught as a byte mismatch', async () => {
     const rt = await OffloadRuntime.start({ ...reuse, unsafeSkipPins: true });
-    await Promise.all(pressureWorkload(24, 5).map((r) => rt.submit(r)));
+    await Promise.all(pressureWorkload(16, 5).map((r) => rt.submit(r)));
     await settle(rt);
     const report = await rt.verify();
     expect(report.mismatches).toBeGreaterThan(0);
@@ -57,7 +57,7 @@ describe('pins make copies safe', () => {
 
   it('the same run with pins has no mismatch', async () => {
     const rt = await OffloadRuntime.start(reuse);
-    const summaries = await Promise.all(pressureWorkload(24, 5).map((r) => rt.submit(r)));
+    const summaries = await Promise.all(pressureWorkload(16, 5).map((r) => rt.submit(r)));
     await settle(rt);
     const report = await rt.verify();
     expect(report.entriesChecked).toBeGreaterThan(0);

@@ -18,12 +18,17 @@ import { HasherLoop } from './hasher-loop.js';
 import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
 import type { DoorbellName } from './layout.js';
 import { Random } from './random.js';
-import { StoreLoop } from './store-loop.js';
+import { StoreLoop, TransferFailedError } from './store-loop.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
 
-/** Test-only: make one role's worker throw after this many loop steps. */
+/**
+ * Test-only: make one role's worker throw after this many loop steps that did
+ * work (for 'transfer': the store job dispatched after this many throws in
+ * its transfer task). Counting only productive steps ties the fault to the
+ * run, not to how long start-up took.
+ */
 export interface FaultInjection {
   role: RoleName | 'transfer';
   afterSteps: number;
@@ -48,7 +53,8 @@ export type RoleMessage =
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
-  | { type: 'final'; role: RoleName; report: Record<string, number> };
+  | { type: 'final'; role: RoleName; report: Record<string, number> }
+  | { type: 'failed'; role: 'transfer'; cause: string };
 
 export class InjectedFault extends Error {
   constructor(role: string, steps: number) {
@@ -157,7 +163,7 @@ function syncLoop(
   while (!stopped()) {
     const seen = bell.read();
     const did = step();
-    steps += 1;
+    if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault(role, steps);
     if (!did) bell.park(seen, idleParkMs());
   }
@@ -193,7 +199,11 @@ async function runStore(
       jobs: () => {},
       drained: (request) => post({ type: 'drained', request }),
     },
-    { ...data.store, policy: data.policy },
+    {
+      ...data.store,
+      policy: data.policy,
+      ...(data.fault?.role === 'transfer' ? { faultAfterTasks: data.fault.afterSteps } : {}),
+    },
   );
   const onMessage = (m: { type: string; id: number }) => {
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
@@ -207,11 +217,22 @@ async function runStore(
     const events = loop.takeJobEvents();
     if (events.length > 0) post({ type: 'jobs', events });
   };
+  const step = () => {
+    try {
+      return loop.step();
+    } catch (err) {
+      // Name the role that failed: a copy, not the store's own logic.
+      if (err instanceof TransferFailedError) {
+        post({ type: 'failed', role: 'transfer', cause: err.message });
+      }
+      throw err;
+    }
+  };
   while (!stopped()) {
     const seen = bell.read();
-    const did = loop.step();
+    const did = step();
     flushJobs();
-    steps += 1;
+    if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
     if (did) {
       wakeOthers();
@@ -223,7 +244,7 @@ async function runStore(
   // Drain: every dispatched copy completes (and unpins) before we leave.
   const deadline = performance.now() + STORE_DRAIN_MS_MAX;
   while (loop.jobsInFlight > 0 && performance.now() < deadline) {
-    loop.step();
+    step();
     flushJobs();
     await new Promise<void>((resolve) => setTimeout(resolve, 1));
   }

@@ -152,7 +152,6 @@ export class OffloadRuntime {
   private readonly exited = new Map<RoleName, Promise<void>>();
   private readonly finals = new Map<RoleName, Record<string, number>>();
   private readonly pending = new Map<number, Pending>();
-  private readonly drainedEarly = new Map<number, DrainedRequest>();
   private readonly verifies = new Map<number, (r: VerifyReport) => void>();
   private readonly emitter = new EventEmitter();
   private readonly backlog: number[][] = [];
@@ -340,15 +339,19 @@ export class OffloadRuntime {
         } else this.onMessage(m);
       });
       worker.on('error', (err) => {
-        if (!started) reject(new WorkerFailedError(role, err));
         this.fail(role, err);
+        if (!started) reject(this.failure ?? new WorkerFailedError(role, err));
       });
       worker.on('exit', (code) => {
         exitResolve();
         this.workers.delete(role);
-        if (!started)
-          reject(new WorkerFailedError(role, `exited with code ${code} before it started`));
         if (!this.stopping.has(role)) this.fail(role, `exited unexpectedly with code ${code}`);
+        // Ended by the runtime because another role failed first: report that one.
+        if (!started)
+          reject(
+            this.failure ??
+              new WorkerFailedError(role, `exited with code ${code} before it started`),
+          );
       });
     });
   }
@@ -363,11 +366,7 @@ export class OffloadRuntime {
           this.settle(m.summary.requestId, p);
           return;
         }
-        const early = this.drainedEarly.get(m.summary.requestId);
-        if (early) {
-          this.drainedEarly.delete(m.summary.requestId);
-          p.store = early;
-        }
+        // The store's drained message may come first (different ports): settle on the second.
         if (p.store) this.settle(m.summary.requestId, p);
         return;
       }
@@ -393,6 +392,9 @@ export class OffloadRuntime {
       case 'final':
         this.finals.set(m.role, m.report);
         return;
+      case 'failed':
+        this.fail(m.role, m.cause);
+        return;
       default:
         return;
     }
@@ -415,7 +417,7 @@ export class OffloadRuntime {
     });
   }
 
-  private fail(role: RoleName, cause: unknown): void {
+  private fail(role: RoleName | 'transfer', cause: unknown): void {
     if (this.failure) return;
     this.failure = new WorkerFailedError(role, cause);
     for (const [, p] of this.pending) p.reject(this.failure);

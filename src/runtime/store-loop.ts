@@ -21,7 +21,7 @@ import { ANS_LOADED, ANS_LOOKED_UP, OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './prot
 import { readKey } from './rings.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
-import { encodeLoadTask, encodeStoreTask } from './transfer.js';
+import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import type { TracedRequest } from './trace-recorder.js';
@@ -34,6 +34,8 @@ export interface StoreLoopOptions {
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
   jobsInFlightMax?: number;
+  /** Test-only: the store job dispatched after this many becomes a task that throws. */
+  faultAfterTasks?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
 }
@@ -93,6 +95,16 @@ interface HitLock {
   readonly hit: number;
 }
 
+/** A transfer task failed; the store role stops and the runtime reports the transfer role. */
+export class TransferFailedError extends Error {
+  constructor(cause: unknown) {
+    super(`transfer task failed: ${cause instanceof Error ? cause.message : String(cause)}`, {
+      cause,
+    });
+    this.name = 'TransferFailedError';
+  }
+}
+
 // Per chunk coverage flags of the current generation of a slot.
 const COVERED = 1;
 const STORED = 2;
@@ -111,6 +123,8 @@ export class StoreLoop {
   private readonly skipPins: boolean;
   private readonly delayMs: number;
   private readonly jobsInFlightMax: number;
+  private readonly faultAfterTasks: number;
+  private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
@@ -147,6 +161,7 @@ export class StoreLoop {
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
+    this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -253,7 +268,10 @@ export class StoreLoop {
       });
     }
     this.stores.set(job.jobId, { job, keys });
-    this.backend.submit(encodeStoreTask(job, !this.skipPins, this.delayMs));
+    const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
+    this.tasks += 1;
+    if (this.tasks >= this.faultAfterTasks) task[0] = TASK_FAULT;
+    this.backend.submit(task);
   }
 
   private collect(): boolean {
@@ -269,7 +287,8 @@ export class StoreLoop {
     const entry = this.stores.get(c.jobId);
     invariant(entry !== undefined, `store job ${c.jobId} was in flight`);
     this.stores.delete(c.jobId);
-    if (!c.ok) throw c.error instanceof Error ? c.error : new Error(String(c.error));
+    // A copy that failed may have left its slots half-written and its pins held: the store cannot go on.
+    if (!c.ok) throw new TransferFailedError(c.error);
     // Publish after complete: the bytes are in the slots, now the keys become readable.
     this.tier.completeStore(entry.keys, true);
     for (const k of entry.keys) {

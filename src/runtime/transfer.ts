@@ -15,6 +15,8 @@ import { unpinBlocks } from '../pins.js';
 
 export const TASK_STORE = 0;
 export const TASK_LOAD = 1;
+/** Test-only: a task that throws (see RuntimeOptions.faultInjection with role 'transfer'). */
+export const TASK_FAULT = 2;
 
 /** What a transfer thread attaches to once (piscina workerData). */
 export interface TransferArenas {
@@ -102,6 +104,7 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
   const delayMs = task[3]!;
   // Test knob: a slow copy widens the window in which an unpinned block could be reused.
   if (delayMs > 0) Atomics.wait(sleepCell, 0, 0, delayMs);
+  if (task[0] === TASK_FAULT) throw new Error('injected fault in a transfer task (test switch)');
   if (task[0] === TASK_LOAD) return runLoad(arenas, task);
   invariant(task[0] === TASK_STORE, `transfer task kind ${task[0]} is known`);
   const unpin = task[2] === 1;
