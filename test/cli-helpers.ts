@@ -35,14 +35,20 @@ export function runCli(
   });
 }
 
-/** A small workload that still overflows its pool (preemption) and finishes in seconds. */
+/**
+ * A small workload that runs in seconds: the pool holds it (no preemption),
+ * and a slow hasher makes keys lag token progress, so chunks are deferred and
+ * the legacy policies show their bugs.
+ */
 export const SMALL_WORKLOAD = [
   '--requests',
   '4',
   '--prompt-tokens',
-  '4096',
+  '2048',
   '--gpu-tokens',
-  '12288',
+  '65536',
   '--decode-tokens',
-  '32',
+  '16',
+  '--lag-hashes-per-wake',
+  '4',
 ] as const;
