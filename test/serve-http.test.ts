@@ -2,6 +2,7 @@
 // drain, in-process and fast. The real runtime behind the real command is
 // exercised by serve-process.test.ts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { WorkerFailedError } from '../src/errors.js';
 import { KvoffServer } from '../src/serve/server.js';
 import type {
   EmbeddableRuntime,
@@ -254,6 +255,46 @@ describe('GET endpoints', () => {
     // A second scrape reports the same monotonic total, not a double count.
     const again = await (await fetch(`${base}/metrics`)).text();
     expect(Number(/^kvoff_chunks_stored_total (\d+)$/m.exec(again)?.[1])).toBe(stored);
+  });
+});
+
+describe('limits and failures', () => {
+  it('answers 503 overloaded past inFlightMax, without touching the runtime', async () => {
+    const rt = new StandInRuntime();
+    let release!: () => void;
+    rt.hold = new Promise<void>((r) => (release = r));
+    const s = new KvoffServer(rt, { inFlightMax: 1 });
+    const { port } = await s.listen(0, '127.0.0.1');
+    const url = `http://127.0.0.1:${port}/v1/requests`;
+    const first = fetch(url, { method: 'POST', body: '{"promptLength":8}' });
+    for (let i = 0; i < 200 && rt.submitted.length === 0; i += 1) {
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const second = await fetch(url, { method: 'POST', body: '{"promptLength":8}' });
+    expect(second.status).toBe(503);
+    expect((await errorOf(second)).code).toBe('overloaded');
+    expect(rt.submitted).toHaveLength(1);
+    release();
+    expect((await first).status).toBe(200);
+    await s.drain();
+  });
+
+  it('a failed runtime worker gives 503 runtime_failed and turns /healthz to failed', async () => {
+    const rt = new StandInRuntime();
+    rt.submit = () => Promise.reject(new WorkerFailedError('store', new Error('boom')));
+    const s = new KvoffServer(rt);
+    const { port } = await s.listen(0, '127.0.0.1');
+    const base = `http://127.0.0.1:${port}`;
+    const res = await fetch(`${base}/v1/requests`, { method: 'POST', body: '{"promptLength":8}' });
+    expect(res.status).toBe(503);
+    expect(await errorOf(res)).toEqual({
+      code: 'runtime_failed',
+      message: 'store worker failed: boom',
+    });
+    const health = await fetch(`${base}/healthz`);
+    expect(health.status).toBe(503);
+    expect(await health.json()).toEqual({ status: 'failed', error: 'store worker failed: boom' });
+    await s.drain();
   });
 });
 

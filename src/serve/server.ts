@@ -63,6 +63,8 @@ export class KvoffServer {
   private clientErrors = 0;
   private serverErrors = 0;
   private draining: Promise<DrainResult> | undefined;
+  /** Set once the runtime reported a failed worker: every later request would fail too. */
+  private runtimeFailure: string | undefined;
   private idleWaiters: Array<() => void> = [];
 
   constructor(runtime: EmbeddableRuntime, options: ServeOptions = {}) {
@@ -169,6 +171,9 @@ export class KvoffServer {
       }
       case '/healthz':
         if (req.method !== 'GET') throw methodNotAllowed('GET');
+        if (this.runtimeFailure !== undefined) {
+          return this.json(res, 503, { status: 'failed', error: this.runtimeFailure });
+        }
         return this.draining
           ? this.json(res, 503, { status: 'draining' })
           : this.json(res, 200, { status: 'ok' });
@@ -224,6 +229,11 @@ export class KvoffServer {
       } else if (err.code === 'KVOFF_CLOSED') {
         status = 503;
         code = 'draining';
+      } else if (err.code === 'KVOFF_WORKER_FAILED') {
+        // The runtime cannot serve anyone now; say so on /healthz as well.
+        this.runtimeFailure ??= err.message;
+        status = 503;
+        code = 'runtime_failed';
       } else {
         code = err.code.toLowerCase().replace(/^kvoff_/, '');
       }
