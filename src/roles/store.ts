@@ -75,14 +75,20 @@ export class StoreRole {
     out.slot = slot;
     out.generation = generation;
     out.seq = seq;
+    // Plain reads where no other thread can be writing (Atomics.load is a
+    // builtin call on Node 20 and this runs for every slot of every pass):
+    // requestId, promptTokens and maxOffloadTokens are written once, before the
+    // scheduler publishes the generation loaded above, and change only with
+    // the next generation; the store line (drained marker, cursors) is written
+    // by the store role alone, on this thread.
     out.status = Atomics.load(control, s.schedulerWord(slot, S_STATUS));
-    out.requestId = Atomics.load(control, s.schedulerWord(slot, S_REQUEST_ID));
-    out.promptTokens = Atomics.load(control, s.schedulerWord(slot, S_PROMPT_TOKENS));
+    out.requestId = control[s.schedulerWord(slot, S_REQUEST_ID)]!;
+    out.promptTokens = control[s.schedulerWord(slot, S_PROMPT_TOKENS)]!;
     out.numTokens = Atomics.load(control, s.schedulerWord(slot, S_NUM_TOKENS));
     out.computedTokens = Atomics.load(control, s.schedulerWord(slot, S_COMPUTED_TOKENS));
     out.scheduledTokens = Atomics.load(control, s.schedulerWord(slot, S_SCHEDULED_TOKENS));
-    out.maxOffloadTokens = Atomics.load(control, s.schedulerWord(slot, S_MAX_OFFLOAD_TOKENS));
-    out.drained = Atomics.load(control, s.storeWord(slot, T_DRAINED_GENERATION)) === generation;
+    out.maxOffloadTokens = control[s.schedulerWord(slot, S_MAX_OFFLOAD_TOKENS)]!;
+    out.drained = control[s.storeWord(slot, T_DRAINED_GENERATION)] === generation;
     const hashed = Atomics.load(control, s.hasherWord(slot, H_GENERATION)) === generation;
     const allocated = Atomics.load(control, s.allocatorWord(slot, A_GENERATION)) === generation;
     for (let g = 0; g < s.groupCount; g += 1) {
@@ -90,7 +96,7 @@ export class StoreRole {
       out.blockCount[g] = allocated
         ? Atomics.load(control, s.allocatorWord(slot, A_BLOCK_COUNT + g))
         : 0;
-      out.cursor[g] = Atomics.load(control, s.storeWord(slot, T_CURSOR + g));
+      out.cursor[g] = control[s.storeWord(slot, T_CURSOR + g)]!;
     }
     return 'ok';
   }
@@ -138,7 +144,7 @@ export class StoreRole {
   private adopt(slot: number, generation: number): void {
     const s = this.state;
     const genWord = s.storeWord(slot, T_GENERATION);
-    if (Atomics.load(s.control, genWord) === generation) return;
+    if (s.control[genWord] === generation) return; // the store line is ours: a plain read
     for (let g = 0; g < s.groupCount; g += 1) {
       Atomics.store(
         s.control,
