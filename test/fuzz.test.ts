@@ -62,6 +62,24 @@ describe('the fuzzer finds the legacy bugs within a bounded budget', () => {
   }
 });
 
+describe('keep going', () => {
+  it('counts every violating schedule and still reports the first', async () => {
+    const r = await fuzz({
+      policy: 'legacy-zip',
+      strategy: 'random',
+      pins: true,
+      seed: 1,
+      schedules: 100,
+      keepGoing: true,
+      shrink: false,
+    });
+    expect(r.schedules).toBe(100);
+    expect(r.violations).toBeGreaterThan(1);
+    expect(Object.values(r.violationsByInvariant).reduce((a, b) => a + b, 0)).toBe(r.violations);
+    expect(r.first!.seed).toBeLessThan(1 + 100);
+  });
+});
+
 describe('the simulator interleaves inside a planning pass', () => {
   it('without re-validation, a torn read (blocks changed between snapshot and pins) is found', async () => {
     const r = await fuzz({

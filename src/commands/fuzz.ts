@@ -34,6 +34,7 @@ interface FuzzFlags {
   replay?: string;
   trace?: boolean;
   watch?: string;
+  keepGoing?: boolean;
 }
 
 export function registerFuzz(program: Command): void {
@@ -52,6 +53,10 @@ export function registerFuzz(program: Command): void {
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--replay <token>', 'run one recorded schedule again (the token a failure prints)')
     .option('--watch <invariants>', 'report only these invariants (comma-separated), e.g. hole')
+    .option(
+      '--keep-going',
+      'do not stop at the first violation: count them all (the first is shown)',
+    )
     .option('--trace', 'also print the full (unshrunk) trace of a failure')
     .action(async (flags: FuzzFlags) => {
       if (flags.replay !== undefined) return replay(flags);
@@ -98,6 +103,7 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       ...(flags.revalidate ? {} : { revalidate: false }),
       seed,
       ...(watch !== undefined ? { watch } : {}),
+      ...(flags.keepGoing ? { keepGoing: true } : {}),
       ...(schedules !== undefined ? { schedules } : {}),
       ...(seconds !== undefined ? { seconds } : {}),
       onProgress: (done, ms) => bar?.update(schedules !== undefined ? done : ms / 1000, done),
@@ -119,7 +125,16 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       ['schedules', String(report.schedules)],
       ['steps', String(report.steps)],
       ['schedules/s', report.schedulesPerSecond.toFixed(0)],
-      ['violations', String(report.violations)],
+      [
+        'violations',
+        `${report.violations}${
+          report.violations > 0
+            ? ` (${Object.entries(report.violationsByInvariant)
+                .map(([k, v]) => `${k} ${v}`)
+                .join(', ')})`
+            : ''
+        }`,
+      ],
     ]),
   );
   if (report.first) out.push(failureText(report.first, flags.trace ?? false));
@@ -128,7 +143,15 @@ async function campaign(flags: FuzzFlags): Promise<void> {
 }
 
 async function replay(flags: FuzzFlags): Promise<void> {
-  for (const f of ['policy', 'strategy', 'seed', 'seconds', 'schedules', 'watch'] as const) {
+  for (const f of [
+    'policy',
+    'strategy',
+    'seed',
+    'seconds',
+    'schedules',
+    'watch',
+    'keepGoing',
+  ] as const) {
     if (flags[f] !== undefined) {
       throw new InvalidArgumentError(`--${f}`, 'the replay token already fixes it; drop it');
     }
@@ -202,6 +225,7 @@ function jsonOf(report: FuzzReport): Record<string, unknown> {
     baseSeed: report.baseSeed,
     schedules: report.schedules,
     violations: report.violations,
+    violationsByInvariant: report.violationsByInvariant,
     steps: report.steps,
     elapsedMs: Math.round(report.elapsedMs),
     schedulesPerSecond: Math.round(report.schedulesPerSecond),

@@ -62,6 +62,8 @@ export interface FuzzOptions {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
+  /** Go on after a violation and count them all (the first is the one reported); default false. */
+  readonly keepGoing?: boolean;
   /** Shrink the first failure (default true). */
   readonly shrink?: boolean;
   /** Called every few schedules with the count so far. */
@@ -90,7 +92,9 @@ export interface FuzzReport {
   readonly watch?: readonly InvariantName[];
   readonly baseSeed: number;
   readonly schedules: number;
+  /** Schedules that violated an invariant (at most 1 unless keepGoing). */
   readonly violations: number;
+  readonly violationsByInvariant: Readonly<Record<string, number>>;
   readonly steps: number;
   readonly jobs: number;
   readonly elapsedMs: number;
@@ -112,6 +116,8 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   let steps = 0;
   let jobs = 0;
   let failed: ScheduleResult | undefined;
+  let violations = 0;
+  const byInvariant: Record<string, number> = {};
   while (schedules < limit) {
     const seed = (options.seed + schedules) >>> 0;
     const result = runSchedule(hashing, {
@@ -126,8 +132,11 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     steps += result.steps;
     jobs += result.jobs;
     if (result.violation !== undefined) {
-      failed = result;
-      break;
+      violations += 1;
+      const name = result.violation.invariant;
+      byInvariant[name] = (byInvariant[name] ?? 0) + 1;
+      failed ??= result;
+      if (!options.keepGoing) break;
     }
     if (schedules % PROGRESS_EVERY === 0) {
       const elapsedMs = performance.now() - t0;
@@ -144,7 +153,8 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     ...(options.watch !== undefined ? { watch: options.watch } : {}),
     baseSeed: options.seed,
     schedules,
-    violations: failed ? 1 : 0,
+    violations,
+    violationsByInvariant: byInvariant,
     steps,
     jobs,
     elapsedMs,
