@@ -294,7 +294,7 @@ export function registerSimulate(program: Command): void {
     .addHelpText(
       'after',
       '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +
-        'Examples:\n  kvoff simulate\n  kvoff simulate --requests 4 --prompt-tokens 8192 --gpu-tokens 24576 --json\n' +
+        'Examples:\n  kvoff simulate\n  kvoff simulate --requests 4 --prompt-tokens 8192 --gpu-tokens 65536 --json\n' +
         '  kvoff simulate --policy legacy-zip      # completes, reports holes, exit 1\n' +
         '  kvoff simulate --report out.html',
     )
