@@ -7,6 +7,7 @@ import { resolveConfig } from '../src/config.js';
 import { IllegalTransitionError, InvalidArgumentError } from '../src/errors.js';
 import { chainHashes, loadHashing } from '../src/hashing.js';
 import { attachExternal } from '../src/runtime/external.js';
+import { spawnWorker } from '../src/runtime/worker-files.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import { settle } from './runtime-helpers.js';
 
@@ -79,5 +80,27 @@ describe('OffloadRuntime with external events', () => {
     rt.external!.release(h);
     await rt.close();
     expect(rt.leakReport()?.slotsInUse).toBe(0);
+  });
+
+  it('a host engine in its own worker thread feeds events over the same memory', async () => {
+    const rt = await OffloadRuntime.start({ config: CONFIG, external: true });
+    const worker = spawnWorker(new URL('./fixtures/external-host-worker.ts', import.meta.url), {
+      workerData: { config: rt.config, buffers: rt.buffers, requests: 4 },
+    });
+    const result = await new Promise<{ chunks: number; inUse: number }>((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    await worker.terminate();
+    expect(result.inUse).toBe(0);
+    // 64, 80, 96, 112 tokens: 8 + 10 + 12 + 14 full chunks of 8 tokens.
+    expect(result.chunks).toBe(44);
+    await settle(rt);
+    const report = await rt.verify();
+    expect(report.entriesChecked).toBe(44);
+    expect(report.mismatches).toBe(0);
+    expect(report.holes).toBe(0);
+    await rt.close();
+    expect(rt.leakReport()).toMatchObject({ pinsOutstanding: 0, slotsInUse: 0 });
   });
 });
