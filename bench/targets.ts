@@ -65,8 +65,8 @@ export function plannerTargets(p: PlannerResults): TargetCheck[] {
       missing.length === 0
         ? ''
         : `${fmt(worst.nsPerRequestGroup.median - 100, 1)} ns over at worst; missed at ${missing.map((r) => `R=${r.requests} G=${r.groups}`).join(', ')}`,
-      "A snapshot is 12 + 3G Atomics.load calls per request (generation, seqlock, scheduler fields, line generations, per-group counts and cursor). On Node 20 (V8 11.3) Atomics.load is a builtin call, not an inlined load: about 6 ns each on this machine when idle, more under the other engineers' load. With one group that is ~90 ns of loads alone; with more groups the per-request part is shared.",
-      'Read the store line (cursors, drained marker, store generation) with plain loads, since the store role is its only writer; or a per-slot change counter that writers bump so an idle pass reads one word per slot; or Node >= 22, whose V8 inlines Atomics.load.',
+      "An idle pass is one snapshot per request: 8 + 2G Atomics.load calls (generation, seqlock, status, three progress words, the hasher's and allocator's line generations, then the key and block count of each group; the words that no other thread writes are plain reads). On Node 20 (V8 11.3) Atomics.load is a builtin call, not an inlined load: about 6 ns each on this machine when it is quiet, several times that while other engineers' jobs run. With one group that is about 60 ns of loads per request-group before any rule is applied; with more groups the per-request part is shared.",
+      'A per-slot change counter that the writer roles bump on every publication, so an idle pass reads one word per slot and skips the snapshot; or a V8 that compiles Atomics.load to a plain load; and a quiet machine for the measurement.',
     ),
     check(
       'planner-idle-heap',
