@@ -1,11 +1,11 @@
 // Option parsing of `kvoff simulate` and the terminal conventions, without
 // starting a runtime.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { resolveConfig } from '../src/config.js';
 import { InvalidArgumentError, KvoffError } from '../src/errors.js';
 import { intOption } from '../src/commands/options.js';
 import { parseGroups, parseSimulateOptions } from '../src/commands/simulate-options.js';
-import { colorAllowed, painter, progress } from '../src/commands/term.js';
+import { colorAllowed, painter, PLAIN_PROGRESS_MS, progress } from '../src/commands/term.js';
 
 function codeOf(fn: () => unknown): string {
   try {
@@ -154,9 +154,15 @@ describe('terminal conventions', () => {
         return true;
       },
     } as unknown as typeof process.stderr;
+    const now = vi.spyOn(Date, 'now').mockReturnValue(1_000_000);
     const p = progress(fake, 10, 'simulate');
+    p.update(1, 'requests');
+    expect(out).toBe('');
+    now.mockReturnValue(1_000_000 + PLAIN_PROGRESS_MS);
+    p.update(3, 'requests');
     p.update(3, 'requests');
     p.stop();
+    now.mockRestore();
     expect(out).toBe('simulate: 3/10 requests\n');
     expect(progress(fake, 10, 'x', { quiet: true }).update(1, '')).toBeUndefined();
   });

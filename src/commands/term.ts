@@ -72,7 +72,8 @@ export function progress(
       },
     };
   }
-  let last = 0;
+  // The first line comes after one interval: a short run prints none.
+  let last = Date.now();
   let lastDone = -1;
   return {
     update(done, detail) {
