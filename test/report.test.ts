@@ -101,6 +101,22 @@ describe('renderReport', () => {
     expect(html.match(/class="storetick"/g)).toHaveLength(2);
   });
 
+  it('marks a cursor that passed the ready prefix (the legacy-zip hole)', () => {
+    expect(html).not.toContain('class="passed"');
+    const zip = raceData();
+    zip.requests[0]!.groups[0]!.passes[0] = pass(0, {
+      blockChunks: 2,
+      ready: 2,
+      cursorBefore: 0,
+      cursorAfter: 3,
+      stored: 2,
+      deferred: 1,
+    });
+    const out = renderReport(zip);
+    expect(out.match(/class="passed"/g)).toHaveLength(1);
+    expect(out).toContain('1 passes left the cursor past the ready prefix');
+  });
+
   it('lists the deferring pass with what lagged', () => {
     expect(html).toMatch(/Passes that deferred chunks \(first 1 of 1\)/);
     expect(html).toMatch(/<td class="d">2\.\.2<\/td><td>block IDs<\/td>/);

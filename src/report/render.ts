@@ -97,6 +97,7 @@ function renderLegend(): string {
   );
   lines.push(
     '<span class="lg"><svg width="16" height="10" aria-hidden="true"><rect width="16" height="10" fill="#e5484d" fill-opacity="0.25"/></svg>deferred (token-ready, not ready)</span>',
+    '<span class="lg"><svg width="16" height="10" aria-hidden="true"><rect width="16" height="10" fill="#7a1020" fill-opacity="0.7"/></svg>cursor past ready (never stored)</span>',
     '<span class="lg"><svg width="8" height="10" aria-hidden="true"><rect width="4" height="10" x="2" fill="#1a9a5a"/></svg>store job</span>',
     '<span class="lg"><svg width="10" height="10" aria-hidden="true"><line x1="5" y1="0" x2="5" y2="10" stroke="#e5484d" stroke-dasharray="2 2"/></svg>preemption (new generation)</span>',
   );
@@ -108,10 +109,11 @@ function renderRequest(req: ReportRequestTrace): string {
   const t0 = all.length ? Math.min(...all.map((p) => p.tMs)) : 0;
   const t1 = all.length ? Math.max(...all.map((p) => p.tMs)) : 1;
   const deferredPasses = all.filter((p) => p.deferred > 0).length;
+  const pastReady = all.filter((p) => p.cursorAfter > p.ready).length;
   const stores = all.reduce((n, p) => n + p.stored, 0);
   const head =
     `<h2>Request ${req.requestId} <span class="status">${esc(req.status)}</span></h2>` +
-    `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks</p>`;
+    `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks${pastReady > 0 ? ` · <b class="bad">${pastReady} passes left the cursor past the ready prefix</b>` : ''}</p>`;
   const charts = req.groups.map((g) => renderGroup(g, t0, Math.max(t1, t0 + 1))).join('\n');
   return `<section class="request">${head}\n${charts}\n${renderDeferrals(req)}</section>`;
 }
@@ -156,6 +158,17 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
     const w = Math.max(1.5, xEnd - x(p.tMs));
     parts.push(
       `<rect class="deferred" x="${f(x(p.tMs))}" y="${f(y(p.ready + p.deferred))}" width="${f(w)}" height="${f(Math.max(1, y(p.ready) - y(p.ready + p.deferred)))}"><title>${passTitle(p)}</title></rect>`,
+    );
+  }
+  // The legacy-zip bug: the cursor left the ready prefix behind. Chunks in
+  // [ready, cursor) were passed unstored and will never be stored.
+  for (let i = 0; i < passes.length; i += 1) {
+    const p = passes[i]!;
+    if (p.cursorAfter <= p.ready) continue;
+    const xEnd = i + 1 < passes.length ? x(passes[i + 1]!.tMs) : x(p.tMs) + 2;
+    const w = Math.max(1.5, xEnd - x(p.tMs));
+    parts.push(
+      `<rect class="passed" x="${f(x(p.tMs))}" y="${f(y(p.cursorAfter))}" width="${f(w)}" height="${f(Math.max(1, y(p.ready) - y(p.cursorAfter)))}"><title>cursor past ready: ${passTitle(p)}</title></rect>`,
     );
   }
   // Preemptions.
@@ -353,6 +366,7 @@ h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; color: #444; }
 .legend { display: flex; flex-wrap: wrap; gap: 14px; align-items: center; font-size: 12px; color: #333; }
 .lg { display: inline-flex; gap: 5px; align-items: center; }
 .request { border-top: 1px solid #d8dee4; margin-top: 18px; }
+b.bad { color: #c62a2f; }
 .status { font-size: 12px; font-weight: 500; background: #eef2f6; border-radius: 10px; padding: 1px 8px; vertical-align: middle; }
 .chart { display: block; max-width: 100%; height: auto; background: #fcfcfd; border: 1px solid #eceff3; border-radius: 4px; }
 .chart .grid { stroke: #eceff3; }
@@ -361,6 +375,7 @@ h3 { font-size: 13px; font-weight: 600; margin: 12px 0 2px; color: #444; }
 .chart .series { fill: none; stroke-linejoin: round; }
 .chart .deferred { fill: #e5484d; fill-opacity: 0.25; }
 .chart .store { fill: #1a9a5a; }
+.chart .passed { fill: #7a1020; fill-opacity: 0.7; }
 .chart .preempt { stroke: #e5484d; stroke-dasharray: 3 3; }
 .chart.strip { border-top: none; border-radius: 0 0 4px 4px; margin-top: -1px; }
 .chart .lag { fill: #e5484d; fill-opacity: 0.75; }
