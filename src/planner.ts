@@ -79,6 +79,8 @@ export interface PlannerCounters {
   chunksDeferred: number;
   allocationFailures: number;
   chunksDroppedForCapacity: number;
+  /** Chunks of jobs completed with success = false: their cursor moved on, so they are counted, never silent. */
+  chunksTransferFailed: number;
   snapshotRetries: number;
   snapshotsGivenUp: number;
 }
@@ -131,6 +133,7 @@ export class StorePlanner {
       chunksDeferred: 0,
       allocationFailures: 0,
       chunksDroppedForCapacity: 0,
+      chunksTransferFailed: 0,
       snapshotRetries: 0,
       snapshotsGivenUp: 0,
     };
@@ -167,6 +170,7 @@ export class StorePlanner {
 
   /** Ends a job: publishes (or drops) its tier entries and unpins its blocks, exactly once. */
   complete(job: StoreJob, success = true): void {
+    if (!success) this.counters.chunksTransferFailed += job.chunks.length;
     this.tier.completeStore(
       job.chunks.map((c) => c.key),
       success,

@@ -347,3 +347,20 @@ describe('policies on the seed inputs', () => {
     expect(await seedRun('legacy-zip')).toEqual(['0:0', '0:1']);
   });
 });
+
+describe('failed transfer', () => {
+  it('drops the reservation, unpins, and counts the chunks instead of losing them silently', async () => {
+    const lo = await local();
+    const h = lo.open({ requestId: 1, promptTokens: tokens(8) });
+    lo.hash(h);
+    lo.appendBlocks(h, 0, [1, 2]);
+    lo.progress(h, 0, 8);
+    const [job] = lo.plan();
+    expect(Atomics.load(lo.state.pins, 1)).toBe(1);
+    lo.complete(job!, false);
+    expect(lo.counters.chunksTransferFailed).toBe(2);
+    expect(lo.tier.lookup(job!.chunks.map((c) => c.key))).toBe(0);
+    expect(lo.tier.stats().used).toBe(0);
+    expect([Atomics.load(lo.state.pins, 1), Atomics.load(lo.state.pins, 2)]).toEqual([0, 0]);
+  });
+});
