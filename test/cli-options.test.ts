@@ -63,6 +63,7 @@ describe('parseSimulateOptions', () => {
       seed: '42',
       transferThreads: '2',
       policy: 'legacy-zip',
+      abortRate: '0.01',
       report: 'out.html',
       json: true,
     });
@@ -78,6 +79,9 @@ describe('parseSimulateOptions', () => {
       allocatorPublishDelayMs: 3,
       jitterMs: 2,
     });
+    expect(plan.abortRate).toBe(0.01);
+    expect(parseSimulateOptions({ abortRate: '0' }).abortRate).toBe(0);
+    expect(parseSimulateOptions({}).abortRate).toBeUndefined();
     expect(plan).toMatchObject({
       transferThreads: 2,
       policy: 'legacy-zip',
@@ -100,6 +104,8 @@ describe('parseSimulateOptions', () => {
     [{ groups: 'full:16,' }, /--groups/],
     [{ report: ' ' }, /--report: needs a file name/],
     [{ decodeTokens: '0' }, /--decode-tokens/],
+    [{ abortRate: '2' }, /--abort-rate: must be a number in \[0, 1\], got 2/],
+    [{ abortRate: 'often' }, /--abort-rate: "often" is not a number/],
   ])('refuses %j with one line naming the option', (raw, message) => {
     const text = codeOf(() => parseSimulateOptions(raw));
     expect(text).toMatch(/^KVOFF_INVALID_ARGUMENT: /);

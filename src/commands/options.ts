@@ -31,3 +31,22 @@ export function intOptionOr(
 ): number {
   return intOption(name, raw, min, max) ?? fallback;
 }
+
+/** A decimal option in [min, max] (e.g. a probability); `undefined` stays undefined. */
+export function numberOption(
+  name: string,
+  raw: string | undefined,
+  min: number,
+  max: number,
+): number | undefined {
+  if (raw === undefined) return undefined;
+  const text = raw.trim();
+  if (!/^\d+(\.\d+)?$|^\.\d+$/.test(text)) {
+    throw new InvalidArgumentError(name, `"${raw}" is not a number`);
+  }
+  const value = Number(text);
+  if (value < min || value > max) {
+    throw new InvalidArgumentError(name, `must be a number in [${min}, ${max}], got ${raw}`);
+  }
+  return value;
+}

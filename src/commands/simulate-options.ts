@@ -7,7 +7,7 @@ import { resolveConfig } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
-import { intOption, intOptionOr } from './options.js';
+import { intOption, intOptionOr, numberOption } from './options.js';
 
 /** Named group layouts for --groups; anything else is parsed as a spec. */
 export const GROUP_PRESETS: Readonly<Record<string, GroupInput[]>> = {
@@ -59,6 +59,7 @@ export interface SimulateRawOptions {
   lagHashesPerWake?: string;
   lagPublishDelayMs?: string;
   lagJitterMs?: string;
+  abortRate?: string;
   seed?: string;
   transferThreads?: string;
   policy?: string;
@@ -79,6 +80,8 @@ export interface SimulatePlan {
     seed: number;
   };
   seed: number;
+  /** Per engine step: chance one queued and one running request is aborted (undefined: engine default). */
+  abortRate?: number;
   workload: {
     requests: number;
     promptTokens: number;
@@ -197,6 +200,7 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
   if (delay !== undefined) lag.allocatorPublishDelayMs = delay;
   const jitter = intOption('--lag-jitter-ms', raw.lagJitterMs, 0, 1000);
   if (jitter !== undefined) lag.jitterMs = jitter;
+  const abortRate = numberOption('--abort-rate', raw.abortRate, 0, 1);
   if (raw.report !== undefined && raw.report.trim() === '') {
     throw new InvalidArgumentError('--report', 'needs a file name');
   }
@@ -245,6 +249,7 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     json: raw.json === true,
   };
   if (raw.report !== undefined) plan.report = raw.report;
+  if (abortRate !== undefined) plan.abortRate = abortRate;
   return plan;
 }
 

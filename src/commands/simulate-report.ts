@@ -25,6 +25,7 @@ export function buildReportData(
       decodeTokens: plan.workload.maxDecodeTokens,
       prefixes: plan.workload.prefixes,
       transferThreads: plan.transferThreads,
+      abortRate: r.workload.abortRate,
       seed: plan.seed,
     },
     summary: [

@@ -12,6 +12,7 @@ import { InvalidArgumentError, KvoffError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import { renderReport } from '../report/render.js';
 import { defaultWorkload } from '../runtime/defaults.js';
+import { DEFAULT_ENGINE_OPTIONS } from '../runtime/engine-sim.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import type { LeakReport, RequestSummary, RuntimeStats } from '../runtime/runtime.js';
 import { buildReportData } from './simulate-report.js';
@@ -28,6 +29,7 @@ export interface SimulateResult {
     gpuTokens: number;
     groups: string;
     transferThreads: number;
+    abortRate: number;
   };
   requests: number;
   completed: number;
@@ -70,7 +72,12 @@ export async function runSimulate(
     policy: plan.policy,
     transferThreads: plan.transferThreads,
     lag: plan.lag,
-    simulator: { seed: plan.seed },
+    simulator: {
+      seed: plan.seed,
+      ...(plan.abortRate !== undefined
+        ? { abortQueuedRate: plan.abortRate, abortRunningRate: plan.abortRate }
+        : {}),
+    },
     traceSlots: plan.traceRequests,
   });
   const requests = defaultWorkload(plan.workload);
@@ -120,6 +127,7 @@ export async function runSimulate(
       gpuTokens: plan.gpuTokens,
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
+      abortRate: plan.abortRate ?? DEFAULT_ENGINE_OPTIONS.abortRunningRate,
     },
     requests: requests.length,
     completed: stats.completed,
@@ -282,6 +290,10 @@ export function registerSimulate(program: Command): void {
       'allocator lag: delay before block IDs are published (runtime default 1)',
     )
     .option('--lag-jitter-ms <ms>', 'random extra lag on hasher and allocator (runtime default 1)')
+    .option(
+      '--abort-rate <p>',
+      'chance per engine step that one queued and one running request are aborted (engine default 0.002; 0: none)',
+    )
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
     .option('--transfer-threads <n>', 'piscina threads that copy chunks', String(d.transferThreads))
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))
