@@ -29,7 +29,8 @@ function parseJson(stdout: string): SimJson {
   return JSON.parse(lines[0]!) as SimJson;
 }
 
-describe('kvoff simulate', () => {
+// The runs are child processes that mostly wait: run them side by side.
+describe.concurrent('kvoff simulate', () => {
   it('--json --report: one JSON object (holes 0, mismatches 0, exit 0) and a self-contained page', async () => {
     const report = join(dir, 'out.html');
     const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--json', '--report', report]);
