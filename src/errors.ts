@@ -16,7 +16,8 @@ export type KvoffErrorCode =
   | 'KVOFF_LEGACY_ASSERTION'
   | 'KVOFF_WORKER_FAILED'
   | 'KVOFF_CLOSED'
-  | 'KVOFF_TIMEOUT';
+  | 'KVOFF_TIMEOUT'
+  | 'KVOFF_QUEUE_FULL';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -138,6 +139,16 @@ export class TimeoutError extends KvoffError {
   constructor(what: string, ms: number) {
     super('KVOFF_TIMEOUT', `${what} did not finish within ${ms} ms`);
     this.name = 'TimeoutError';
+  }
+}
+
+/** Thrown (as a rejection) when a bounded queue is full, e.g. too many pending submits; retry after some end. */
+export class QueueFullError extends KvoffError {
+  readonly limit: number;
+  constructor(what: string, limit: number) {
+    super('KVOFF_QUEUE_FULL', `${what} is full (${limit} pending)`);
+    this.name = 'QueueFullError';
+    this.limit = limit;
   }
 }
 

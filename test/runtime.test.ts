@@ -3,7 +3,7 @@
 // preemption, a tight tier and EAGLE decode. Each run ends with the byte check
 // of every tier entry, no holes, no double stores, and nothing left after close.
 import { describe, expect, it } from 'vitest';
-import { ClosedError } from '../src/errors.js';
+import { ClosedError, QueueFullError } from '../src/errors.js';
 import { defaultWorkload } from '../src/runtime/defaults.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import { SMALL_HYBRID, STRESS, checkAndClose, pressureWorkload } from './runtime-helpers.js';
@@ -82,8 +82,10 @@ describe('OffloadRuntime: pressure', () => {
 
 describe('OffloadRuntime: closing', () => {
   it('close() while requests run aborts them, drains copies, and a concurrent second close() is the same wait', async () => {
-    const rt = await OffloadRuntime.start({ config: SMALL_HYBRID });
+    const rt = await OffloadRuntime.start({ config: SMALL_HYBRID, pendingSubmitsMax: 20 });
     const pending = pressureWorkload(20, 9).map((r) => rt.submit(r));
+    // The submit queue is bounded: one more is refused, not queued.
+    await expect(rt.submit({ promptLength: 64 })).rejects.toBeInstanceOf(QueueFullError);
     await new Promise((r) => setTimeout(r, 20));
     const [a, b] = [rt.close(), rt.close()];
     expect(a).toBe(b);

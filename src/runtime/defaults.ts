@@ -37,7 +37,7 @@ export function defaultWorkload(options: WorkloadOptions = {}): SimRequest[] {
   const n = options.requests ?? 16;
   const prompt = options.promptTokens ?? 50_000;
   const prefixes = options.prefixes ?? 4;
-  const shared = options.sharedPrefixTokens ?? Math.floor(prompt * 0.6);
+  const shared = options.sharedPrefixTokens ?? Math.floor(prompt * 0.3);
   let s = (options.seed ?? 7) >>> 0;
   const rand = () => {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;

@@ -189,6 +189,7 @@ export class EngineSimulator {
   private readonly toAllocator: Outbox;
   private readonly toStore: Outbox;
   private readonly eagle: boolean;
+  private readonly maxTokensPerBlock: number;
   private readonly byId = new Map<number, SimRequest>();
   /** Arrival order; ended requests are removed. */
   private queue: SimRequest[] = [];
@@ -228,6 +229,7 @@ export class EngineSimulator {
     this.toAllocator = new Outbox(views.ring('allocRequest'));
     this.toStore = new Outbox(views.ring('storeRequest'));
     this.eagle = this.options.eagleDraftTokens > 0 && views.config.groups.some((g) => g.eagle);
+    this.maxTokensPerBlock = Math.max(...views.config.groups.map((g) => g.tokensPerBlock));
     this.wake = wake;
   }
 
@@ -321,7 +323,9 @@ export class EngineSimulator {
     for (const r of this.live) {
       if (r.phase !== 'preempted' || budget <= 0) continue;
       if (this.activeCount() >= this.options.maxRunning) break;
-      if (!this.roomFor(Math.min(r.promptLength, budget))) break;
+      // Recompute resumes only when the whole prompt fits again: resuming on one
+      // chunk would make it the next victim at once (preemption thrash).
+      if (!this.roomFor(r.promptLength)) break;
       // It keeps its arrival order: the latest arrival stays the preemption victim.
       r.phase = 'running';
       const n = this.tokensFor(r, budget);
@@ -335,7 +339,7 @@ export class EngineSimulator {
       budget > 0 &&
       this.activeCount() < this.options.maxRunning &&
       this.scheduler.freeSlotCount > this.lookupsInFlight() &&
-      this.roomFor(Math.min(this.queue[0]!.promptLength, budget))
+      this.roomFor(this.maxTokensPerBlock, 0)
     ) {
       const r = this.queue.shift()!;
       // Its first prefill chunk is part of this step's budget (it runs once the lookup answers).
@@ -355,17 +359,22 @@ export class EngineSimulator {
 
   /**
    * The engine's own estimate (blocks it holds; quarantine and ending requests
-   * are invisible to it): enough free blocks for `tokens` in every group plus a
-   * watermark, as an engine's admission check does.
+   * are invisible to it): enough free blocks for `tokens` in every group plus
+   * `watermark` blocks. A new request is admitted when its first block fits
+   * (it may then outgrow the pool mid-prefill: that is what preempts); a
+   * preempted one resumes only when its next chunk fits with a watermark, so it
+   * does not preempt itself again at once.
    */
-  private roomFor(tokens: number): boolean {
+  private roomFor(
+    tokens: number,
+    watermark = Math.ceil(this.views.config.gpuBlocks * WATERMARK_FRACTION),
+  ): boolean {
     const { config } = this.views;
     let held = 0;
     for (const r of this.live)
       for (const b of r.blocks) for (const id of b) if (id !== 0) held += 1;
     let need = 0;
     for (const g of config.groups) need += Math.ceil(tokens / g.tokensPerBlock);
-    const watermark = Math.ceil(config.gpuBlocks * WATERMARK_FRACTION);
     return config.gpuBlocks - 1 - held >= need + watermark;
   }
 

@@ -9,7 +9,13 @@ import { EventEmitter } from 'node:events';
 import type { Worker } from 'node:worker_threads';
 import { resolveConfig } from '../config.js';
 import type { Config, ConfigInput } from '../config.js';
-import { ClosedError, InvalidArgumentError, TimeoutError, WorkerFailedError } from '../errors.js';
+import {
+  ClosedError,
+  InvalidArgumentError,
+  QueueFullError,
+  TimeoutError,
+  WorkerFailedError,
+} from '../errors.js';
 import { S_GENERATION } from '../layout.js';
 import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
@@ -58,6 +64,8 @@ export interface RuntimeOptions {
   transferDelayMs?: number;
   /** Test only: make one role's worker throw after N loop steps. */
   faultInjection?: FaultInjection;
+  /** Submits pending at once before submit() rejects with QueueFullError; default PENDING_SUBMITS_MAX. */
+  pendingSubmitsMax?: number;
   /** Bound on every wait of close() (ms), default 60,000. */
   closeTimeoutMs?: number;
   /**
@@ -132,6 +140,9 @@ export interface RequestTrace {
 
 const ROLES: readonly RoleName[] = DOORBELLS;
 
+/** Submits pending at once; beyond this submit() rejects with QueueFullError (bounds every queue behind it). */
+export const PENDING_SUBMITS_MAX = 1 << 16;
+
 interface Pending {
   resolve: (s: RequestSummary) => void;
   reject: (e: Error) => void;
@@ -196,6 +207,10 @@ export class OffloadRuntime {
           'not available with external: true; feed events through runtime.external',
         ),
       );
+    }
+    const limit = this.options.pendingSubmitsMax ?? PENDING_SUBMITS_MAX;
+    if (this.pending.size >= limit) {
+      return Promise.reject(new QueueFullError('OffloadRuntime submit queue', limit));
     }
     let record: number[];
     try {
@@ -629,6 +644,7 @@ function validateOptions(o: RuntimeOptions): void {
   int('traceSlots', o.traceSlots, 0, 1 << 16);
   int('transferDelayMs', o.transferDelayMs, 0, 10_000);
   int('closeTimeoutMs', o.closeTimeoutMs, 1, 3_600_000);
+  int('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
   int('lag.hasherHashesPerWake', o.lag?.hasherHashesPerWake, 1, 1 << 20);
   const num = (name: string, v: unknown) => {
     if (v === undefined) return;
