@@ -149,7 +149,8 @@ export function snapshotWriterThread(
     if (step % STOP_CHECK_EVERY === 0 && round.stopped) break;
     const r = step % R;
     const h = p.handles[r]!;
-    const g = (step / R) & 1 ? 1 % groupCount : 0;
+    // One sweep over every request per group, groups in turn.
+    const g = Math.floor(step / R) % groupCount;
     if (doScheduler) {
       let c = computed[r]! + TOKENS_PER_BLOCK;
       if (c > maxTokens) {
