@@ -82,6 +82,8 @@ describe('parseSimulateOptions', () => {
     expect(plan.abortRate).toBe(0.01);
     expect(parseSimulateOptions({ abortRate: '0' }).abortRate).toBe(0);
     expect(parseSimulateOptions({}).abortRate).toBeUndefined();
+    expect(parseSimulateOptions({}).offload).toBe(true);
+    expect(parseSimulateOptions({ offload: false }).offload).toBe(false);
     expect(plan).toMatchObject({
       transferThreads: 2,
       policy: 'legacy-zip',

@@ -60,6 +60,8 @@ export interface SimulateRawOptions {
   lagPublishDelayMs?: string;
   lagJitterMs?: string;
   abortRate?: string;
+  /** Commander's --no-offload sets this to false. */
+  offload?: boolean;
   seed?: string;
   transferThreads?: string;
   policy?: string;
@@ -82,6 +84,8 @@ export interface SimulatePlan {
   seed: number;
   /** Per engine step: chance one queued and one running request is aborted (undefined: engine default). */
   abortRate?: number;
+  /** false: the engine opens requests with nothing offloadable and loads nothing (the baseline). */
+  offload: boolean;
   workload: {
     requests: number;
     promptTokens: number;
@@ -246,6 +250,7 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     workload,
     gpuTokens,
     traceRequests,
+    offload: raw.offload !== false,
     json: raw.json === true,
   };
   if (raw.report !== undefined) plan.report = raw.report;

@@ -30,6 +30,7 @@ export interface SimulateResult {
     groups: string;
     transferThreads: number;
     abortRate: number;
+    offload: boolean;
   };
   requests: number;
   completed: number;
@@ -77,6 +78,8 @@ export async function runSimulate(
       ...(plan.abortRate !== undefined
         ? { abortQueuedRate: plan.abortRate, abortRunningRate: plan.abortRate }
         : {}),
+      // The baseline: the store role runs its passes but nothing is offloadable or loaded.
+      ...(plan.offload ? {} : { offload: false, loadFromTier: false }),
     },
     traceSlots: plan.traceRequests,
   });
@@ -128,6 +131,7 @@ export async function runSimulate(
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
       abortRate: plan.abortRate ?? DEFAULT_ENGINE_OPTIONS.abortRunningRate,
+      offload: plan.offload,
     },
     requests: requests.length,
     completed: stats.completed,
@@ -185,7 +189,7 @@ export function formatResult(r: SimulateResult, color: boolean): string {
   const p = painter(color);
   const zero = (n: number) => (n === 0 ? p.green('0') : p.red(String(n)));
   const rows: Array<[string, string]> = [
-    ['policy', r.policy],
+    ['policy', r.workload.offload ? r.policy : `${r.policy} (offloading off: baseline)`],
     [
       'requests completed',
       `${r.completed} of ${r.requests} (${r.aborted} aborted, ${r.preemptions} preemptions)`,
@@ -223,6 +227,8 @@ export function formatResult(r: SimulateResult, color: boolean): string {
         ? 'This is legacy-zip: it stores the shorter slice but moves the cursor to the token boundary.'
         : 'This should never happen under ready-prefix: please report it.',
     );
+  } else if (r.ok && !r.workload.offload) {
+    lines.push(p.green('ok: offloading was off (baseline): nothing stored, nothing loaded'));
   } else if (r.ok) {
     lines.push(
       p.green(
@@ -294,6 +300,7 @@ export function registerSimulate(program: Command): void {
       '--abort-rate <p>',
       'chance per engine step that one queued and one running request are aborted (engine default 0.002; 0: none)',
     )
+    .option('--no-offload', 'switch offloading off (the baseline: nothing stored, nothing loaded)')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
     .option('--transfer-threads <n>', 'piscina threads that copy chunks', String(d.transferThreads))
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))
