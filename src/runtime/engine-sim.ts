@@ -751,6 +751,8 @@ export class EngineSimulator {
     this.byId.delete(r.id);
     if (r.ending === 'finished') this.counters.completed += 1;
     else this.counters.aborted += 1;
+    // Counters first: whoever learns of the end from the event reads them up to date.
+    this.publishStats();
     this.events.ended({
       requestId: r.id,
       status: r.ending,

@@ -478,6 +478,7 @@ export class StoreLoop {
       for (let c = hit; c < snap.cursor[g]!; c += 1) if ((cov[c]! & COVERED) === 0) holes += 1;
     }
     this.holes += holes;
+    this.publishStats(); // before the drained event: main may read stats as soon as it arrives
     const status = Atomics.load(state.control, state.schedulerWord(slot, S_STATUS));
     const requestId = Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID));
     const ended = status === Status.finished ? 'finished' : 'aborted';
