@@ -11,7 +11,7 @@ import { SharedState } from '../../src/state.js';
 import { epochMs } from '../lib/clock.js';
 import type { Round } from '../lib/threads.js';
 import { KvoffStore, KvoffWriters, setupKvoffDesign } from './kvoff.js';
-import { SOURCES, checkDeadline } from './stream.js';
+import { checkDeadline, pubIndex } from './stream.js';
 import type { Source, StoreOutcome, StreamShape } from './stream.js';
 
 const DELTA_WORDS = 5;
@@ -38,7 +38,7 @@ export function messagedStoreThread(
           const source = m[at]! as Source;
           const r = m[at + 1]!;
           const c = m[at + 2]!;
-          pub[(r * shape.chunks + c) * SOURCES.length + source] = m[at + 4]!;
+          pub[pubIndex(shape, r, c, source)] = m[at + 4]!;
           writers.apply(r, c, source);
           store.planSlot(r);
         }

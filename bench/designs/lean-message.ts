@@ -17,6 +17,8 @@ import {
   blockIdOf,
   checkDeadline,
   keyOf,
+  pubIndex,
+  readyAtMs,
 } from './stream.js';
 import type { Source, StoreOutcome, StreamShape } from './stream.js';
 
@@ -103,7 +105,7 @@ export function messageStoreThread(
 
   return new Promise<StoreOutcome>((resolve, reject) => {
     const apply = (source: number, r: number, c: number, value: number, t: number) => {
-      pub[(r * C + c) * SOURCES.length + source] = t;
+      pub[pubIndex(shape, r, c, source as Source)] = t;
       // Deltas of one source arrive in order (one port per writer), so counts are c + 1.
       if (source === 0) tokenChunks[r] = value;
       else if (source === 1) {
@@ -128,8 +130,7 @@ export function messageStoreThread(
       const job: number[] = [];
       for (let k = w.start; k < w.end; k += 1) {
         job.push(keys[r * C + k]!, blocks[r * C + k]!);
-        const at = (r * C + k) * SOURCES.length;
-        latency.record(now - Math.max(pub[at]!, pub[at + 1]!, pub[at + 2]!));
+        latency.record(now - readyAtMs(pub, shape, r, k));
       }
       dispatched += w.end - w.start;
       cursor[r] = w.advanceTo;

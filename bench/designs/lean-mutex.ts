@@ -20,6 +20,8 @@ import {
   checkDeadline,
   newBellBuffer,
   keyOf,
+  pubIndex,
+  readyAtMs,
 } from './stream.js';
 import type { Source, StoreOutcome, StreamShape } from './stream.js';
 
@@ -79,7 +81,7 @@ export function mutexWriterThread(
     for (let r = 0; r < shape.requests; r += 1) {
       for (const source of p.sources) {
         st.lock.lock();
-        st.pub[(r * C + c) * SOURCES.length + source] = epochMs();
+        st.pub[pubIndex(shape, r, c, source)] = epochMs();
         if (source === SOURCE_KEYS) {
           st.keys[r * C + c] = keyOf(shape, r, c);
           st.fields[r * FIELDS + 1] = c + 1;
@@ -132,8 +134,7 @@ export function mutexStoreThread(p: MutexSetup, round: Round, ready: () => void)
       const job: number[] = [];
       for (let k = w.start; k < w.end; k += 1) {
         job.push(st.keys[r * C + k]!, st.blocks[r * C + k]!);
-        const at = (r * C + k) * SOURCES.length;
-        latency.record(now - Math.max(st.pub[at]!, st.pub[at + 1]!, st.pub[at + 2]!));
+        latency.record(now - readyAtMs(st.pub, shape, r, k));
       }
       dispatched += w.end - w.start;
       st.fields[f + 3] = w.advanceTo;

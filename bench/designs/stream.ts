@@ -44,14 +44,21 @@ export function keyOf(s: StreamShape, r: number, c: number): number {
   return (r * s.chunks + c) * 2654435761 + 1;
 }
 
+/**
+ * Where the publication time of (request, chunk, source) lives: source-major,
+ * so each writer thread stamps its own region and the timestamps of the three
+ * sources of one chunk never share a cache line (that would be false sharing
+ * of the benchmark's own making).
+ */
 export function pubIndex(s: StreamShape, r: number, c: number, source: Source): number {
-  return (r * s.chunks + c) * SOURCES.length + source;
+  return source * s.requests * s.chunks + r * s.chunks + c;
 }
 
 /** Publication time of the chunk's last-arriving source. */
 export function readyAtMs(pub: Float64Array, s: StreamShape, r: number, c: number): number {
-  const at = (r * s.chunks + c) * SOURCES.length;
-  return Math.max(pub[at]!, pub[at + 1]!, pub[at + 2]!);
+  const at = r * s.chunks + c;
+  const n = s.requests * s.chunks;
+  return Math.max(pub[at]!, pub[at + n]!, pub[at + 2 * n]!);
 }
 
 /** What a store reports after the last chunk is dispatched. */
