@@ -37,7 +37,8 @@ export function runCli(
 
 /**
  * A small workload that runs in seconds: the pool holds it (no preemption),
- * and a slow hasher makes keys lag token progress, so chunks are deferred and
+ * and a slow hasher (one hash per wake-up, up to 4 ms apart) makes keys lag
+ * token progress by far, so chunks are deferred and
  * the legacy policies show their bugs.
  */
 export const SMALL_WORKLOAD = [
@@ -50,5 +51,7 @@ export const SMALL_WORKLOAD = [
   '--decode-tokens',
   '16',
   '--lag-hashes-per-wake',
+  '1',
+  '--lag-jitter-ms',
   '4',
 ] as const;
