@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ReportData, ReportPass } from '../src/report/data.js';
-import { decimate, esc, renderReport, ticks } from '../src/report/render.js';
+import { decimate, esc, passedFrom, renderReport, ticks } from '../src/report/render.js';
 
 function pass(tMs: number, over: Partial<ReportPass> = {}): ReportPass {
   return {
@@ -114,7 +114,39 @@ describe('renderReport', () => {
     });
     const out = renderReport(zip);
     expect(out.match(/class="passed"/g)).toHaveLength(1);
-    expect(out).toContain('1 passes left the cursor past the ready prefix');
+    expect(out).toContain('1 passes moved the cursor past the ready prefix without storing');
+    expect(out).toContain('cursor passed 2..2 unstored');
+  });
+
+  it('does not mark a cursor that stays above a ready prefix that shrank (EAGLE entering decode)', () => {
+    const eagle = raceData();
+    eagle.requests[0]!.groups[0]!.passes = [
+      pass(0, {
+        tokenChunks: 764,
+        keys: 764,
+        blockChunks: 765,
+        ready: 764,
+        cursorBefore: 512,
+        cursorAfter: 764,
+        stored: 252,
+      }),
+      pass(5, {
+        tokenChunks: 763,
+        keys: 764,
+        blockChunks: 765,
+        ready: 763,
+        cursorBefore: 764,
+        cursorAfter: 764,
+      }),
+    ];
+    const out = renderReport(eagle);
+    expect(out).not.toContain('class="passed"');
+    expect(out).not.toContain('without storing');
+    expect(passedFrom(eagle.requests[0]!.groups[0]!.passes[1]!)).toBeUndefined();
+    expect(passedFrom(pass(0, { ready: 2, cursorBefore: 0, cursorAfter: 3, stored: 2 }))).toBe(2);
+    expect(
+      passedFrom(pass(0, { ready: 3, cursorBefore: 0, cursorAfter: 3, stored: 1 })),
+    ).toBeUndefined();
   });
 
   it('lists the deferring pass with what lagged', () => {

@@ -109,11 +109,11 @@ function renderRequest(req: ReportRequestTrace): string {
   const t0 = all.length ? Math.min(...all.map((p) => p.tMs)) : 0;
   const t1 = all.length ? Math.max(...all.map((p) => p.tMs)) : 1;
   const deferredPasses = all.filter((p) => p.deferred > 0).length;
-  const pastReady = all.filter((p) => p.cursorAfter > p.ready).length;
+  const pastReady = all.filter((p) => passedFrom(p) !== undefined).length;
   const stores = all.reduce((n, p) => n + p.stored, 0);
   const head =
     `<h2>Request ${req.requestId} <span class="status">${esc(req.status)}</span></h2>` +
-    `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks${pastReady > 0 ? ` · <b class="bad">${pastReady} passes left the cursor past the ready prefix</b>` : ''}</p>`;
+    `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks${pastReady > 0 ? ` · <b class="bad">${pastReady} passes moved the cursor past the ready prefix without storing</b>` : ''}</p>`;
   const charts = req.groups.map((g) => renderGroup(g, t0, Math.max(t1, t0 + 1))).join('\n');
   return `<section class="request">${head}\n${charts}\n${renderDeferrals(req)}</section>`;
 }
@@ -160,15 +160,16 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
       `<rect class="deferred" x="${f(x(p.tMs))}" y="${f(y(p.ready + p.deferred))}" width="${f(w)}" height="${f(Math.max(1, y(p.ready) - y(p.ready + p.deferred)))}"><title>${passTitle(p)}</title></rect>`,
     );
   }
-  // The legacy-zip bug: the cursor left the ready prefix behind. Chunks in
-  // [ready, cursor) were passed unstored and will never be stored.
+  // The legacy-zip bug: a pass moved the cursor beyond the ready prefix
+  // without storing what it passed; those chunks will never be stored.
   for (let i = 0; i < passes.length; i += 1) {
     const p = passes[i]!;
-    if (p.cursorAfter <= p.ready) continue;
+    const from = passedFrom(p);
+    if (from === undefined) continue;
     const xEnd = i + 1 < passes.length ? x(passes[i + 1]!.tMs) : x(p.tMs) + 2;
     const w = Math.max(1.5, xEnd - x(p.tMs));
     parts.push(
-      `<rect class="passed" x="${f(x(p.tMs))}" y="${f(y(p.cursorAfter))}" width="${f(w)}" height="${f(Math.max(1, y(p.ready) - y(p.cursorAfter)))}"><title>cursor past ready: ${passTitle(p)}</title></rect>`,
+      `<rect class="passed" x="${f(x(p.tMs))}" y="${f(y(p.cursorAfter))}" width="${f(w)}" height="${f(Math.max(1, y(from) - y(p.cursorAfter)))}"><title>cursor passed ${from}..${p.cursorAfter - 1} unstored: ${passTitle(p)}</title></rect>`,
     );
   }
   // Preemptions.
@@ -290,6 +291,18 @@ export function decimate(passes: readonly ReportPass[], max: number): ReportPass
   }
   const chosen = keep.length <= max ? keep : stride(keep, max);
   return chosen.map((i) => passes[i]!);
+}
+
+/**
+ * Where a pass's unstored overshoot starts: the pass moved the cursor beyond
+ * the ready prefix, past chunks it did not store. Undefined when it did not.
+ * (A cursor that merely stays above a ready prefix that shrank — an EAGLE
+ * group entering decode drops its trailing chunk — is not an overshoot: that
+ * chunk was stored while it was ready.)
+ */
+export function passedFrom(p: ReportPass): number | undefined {
+  if (p.cursorAfter <= p.cursorBefore || p.cursorAfter <= p.ready) return undefined;
+  return Math.max(p.ready, p.cursorBefore + p.stored);
 }
 
 function stride(indices: readonly number[], max: number): number[] {
