@@ -41,7 +41,13 @@ describe('pins make copies safe', () => {
     config: { ...SMALL_HYBRID, gpuBlocks: 900 },
     transferDelayMs: 15,
     lag: { hasherHashesPerWake: 64, allocatorPublishDelayMs: 0, jitterMs: 0 },
-    simulator: { stepTokenBudget: 256, maxRunning: 10, abortQueuedRate: 0, abortRunningRate: 0 },
+    simulator: {
+      stepTokenBudget: 256,
+      maxRunning: 10,
+      abortQueuedRate: 0,
+      abortRunningRate: 0,
+      stepMs: 0,
+    },
   };
 
   it('with pinning turned off (test switch) a block reused mid-copy is caught as a byte mismatch', async () => {

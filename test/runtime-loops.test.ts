@@ -76,6 +76,7 @@ describe('every role loop from one thread', () => {
         maxRunning: 8,
         abortQueuedRate: 0.01,
         abortRunningRate: 0.01,
+        stepMs: 0, // steps are this loop's rounds, not wall time
         seed: 3,
       },
     );

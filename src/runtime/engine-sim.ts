@@ -70,6 +70,12 @@ export interface EngineOptions {
   offload: boolean;
   /** Tokens are drawn from [0, vocab). */
   vocab: number;
+  /**
+   * Shortest time between two engine steps (a forward pass takes time): the
+   * lagging roles get a chance to catch up, e.g. to store a sliding-window
+   * chunk before the next step slides it out. 0 in single-thread drivers.
+   */
+  stepMs: number;
   seed: number;
 }
 
@@ -84,6 +90,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   loadFromTier: true,
   offload: true,
   vocab: 32000,
+  stepMs: 1,
   seed: 1,
 };
 
@@ -195,7 +202,15 @@ export class EngineSimulator {
   private queue: SimRequest[] = [];
   private live: SimRequest[] = [];
   private admitted = 0;
+  /**
+   * Answers the current step waits for: allocations, tier lookups and loads.
+   * The next step is planned only when all arrived, so the logical schedule
+   * (how many requests overlap, hence preemption) does not depend on how fast
+   * the other threads answer (a synchronous-load model of the connector).
+   */
   private outstanding = 0;
+  private lastPlanMs = -Infinity;
+  private readonly now: () => number;
   private readonly counters = {
     requests: 0,
     completed: 0,
@@ -216,7 +231,9 @@ export class EngineSimulator {
     events: EngineEvents,
     options: Partial<EngineOptions> = {},
     wake: () => void = () => {},
+    now: () => number = () => performance.now(),
   ) {
+    this.now = now;
     this.views = views;
     this.options = resolveEngineOptions(options, views.config.maxRequests);
     this.scheduler = new SchedulerRole(views.state);
@@ -244,9 +261,14 @@ export class EngineSimulator {
     did = this.submissions.drain((r) => this.submit(r), RECORDS_PER_STEP_MAX) > 0 || did;
     did = this.allocAnswers.drain((r) => this.onAllocAnswer(r), RECORDS_PER_STEP_MAX) > 0 || did;
     did = this.storeAnswers.drain((r) => this.onStoreAnswer(r), RECORDS_PER_STEP_MAX) > 0 || did;
-    if (Atomics.load(this.views.control, CONTROL_CLOSING) === 1) did = this.abortAll() || did;
-    else did = this.randomAborts() || did;
-    if (this.outstanding === 0) did = this.plan() || did;
+    const closing = Atomics.load(this.views.control, CONTROL_CLOSING) === 1;
+    if (closing) did = this.abortAll() || did;
+    if (this.outstanding === 0 && this.now() - this.lastPlanMs >= this.options.stepMs) {
+      // One engine step: random aborts are drawn per step, then the batch is planned.
+      this.lastPlanMs = this.now();
+      if (!closing) did = this.randomAborts() || did;
+      did = this.plan() || did;
+    }
     this.publishStats();
     if (did) this.wake();
     return did;
@@ -444,6 +466,7 @@ export class EngineSimulator {
       for (let c = 0; c < lookupChunks; c += 1) pushKey(record, r.keys[g]![c]!);
     }
     r.phase = 'lookup';
+    this.outstanding += 1;
     this.toStore.send(record);
   }
 
@@ -479,6 +502,7 @@ export class EngineSimulator {
   private onStoreAnswer(a: Int32Array): void {
     const r = this.byId.get(a[1]!);
     invariant(r !== undefined, `store answer for a known request ${a[1]}`);
+    this.outstanding -= 1;
     if (a[0] === ANS_LOOKED_UP) {
       invariant(r.phase === 'lookup', 'lookup answer while looking up');
       this.open(r, a[2]!);
@@ -556,6 +580,7 @@ export class EngineSimulator {
       r.nulledTo[g.index] = lo * bpc;
     }
     r.phase = 'loading';
+    this.outstanding += 1;
     this.toStore.send(record);
   }
 
@@ -845,6 +870,7 @@ export function validateEngineOptions(o: EngineOptions, maxRequests: number): vo
   int('decodeTokens', 1, 1 << 20);
   int('eagleDraftTokens', 0, 64);
   int('vocab', 1, 0x7fffffff);
+  int('stepMs', 0, 1000);
   int('seed', -0x80000000, 0x7fffffff);
   rate('eagleAcceptRate');
   rate('abortQueuedRate');

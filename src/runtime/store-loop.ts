@@ -111,6 +111,8 @@ const STORED = 2;
 const DEFERRED = 4;
 
 const RECORDS_PER_STEP_MAX = 64;
+/** A lookup waits at most this long for in-flight copies of the prefix it would hit. */
+export const LOOKUP_WAIT_MS_MAX = 5_000;
 
 export class StoreLoop {
   readonly tier: HostTier;
@@ -128,6 +130,8 @@ export class StoreLoop {
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
+  /** Lookups waiting for copies in flight; bounded by the scheduler's lookups (one per admission). */
+  private readonly waitingLookups: { record: Int32Array; sinceMs: number }[] = [];
   private readonly readable = new Map<bigint, Readable>();
   /** Positions of keys being written, until their job completes. */
   private readonly writing = new Map<bigint, Readable>();
@@ -209,6 +213,7 @@ export class StoreLoop {
     let did = this.answers.flush() > 0;
     if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
     if (this.collect()) did = true;
+    if (this.waitingLookups.length > 0 && this.retryLookups()) did = true;
     if (this.stores.size < this.jobsInFlightMax) {
       const before = this.planner.counters.jobs;
       this.planner.pass((job) => this.dispatch(job));
@@ -327,41 +332,42 @@ export class StoreLoop {
    * groups have every chunk of their window at the boundary. Only whole chunks
    * count (every block position present). Hit entries are protected from
    * eviction until loaded or unlocked. Groups must share tokensPerChunk.
+   *
+   * A prefix still being written is not a miss: the answer waits (bounded by
+   * LOOKUP_WAIT_MS_MAX) until those copies complete, so hits do not depend on
+   * how fast the copy threads run.
    */
   private lookup(r: Int32Array): void {
+    const record = Int32Array.from(r);
+    if (!this.tryLookup(record, false)) this.waitingLookups.push({ record, sinceMs: Date.now() });
+  }
+
+  private retryLookups(): boolean {
+    let did = false;
+    for (let i = 0; i < this.waitingLookups.length;) {
+      const w = this.waitingLookups[i]!;
+      if (this.tryLookup(w.record, Date.now() - w.sinceMs > LOOKUP_WAIT_MS_MAX)) {
+        this.waitingLookups.splice(i, 1);
+        did = true;
+      } else i += 1;
+    }
+    return did;
+  }
+
+  /** Answers the lookup unless copies of a longer hit are in flight (and `force` is off). */
+  private tryLookup(r: Int32Array, force: boolean): boolean {
     const tag = r[1]!;
     const count = r[2]!;
     const { config } = this.views;
     const groups = config.groups;
     const bpc = config.blocksPerChunk;
     const key = (g: number, c: number) => readKey(r, 3 + 2 * (g * count + c));
-    const whole = (k: bigint) => {
-      const e = this.readable.get(k);
-      return e !== undefined && e.positions.length === bpc;
-    };
-    let hit = 0;
-    const sameChunk = groups.every((g) => g.tokensPerChunk === groups[0]!.tokensPerChunk);
-    if (sameChunk) {
-      hit = count;
-      for (const g of groups) {
-        if (g.windowChunks !== null) continue;
-        let n = 0;
-        while (n < hit && whole(key(g.index, n))) n += 1;
-        hit = n;
-      }
-      // Shrink until every windowed group has its whole window (bounded by hit * window).
-      while (hit > 0) {
-        let ok = true;
-        for (const g of groups) {
-          if (g.windowChunks === null) continue;
-          for (let c = Math.max(0, hit - g.windowChunks); c < hit && ok; c += 1) {
-            if (!whole(key(g.index, c))) ok = false;
-          }
-        }
-        if (ok) break;
-        hit -= 1;
-      }
+    const readable = (k: bigint) => this.readable.get(k)?.positions.length === bpc;
+    const writing = (k: bigint) => readable(k) || this.writing.get(k)?.positions.length === bpc;
+    if (!force && this.prefixHit(count, key, writing) > this.prefixHit(count, key, readable)) {
+      return false;
     }
+    const hit = this.prefixHit(count, key, readable);
     if (hit > 0) {
       const keys: bigint[] = [];
       const chunks: { group: number; chunk: number }[] = [];
@@ -376,6 +382,36 @@ export class StoreLoop {
       this.locks.set(tag, { keys, slots, chunks, hit });
     }
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return true;
+  }
+
+  private prefixHit(
+    count: number,
+    key: (g: number, c: number) => bigint,
+    present: (k: bigint) => boolean,
+  ): number {
+    const groups = this.views.config.groups;
+    if (!groups.every((g) => g.tokensPerChunk === groups[0]!.tokensPerChunk)) return 0;
+    let hit = count;
+    for (const g of groups) {
+      if (g.windowChunks !== null) continue;
+      let n = 0;
+      while (n < hit && present(key(g.index, n))) n += 1;
+      hit = n;
+    }
+    // Shrink until every windowed group has its whole window (bounded by hit * window).
+    while (hit > 0) {
+      let ok = true;
+      for (const g of groups) {
+        if (g.windowChunks === null) continue;
+        for (let c = Math.max(0, hit - g.windowChunks); c < hit && ok; c += 1) {
+          if (!present(key(g.index, c))) ok = false;
+        }
+      }
+      if (ok) break;
+      hit -= 1;
+    }
+    return hit;
   }
 
   /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
