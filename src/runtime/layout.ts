@@ -39,7 +39,11 @@ export const RINGS = {
 >;
 export type RingName = keyof typeof RINGS;
 
-/** Runtime counters (BigInt64 words, one line apart is not needed: each writer keeps its own copy and publishes). */
+/**
+ * Runtime counters: one BigInt64 word each, written only by the role named
+ * here (it counts locally and publishes with Atomics.store). They are read
+ * rarely (stats()) and written at most once per step, so they share lines.
+ */
 export const STATS = [
   // scheduler (engine simulator)
   { name: 'requests', writer: 'scheduler', doc: 'requests the engine received' },
