@@ -132,6 +132,8 @@ export interface PlannerOptions {
   readonly workPassesMax: number;
   /** Trials of the heap measurement (each forces full GCs). */
   readonly heapTrials: number;
+  /** Largest R measured with work (its untimed publishing dominates the run time). */
+  readonly workRequestsMax: number;
 }
 
 export interface PlannerRow {
@@ -203,6 +205,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       );
       rows.push(row(requests, groups, 'idle', idleMs, idleHeap));
 
+      if (requests > options.workRequestsMax) continue;
       const workMs = await timePass(
         'work',
         () => planner.pass(fx.collect),

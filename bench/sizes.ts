@@ -30,6 +30,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       timeMs: 100,
       workPassesMax: 4,
       heapTrials: 3,
+      workRequestsMax: 1024,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
     designs: { shape: { requests: 32, chunks: 1024 }, writerCounts: [3], repeats: 5, batch: 64 },
@@ -49,6 +50,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       timeMs: 300,
       workPassesMax: 16,
       heapTrials: 5,
+      workRequestsMax: 16_384,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 1000, repeats: 5 },
     designs: {
@@ -61,7 +63,14 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     scenario: { repeats: 3 },
   },
   smoke: {
-    planner: { requests: [16], groups: [1, 2], timeMs: 10, workPassesMax: 3, heapTrials: 1 },
+    planner: {
+      requests: [16],
+      groups: [1, 2],
+      timeMs: 10,
+      workPassesMax: 3,
+      heapTrials: 1,
+      workRequestsMax: 16,
+    },
     snapshot: { requests: 4, writerCounts: [0, 3], durationMs: 20, repeats: 1 },
     designs: { shape: { requests: 4, chunks: 16 }, writerCounts: [3], repeats: 1, batch: 8 },
     copy: { blockBytes: [64 * KIB], threads: [1], arenaBytes: MIB, passes: 1, repeats: 1 },
