@@ -140,6 +140,12 @@ export class LocalOffload {
     };
   }
 
+  /** True once the store role took the final pass of an ended request (its blocks may be freed). */
+  drained(handle: RequestHandle): boolean {
+    this.groupProgress(handle, 0);
+    return this.snap.drained;
+  }
+
   cursor(handle: RequestHandle, group: number): number {
     return this.groupProgress(handle, group).cursor;
   }

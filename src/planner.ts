@@ -17,6 +17,17 @@ import type { OffloadTier } from './tier/types.js';
 /** Passes an ended request's final offer may fail for lack of tier space before its chunks are dropped. */
 export const FINAL_STORE_ATTEMPTS_MAX = 3;
 
+/**
+ * Visits an ended request may wait for lagging keys (of chunks whose blocks are
+ * published) before its final pass drains it anyway. Its blocks are held until
+ * it drains, so waiting is what lets the last chunks of a request finished
+ * under hasher lag be stored at all; the bound keeps a stalled hasher from
+ * holding them forever (what is left is counted in chunksDroppedUnready, never
+ * silent). Blocks are not waited for: nothing tells the store role whether more
+ * will be published for an ended request.
+ */
+export const FINAL_WAIT_VISITS_MAX = 100_000;
+
 /** What happened to a chunk of a store window once the cursor moved over it. */
 export type ChunkOutcome = 'stored' | 'present' | 'null' | 'dropped';
 
@@ -79,6 +90,8 @@ export interface PlannerCounters {
   chunksDeferred: number;
   allocationFailures: number;
   chunksDroppedForCapacity: number;
+  /** Chunks of an ended request whose keys still lagged after FINAL_WAIT_VISITS_MAX visits. */
+  chunksDroppedUnready: number;
   /** Chunks of jobs completed with success = false: their cursor moved on, so they are counted, never silent. */
   chunksTransferFailed: number;
   snapshotRetries: number;
@@ -105,6 +118,9 @@ export class StorePlanner {
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
   private readonly finalAttempts: Int32Array;
   private readonly finalAttemptGeneration: Int32Array;
+  /** Per slot: visits of the ended generation in finalWaitGeneration that found chunks still lagging. */
+  private readonly finalWaits: Int32Array;
+  private readonly finalWaitGeneration: Int32Array;
   private nextJobId = 1;
 
   constructor(state: SharedState, tier: OffloadTier, options: PlannerOptions = {}) {
@@ -122,6 +138,8 @@ export class StorePlanner {
     this.deferredFrom = new Int32Array(state.groupCount);
     this.finalAttempts = new Int32Array(state.config.maxRequests);
     this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
+    this.finalWaits = new Int32Array(state.config.maxRequests);
+    this.finalWaitGeneration = new Int32Array(state.config.maxRequests);
     this.counters = {
       passes: 0,
       requestsVisited: 0,
@@ -134,6 +152,7 @@ export class StorePlanner {
       allocationFailures: 0,
       chunksDroppedForCapacity: 0,
       chunksTransferFailed: 0,
+      chunksDroppedUnready: 0,
       snapshotRetries: 0,
       snapshotsGivenUp: 0,
     };
@@ -191,6 +210,7 @@ export class StorePlanner {
     const offloadable = offloadableTokens(snap, config);
     let candidateCount = 0;
     let deferred = 0;
+    let keyLag = 0;
     let advances = false;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const group = config.groups[g]!;
@@ -216,10 +236,19 @@ export class StorePlanner {
       candidateCount += w.end - w.start;
       this.deferredFrom[g] = Math.max(w.ready, w.start);
       deferred += Math.max(0, w.tokenChunks - this.deferredFrom[g]!);
+      // Chunks whose blocks are published but whose keys are not: the hasher
+      // hashes every known token of an occupied slot, so these always come.
+      keyLag += Math.max(
+        0,
+        Math.min(w.tokenChunks, Math.floor(snap.blockCount[g]! / bpc)) -
+          Math.max(snap.keyCount[g]!, w.start),
+      );
       if (w.advanceTo > snap.cursor[g]!) advances = true;
     }
-    if (candidateCount === 0 && !advances && !ended) {
+    if (candidateCount === 0 && !advances && (!ended || keyLag > 0)) {
       this.countDeferred(deferred);
+      // An ended request whose keys lag waits (bounded) for them instead of draining.
+      if (ended && this.finalWaitOver(slot, snap.generation, keyLag)) this.advanceAll(true);
       return undefined;
     }
 
@@ -258,9 +287,10 @@ export class StorePlanner {
 
     this.countDeferred(deferred);
     this.counters.chunksSkippedNull += nulls;
+    const drain = ended && (keyLag === 0 || this.finalWaitOver(slot, snap.generation, keyLag));
     if (chunks.length === 0) {
       this.reportNulls(nullChunks);
-      this.advanceAll(ended);
+      this.advanceAll(drain);
       return undefined;
     }
 
@@ -272,6 +302,7 @@ export class StorePlanner {
       if (ended && this.finalAttemptFailed(slot, snap.generation)) {
         // Visible, counted, never silent: the tier could not take these even after retries.
         this.counters.chunksDroppedForCapacity += chunks.length;
+        this.counters.chunksDroppedUnready += deferred;
         this.reportNulls(nullChunks);
         for (const c of chunks) this.report(c.group, c.chunk, 'dropped');
         this.advanceAll(true);
@@ -299,7 +330,7 @@ export class StorePlanner {
     this.counters.chunksAlreadyPresent += chunks.length - stored.length;
     this.reportNulls(nullChunks);
     this.tier.touch(keys);
-    this.advanceAll(ended);
+    this.advanceAll(drain);
     if (stored.length === 0) return undefined;
     this.counters.jobs += 1;
     this.counters.chunksStored += stored.length;
@@ -342,6 +373,18 @@ export class StorePlanner {
     if (nullChunks === undefined) return;
     for (let i = 0; i < nullChunks.length; i += 2)
       this.report(nullChunks[i]!, nullChunks[i + 1]!, 'null');
+  }
+
+  /** Counts one more wait of an ended request; true (and the rest counted as dropped) once the bound is reached. */
+  private finalWaitOver(slot: number, generation: number, unready: number): boolean {
+    if (this.finalWaitGeneration[slot] !== generation) {
+      this.finalWaitGeneration[slot] = generation;
+      this.finalWaits[slot] = 0;
+    }
+    this.finalWaits[slot]! += 1;
+    if (this.finalWaits[slot]! < FINAL_WAIT_VISITS_MAX) return false;
+    this.counters.chunksDroppedUnready += unready;
+    return true;
   }
 
   private finalAttemptFailed(slot: number, generation: number): boolean {

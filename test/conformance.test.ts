@@ -364,3 +364,36 @@ describe('failed transfer', () => {
     expect([Atomics.load(lo.state.pins, 1), Atomics.load(lo.state.pins, 2)]).toEqual([0, 0]);
   });
 });
+
+describe('final pass under hasher lag', () => {
+  it('an ended request waits for its lagging keys instead of draining without them', async () => {
+    const lo = await local();
+    const h = lo.open({ requestId: 1, promptTokens: tokens(16) });
+    lo.hash(h, 2);
+    lo.appendBlocks(h, 0, [1, 2, 3, 4]);
+    lo.progress(h, 16, 0);
+    lo.finish(h);
+    expect(chunkIds(planAndComplete(lo)[0])).toEqual(['0:0', '0:1']);
+    expect(lo.drained(h)).toBe(false); // chunks 2 and 3 are token-ready, their keys lag
+    expect(lo.plan()).toEqual([]);
+    expect(lo.drained(h)).toBe(false);
+    lo.hash(h);
+    expect(chunkIds(planAndComplete(lo)[0])).toEqual(['0:2', '0:3']);
+    expect(lo.drained(h)).toBe(true);
+    expect(lo.counters.chunksDroppedUnready).toBe(0);
+  });
+
+  it('a stalled hasher cannot hold the blocks forever: after the bound the rest is counted as dropped', async () => {
+    const { FINAL_WAIT_VISITS_MAX } = await import('../src/planner.js');
+    const lo = await local();
+    const h = lo.open({ requestId: 1, promptTokens: tokens(12) });
+    lo.hash(h, 1);
+    lo.appendBlocks(h, 0, [1, 2, 3]);
+    lo.progress(h, 12, 0);
+    lo.abort(h);
+    planAndComplete(lo);
+    for (let i = 1; i < FINAL_WAIT_VISITS_MAX && !lo.drained(h); i += 1) lo.plan();
+    expect(lo.drained(h)).toBe(true);
+    expect(lo.counters.chunksDroppedUnready).toBe(2);
+  });
+});

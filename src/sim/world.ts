@@ -904,9 +904,12 @@ export class World {
       if (this.drained(r)) {
         r.drainChecked = true;
         if (r.finished) this.checkNoHole(r);
-      } else {
-        this.dirty[slot] = 1; // the final pass is still owed
+      } else if (this.starved[slot] === 1) {
+        this.dirty[slot] = 1; // the tier refused the final offer: retried (a bounded number of times)
       }
+      // Otherwise its keys lag and the hasher marks the slot dirty when it
+      // hashes; marking it dirty here would keep the store enabled forever and
+      // starve the hasher under PCT.
     }
   }
 
