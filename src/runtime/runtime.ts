@@ -33,6 +33,7 @@ import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { ExternalHost } from './external.js';
+import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 
 export type { RuntimeStats } from './stats.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
@@ -112,31 +113,8 @@ export interface LeakReport {
   jobsInFlight: number;
 }
 
-/** One group's view at one store pass of a traced request. */
-export interface TracePass {
-  /** Milliseconds since the runtime started. */
-  atMs: number;
-  group: number;
-  /** Incarnation of the request's progress: bumps at every preemption the store saw. */
-  generation: number;
-  tokenChunks: number;
-  keys: number;
-  blockChunks: number;
-  ready: number;
-  cursorBefore: number;
-  /** Cursor after the pass. */
-  cursor: number;
-  /** Chunks dispatched at this pass. */
-  stored: number;
-}
-
-/** Per-pass windows of one traced request; recorded only with traceSlots > 0. */
-export interface RequestTrace {
-  requestId: number;
-  status: 'running' | 'finished' | 'aborted';
-  promptTokens: number;
-  passes: TracePass[];
-}
+/** Per-pass windows of traced requests (one definition, in the recorder); `trace()` makes `atMs` relative to the start. */
+export type { TracedPass as TracePass, TracedRequest as RequestTrace } from './trace-recorder.js';
 
 const ROLES: readonly RoleName[] = DOORBELLS;
 

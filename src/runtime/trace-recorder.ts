@@ -14,7 +14,11 @@ import type { SharedState } from '../state.js';
 /** Passes kept per traced request (all groups together). */
 export const TRACE_PASSES_MAX = 50_000;
 
-/** One group's view at one store pass; `atMs` is wall-clock (epoch) ms on the store thread. */
+/**
+ * One group's view at one store pass of a traced request. `atMs` is wall-clock
+ * (epoch) ms on the store thread; `OffloadRuntime.trace()` makes it relative to
+ * the runtime's start.
+ */
 export interface TracedPass {
   atMs: number;
   group: number;
