@@ -54,7 +54,7 @@ export function renderMarkdown(res: BenchResults): string {
           mode: r.mode,
           'ns/request-group': r2(r.nsPerRequestGroup.median, 1),
           IQR: iqr(r.nsPerRequestGroup, 1),
-          'heap B/pass': r2(r.heapBytesPerPass, 1),
+          'heap B/pass': r2(r.heapBytesPerPass.median, 1),
         })),
       ),
     );

@@ -13,7 +13,7 @@ import { LocalOffload } from '../src/local.js';
 import type { RequestHandle } from '../src/roles/handle.js';
 import { HEAP_METHOD, bytesOfOneCall, bytesPerCall, forceGc } from './lib/heap.js';
 import type { Figure } from './lib/stats.js';
-import { figure, median } from './lib/stats.js';
+import { figure } from './lib/stats.js';
 
 const TOKENS_PER_BLOCK = 16;
 const BLOCKS_PER_CHUNK = 2;
@@ -142,7 +142,7 @@ export interface PlannerRow {
   readonly mode: 'idle' | 'work';
   readonly nsPerRequestGroup: Figure;
   readonly passUs: Figure;
-  readonly heapBytesPerPass: number;
+  readonly heapBytesPerPass: Figure;
   readonly passes: number;
 }
 
@@ -203,7 +203,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
         Math.max(50, Math.min(20_000, Math.floor(5e6 / rg))),
         options.heapTrials,
       );
-      rows.push(row(requests, groups, 'idle', idleMs, idleHeap));
+      rows.push(row(requests, groups, 'idle', idleMs, figure(idleHeap, 'bytes')));
 
       if (requests > options.workRequestsMax) continue;
       const workMs = await timePass(
@@ -221,7 +221,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
         workHeap.push(bytesOfOneCall(() => planner.pass(fx.collect)));
         fx.completeJobs();
       }
-      rows.push(row(requests, groups, 'work', workMs, median(workHeap)));
+      rows.push(row(requests, groups, 'work', workMs, figure(workHeap, 'bytes')));
       forceGc();
     }
   }
@@ -237,7 +237,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
     groups: number,
     mode: 'idle' | 'work',
     samplesMs: number[],
-    heapBytesPerPass: number,
+    heapBytesPerPass: Figure,
   ): PlannerRow {
     const rg = requests * groups;
     return {

@@ -22,7 +22,7 @@ export function printPlanner(p: PlannerResults): void {
       'ns/req-group': round(r.nsPerRequestGroup.median),
       'IQR (ns)': iqr(r.nsPerRequestGroup),
       'pass (us)': round(r.passUs.median),
-      'heap B/pass': round(r.heapBytesPerPass),
+      'heap B/pass': round(r.heapBytesPerPass.median),
       passes: r.passes,
     })),
   );

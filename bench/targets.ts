@@ -55,7 +55,7 @@ export function plannerTargets(p: PlannerResults): TargetCheck[] {
     r.nsPerRequestGroup.median > a.nsPerRequestGroup.median ? r : a,
   );
   const missing = idle.filter((r) => r.nsPerRequestGroup.median > 100);
-  const heap = Math.max(...idle.map((r) => r.heapBytesPerPass));
+  const heap = Math.max(...idle.map((r) => r.heapBytesPerPass.median));
   return [
     check(
       'planner-idle-ns',

@@ -7,7 +7,6 @@
 // trials is reported.
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { median } from './stats.js';
 
 export const HEAP_METHOD =
   'v8.getHeapStatistics().used_heap_size growth across N calls after a forced full GC (v8 --expose-gc via setFlagsFromString; Node 20 has no total_allocated_bytes), minus an empty-run calibration, median of trials';
@@ -41,16 +40,16 @@ function usedAfter(fn: () => void, calls: number): number {
   return v8.getHeapStatistics().used_heap_size - before;
 }
 
-/** Bytes allocated per call of `fn` (never below 0). */
-export function bytesPerCall(fn: () => void, calls: number, trials = 5): number {
+/** Bytes allocated per call of `fn`, one sample per trial (each never below 0). */
+export function bytesPerCall(fn: () => void, calls: number, trials = 5): number[] {
   // Warm up first: optimising `fn` allocates code and feedback on the heap, which is not the pass's doing.
   for (let i = 0; i < calls; i += 1) fn();
   const samples: number[] = [];
   for (let t = 0; t < trials; t += 1) {
     const base = usedAfterEmpty(calls);
-    samples.push((usedAfter(fn, calls) - base) / calls);
+    samples.push(Math.max(0, (usedAfter(fn, calls) - base) / calls));
   }
-  return Math.max(0, median(samples));
+  return samples;
 }
 
 /** Bytes one call of `fn` allocated (no warm-up: for calls that consume their input). */
