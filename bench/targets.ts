@@ -33,7 +33,7 @@ export function designTargets(d: DesignResults): TargetCheck[] {
       `${fmt(b)}x (batched messages: ${fmt(bBatched)}x)`,
       b >= 5,
       `${fmt(5 / b)}x short of 5x`,
-      "(b)'s store thread applies every delta serially (a structured clone and an event-loop task each, then the same role and planner code), so it is bound to one thread: its writers finish long before it does, which is also why its latency is hundreds of ms. (a) spreads the role work over 3 writer threads, but 4 busy threads on 2 cores, shared with other engineers' jobs, get at most 2 cores between them; the store's counters in the JSON (passes, jobs) show it got a core only a handful of times per run and then dispatched long windows. So the parallel speedup the 5x target assumes is capped by the machine, and repeats spread widely (see the IQR).",
+      "(b)'s store thread applies every delta serially (a structured clone and an event-loop task each, then the same role and planner code), so it is bound to one thread: its writers finish long before it does, which is also why its latency is hundreds of ms. (a) spreads the role work over 3 writer threads, but 4 busy threads on 2 cores (for much of the day also shared with other engineers' jobs) get at most 2 cores between them; the store's counters in the JSON (passes, jobs) show it got a core only a handful of times per run and then dispatched long windows. So the parallel speedup the 5x target assumes is capped by the machine, and repeats spread widely (see the IQR).",
       'At least one free core per busy thread (3 writers + store = 4); on 2 cores, fewer writer threads than cores (the roles of one engine step on one thread). On the kvoff side: cheaper role calls on the writer side (check a handle once per batch) and an idle store pass that reads one change counter per slot.',
     ),
     check(
@@ -91,7 +91,7 @@ export function copyTargets(c: CopyResults): TargetCheck[] {
       `worst ${fmt(100 * worst.ratio.median, 0)}% (${worst.blockKiB} KiB, ${worst.threads} thread(s)); ${big.filter((r) => r.ratio.median >= 0.8).length} of ${big.length} met`,
       worst.ratio.median >= 0.8,
       `${fmt(100 * (0.8 - worst.ratio.median), 0)} points below 80% at worst`,
-      "The copy loop is the same TypedArray.prototype.set in both (a worker thread alone copies as fast as the main thread: checked while building this benchmark). The difference is the task pipeline: piscina hands a worker its next task only after the previous result crossed back to the main thread, so each job waits for a message round trip and for the main thread to be scheduled, and on a 2-core machine shared with other engineers' jobs that wait is often a time slice. Queuing tasks at the worker (piscina concurrentTasksPerWorker 4) recovered only about 7 points in a side experiment.",
+      "With 2 transfer threads the pool can beat a single-thread memcpy (it did on a quiet machine); the miss is mostly the 1-thread pool. The copy loop is the same TypedArray.prototype.set in both (a worker thread alone copies as fast as the main thread: checked while building this benchmark). The difference is the task pipeline: piscina hands a worker its next task only after the previous result crossed back to the main thread, so each job waits for a message round trip and for the main thread to be scheduled, and on a 2-core machine shared with other engineers' jobs that wait is often a time slice. Queuing tasks at the worker (piscina concurrentTasksPerWorker 4) recovered only about 7 points in a side experiment.",
       'Larger jobs per task (a whole store window), tasks queued at the worker (concurrentTasksPerWorker > 1) or a shared-memory job ring the transfer threads drain themselves, with completions published through a doorbell instead of messages; and a quiet machine with a core per transfer thread.',
     ),
   ];
@@ -108,7 +108,7 @@ export function scenarioTargets(s: ScenarioResults): TargetCheck[] {
       `${fmt(p99)} ms (offloading off: ${fmt(off)} ms; no runtime: ${fmt(idle)} ms)`,
       p99 < 2,
       `${fmt(p99 - 2)} ms over`,
-      "The host's main thread does almost nothing during the run (see 'loop busy %': its event loop is busy for a small fraction of the time, handling a few messages per request and per batch of copies), so the delay is the OS not scheduling it: with offloading on the runtime keeps the store, the transfer pool and the roles runnable on 2 cores shared with other engineers' jobs, so the main thread waits for a time slice. Offloading off (store idle, no copies) and no runtime show the machine's own level.",
+      "The host's main thread does almost nothing during the run (see 'loop busy %': a few percent, mostly receiving a few messages per request and per batch of copies), so the delay is the OS not scheduling it: the runtime keeps five threads runnable (engine simulator, hasher, allocator, store, transfer) on 2 cores, with or without offloading, and the main thread waits for a time slice. The no-runtime row is the machine's own level.",
       'Fewer runnable threads than cores: park the hasher and allocator on their doorbells instead of lag loops, run the transfer pool with niceIncrement (piscina supports it) and the role workers at a lower priority than the host, or give the host a core of its own.',
     ),
     check(
