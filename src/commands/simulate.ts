@@ -23,7 +23,24 @@ import { colorAllowed, painter, progress, table } from './term.js';
 /** How often the progress display is refreshed. */
 const PROGRESS_TICK_MS = 250;
 
-export interface SimulateResult {
+/** The runtime counters a simulate report carries, as the runtime names them. */
+type ReportedStats = Pick<
+  RuntimeStats,
+  | 'requests'
+  | 'completed'
+  | 'aborted'
+  | 'preemptions'
+  | 'chunksStored'
+  | 'chunksDeferred'
+  | 'chunksDeferredThenStored'
+  | 'allocationRetries'
+  | 'tierHits'
+  | 'chunksDroppedForCapacity'
+  | 'snapshotRetries'
+  | 'bytesCopied'
+>;
+
+export interface SimulateResult extends ReportedStats {
   policy: string;
   workload: SimulatePlan['workload'] & {
     gpuTokens: number;
@@ -32,18 +49,6 @@ export interface SimulateResult {
     abortRate: number;
     offload: boolean;
   };
-  requests: number;
-  completed: number;
-  aborted: number;
-  preemptions: number;
-  chunksStored: number;
-  chunksDeferred: number;
-  chunksDeferredThenStored: number;
-  allocationRetries: number;
-  tierHits: number;
-  chunksDroppedForCapacity: number;
-  snapshotRetries: number;
-  bytesCopied: number;
   gbPerSecond: number;
   holes: number;
   mismatches: number;
