@@ -2,7 +2,7 @@
 // shared-memory layout and the same role code the workers use. For tests, for
 // the demo, and for anyone who wants to see the rule work step by step.
 import { resolveConfig } from './config.js';
-import { InvalidArgumentError } from './errors.js';
+import { InvalidArgumentError, invariant } from './errors.js';
 import type { Config, ConfigInput } from './config.js';
 import type { StoreJob } from './job.js';
 import { loadHashing } from './hashing.js';
@@ -126,7 +126,8 @@ export class LocalOffload {
       throw new InvalidArgumentError('group', `must be in [0, ${this.state.groupCount})`);
     }
     const result = this.reader.snapshot(handle.slot, this.snap);
-    if (result !== 'ok') throw new Error(`slot ${handle.slot} is ${result}`);
+    // One thread drives every role here, so no writer can be mid-change.
+    invariant(result === 'ok', `slot ${handle.slot} of a checked handle reads ${result}`);
     const g = this.config.groups[group]!;
     const tc = tokenChunks(this.snap, g, offloadableTokens(this.snap, this.config));
     const keys = this.snap.keyCount[group]!;
