@@ -4,6 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkerFailedError } from '../src/errors.js';
 import { KvoffServer } from '../src/serve/server.js';
+import { zeroCounters } from '../src/tier/lower.js';
 import type {
   EmbeddableRuntime,
   JobEvent,
@@ -60,6 +61,7 @@ class StandInRuntime implements EmbeddableRuntime {
       holes: 0,
       mismatches: 0,
       chunksDroppedForCapacity: 0,
+      tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
     };
   }
   close(): Promise<void> {

@@ -9,8 +9,10 @@ import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
 import { intOptionOr } from './options.js';
+import { addTierOptions, parseTierOptions } from './tier-options.js';
+import type { TierRawOptions } from './tier-options.js';
 
-interface ServeRawOptions {
+interface ServeRawOptions extends TierRawOptions {
   port: string;
   host: string;
   policy: string;
@@ -24,7 +26,7 @@ interface ServeRawOptions {
 const DRAIN_SIGNALS = ['SIGTERM', 'SIGINT'] as const;
 
 export function registerServe(program: Command): void {
-  program
+  const cmd = program
     .command('serve')
     .description(
       'HTTP server embedding one OffloadRuntime: POST /v1/requests, GET /v1/stats, GET /metrics, GET /healthz',
@@ -39,7 +41,8 @@ export function registerServe(program: Command): void {
       'on SIGTERM, how long requests in flight may take to finish',
       String(SERVE_DEFAULTS.drainTimeoutMs),
     )
-    .option('--json', 'print the bound address (and the drain result) as JSON lines')
+    .option('--json', 'print the bound address (and the drain result) as JSON lines');
+  addTierOptions(cmd)
     .addHelpText(
       'after',
       '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
@@ -60,6 +63,7 @@ export function registerServe(program: Command): void {
       );
       if (raw.host.trim() === '') throw new InvalidArgumentError('--host', 'must not be empty');
       const policy = parseStorePolicy(raw.policy);
+      const tiers = parseTierOptions(raw);
 
       const runtime = await OffloadRuntime.start({
         policy,
@@ -68,6 +72,7 @@ export function registerServe(program: Command): void {
         // Requests end when their client's decode budget is spent or they ask
         // to abort; the simulator's random aborts are for simulate, not serve.
         simulator: { seed, abortQueuedRate: 0, abortRunningRate: 0 },
+        ...(tiers ? { tiers } : {}),
       });
       const server = new KvoffServer(runtime, { drainTimeoutMs });
       let addr;

@@ -8,6 +8,9 @@ import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { intOption, intOptionOr, numberOption } from './options.js';
+import { parseTierOptions } from './tier-options.js';
+import type { TierRawOptions } from './tier-options.js';
+import type { TiersOptions } from '../tier/cascade.js';
 
 /** Named group layouts for --groups; anything else is parsed as a spec. */
 export const GROUP_PRESETS: Readonly<Record<string, GroupInput[]>> = {
@@ -46,7 +49,7 @@ const PROMPT_SLACK = 1.05;
 const DECODE_SLACK_TOKENS = 64;
 
 /** What commander gives the action (all strings, camel-cased). */
-export interface SimulateRawOptions {
+export interface SimulateRawOptions extends TierRawOptions {
   requests?: string;
   promptTokens?: string;
   gpuTokens?: string;
@@ -98,6 +101,8 @@ export interface SimulatePlan {
   report?: string;
   traceRequests: number;
   json: boolean;
+  /** Levels below host memory (--disk, --redis); host only when absent. */
+  tiers?: TiersOptions;
 }
 
 export function parseGroups(spec: string): GroupInput[] {
@@ -254,6 +259,8 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     json: raw.json === true,
   };
   if (raw.report !== undefined) plan.report = raw.report;
+  const tiers = parseTierOptions(raw);
+  if (tiers) plan.tiers = tiers;
   if (abortRate !== undefined) plan.abortRate = abortRate;
   return plan;
 }

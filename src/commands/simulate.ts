@@ -19,6 +19,8 @@ import { buildReportData } from './simulate-report.js';
 import { GROUP_PRESETS, SIMULATE_DEFAULTS, parseSimulateOptions } from './simulate-options.js';
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
+import { addTierOptions } from './tier-options.js';
+import type { TierStats } from '../tier/tier-stats.js';
 
 /** How often the progress display is refreshed. */
 const PROGRESS_TICK_MS = 250;
@@ -58,6 +60,8 @@ export interface SimulateResult extends ReportedStats {
   /** Set when the run crashed (the legacy-assert policy's engine crash). */
   crashed?: string;
   leaks?: LeakReport;
+  /** Per level (host, disk, redis): stores, hits, misses, drops, errors... */
+  tiers: TierStats;
   /** True when nothing was wrong: no crash, no hole, no mismatch, no double store. */
   ok: boolean;
 }
@@ -87,6 +91,7 @@ export async function runSimulate(
       ...(plan.offload ? {} : { offload: false, loadFromTier: false }),
     },
     traceSlots: plan.traceRequests,
+    ...(plan.tiers ? { tiers: plan.tiers } : {}),
   });
   const requests = defaultWorkload(plan.workload);
   let done = 0;
@@ -156,6 +161,7 @@ export async function runSimulate(
     doubleStores: verify.doubleStores,
     entriesVerified: verify.entriesChecked,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
+    tiers: stats.tiers,
     ok: false,
   };
   if (crashed !== undefined) result.crashed = crashed;
@@ -225,6 +231,16 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     return `${lines.join('\n')}\n`;
   }
   lines.push(table(rows));
+  const lower = (['disk', 'redis'] as const).filter(
+    (t) => r.tiers[t].storedChunks + r.tiers[t].missChunks + r.tiers[t].droppedChunks > 0,
+  );
+  if (lower.length > 0) {
+    const cell = (t: 'host' | 'disk' | 'redis') => {
+      const c = r.tiers[t];
+      return `${c.storedChunks} stored, ${c.hitChunks} hits, ${c.missChunks} misses, ${c.droppedChunks} dropped, ${c.errors} errors${c.circuitOpen ? ', circuit open' : ''}`;
+    };
+    lines.push(table((['host', ...lower] as const).map((t) => [`tier ${t}`, cell(t)])));
+  }
   if (r.holes > 0) {
     lines.push(
       p.red(`${r.holes} chunks were passed by the cursor and never stored (holes).`),
@@ -258,7 +274,7 @@ function fmtBytes(n: number): string {
 
 export function registerSimulate(program: Command): void {
   const d = SIMULATE_DEFAULTS;
-  program
+  const cmd = program
     .command('simulate')
     .description(
       'run the built-in engine simulation through the multi-threaded runtime and verify every stored byte\n' +
@@ -314,7 +330,8 @@ export function registerSimulate(program: Command): void {
       'write a self-contained HTML report (timelines of a few traced requests)',
     )
     .option('--trace-requests <n>', 'requests traced for --report', String(d.traceRequests))
-    .option('--json', 'print one JSON object instead of the text report')
+    .option('--json', 'print one JSON object instead of the text report');
+  addTierOptions(cmd)
     .addHelpText(
       'after',
       '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +

@@ -16,6 +16,7 @@ import {
 } from './layout.js';
 import type { DoorbellName, RingName } from './layout.js';
 import { SpscRing, ringBufferBytes } from './rings.js';
+import { TIER_STATS_BYTES } from '../tier/tier-stats.js';
 
 export interface RuntimeBuffers {
   readonly state: SharedBuffers;
@@ -26,6 +27,8 @@ export interface RuntimeBuffers {
   readonly doorbells: SharedArrayBuffer;
   readonly stats: SharedArrayBuffer;
   readonly control: SharedArrayBuffer;
+  /** Per-level counters (host, disk, redis), written by the store thread. */
+  readonly tierStats: SharedArrayBuffer;
   readonly rings: Readonly<Record<RingName, SharedArrayBuffer>>;
 }
 
@@ -44,6 +47,7 @@ export function createRuntimeBuffers(config: Config): RuntimeBuffers {
     doorbells: new SharedArrayBuffer(DOORBELL_BUFFER_BYTES),
     stats: new SharedArrayBuffer(STATS_BUFFER_BYTES),
     control: new SharedArrayBuffer(CONTROL_BUFFER_BYTES),
+    tierStats: new SharedArrayBuffer(TIER_STATS_BYTES),
     rings,
   };
 }
@@ -58,6 +62,7 @@ export class RuntimeViews {
   readonly geometry: ArenaGeometry;
   readonly stats: BigInt64Array;
   readonly control: Int32Array;
+  readonly tierStats: BigInt64Array;
   private readonly bellWords: Int32Array;
 
   constructor(config: Config, buffers: RuntimeBuffers) {
@@ -72,6 +77,7 @@ export class RuntimeViews {
     };
     this.stats = new BigInt64Array(buffers.stats);
     this.control = new Int32Array(buffers.control);
+    this.tierStats = new BigInt64Array(buffers.tierStats);
     this.bellWords = new Int32Array(buffers.doorbells);
   }
 

@@ -19,6 +19,9 @@ import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
 import type { DoorbellName } from './layout.js';
 import { Random } from './random.js';
 import { StoreLoop, TransferFailedError } from './store-loop.js';
+import { TierCascade } from '../tier/cascade.js';
+import type { TiersOptions } from '../tier/cascade.js';
+import type { TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
@@ -44,6 +47,8 @@ export interface RoleWorkerData {
   simulator: Partial<EngineOptions>;
   policy: StorePolicy;
   fault?: FaultInjection;
+  /** Levels below the host tier, opened by the store worker. */
+  tiers?: TiersOptions;
 }
 
 /** Messages a role worker posts to main. */
@@ -52,6 +57,7 @@ export type RoleMessage =
   | { type: 'ended'; summary: import('./engine-sim.js').EngineSummary }
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
+  | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'failed'; role: 'transfer'; cause: string };
@@ -192,6 +198,8 @@ async function runStore(
     },
     { threads: data.store.transferThreads },
   );
+  // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
+  const cascade = await TierCascade.open(data.tiers, data.config);
   const loop = new StoreLoop(
     views,
     backend,
@@ -202,6 +210,7 @@ async function runStore(
     {
       ...data.store,
       policy: data.policy,
+      ...(cascade ? { cascade, wake: () => bell.ring() } : {}),
       ...(data.fault?.role === 'transfer' ? { faultAfterTasks: data.fault.afterSteps } : {}),
     },
   );
@@ -216,6 +225,8 @@ async function runStore(
   const flushJobs = () => {
     const events = loop.takeJobEvents();
     if (events.length > 0) post({ type: 'jobs', events });
+    const samples = loop.takeTierSamples();
+    if (samples.length > 0) post({ type: 'tierStores', samples });
   };
   const step = () => {
     try {
@@ -249,6 +260,12 @@ async function runStore(
     await new Promise<void>((resolve) => setTimeout(resolve, 1));
   }
   await backend.close();
+  // Lower-level writes still in flight get a bounded time to land; then handles are released.
+  if (cascade) {
+    await cascade.close(Math.max(0, deadline - performance.now()));
+    loop.step(); // publish the levels' final counters
+    flushJobs();
+  }
   // A listener keeps the port (and so this thread) alive: drop it so the worker can end.
   port.off('message', onMessage);
   const left = loop.leftovers();

@@ -34,6 +34,10 @@ import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { ExternalHost } from './external.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
+import { validateTiersOptions } from '../tier/cascade.js';
+import type { TiersOptions } from '../tier/cascade.js';
+import type { TierStoreSample } from '../tier/lower.js';
+import { readTierStats } from '../tier/tier-stats.js';
 
 export type { RuntimeStats } from './stats.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
@@ -76,6 +80,11 @@ export interface RuntimeOptions {
    * unavailable.
    */
   external?: boolean;
+  /**
+   * Levels below host memory: a disk directory that survives restarts and a
+   * Redis Cluster that engine instances share. Host only by default.
+   */
+  tiers?: TiersOptions;
 }
 
 export interface SimRequest {
@@ -226,6 +235,7 @@ export class OffloadRuntime {
       holes: s.holes,
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
+      tiers: readTierStats(this.views.tierStats),
     };
   }
 
@@ -265,7 +275,18 @@ export class OffloadRuntime {
     return this.leaks;
   }
 
-  on(event: 'job', fn: (e: JobEvent) => void): this {
+  /** Same as on('tierStore', fn) (the serve layer's optional hook). */
+  onTierStore(fn: (e: TierStoreSample) => void): this {
+    return this.on('tierStore', fn);
+  }
+
+  on(event: 'job', fn: (e: JobEvent) => void): this;
+  /** One store's latency at one level (host per job, disk and Redis per chunk). */
+  on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
+  on(
+    event: 'job' | 'tierStore',
+    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void),
+  ): this {
     this.emitter.on(event, fn);
     return this;
   }
@@ -306,6 +327,7 @@ export class OffloadRuntime {
       },
       simulator: { seed, ...this.options.simulator },
       policy: this.options.policy ?? 'ready-prefix',
+      ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
     };
     const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
@@ -375,6 +397,9 @@ export class OffloadRuntime {
       }
       case 'jobs':
         for (const e of m.events) this.emitter.emit('job', e);
+        return;
+      case 'tierStores':
+        for (const e of m.samples) this.emitter.emit('tierStore', e);
         return;
       case 'verified': {
         const done = this.verifies.get(m.id);
@@ -618,6 +643,7 @@ function validateOptions(o: RuntimeOptions): void {
       throw new InvalidArgumentError(name, `must be an integer in [${min}, ${max}]`);
     }
   };
+  if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   int('transferThreads', o.transferThreads, 1, 64);
   int('traceSlots', o.traceSlots, 0, 1 << 16);
   int('transferDelayMs', o.transferDelayMs, 0, 10_000);

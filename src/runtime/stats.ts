@@ -3,6 +3,7 @@
 // main reads a snapshot with Atomics.load.
 import { STATS, STAT_INDEX } from './layout.js';
 import type { StatName } from './layout.js';
+import type { TierStats } from '../tier/tier-stats.js';
 
 export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
   Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
@@ -38,4 +39,6 @@ export interface RuntimeStats {
   holes: number;
   mismatches: number;
   chunksDroppedForCapacity: number;
+  /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
+  tiers: TierStats;
 }

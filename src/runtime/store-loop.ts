@@ -14,6 +14,11 @@ import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
+import type { TierCascade } from '../tier/cascade.js';
+import { zeroCounters } from '../tier/lower.js';
+import type { TierStoreSample } from '../tier/lower.js';
+import { publishTierCounters } from '../tier/tier-stats.js';
+import { LowerLookups } from './lower-lookup.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
@@ -38,6 +43,10 @@ export interface StoreLoopOptions {
   faultAfterTasks?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
+  /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
+  cascade?: TierCascade;
+  /** Wakes this loop when a lower-level resolution finished (its own doorbell). */
+  wake?: () => void;
 }
 
 export interface JobEvent {
@@ -150,6 +159,13 @@ export class StoreLoop {
   private nextLoadId = 1;
   private jobEvents: JobEvent[] = [];
   private readonly recorder: TraceRecorder | undefined;
+  /** Lookups, write-through and promotion over the levels below host; undefined without them. */
+  private readonly lower: LowerLookups | undefined;
+  /** The host level's lookup counters (the rest come from the tier and the planner). */
+  private readonly hostCounters = zeroCounters();
+  private readonly waitCounted = new Set<number>();
+  private hostBytesRead = 0;
+  private tierSamples: TierStoreSample[] = [];
 
   constructor(
     views: RuntimeViews,
@@ -202,10 +218,28 @@ export class StoreLoop {
     });
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
+    this.lower = options.cascade
+      ? new LowerLookups(
+          options.cascade,
+          views,
+          this.tier,
+          this.readable,
+          () => this.trackEvictions(),
+          options.wake ?? (() => {}),
+        )
+      : undefined;
   }
 
   get jobsInFlight(): number {
     return this.stores.size + this.loads.size;
+  }
+
+  /** Store latencies per level since the last call (host per job; lower levels per chunk). */
+  takeTierSamples(): TierStoreSample[] {
+    const out = this.tierSamples;
+    this.tierSamples = [];
+    if (this.lower) for (const sample of this.lower.cascade.takeSamples()) out.push(sample);
+    return out;
   }
 
   /** One bounded unit of work; true when anything happened. */
@@ -296,11 +330,17 @@ export class StoreLoop {
     if (!c.ok) throw new TransferFailedError(c.error);
     // Publish after complete: the bytes are in the slots, now the keys become readable.
     this.tier.completeStore(entry.keys, true);
+    const bpc = this.views.config.blocksPerChunk;
     for (const k of entry.keys) {
       const w = this.writing.get(k);
       if (w === undefined) continue;
       this.writing.delete(k);
       this.readable.set(k, w);
+      // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
+      if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
+    }
+    if (this.tierSamples.length < 4096) {
+      this.tierSamples.push({ tier: 'host', latencyMs: c.latencyMs });
     }
     this.bytesCopied += c.bytes;
     this.jobsCompleted += 1;
@@ -365,9 +405,28 @@ export class StoreLoop {
     const readable = (k: bigint) => this.readable.get(k)?.positions.length === bpc;
     const writing = (k: bigint) => readable(k) || this.writing.get(k)?.positions.length === bpc;
     if (!force && this.prefixHit(count, key, writing) > this.prefixHit(count, key, readable)) {
+      if (!this.waitCounted.has(tag)) {
+        this.waitCounted.add(tag);
+        this.hostCounters.pendingChunks += 1;
+      }
       return false;
     }
+    if (
+      this.lower &&
+      !force &&
+      this.prefixHit(count, key, readable) < count &&
+      this.lower.mustWait(tag, {
+        count,
+        key,
+        prefixHit: (present) => this.prefixHit(count, key, present),
+      })
+    ) {
+      return false;
+    }
+    this.waitCounted.delete(tag);
+    const promoted = this.lower?.finish(tag);
     const hit = this.prefixHit(count, key, readable);
+    if (hit < count) this.hostCounters.missChunks += 1;
     if (hit > 0) {
       const keys: bigint[] = [];
       const chunks: { group: number; chunk: number }[] = [];
@@ -380,6 +439,7 @@ export class StoreLoop {
       }
       const slots = this.tier.prepareLoad(keys);
       this.locks.set(tag, { keys, slots, chunks, hit });
+      for (const k of keys) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
     }
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
     return true;
@@ -438,6 +498,7 @@ export class StoreLoop {
     invariant(load !== undefined, `load job ${c.jobId} was in flight`);
     this.loads.delete(c.jobId);
     this.tier.completeLoad(load.lock.keys);
+    this.hostBytesRead += c.bytes;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
@@ -548,5 +609,17 @@ export class StoreLoop {
     publishStat(s, 'holes', this.holes);
     publishStat(s, 'doubleStores', this.doubleStores);
     publishStat(s, 'storePasses', c.passes);
+    const t = this.tier.stats();
+    const host = this.hostCounters;
+    host.storedChunks = t.stores;
+    host.evictions = t.evictions;
+    host.bytesWritten = this.bytesCopied;
+    host.bytesRead = this.hostBytesRead;
+    host.droppedChunks = c.chunksDroppedForCapacity;
+    host.fullChunks = c.allocationFailures;
+    publishTierCounters(this.views.tierStats, 'host', host);
+    for (const level of this.lower?.cascade.levels ?? []) {
+      publishTierCounters(this.views.tierStats, level.name, level.counters);
+    }
   }
 }

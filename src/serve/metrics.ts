@@ -5,6 +5,8 @@
 // events as they happen.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EmbeddableRuntime, RuntimeStats } from './runtime-api.js';
+import { TIER_COUNTER_FIELDS, TIER_NAMES } from '../tier/lower.js';
+import type { TierCounterField } from '../tier/lower.js';
 
 /** Monotonic runtime counters exported as Prometheus counters. */
 const COUNTERS = [
@@ -106,6 +108,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
     registers: [registry],
   });
   runtime.on('job', (e) => jobLatency.observe(e.latencyMs / 1000));
+  registerTierMetrics(registry, take, runtime);
 
   const loopDelay = new Gauge({
     name: 'kvoff_event_loop_delay_seconds',
@@ -140,4 +143,65 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
       }
     },
   };
+}
+
+/** Tier store latency buckets in seconds: 0.1 ms (host) to 5 s (a Redis timeout). */
+const TIER_LATENCY_BUCKETS_S = [
+  0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
+];
+
+/** storedChunks -> kvoff_tier_stored_chunks_total; circuitOpen is a gauge. */
+function tierMetricName(field: TierCounterField): string {
+  const snake = field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+  return field === 'circuitOpen' ? 'kvoff_tier_circuit_open' : `kvoff_tier_${snake}_total`;
+}
+
+/** Per-level counters labelled by tier, and a store-latency histogram per tier. */
+function registerTierMetrics(
+  registry: Registry,
+  take: () => RuntimeStats,
+  runtime: EmbeddableRuntime,
+): void {
+  const exported = new Map<string, number>();
+  for (const field of TIER_COUNTER_FIELDS) {
+    const name = tierMetricName(field);
+    const help = `per tier (host, disk, redis): ${field}`;
+    if (field === 'circuitOpen') {
+      new Gauge({
+        name,
+        help: 'per tier: 1 while its circuit breaker is open',
+        labelNames: ['tier'],
+        registers: [registry],
+        collect() {
+          const tiers = take().tiers;
+          for (const tier of TIER_NAMES) this.set({ tier }, tiers?.[tier]?.[field] ?? 0);
+        },
+      });
+      continue;
+    }
+    new Counter({
+      name,
+      help,
+      labelNames: ['tier'],
+      registers: [registry],
+      collect() {
+        const tiers = take().tiers;
+        for (const tier of TIER_NAMES) {
+          const now = tiers?.[tier]?.[field] ?? 0;
+          const id = `${tier}.${field}`;
+          const delta = now - (exported.get(id) ?? 0);
+          if (delta > 0) this.inc({ tier }, delta);
+          exported.set(id, Math.max(now, exported.get(id) ?? 0));
+        }
+      },
+    });
+  }
+  const latency = new Histogram({
+    name: 'kvoff_tier_store_latency_seconds',
+    help: 'store latency per tier: host per copy job, disk and redis per chunk from offer to visible',
+    labelNames: ['tier'],
+    buckets: TIER_LATENCY_BUCKETS_S,
+    registers: [registry],
+  });
+  runtime.onTierStore?.((e) => latency.observe({ tier: e.tier }, e.latencyMs / 1000));
 }

@@ -3,7 +3,9 @@
 // runtime with the same surface can be embedded.
 import type { JobEvent, RequestSummary, RuntimeStats, SimRequest } from '../runtime/runtime.js';
 
-export type { JobEvent, RequestSummary, RuntimeStats, SimRequest };
+import type { TierStoreSample } from '../tier/lower.js';
+
+export type { JobEvent, RequestSummary, RuntimeStats, SimRequest, TierStoreSample };
 
 export interface EmbeddableRuntime {
   readonly config: { readonly maxTokensPerRequest: number };
@@ -11,4 +13,6 @@ export interface EmbeddableRuntime {
   stats(): RuntimeStats;
   close(): Promise<void>;
   on(event: 'job', fn: (e: JobEvent) => void): unknown;
+  /** Store latency per level (host, disk, redis); optional so simple stand-ins need not offer it. */
+  onTierStore?(fn: (e: TierStoreSample) => void): unknown;
 }

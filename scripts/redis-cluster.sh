@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# A throwaway 6-node Redis Cluster (3 masters, 3 replicas) on loopback, for
+# kvoff's Redis tier: tests, benchmarks and users all start it here.
+#
+#   scripts/redis-cluster.sh up            start it (installs redis-server with apt-get
+#                                          when missing), wait for cluster_state:ok, print
+#                                          the seed URL as the last line
+#   scripts/redis-cluster.sh down          stop exactly the nodes `up` started, remove their files
+#   scripts/redis-cluster.sh kill-master   SIGKILL one master (not the seed); prints its port
+#   scripts/redis-cluster.sh restart PORT  start a killed node again (it rejoins as a replica)
+#   scripts/redis-cluster.sh status        cluster_state of the seed node
+#
+# Environment: KVOFF_REDIS_PORT (first port, default 7100; six consecutive ports
+# and their bus ports +10000 are used), KVOFF_REDIS_DIR (node files, default
+# under $TMPDIR), KVOFF_REDIS_TTL_S (if set, the cluster takes itself down after
+# that many seconds, so a crashed test run leaves nothing behind).
+set -euo pipefail
+
+BASE=${KVOFF_REDIS_PORT:-7100}
+DIR=${KVOFF_REDIS_DIR:-${TMPDIR:-/tmp}/kvoff-redis-cluster-$BASE}
+PORTS=()
+for i in 0 1 2 3 4 5; do PORTS+=($((BASE + i))); done
+WAIT_S=30
+
+log() { echo "redis-cluster: $*" >&2; }
+
+ensure_installed() {
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then return; fi
+  if ! command -v apt-get >/dev/null; then
+    log "redis-server is missing and apt-get is not available: install Redis 7 yourself"
+    exit 1
+  fi
+  log "installing redis-server with apt-get"
+  local sudo=""
+  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq >&2
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >&2
+}
+
+cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
+
+state_ok() { cli "$1" cluster info 2>/dev/null | tr -d '\r' | grep -q '^cluster_state:ok$'; }
+
+start_node() {
+  local p=$1
+  mkdir -p "$DIR/$p"
+  # --cluster-config-file is kept across restart so a killed node rejoins as itself.
+  (cd "$DIR/$p" && redis-server --port "$p" --bind 127.0.0.1 --protected-mode yes \
+    --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 2000 \
+    --cluster-require-full-coverage no --save '' --appendonly no \
+    --maxmemory 512mb --maxmemory-policy allkeys-lru \
+    --daemonize yes --pidfile "$DIR/$p/redis.pid" --logfile "$DIR/$p/redis.log" >/dev/null)
+}
+
+wait_ping() {
+  local p=$1 t=0
+  until cli "$p" ping >/dev/null 2>&1; do
+    t=$((t + 1))
+    if [ "$t" -gt $((WAIT_S * 10)) ]; then log "node $p did not answer"; exit 1; fi
+    sleep 0.1
+  done
+}
+
+up() {
+  ensure_installed
+  if state_ok "$BASE" && [ -f "$DIR/$BASE/redis.pid" ]; then
+    echo "redis://127.0.0.1:$BASE"
+    return
+  fi
+  down_quiet
+  for p in "${PORTS[@]}"; do start_node "$p"; done
+  for p in "${PORTS[@]}"; do wait_ping "$p"; done
+  local hosts=()
+  for p in "${PORTS[@]}"; do hosts+=("127.0.0.1:$p"); done
+  redis-cli --cluster create "${hosts[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
+  local t=0
+  for p in "${PORTS[@]}"; do
+    until state_ok "$p"; do
+      t=$((t + 1))
+      if [ "$t" -gt $((WAIT_S * 10)) ]; then log "cluster_state never became ok"; exit 1; fi
+      sleep 0.1
+    done
+  done
+  if [ -n "${KVOFF_REDIS_TTL_S:-}" ]; then
+    # A watchdog in its own session: the cluster stops by itself even if its starter dies.
+    setsid bash -c "sleep $KVOFF_REDIS_TTL_S; KVOFF_REDIS_PORT=$BASE KVOFF_REDIS_DIR='$DIR' '$0' down" \
+      </dev/null >/dev/null 2>&1 &
+    echo $! >"$DIR/watchdog.pid"
+  fi
+  log "6 nodes up on ports ${PORTS[0]}-${PORTS[5]} (3 masters, 3 replicas)"
+  echo "redis://127.0.0.1:$BASE"
+}
+
+stop_pidfile() {
+  local f=$1 pid
+  [ -f "$f" ] || return 0
+  pid=$(cat "$f" 2>/dev/null || true)
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+down_quiet() {
+  [ -d "$DIR" ] || return 0
+  for p in "${PORTS[@]}"; do stop_pidfile "$DIR/$p/redis.pid"; done
+  if [ -f "$DIR/watchdog.pid" ]; then
+    local w
+    w=$(cat "$DIR/watchdog.pid")
+    # Only the watchdog's own session (not ourselves when the watchdog runs `down`).
+    if [ "$w" != "$$" ] && [ "$w" != "$PPID" ]; then kill -TERM -- "-$w" 2>/dev/null || true; fi
+    rm -f "$DIR/watchdog.pid"
+  fi
+  rm -rf "$DIR"
+}
+
+kill_master() {
+  local line port
+  # A connected master that is not the seed (so new clients still discover the cluster).
+  while read -r line; do
+    set -- $line
+    port=${2%%@*}
+    port=${port##*:}
+    if [ "$port" != "$BASE" ]; then
+      local pid
+      pid=$(cat "$DIR/$port/redis.pid")
+      kill -KILL "$pid"
+      log "killed master on port $port (pid $pid)"
+      echo "$port"
+      return
+    fi
+  done < <(cli "$BASE" cluster nodes | tr -d '\r' | grep -E ' (myself,)?master ' | grep -v fail | grep connected)
+  log "no master to kill"
+  exit 1
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down_quiet; log "stopped" ;;
+  kill-master) kill_master ;;
+  restart)
+    [ -n "${2:-}" ] || { log "restart needs a port"; exit 2; }
+    rm -f "$DIR/$2/redis.pid"
+    start_node "$2"
+    wait_ping "$2"
+    echo "$2"
+    ;;
+  status) cli "$BASE" cluster info | tr -d '\r' | grep '^cluster_state' ;;
+  *)
+    echo "usage: $0 up|down|kill-master|restart PORT|status" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,51 @@
+// `--disk DIR`, `--disk-bytes N` and `--redis URL[,URL...]`: the levels below
+// host memory, shared by `kvoff simulate` and `kvoff serve`. Without them the
+// runtime is host-only (the default).
+import type { Command } from 'commander';
+import { InvalidArgumentError } from '../errors.js';
+import { DISK_BYTES_DEFAULT } from '../tier/cascade.js';
+import type { TiersOptions } from '../tier/cascade.js';
+import { intOption } from './options.js';
+
+export interface TierRawOptions {
+  disk?: string;
+  diskBytes?: string;
+  redis?: string;
+}
+
+export function addTierOptions(cmd: Command): Command {
+  return cmd
+    .option('--disk <dir>', 'disk tier below host memory: one file per chunk, survives restarts')
+    .option('--disk-bytes <n>', `byte cap of the disk tier (default ${DISK_BYTES_DEFAULT})`)
+    .option(
+      '--redis <urls>',
+      'Redis Cluster tier shared by instances: seed node URLs, comma-separated (redis://127.0.0.1:7100)',
+    );
+}
+
+/** The tiers the options name, or undefined (host only). */
+export function parseTierOptions(raw: TierRawOptions): TiersOptions | undefined {
+  const tiers: TiersOptions = {};
+  if (raw.diskBytes !== undefined && raw.disk === undefined) {
+    throw new InvalidArgumentError('--disk-bytes', 'needs --disk DIR');
+  }
+  if (raw.disk !== undefined) {
+    if (raw.disk.trim() === '') throw new InvalidArgumentError('--disk', 'needs a directory');
+    const bytesMax = intOption('--disk-bytes', raw.diskBytes, 1, Number.MAX_SAFE_INTEGER);
+    tiers.disk = { dir: raw.disk, ...(bytesMax !== undefined ? { bytesMax } : {}) };
+  }
+  if (raw.redis !== undefined) {
+    const urls = raw.redis
+      .split(',')
+      .map((u) => u.trim())
+      .filter((u) => u !== '');
+    if (urls.length === 0) throw new InvalidArgumentError('--redis', 'needs at least one URL');
+    for (const url of urls) {
+      if (!/^rediss?:\/\/[^/\s]+/.test(url)) {
+        throw new InvalidArgumentError('--redis', `"${url}" is not a redis:// URL`);
+      }
+    }
+    tiers.redis = { urls };
+  }
+  return tiers.disk || tiers.redis ? tiers : undefined;
+}

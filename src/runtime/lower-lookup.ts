@@ -1,0 +1,212 @@
+// The store thread's side of the cascade: write-through of published host
+// entries, and, for a lookup whose host prefix is shorter than asked, a
+// resolution over the lower levels that promotes what they hold into the host
+// tier before the lookup is answered. A resolution runs asynchronously on the
+// store thread's event loop; while it runs (or while a lower level answers
+// "pending" for a key being written) the lookup waits, bounded by the store
+// loop's LOOKUP_WAIT_MS_MAX like any other wait. A promoted entry was checked
+// (header, length, CRC) on its way up, is written into a host slot by this
+// thread and published like a store; the engine then loads it into GPU blocks
+// and checks those against the key, as for every host hit.
+import type { RuntimeViews } from './buffers.js';
+import type { HostTier } from '../tier/host-tier.js';
+import type { TierCascade, LowerState } from '../tier/cascade.js';
+import { allocValue, sealValue, VALUE_HEADER_BYTES } from '../tier/value.js';
+
+export interface ReadableEntry {
+  readonly slot: number;
+  readonly positions: readonly number[];
+}
+
+/** What a resolution needs from the lookup record it serves. */
+export interface LookupView {
+  readonly count: number;
+  key(group: number, chunk: number): bigint;
+  /** The store loop's prefix rule over a presence predicate. */
+  prefixHit(present: (k: bigint) => boolean): number;
+}
+
+interface Run {
+  state: 'running' | 'pending' | 'done';
+  retryAtMs: number;
+  /** Keys this resolution promoted into the host tier (counted as lower-level hits, not host hits). */
+  promoted: Set<bigint>;
+}
+
+/** A lower level answered "pending": look again after this long. */
+const PENDING_RETRY_MS = 5;
+
+export class LowerLookups {
+  private readonly runs = new Map<number, Run>();
+  private readonly bpc: number;
+  private readonly payloadBytes: number;
+
+  constructor(
+    readonly cascade: TierCascade,
+    private readonly views: RuntimeViews,
+    private readonly host: HostTier,
+    private readonly readable: Map<bigint, ReadableEntry>,
+    /** Drops readable entries the host tier evicted (called right after a promotion allocates). */
+    private readonly syncEvictions: () => void,
+    /** Wakes the store loop when a resolution finished. */
+    private readonly wake: () => void,
+  ) {
+    this.bpc = views.config.blocksPerChunk;
+    this.payloadBytes = this.bpc * views.config.bytesPerBlock;
+  }
+
+  get running(): number {
+    return this.runs.size;
+  }
+
+  /** Copies a just-published full host entry into a sealed value and offers it to every lower level. */
+  writeThrough(key: bigint, slot: number): void {
+    const value = allocValue(this.payloadBytes);
+    const from = slot * this.payloadBytes;
+    value.set(new Uint8Array(this.views.tier.buffer, from, this.payloadBytes), VALUE_HEADER_BYTES);
+    this.cascade.writeThrough(key, sealValue(value, this.cascade.fingerprint, key));
+  }
+
+  /**
+   * True while the lookup `tag` must wait for the lower levels: the first call
+   * starts a resolution; later calls answer until it is done (a "pending"
+   * answer starts another after PENDING_RETRY_MS).
+   */
+  mustWait(tag: number, view: LookupView): boolean {
+    const run = this.runs.get(tag);
+    if (run === undefined) {
+      this.start(tag, view, new Set());
+      return true;
+    }
+    if (run.state === 'running') return true;
+    if (run.state === 'pending') {
+      if (performance.now() >= run.retryAtMs) this.start(tag, view, run.promoted);
+      return true;
+    }
+    return false;
+  }
+
+  /** The lookup was answered: forget its resolution; returns the keys it promoted. */
+  finish(tag: number): ReadonlySet<bigint> {
+    const run = this.runs.get(tag);
+    this.runs.delete(tag);
+    return run?.promoted ?? new Set();
+  }
+
+  private start(tag: number, view: LookupView, promoted: Set<bigint>): void {
+    const run: Run = { state: 'running', retryAtMs: 0, promoted };
+    this.runs.set(tag, run);
+    this.resolve(view, run).then(
+      (pending) => {
+        if (this.runs.get(tag) !== run) return; // answered meanwhile (forced by the wait bound)
+        run.state = pending ? 'pending' : 'done';
+        run.retryAtMs = performance.now() + PENDING_RETRY_MS;
+        this.wake();
+      },
+      () => {
+        // A level broke its never-reject contract: answer from the host tier alone.
+        if (this.runs.get(tag) === run) run.state = 'done';
+        this.wake();
+      },
+    );
+  }
+
+  /** Resolves and promotes; true when a key of the prefix is still being written at a lower level. */
+  private async resolve(view: LookupView, run: Run): Promise<boolean> {
+    const groups = this.views.config.groups;
+    const inHost = (k: bigint) => this.readable.get(k)?.positions.length === this.bpc;
+    const hostHit = view.prefixHit(inHost);
+    if (hostHit >= view.count) return false;
+    const found = new Map<bigint, LowerState>();
+    const windowed = new Set<bigint>();
+    for (const g of groups) {
+      if (g.windowChunks === null) continue;
+      for (let c = 0; c < view.count; c += 1) windowed.add(view.key(g.index, c));
+    }
+    // Round 1: full-attention chunks past the host prefix, chunk-major (prefix order).
+    const ask: bigint[] = [];
+    for (let c = hostHit; c < view.count; c += 1) {
+      for (const g of groups) {
+        if (g.windowChunks !== null) continue;
+        const k = view.key(g.index, c);
+        if (!inHost(k)) ask.push(k);
+      }
+    }
+    for (const [k, s] of await this.cascade.resolve(ask)) found.set(k, s);
+    const lowerHit = (k: bigint) => found.get(k)?.state === 'hit';
+    const fullBound = view.prefixHit((k) => windowed.has(k) || inHost(k) || lowerHit(k));
+    // Round 2: the windowed groups' chunks inside their window at that bound.
+    const ask2: bigint[] = [];
+    for (let c = 0; c < fullBound; c += 1) {
+      for (const g of groups) {
+        if (g.windowChunks === null || c < fullBound - g.windowChunks) continue;
+        const k = view.key(g.index, c);
+        if (!inHost(k)) ask2.push(k);
+      }
+    }
+    for (const [k, s] of await this.cascade.resolve(ask2)) found.set(k, s);
+    for (const s of found.values()) if (s.state === 'pending') return true;
+    const hit = view.prefixHit((k) => inHost(k) || lowerHit(k));
+    if (hit <= hostHit) return false;
+    // Fetch (and check) what the prefix needs from below.
+    const needed: bigint[] = [];
+    for (let c = 0; c < hit; c += 1) {
+      for (const g of groups) {
+        if (g.windowChunks !== null && c < hit - g.windowChunks) continue;
+        const k = view.key(g.index, c);
+        if (!inHost(k) && lowerHit(k)) needed.push(k);
+      }
+    }
+    const payloads = await Promise.all(
+      needed.map((k) => this.cascade.fetch(k, found.get(k)!.level!)),
+    );
+    const got = new Map<bigint, Buffer>();
+    needed.forEach((k, i) => {
+      const p = payloads[i];
+      if (p !== undefined) got.set(k, p);
+    });
+    // The host tier may have changed while we awaited: recompute on what is there now.
+    const final = view.prefixHit((k) => inHost(k) || got.has(k));
+    const within = new Set<bigint>();
+    for (const g of groups) {
+      const from = g.windowChunks === null ? 0 : Math.max(0, final - g.windowChunks);
+      for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
+    }
+    const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
+    this.promote(keys, got, run.promoted);
+    return false;
+  }
+
+  /**
+   * Writes checked payloads into host slots and publishes them (this thread
+   * owns the host tier). If the host cannot make room for all, a shorter
+   * prefix of the list is tried; what is not promoted is simply not a hit.
+   */
+  private promote(keys: bigint[], payloads: Map<bigint, Buffer>, promoted: Set<bigint>): void {
+    let offer = keys;
+    while (offer.length > 0) {
+      const r = this.host.prepareStore(offer);
+      if (!r.ok) {
+        offer = offer.slice(0, Math.floor(offer.length / 2));
+        continue;
+      }
+      this.syncEvictions();
+      const positions = Array.from({ length: this.bpc }, (_, p) => p);
+      r.keysToStore.forEach((k, i) => {
+        const slot = r.slots[i]!;
+        const dest = new Uint8Array(
+          this.views.tier.buffer,
+          slot * this.payloadBytes,
+          this.payloadBytes,
+        );
+        dest.set(payloads.get(k)!);
+      });
+      this.host.completeStore(r.keysToStore, true);
+      r.keysToStore.forEach((k, i) => {
+        this.readable.set(k, { slot: r.slots[i]!, positions });
+        promoted.add(k);
+      });
+      return;
+    }
+  }
+}

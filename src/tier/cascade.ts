@@ -1,0 +1,184 @@
+// The levels below the host tier, in lookup order: disk, then Redis. The
+// store thread owns one cascade. It writes host entries through to every level
+// (asynchronously, from a copy of the host slot: GPU blocks are never held for
+// a lower level), answers per-key states across levels for a lookup, and
+// fetches checked payloads for promotion into the host tier.
+import type { Config } from '../config.js';
+import { InvalidArgumentError } from '../errors.js';
+import { DiskTier } from './disk-tier.js';
+import { Limiter } from './limiter.js';
+import type { LowerTier, TierStoreSample } from './lower.js';
+import { RedisTier } from './redis-tier.js';
+import type { LookupState } from './types.js';
+import { layoutFingerprint } from './value.js';
+
+/** `OffloadRuntime.start({ tiers })`: the levels below host memory (none by default). */
+export interface TiersOptions {
+  disk?: {
+    /** Directory of the entries; created if missing; survives restarts; may be shared. */
+    dir: string;
+    /** Byte cap; default DISK_BYTES_DEFAULT. */
+    bytesMax?: number;
+    /** Stores are refused while the file system has less free; default 64 MiB. */
+    freeBytesMin?: number;
+    /** fdatasync each entry before publishing it; default false. */
+    fdatasync?: boolean;
+  };
+  redis?: {
+    /** Seed nodes of the cluster, `redis://host:port`. */
+    urls: string[];
+    /** Per-command timeout, default 2,000 ms. */
+    timeoutMs?: number;
+    /** SETs in flight before stores are dropped, default 1,024. */
+    storesInFlightMax?: number;
+  };
+}
+
+export const DISK_BYTES_DEFAULT = 1 << 30;
+
+/** Where a key was found below the host tier. */
+export interface LowerState {
+  readonly state: LookupState;
+  readonly level: LowerTier | undefined;
+}
+
+/** Payload fetches (promotions) running at once across a lookup. */
+const FETCHES_IN_FLIGHT_MAX = 8;
+
+export class TierCascade {
+  readonly levels: readonly LowerTier[];
+  readonly fingerprint: bigint;
+  readonly payloadBytes: number;
+  private readonly fetches = new Limiter(FETCHES_IN_FLIGHT_MAX, Number.MAX_SAFE_INTEGER);
+
+  private constructor(levels: LowerTier[], fingerprint: bigint, payloadBytes: number) {
+    this.levels = levels;
+    this.fingerprint = fingerprint;
+    this.payloadBytes = payloadBytes;
+  }
+
+  /** Opens the configured levels; undefined when none is configured. */
+  static async open(
+    options: TiersOptions | undefined,
+    config: Config,
+  ): Promise<TierCascade | undefined> {
+    if (options === undefined || (options.disk === undefined && options.redis === undefined)) {
+      return undefined;
+    }
+    validateTiersOptions(options);
+    const fingerprint = layoutFingerprint(config);
+    const payloadBytes = config.blocksPerChunk * config.bytesPerBlock;
+    const levels: LowerTier[] = [];
+    if (options.disk) {
+      levels.push(
+        await DiskTier.open({
+          dir: options.disk.dir,
+          bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
+          ...(options.disk.freeBytesMin !== undefined
+            ? { freeBytesMin: options.disk.freeBytesMin }
+            : {}),
+          ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
+          payloadBytes,
+          fingerprint,
+        }),
+      );
+    }
+    if (options.redis) {
+      levels.push(
+        await RedisTier.open({
+          urls: options.redis.urls,
+          ...(options.redis.timeoutMs !== undefined ? { timeoutMs: options.redis.timeoutMs } : {}),
+          ...(options.redis.storesInFlightMax !== undefined
+            ? { storesInFlightMax: options.redis.storesInFlightMax }
+            : {}),
+          payloadBytes,
+          fingerprint,
+        }),
+      );
+    }
+    return new TierCascade(levels, fingerprint, payloadBytes);
+  }
+
+  level(name: 'disk' | 'redis'): LowerTier | undefined {
+    return this.levels.find((l) => l.name === name);
+  }
+
+  /** Write-through: every level gets the sealed value (each drops and counts what it cannot take). */
+  writeThrough(key: bigint, value: Buffer): void {
+    for (const level of this.levels) level.store(key, value);
+  }
+
+  /**
+   * States of `keys` (in prefix order) across the levels: each key is a hit
+   * at the first level that has it. Walks the levels alternately from the
+   * first key no level has answered for, so a prefix split between disk and
+   * Redis is found whole; stops at the first key that every level misses.
+   * Keys after that are absent from the answer (a miss).
+   */
+  async resolve(keys: readonly bigint[]): Promise<Map<bigint, LowerState>> {
+    const out = new Map<bigint, LowerState>();
+    let at = 0;
+    while (at < keys.length) {
+      const start = at;
+      for (const level of this.levels) {
+        if (at >= keys.length) break;
+        const states = await level.states(keys.slice(at));
+        for (const state of states) {
+          if (state === 'miss') break;
+          out.set(keys[at]!, { state, level });
+          at += 1;
+        }
+      }
+      if (at === start) break;
+    }
+    return out;
+  }
+
+  /** The checked payload of `key` from `level`, bounded in flight; undefined is a miss. */
+  fetch(key: bigint, level: LowerTier): Promise<Buffer | undefined> {
+    return this.fetches.run(() => level.load(key));
+  }
+
+  takeSamples(): TierStoreSample[] {
+    return this.levels.flatMap((l) => l.takeSamples());
+  }
+
+  get storesInFlight(): number {
+    let n = 0;
+    for (const l of this.levels) n += l.storesInFlight;
+    return n;
+  }
+
+  async close(timeoutMs: number): Promise<void> {
+    await Promise.all(this.levels.map((l) => l.close(timeoutMs)));
+  }
+}
+
+export function validateTiersOptions(o: TiersOptions): void {
+  if (typeof o !== 'object' || o === null) {
+    throw new InvalidArgumentError('tiers', 'must be an object');
+  }
+  if (o.disk !== undefined) {
+    if (typeof o.disk.dir !== 'string' || o.disk.dir.length === 0) {
+      throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
+    }
+    const b = o.disk.bytesMax;
+    if (b !== undefined && (!Number.isSafeInteger(b) || b < 1)) {
+      throw new InvalidArgumentError('tiers.disk.bytesMax', 'must be a positive integer');
+    }
+  }
+  if (o.redis !== undefined) {
+    if (!Array.isArray(o.redis.urls) || o.redis.urls.length === 0) {
+      throw new InvalidArgumentError('tiers.redis.urls', 'must name at least one node');
+    }
+    for (const url of o.redis.urls) {
+      if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
+        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
+      }
+    }
+    const t = o.redis.timeoutMs;
+    if (t !== undefined && (!Number.isInteger(t) || t < 1 || t > 600_000)) {
+      throw new InvalidArgumentError('tiers.redis.timeoutMs', 'must be an integer in [1, 600000]');
+    }
+  }
+}

@@ -1,0 +1,432 @@
+// The disk level: one file per chunk, named from its key under a two-level
+// fan-out (`<dir>/<fingerprint>/<k0k1>/<k2k3>/<key>.kv`), so a directory never
+// holds more than a few hundred entries and incompatible layouts never meet.
+//
+// A write goes to a temp name opened exclusively (`wx`, never someone else's
+// file), its byte count is checked, it is optionally fdatasync'ed, then renamed
+// over the final name: a reader (this process, a restarted one, or a second one
+// on the same directory) sees a whole entry or none. At open the index is
+// rebuilt from the directory: temp files of processes that are gone are
+// deleted, entries of the wrong size are deleted, and LRU order comes from
+// mtime. A byte cap and a free-space floor bound the level; entries being
+// written or read are never evicted. File I/O runs on libuv's pool, bounded in
+// flight (writes beyond the bound are dropped and counted, never queued without
+// limit), so the store loop never waits on the disk.
+import {
+  mkdir,
+  open,
+  readdir,
+  readFile,
+  rename,
+  stat,
+  statfs,
+  unlink,
+  utimes,
+} from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
+import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
+import { InvalidArgumentError } from '../errors.js';
+import { Limiter } from './limiter.js';
+import type { LowerTier, TierCounters } from './lower.js';
+import { SampleBuffer, zeroCounters } from './lower.js';
+import type { LookupState } from './types.js';
+import { VALUE_HEADER_BYTES, checkValue, hex16 } from './value.js';
+
+export interface DiskTierOptions {
+  /** Root directory; created if missing. Several processes may share it. */
+  readonly dir: string;
+  /** Byte cap of this layout's entries (headers included). */
+  readonly bytesMax: number;
+  /** Stores are refused while the file system has less than this free; default 64 MiB. */
+  readonly freeBytesMin?: number;
+  /** fdatasync each entry before it is renamed into place; default false. */
+  readonly fdatasync?: boolean;
+  /** Writes running at once; default 4 (libuv's pool size). */
+  readonly writesInFlightMax?: number;
+  /** Writes waiting for a place; beyond this stores are dropped; default 4,096. */
+  readonly writesQueuedMax?: number;
+  /** Bytes of values accepted and not yet written; beyond this stores are dropped; default 64 MiB. */
+  readonly writesQueuedBytesMax?: number;
+  /** Reads running at once (lookups' promotions); default 4. */
+  readonly readsInFlightMax?: number;
+  /** Bytes of one chunk's payload (the layout's). */
+  readonly payloadBytes: number;
+  readonly fingerprint: bigint;
+}
+
+export const DISK_DEFAULTS = {
+  freeBytesMin: 64 << 20,
+  writesInFlightMax: 4,
+  writesQueuedMax: 4096,
+  writesQueuedBytesMax: 64 << 20,
+  readsInFlightMax: 4,
+} as const;
+
+interface Entry {
+  readonly bytes: number;
+  writing: boolean;
+  readers: number;
+}
+
+const ENTRY_SUFFIX = '.kv';
+const TEMP_MARK = '.tmp.';
+
+export class DiskTier implements LowerTier {
+  readonly name = 'disk' as const;
+  readonly counters: TierCounters = zeroCounters();
+  /** Removed at open: temp files of dead processes and entries of the wrong size. */
+  staleRemoved = 0;
+  private readonly root: string;
+  private readonly valueBytes: number;
+  private readonly options: Required<DiskTierOptions>;
+  /** Insertion order is recency: first = least recently used. */
+  private readonly index = new Map<bigint, Entry>();
+  /** Keys whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
+  private readonly unlinking = new Set<bigint>();
+  private readonly madeDirs = new Set<string>();
+  private readonly writes: Limiter;
+  private readonly reads: Limiter;
+  private readonly samples = new SampleBuffer('disk');
+  private readonly inFlight = new Set<Promise<void>>();
+  private bytesUsed = 0;
+  private bytesQueued = 0;
+  private tempSeq = 0;
+  private closed = false;
+
+  private constructor(options: Required<DiskTierOptions>) {
+    this.options = options;
+    this.root = join(options.dir, hex16(options.fingerprint));
+    this.valueBytes = VALUE_HEADER_BYTES + options.payloadBytes;
+    this.writes = new Limiter(options.writesInFlightMax, options.writesQueuedMax);
+    this.reads = new Limiter(options.readsInFlightMax, Number.MAX_SAFE_INTEGER);
+  }
+
+  /** Opens the level and rebuilds its index from the directory. An unusable directory still opens (every store then fails and is counted). */
+  static async open(options: DiskTierOptions): Promise<DiskTier> {
+    const full: Required<DiskTierOptions> = { ...DISK_DEFAULTS, fdatasync: false, ...options };
+    if (typeof full.dir !== 'string' || full.dir.length === 0) {
+      throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
+    }
+    const positive = (name: string, v: number, min: number) => {
+      if (!Number.isSafeInteger(v) || v < min) {
+        throw new InvalidArgumentError(`tiers.disk.${name}`, `must be an integer >= ${min}`);
+      }
+    };
+    positive('bytesMax', full.bytesMax, 1);
+    positive('freeBytesMin', full.freeBytesMin, 0);
+    positive('writesInFlightMax', full.writesInFlightMax, 1);
+    positive('writesQueuedMax', full.writesQueuedMax, 0);
+    positive('writesQueuedBytesMax', full.writesQueuedBytesMax, 1);
+    positive('readsInFlightMax', full.readsInFlightMax, 1);
+    positive('payloadBytes', full.payloadBytes, 1);
+    const tier = new DiskTier(full);
+    await tier.rebuild();
+    return tier;
+  }
+
+  get storesInFlight(): number {
+    return this.writes.size;
+  }
+
+  get entries(): number {
+    return this.index.size;
+  }
+
+  get bytes(): number {
+    return this.bytesUsed;
+  }
+
+  pathOf(key: bigint): string {
+    const h = hex16(key);
+    return join(this.root, h.slice(0, 2), h.slice(2, 4), h + ENTRY_SUFFIX);
+  }
+
+  async states(keys: readonly bigint[]): Promise<LookupState[]> {
+    const out: LookupState[] = [];
+    for (const key of keys) {
+      let e = this.index.get(key);
+      // Not known here: another process on the same directory may have written it.
+      if (e === undefined && !this.closed) e = await this.adopt(key);
+      if (e === undefined) {
+        this.counters.missChunks += 1;
+        out.push('miss');
+        break;
+      }
+      if (e.writing) {
+        this.counters.pendingChunks += 1;
+        out.push('pending');
+      } else out.push('hit');
+    }
+    return out;
+  }
+
+  store(key: bigint, value: Buffer): void {
+    if (this.closed || this.index.has(key) || this.unlinking.has(key)) return;
+    if (value.length !== this.valueBytes) {
+      this.counters.errors += 1;
+      this.counters.droppedChunks += 1;
+      return;
+    }
+    if (this.writes.full || this.bytesQueued + value.length > this.options.writesQueuedBytesMax) {
+      this.counters.droppedChunks += 1;
+      return;
+    }
+    if (!this.makeRoom(value.length)) {
+      this.counters.fullChunks += 1;
+      this.counters.droppedChunks += 1;
+      return;
+    }
+    const entry: Entry = { bytes: value.length, writing: true, readers: 0 };
+    const t0 = performance.now();
+    const write = this.writes.tryRun(() => this.write(key, value));
+    if (write === undefined) {
+      this.counters.droppedChunks += 1;
+      return;
+    }
+    this.index.set(key, entry);
+    this.bytesUsed += entry.bytes;
+    this.bytesQueued += value.length;
+    const done = write
+      .finally(() => (this.bytesQueued -= value.length))
+      .then(
+        () => {
+          entry.writing = false;
+          // Becoming readable makes it most recent.
+          this.index.delete(key);
+          this.index.set(key, entry);
+          this.counters.storedChunks += 1;
+          this.counters.bytesWritten += value.length;
+          this.samples.push(performance.now() - t0);
+        },
+        (err: unknown) => {
+          this.forget(key, entry);
+          this.counters.errors += 1;
+          this.counters.droppedChunks += 1;
+          if (isFullError(err)) this.counters.fullChunks += 1;
+        },
+      );
+    this.track(done);
+  }
+
+  async load(key: bigint): Promise<Buffer | undefined> {
+    const e = this.index.get(key);
+    if (e === undefined || e.writing || this.closed) {
+      this.counters.missChunks += 1;
+      return undefined;
+    }
+    e.readers += 1;
+    try {
+      const path = this.pathOf(key);
+      let value: Buffer;
+      try {
+        value = await this.reads.run(() => readFile(path));
+      } catch (err) {
+        // Gone (another process evicted it) or unreadable: a miss.
+        if (!isNotFound(err)) this.counters.errors += 1;
+        if (this.index.get(key) === e) this.forget(key, e);
+        this.counters.missChunks += 1;
+        return undefined;
+      }
+      const check = checkValue(value, this.options.fingerprint, key, this.options.payloadBytes);
+      if (!check.ok) {
+        // Never served: counted, deleted, a miss.
+        this.counters.errors += 1;
+        this.counters.missChunks += 1;
+        if (this.index.get(key) === e) this.forget(key, e);
+        this.removeFile(key);
+        return undefined;
+      }
+      this.counters.hitChunks += 1;
+      this.counters.bytesRead += value.length;
+      if (this.index.get(key) === e) {
+        this.index.delete(key);
+        this.index.set(key, e);
+      }
+      // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
+      const now = new Date();
+      this.track(utimes(path, now, now).catch(() => undefined));
+      return check.payload;
+    } finally {
+      e.readers -= 1;
+    }
+  }
+
+  takeSamples() {
+    return this.samples.take();
+  }
+
+  async close(timeoutMs: number): Promise<void> {
+    this.closed = true;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.allSettled([...this.inFlight]),
+      new Promise<void>((r) => (timer = setTimeout(r, timeoutMs))),
+    ]);
+    clearTimeout(timer);
+  }
+
+  // --- internals ---
+
+  private async write(key: bigint, value: Buffer): Promise<void> {
+    const final = this.pathOf(key);
+    const dir = join(final, '..');
+    if (this.options.freeBytesMin > 0) {
+      const fs = await statfs(this.options.dir);
+      if (fs.bavail * fs.bsize - value.length < this.options.freeBytesMin) {
+        throw Object.assign(new Error('free-space floor reached'), { code: 'ENOSPC' });
+      }
+    }
+    if (!this.madeDirs.has(dir)) {
+      await mkdir(dir, { recursive: true });
+      this.madeDirs.add(dir);
+    }
+    const temp = `${final}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
+    let fh: FileHandle | undefined;
+    try {
+      fh = await open(temp, 'wx');
+      const { bytesWritten } = await fh.write(value, 0, value.length, 0);
+      if (bytesWritten !== value.length) {
+        throw Object.assign(new Error(`short write: ${bytesWritten} of ${value.length}`), {
+          code: 'ENOSPC',
+        });
+      }
+      if (this.options.fdatasync) await fh.datasync();
+      await fh.close();
+      fh = undefined;
+      await rename(temp, final);
+    } catch (err) {
+      await fh?.close().catch(() => undefined);
+      await unlink(temp).catch(() => undefined);
+      throw err;
+    }
+  }
+
+  /** Evicts idle entries (LRU first) until `bytes` more fit under the cap; false if they cannot. */
+  private makeRoom(bytes: number): boolean {
+    if (this.bytesUsed + bytes <= this.options.bytesMax) return true;
+    if (bytes > this.options.bytesMax) return false;
+    const victims: [bigint, Entry][] = [];
+    let freed = 0;
+    for (const [key, e] of this.index) {
+      if (this.bytesUsed - freed + bytes <= this.options.bytesMax) break;
+      if (e.writing || e.readers > 0) continue;
+      victims.push([key, e]);
+      freed += e.bytes;
+    }
+    if (this.bytesUsed - freed + bytes > this.options.bytesMax) return false;
+    for (const [key, e] of victims) {
+      this.forget(key, e);
+      this.removeFile(key);
+      this.counters.evictions += 1;
+    }
+    return true;
+  }
+
+  private forget(key: bigint, e: Entry): void {
+    this.index.delete(key);
+    this.bytesUsed -= e.bytes;
+  }
+
+  private removeFile(key: bigint): void {
+    this.unlinking.add(key);
+    this.track(
+      unlink(this.pathOf(key))
+        .catch(() => undefined)
+        .finally(() => this.unlinking.delete(key)),
+    );
+  }
+
+  private track(p: Promise<unknown>): void {
+    const done = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlight.add(done);
+    void done.finally(() => this.inFlight.delete(done));
+  }
+
+  /** A file this index does not know (written by another process): index it if it looks whole. */
+  private async adopt(key: bigint): Promise<Entry | undefined> {
+    try {
+      const s = await stat(this.pathOf(key));
+      if (s.size !== this.valueBytes || this.index.has(key)) return this.index.get(key);
+      const e: Entry = { bytes: s.size, writing: false, readers: 0 };
+      this.index.set(key, e);
+      this.bytesUsed += e.bytes;
+      return e;
+    } catch {
+      return undefined;
+    }
+  }
+
+  private async rebuild(): Promise<void> {
+    // A directory that cannot be made is not fatal: every store then fails and is counted.
+    await mkdir(this.root, { recursive: true }).catch(() => undefined);
+    const found: { key: bigint; bytes: number; mtimeMs: number }[] = [];
+    for (const a of await listDir(this.root)) {
+      for (const b of await listDir(join(this.root, a))) {
+        const dir = join(this.root, a, b);
+        for (const name of await listDir(dir)) {
+          const path = join(dir, name);
+          if (name.includes(TEMP_MARK)) {
+            if (!ownerAlive(name)) {
+              await unlink(path).catch(() => undefined);
+              this.staleRemoved += 1;
+            }
+            continue;
+          }
+          if (!name.endsWith(ENTRY_SUFFIX)) continue;
+          const hex = name.slice(0, -ENTRY_SUFFIX.length);
+          if (!/^[0-9a-f]{16}$/.test(hex)) continue;
+          const s = await stat(path).catch(() => undefined);
+          if (s === undefined) continue;
+          if (s.size !== this.valueBytes) {
+            await unlink(path).catch(() => undefined);
+            this.staleRemoved += 1;
+            continue;
+          }
+          found.push({ key: BigInt('0x' + hex), bytes: s.size, mtimeMs: s.mtimeMs });
+        }
+      }
+    }
+    found.sort((x, y) => x.mtimeMs - y.mtimeMs);
+    for (const f of found) {
+      this.index.set(f.key, { bytes: f.bytes, writing: false, readers: 0 });
+      this.bytesUsed += f.bytes;
+    }
+    // A smaller cap than last time: the oldest go first.
+    this.makeRoom(0);
+    await Promise.allSettled([...this.inFlight]);
+  }
+}
+
+async function listDir(dir: string): Promise<string[]> {
+  try {
+    return await readdir(dir);
+  } catch {
+    return [];
+  }
+}
+
+/** Temp names end in `.tmp.<pid>.<seq>`: the writer is alive when that pid exists (and is not us, at open). */
+function ownerAlive(name: string): boolean {
+  const parts = name.slice(name.indexOf(TEMP_MARK) + TEMP_MARK.length).split('.');
+  const pid = Number(parts[0]);
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function isNotFound(err: unknown): boolean {
+  return (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
+}
+
+function isFullError(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === 'ENOSPC' || code === 'EDQUOT';
+}

@@ -1,0 +1,89 @@
+// What a level below the host tier offers the cascade, and the counters every
+// level keeps under the same names (stats(), --json and /metrics use them).
+// A lower level is best-effort by contract: a store it cannot take is dropped
+// and counted, a load it cannot serve is a miss, and nothing it does blocks
+// the store path or answers a byte that failed its checks.
+import type { LookupState } from './types.js';
+
+export const TIER_NAMES = ['host', 'disk', 'redis'] as const;
+export type TierName = (typeof TIER_NAMES)[number];
+export type LowerTierName = Exclude<TierName, 'host'>;
+
+/** Per-level counters, in chunks (one offload key of one group) and bytes. */
+export const TIER_COUNTER_FIELDS = [
+  /** Entries written and published at this level. */
+  'storedChunks',
+  /** Keys a lookup found readable here (for lower levels: loaded, checked and promoted). */
+  'hitChunks',
+  /** Keys a lookup asked this level for and it did not have (or could not serve). */
+  'missChunks',
+  /** Lookups that found a key here still being written (the request looks again later). */
+  'pendingChunks',
+  'bytesWritten',
+  'bytesRead',
+  /** Failed operations: I/O errors, timeouts, refused connections, bad entries found. */
+  'errors',
+  /** Stores not made: over the in-flight bound, circuit open, level full, or failed. */
+  'droppedChunks',
+  'evictions',
+  /** 1 while the circuit breaker is open (stores skipped, lookups miss). */
+  'circuitOpen',
+  /** Stores refused because the level is full (byte cap, free-space floor, OOM reply). */
+  'fullChunks',
+] as const;
+export type TierCounterField = (typeof TIER_COUNTER_FIELDS)[number];
+export type TierCounters = Record<TierCounterField, number>;
+
+export function zeroCounters(): TierCounters {
+  const c = {} as TierCounters;
+  for (const f of TIER_COUNTER_FIELDS) c[f] = 0;
+  return c;
+}
+
+/** One store's latency, from the offer to the entry being visible at its level. */
+export interface TierStoreSample {
+  readonly tier: TierName;
+  readonly latencyMs: number;
+}
+
+export interface LowerTier {
+  readonly name: LowerTierName;
+  readonly counters: TierCounters;
+  /**
+   * States of `keys` in order, stopping after the first miss: the answer is a
+   * prefix of hits and pendings, then at most one 'miss'. Never rejects: a
+   * level that cannot answer answers 'miss'.
+   */
+  states(keys: readonly bigint[]): Promise<LookupState[]>;
+  /**
+   * Offers a sealed value (header + payload) for `key`. Returns at once: the
+   * write runs in the background, bounded; a store the level cannot take is
+   * dropped and counted. The level keeps `value` until the write ends and
+   * never changes it.
+   */
+  store(key: bigint, value: Buffer): void;
+  /** The checked payload of `key`, or undefined (miss). A bad entry is deleted. Never rejects. */
+  load(key: bigint): Promise<Buffer | undefined>;
+  /** Stores still being written. */
+  readonly storesInFlight: number;
+  /** Store latencies since the last call (bounded). */
+  takeSamples(): TierStoreSample[];
+  /** Waits (bounded by `timeoutMs`) for writes in flight, then releases handles. */
+  close(timeoutMs: number): Promise<void>;
+}
+
+/** Samples kept between two takeSamples calls; beyond this they are not recorded. */
+export const SAMPLES_MAX = 4096;
+
+export class SampleBuffer {
+  private samples: TierStoreSample[] = [];
+  constructor(private readonly tier: TierName) {}
+  push(latencyMs: number): void {
+    if (this.samples.length < SAMPLES_MAX) this.samples.push({ tier: this.tier, latencyMs });
+  }
+  take(): TierStoreSample[] {
+    const out = this.samples;
+    this.samples = [];
+    return out;
+  }
+}

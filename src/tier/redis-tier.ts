@@ -1,0 +1,329 @@
+// The Redis Cluster level, shared by every engine instance that points at the
+// same cluster. node-redis's cluster client (`redis` 6.x: maintained, routes
+// each key to its slot's master, per-command timeouts, Buffer replies).
+//
+// One value per chunk under `kvoff:v1:<layout fingerprint>:<key>`, with no
+// hash tag, so keys spread over the shards; one SET writes header + payload,
+// so an entry is visible whole or not at all (a SET cut off halfway never
+// lands). Lookups send per-key EXISTS (pipelined by the client) in batches and
+// stop at the first miss; loads GET and check the header. Every command has a
+// timeout. The level is best-effort: a failed store is dropped and counted, a
+// failed load is a miss, an OOM reply means the level is full (counted), and
+// after repeated failures a circuit breaker opens so a dead cluster costs
+// nothing but counted misses and drops; a half-open probe (a fresh connect when
+// the client is gone) closes it again. Stores in flight are bounded; over the
+// bound they are dropped and counted (back-pressure that never blocks).
+import { performance } from 'node:perf_hooks';
+import { RESP_TYPES, createCluster } from 'redis';
+import { InvalidArgumentError } from '../errors.js';
+import { CircuitBreaker } from './breaker.js';
+import type { LowerTier, TierCounters } from './lower.js';
+import { SampleBuffer, zeroCounters } from './lower.js';
+import type { LookupState } from './types.js';
+import { checkValue, hex16 } from './value.js';
+
+export interface RedisTierOptions {
+  /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
+  readonly urls: readonly string[];
+  /** Per-command timeout; default 2,000 ms. */
+  readonly timeoutMs?: number;
+  /** SETs awaiting their reply; beyond this stores are dropped; default 1,024. */
+  readonly storesInFlightMax?: number;
+  /** Bytes of SETs awaiting their reply; beyond this stores are dropped; default 64 MiB. */
+  readonly storeBytesInFlightMax?: number;
+  /** Consecutive failed operations that open the circuit; default 5. */
+  readonly failuresMax?: number;
+  /** How long the circuit stays open before a probe; default 1,000 ms. */
+  readonly openMs?: number;
+  readonly payloadBytes: number;
+  readonly fingerprint: bigint;
+}
+
+export const REDIS_DEFAULTS = {
+  timeoutMs: 2_000,
+  storesInFlightMax: 1024,
+  storeBytesInFlightMax: 64 << 20,
+  failuresMax: 5,
+  openMs: 1_000,
+} as const;
+
+/** EXISTS sent at once per lookup round; the lookup stops after a round with a miss. */
+const EXISTS_BATCH = 32;
+
+/** The commands this level uses, as it uses them (Buffer replies). */
+interface Commands {
+  exists(key: string): Promise<number>;
+  set(key: string, value: Buffer): Promise<unknown>;
+  get(key: string): Promise<Buffer | null>;
+  del(key: string): Promise<number>;
+}
+
+/** The lifecycle calls this level makes on the cluster client. */
+interface ClusterHandle {
+  close(): Promise<void>;
+  destroy(): void;
+}
+
+interface Connection {
+  readonly cluster: ClusterHandle;
+  readonly commands: Commands;
+}
+
+export class RedisTier implements LowerTier {
+  readonly name = 'redis' as const;
+  private readonly ownCounters: TierCounters = zeroCounters();
+  private readonly options: Required<RedisTierOptions>;
+  private readonly breaker: CircuitBreaker;
+  private readonly prefix: string;
+  private readonly writing = new Set<bigint>();
+  private readonly samples = new SampleBuffer('redis');
+  private readonly inFlight = new Set<Promise<unknown>>();
+  private bytesInFlight = 0;
+  private conn: Connection | undefined;
+  private connecting: Promise<Connection | undefined> | undefined;
+  private closed = false;
+
+  private constructor(options: Required<RedisTierOptions>) {
+    this.options = options;
+    this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
+    this.prefix = `kvoff:v1:${hex16(options.fingerprint)}:`;
+  }
+
+  /**
+   * Connects (bounded by the timeout). A cluster that cannot be reached does
+   * not fail the start: the circuit opens and later probes reconnect.
+   */
+  static async open(options: RedisTierOptions): Promise<RedisTier> {
+    const full: Required<RedisTierOptions> = { ...REDIS_DEFAULTS, ...options };
+    if (!Array.isArray(full.urls) || full.urls.length === 0) {
+      throw new InvalidArgumentError('tiers.redis.urls', 'must name at least one node');
+    }
+    for (const url of full.urls) {
+      if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
+        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
+      }
+    }
+    const int = (name: string, v: number, min: number, max: number) => {
+      if (!Number.isInteger(v) || v < min || v > max) {
+        throw new InvalidArgumentError(
+          `tiers.redis.${name}`,
+          `must be an integer in [${min}, ${max}]`,
+        );
+      }
+    };
+    int('timeoutMs', full.timeoutMs, 1, 600_000);
+    int('storesInFlightMax', full.storesInFlightMax, 1, 1 << 20);
+    int('storeBytesInFlightMax', full.storeBytesInFlightMax, 1, Number.MAX_SAFE_INTEGER);
+    int('failuresMax', full.failuresMax, 1, 1 << 20);
+    int('openMs', full.openMs, 1, 3_600_000);
+    const tier = new RedisTier(full);
+    if ((await tier.connect()) === undefined) tier.breaker.failure(false);
+    // A failed first connect opens the circuit at once, not after failuresMax lookups.
+    for (let i = 1; i < full.failuresMax && tier.conn === undefined; i += 1) {
+      tier.breaker.failure(false);
+    }
+    return tier;
+  }
+
+  get counters(): TierCounters {
+    this.ownCounters.circuitOpen = this.breaker.isOpen ? 1 : 0;
+    return this.ownCounters;
+  }
+
+  get storesInFlight(): number {
+    return this.writing.size;
+  }
+
+  keyOf(key: bigint): string {
+    return this.prefix + hex16(key);
+  }
+
+  async states(keys: readonly bigint[]): Promise<LookupState[]> {
+    const out: LookupState[] = [];
+    for (let at = 0; at < keys.length; at += EXISTS_BATCH) {
+      const batch = keys.slice(at, at + EXISTS_BATCH);
+      const answers = await this.op(async (c) =>
+        Promise.all(batch.map((k) => (this.writing.has(k) ? -1 : c.exists(this.keyOf(k))))),
+      );
+      if (answers === undefined) {
+        this.ownCounters.missChunks += 1;
+        out.push('miss');
+        return out;
+      }
+      for (const a of answers) {
+        if (a === -1) {
+          this.ownCounters.pendingChunks += 1;
+          out.push('pending');
+        } else if (a > 0) out.push('hit');
+        else {
+          this.ownCounters.missChunks += 1;
+          out.push('miss');
+          return out;
+        }
+      }
+    }
+    return out;
+  }
+
+  store(key: bigint, value: Buffer): void {
+    if (this.closed || this.writing.has(key)) return;
+    if (
+      this.writing.size >= this.options.storesInFlightMax ||
+      this.bytesInFlight + value.length > this.options.storeBytesInFlightMax
+    ) {
+      this.ownCounters.droppedChunks += 1;
+      return;
+    }
+    const t0 = performance.now();
+    this.writing.add(key);
+    this.bytesInFlight += value.length;
+    const done = this.op(
+      (c) => c.set(this.keyOf(key), value),
+      (err) => {
+        this.ownCounters.droppedChunks += 1;
+        if (isOutOfMemory(err)) this.ownCounters.fullChunks += 1;
+      },
+    ).then((reply) => {
+      this.writing.delete(key);
+      this.bytesInFlight -= value.length;
+      if (reply === undefined) return;
+      this.ownCounters.storedChunks += 1;
+      this.ownCounters.bytesWritten += value.length;
+      this.samples.push(performance.now() - t0);
+    });
+    this.track(done);
+  }
+
+  async load(key: bigint): Promise<Buffer | undefined> {
+    const value = await this.op((c) => c.get(this.keyOf(key)));
+    if (value === undefined || value === null) {
+      this.ownCounters.missChunks += 1;
+      return undefined;
+    }
+    const check = checkValue(value, this.options.fingerprint, key, this.options.payloadBytes);
+    if (!check.ok) {
+      // Never served: counted, deleted (best-effort), a miss.
+      this.ownCounters.errors += 1;
+      this.ownCounters.missChunks += 1;
+      this.track(this.op((c) => c.del(this.keyOf(key))));
+      return undefined;
+    }
+    this.ownCounters.hitChunks += 1;
+    this.ownCounters.bytesRead += value.length;
+    return check.payload;
+  }
+
+  takeSamples() {
+    return this.samples.take();
+  }
+
+  async close(timeoutMs: number): Promise<void> {
+    this.closed = true;
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<void>((r) => (timer = setTimeout(r, timeoutMs)));
+    await Promise.race([Promise.allSettled([...this.inFlight]), timeout]);
+    const conn = this.conn ?? (await Promise.race([this.connecting, timeout]));
+    this.conn = undefined;
+    if (conn) {
+      await Promise.race([conn.cluster.close().catch(() => undefined), timeout]);
+      conn.cluster.destroy();
+    }
+    clearTimeout(timer);
+  }
+
+  // --- internals ---
+
+  /**
+   * Runs one operation under the breaker and the timeout. Resolves undefined
+   * when it was refused (circuit open) or failed (counted); never rejects.
+   */
+  private async op<T>(
+    run: (c: Commands) => Promise<T>,
+    onError?: (err: unknown) => void,
+  ): Promise<T | undefined> {
+    if (this.closed) {
+      onError?.(undefined);
+      return undefined;
+    }
+    const gate = this.breaker.allow();
+    if (!gate.ok) {
+      onError?.(undefined);
+      return undefined;
+    }
+    const conn = this.conn ?? (gate.probe ? await this.connect() : undefined);
+    if (conn === undefined) {
+      this.ownCounters.errors += 1;
+      this.breaker.failure(gate.probe);
+      onError?.(undefined);
+      return undefined;
+    }
+    try {
+      const reply = await run(conn.commands);
+      this.breaker.success(gate.probe);
+      return reply;
+    } catch (err) {
+      this.ownCounters.errors += 1;
+      // An OOM reply is the cluster answering (it is full), not failing.
+      if (isOutOfMemory(err)) this.breaker.success(gate.probe);
+      else this.breaker.failure(gate.probe);
+      onError?.(err);
+      return undefined;
+    }
+  }
+
+  /** One connect at a time, bounded by the timeout; a failed attempt leaves no client behind. */
+  private connect(): Promise<Connection | undefined> {
+    this.connecting ??= this.doConnect().finally(() => (this.connecting = undefined));
+    return this.connecting;
+  }
+
+  private async doConnect(): Promise<Connection | undefined> {
+    const { timeoutMs } = this.options;
+    const cluster = createCluster({
+      rootNodes: this.options.urls.map((url) => ({ url })),
+      defaults: {
+        socket: {
+          connectTimeout: timeoutMs,
+          // Keep trying a lost node (a killed master comes back as a replica), not too eagerly.
+          reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 1_000),
+        },
+      },
+      // A lost connection makes the client re-read the slot map soon, so commands follow a failover.
+      topologyRefreshOnReconnectionAttemptStrategy: 250,
+    });
+    // Connection errors surface as failed commands (counted there); without a listener they would crash.
+    cluster.on('error', () => undefined);
+    let timer: NodeJS.Timeout | undefined;
+    const ok = await Promise.race([
+      cluster.connect().then(
+        () => true,
+        () => false,
+      ),
+      new Promise<boolean>((r) => (timer = setTimeout(() => r(false), timeoutMs))),
+    ]);
+    clearTimeout(timer);
+    if (!ok || this.closed) {
+      cluster.destroy();
+      return undefined;
+    }
+    const commands = cluster.withCommandOptions({
+      timeout: timeoutMs,
+      typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
+    }) as unknown as Commands;
+    this.conn = { cluster, commands };
+    return this.conn;
+  }
+
+  private track(p: Promise<unknown>): void {
+    const done = p.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.inFlight.add(done);
+    void done.finally(() => this.inFlight.delete(done));
+  }
+}
+
+function isOutOfMemory(err: unknown): boolean {
+  return err instanceof Error && err.message.startsWith('OOM');
+}
