@@ -39,6 +39,8 @@ export interface RuntimeStats {
   holes: number;
   mismatches: number;
   chunksDroppedForCapacity: number;
+  /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
+  chunksDroppedUnready: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
   tiers: TierStats;
 }

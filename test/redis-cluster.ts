@@ -1,0 +1,45 @@
+// Test helper: a throwaway Redis Cluster from scripts/redis-cluster.sh on a
+// random loopback port range, so concurrent runs never collide. It takes
+// itself down after KVOFF_REDIS_TTL_S even if the test process dies.
+import { execFile } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+const SCRIPT = new URL('../scripts/redis-cluster.sh', import.meta.url).pathname;
+
+export interface TestCluster {
+  readonly url: string;
+  readonly ports: readonly number[];
+  script(...args: string[]): Promise<string>;
+  down(): Promise<void>;
+}
+
+export async function startCluster(): Promise<TestCluster> {
+  // Six ports plus their bus ports (+10000) must be free: stay in 21000-40999.
+  const base = 21_000 + 10 * Math.floor(Math.random() * 2000);
+  const env = {
+    ...process.env,
+    KVOFF_REDIS_PORT: String(base),
+    KVOFF_REDIS_DIR: mkdtempSync(join(tmpdir(), 'kvoff-redis-')),
+    KVOFF_REDIS_TTL_S: '900',
+  };
+  const script = async (...args: string[]) =>
+    (await run('bash', [SCRIPT, ...args], { env, timeout: 120_000 })).stdout.trim();
+  const out = await script('up');
+  const url = out.split('\n').at(-1)!;
+  return {
+    url,
+    ports: Array.from({ length: 6 }, (_, i) => base + i),
+    script,
+    down: async () => {
+      await script('down');
+    },
+  };
+}
+
+export async function redisCli(port: number, ...args: string[]): Promise<string> {
+  return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout.trim();
+}

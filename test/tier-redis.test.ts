@@ -1,0 +1,247 @@
+// The Redis Cluster tier against a real 6-node cluster (3 masters, 3
+// replicas) that this file starts and stops: bytes round-trip, a corrupted
+// value is a miss and is deleted, two engine processes share entries, an OOM
+// reply is counted as "full", a dead cluster opens the circuit without
+// blocking anything, and SIGKILL of a master under load fails over with no
+// wrong byte served, errors counted and hits resuming.
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { createCluster } from 'redis';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { OffloadRuntime } from '../src/runtime/runtime.js';
+import { defaultWorkload } from '../src/runtime/defaults.js';
+import { RedisTier } from '../src/tier/redis-tier.js';
+import { encodeValue, hex16 } from '../src/tier/value.js';
+import { redisCli, startCluster } from './redis-cluster.js';
+import type { TestCluster } from './redis-cluster.js';
+
+const run = promisify(execFile);
+const PAYLOAD = 2048;
+let cluster: TestCluster;
+let fp = 0n;
+
+beforeAll(async () => {
+  cluster = await startCluster();
+}, 120_000);
+
+afterAll(async () => {
+  await cluster?.down();
+}, 60_000);
+
+function payloadOf(key: bigint): Buffer {
+  const b = Buffer.alloc(PAYLOAD);
+  for (let i = 0; i < PAYLOAD; i += 1) b[i] = Number((key * 31n + BigInt(i * 7)) & 0xffn);
+  return b;
+}
+
+/** A fresh layout fingerprint per test, so tests never see each other's keys. */
+async function openTier(extra: Partial<Parameters<typeof RedisTier.open>[0]> = {}) {
+  fp += 1n;
+  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, fingerprint: fp, ...extra });
+}
+
+async function settle(tier: RedisTier): Promise<void> {
+  for (let i = 0; i < 5000 && tier.storesInFlight > 0; i += 1) {
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  expect(tier.storesInFlight).toBe(0);
+}
+
+async function rawClient() {
+  const c = createCluster({ rootNodes: [{ url: cluster.url }] });
+  c.on('error', () => undefined);
+  await c.connect();
+  return c;
+}
+
+describe('redis tier', () => {
+  it('round-trips bytes; lookups stop at the first miss; keys spread over the masters', async () => {
+    const tier = await openTier();
+    const keys = Array.from(
+      { length: 64 },
+      (_, i) => (BigInt(i + 1) * 0x9e3779b97f4a7c15n) & 0xffff_ffff_ffff_ffffn,
+    );
+    for (const k of keys) tier.store(k, encodeValue(fp, k, payloadOf(k)));
+    await settle(tier);
+    expect(tier.counters).toMatchObject({ storedChunks: 64, errors: 0, droppedChunks: 0 });
+    const absent = 0x1234n;
+    const states = await tier.states([...keys.slice(0, 40), absent, ...keys.slice(40)]);
+    expect(states).toEqual([...Array(40).fill('hit'), 'miss']);
+    for (const k of keys) expect((await tier.load(k))?.equals(payloadOf(k))).toBe(true);
+    expect(await tier.load(absent)).toBeUndefined();
+    // No hash tag: the entries land on more than one master.
+    const masters = (await redisCli(cluster.ports[0]!, 'cluster', 'nodes'))
+      .split('\n')
+      .filter((l) => / (myself,)?master /.test(l))
+      .map((l) => Number(l.split(' ')[1]!.split('@')[0]!.split(':')[1]));
+    const withKeys = [];
+    for (const port of masters) {
+      if (Number(await redisCli(port, 'dbsize')) > 0) withKeys.push(port);
+    }
+    expect(withKeys.length).toBeGreaterThan(1);
+    await tier.close(2000);
+  });
+
+  it('a corrupted or foreign value is a miss, counted and deleted, never served', async () => {
+    const tier = await openTier();
+    const raw = await rawClient();
+    try {
+      tier.store(7n, encodeValue(fp, 7n, payloadOf(7n)));
+      await settle(tier);
+      const bad = encodeValue(fp, 7n, payloadOf(7n));
+      bad[bad.length - 1] = bad[bad.length - 1]! ^ 1;
+      await raw.set(tier.keyOf(7n), bad);
+      // A value written under another key's name (a mispairing) is refused too.
+      await raw.set(tier.keyOf(8n), encodeValue(fp, 9n, payloadOf(9n)));
+      expect(await tier.load(7n)).toBeUndefined();
+      expect(await tier.load(8n)).toBeUndefined();
+      expect(tier.counters.errors).toBe(2);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(await raw.exists(tier.keyOf(7n))).toBe(0);
+      expect(await raw.exists(tier.keyOf(8n))).toBe(0);
+    } finally {
+      raw.destroy();
+      await tier.close(2000);
+    }
+  });
+
+  it('two runtimes in separate processes: the second gets Redis hits with the bytes checked', async () => {
+    const tiers = JSON.stringify({ redis: { urls: [cluster.url] } });
+    const child = async () => {
+      const { stdout } = await run(
+        process.execPath,
+        ['--import', 'tsx', 'test/fixtures/tier-runtime-child.ts', tiers],
+        { timeout: 120_000 },
+      );
+      return JSON.parse(stdout.trim().split('\n').at(-1)!) as {
+        tierHits: number;
+        mismatches: number;
+        holes: number;
+        verify: { ok: boolean; mismatches: number };
+        tiers: Record<'host' | 'disk' | 'redis', Record<string, number>>;
+      };
+    };
+    const first = await child();
+    expect(first.tiers.redis!.storedChunks).toBeGreaterThan(0);
+    const second = await child();
+    expect(second.tiers.redis!.hitChunks).toBeGreaterThan(0);
+    expect(second.tierHits).toBeGreaterThan(first.tierHits);
+    expect(second.mismatches).toBe(0);
+    expect(second.holes).toBe(0);
+    expect(second.verify).toMatchObject({ ok: true, mismatches: 0 });
+  }, 240_000);
+
+  it('an OOM reply counts the store as full and dropped, and keeps the circuit closed', async () => {
+    const masters = cluster.ports;
+    for (const p of masters) {
+      await redisCli(p, 'config', 'set', 'maxmemory-policy', 'noeviction');
+      await redisCli(p, 'config', 'set', 'maxmemory', '1');
+    }
+    const tier = await openTier();
+    try {
+      for (let k = 1n; k <= 8n; k += 1n) tier.store(k, encodeValue(fp, k, payloadOf(k)));
+      await settle(tier);
+      expect(tier.counters).toMatchObject({
+        storedChunks: 0,
+        fullChunks: 8,
+        droppedChunks: 8,
+        circuitOpen: 0,
+      });
+    } finally {
+      for (const p of masters) {
+        await redisCli(p, 'config', 'set', 'maxmemory', '512mb');
+        await redisCli(p, 'config', 'set', 'maxmemory-policy', 'allkeys-lru');
+      }
+      await tier.close(2000);
+    }
+  });
+
+  it('a cluster that is down opens the circuit: stores drop, lookups miss, a runtime never blocks', async () => {
+    const dead = `redis://127.0.0.1:${cluster.ports[0]! + 7}`;
+    const t0 = performance.now();
+    const tier = await RedisTier.open({
+      urls: [dead],
+      payloadBytes: PAYLOAD,
+      fingerprint: 1n,
+      timeoutMs: 300,
+    });
+    expect(performance.now() - t0).toBeLessThan(3000);
+    expect(tier.counters.circuitOpen).toBe(1);
+    tier.store(1n, encodeValue(1n, 1n, payloadOf(1n)));
+    const t1 = performance.now();
+    expect(await tier.states([1n])).toEqual(['miss']);
+    expect(await tier.load(1n)).toBeUndefined();
+    expect(performance.now() - t1).toBeLessThan(100);
+    expect(tier.counters.droppedChunks).toBe(1);
+    await tier.close(1000);
+
+    const runtime = await OffloadRuntime.start({
+      tiers: { redis: { urls: [dead], timeoutMs: 300 } },
+    });
+    const summaries = await Promise.all(
+      defaultWorkload({ requests: 3, promptTokens: 4000, prefixes: 1 }).map((r) =>
+        runtime.submit(r),
+      ),
+    );
+    await runtime.close();
+    expect(summaries.every((s) => s.status === 'finished')).toBe(true);
+    const s = runtime.stats();
+    expect(s.tiers.redis.circuitOpen).toBe(1);
+    expect(s.tiers.redis.droppedChunks).toBeGreaterThan(0);
+    expect(s.tiers.redis.storedChunks).toBe(0);
+    expect(s.mismatches).toBe(0);
+    expect(runtime.leakReport()).toMatchObject({
+      pinsOutstanding: 0,
+      tierEntriesWriting: 0,
+      jobsInFlight: 0,
+    });
+  }, 120_000);
+
+  it('SIGKILL of a master during stores and loads: failover, no wrong byte, errors counted, hits resume', async () => {
+    const tier = await openTier({ timeoutMs: 500, openMs: 300 });
+    const stored: bigint[] = [];
+    let wrong = 0;
+    let next = 1n;
+    let killedPort = 0;
+    let okAfterKill = 0;
+    const t0 = performance.now();
+    const deadline = t0 + 40_000;
+    try {
+      while (performance.now() < deadline) {
+        // A burst of stores, then loads of earlier keys, every byte checked.
+        for (let i = 0; i < 16; i += 1, next += 1n) {
+          tier.store(next, encodeValue(fp, next, payloadOf(next)));
+          stored.push(next);
+        }
+        await settle(tier);
+        let hits = 0;
+        for (let i = 0; i < 16; i += 1) {
+          const k = stored[Math.floor(Math.random() * stored.length)]!;
+          const got = await tier.load(k);
+          if (got === undefined) continue;
+          if (!got.equals(payloadOf(k))) wrong += 1;
+          else hits += 1;
+        }
+        if (killedPort === 0 && performance.now() - t0 > 500) {
+          killedPort = Number(await cluster.script('kill-master'));
+        } else if (killedPort !== 0 && tier.counters.errors > 0) {
+          // After the failover: whole rounds where fresh stores land and loads hit.
+          const fresh = next - 1n;
+          const back = await tier.load(fresh);
+          if (back?.equals(payloadOf(fresh)) && hits > 0) okAfterKill += 1;
+          else okAfterKill = 0;
+          if (okAfterKill >= 5) break;
+        }
+      }
+      expect(killedPort).toBeGreaterThan(0);
+      expect(wrong).toBe(0);
+      expect(tier.counters.errors).toBeGreaterThan(0);
+      expect(okAfterKill).toBeGreaterThanOrEqual(5);
+    } finally {
+      await tier.close(2000);
+      if (killedPort) await cluster.script('restart', String(killedPort));
+    }
+  }, 90_000);
+});
+
+export { hex16 };
