@@ -176,7 +176,6 @@ export class StoreLoop {
   private readonly hostCounters = zeroCounters();
   private readonly waitCounted = new Set<number>();
   private hostBytesRead = 0;
-  private tierSamples: TierStoreSample[] = [];
 
   constructor(
     views: RuntimeViews,
@@ -246,12 +245,9 @@ export class StoreLoop {
     return this.stores.size + this.loads.size;
   }
 
-  /** Store latencies per level since the last call (host per job; lower levels per chunk). */
+  /** Store latencies of the lower levels since the last call, per chunk (the host's are the job events). */
   takeTierSamples(): TierStoreSample[] {
-    const out = this.tierSamples;
-    this.tierSamples = [];
-    if (this.lower) for (const sample of this.lower.cascade.takeSamples()) out.push(sample);
-    return out;
+    return this.lower ? this.lower.cascade.takeSamples() : [];
   }
 
   /** One bounded unit of work; true when anything happened. */
@@ -351,9 +347,7 @@ export class StoreLoop {
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
-    if (this.tierSamples.length < 4096) {
-      this.tierSamples.push({ tier: 'host', latencyMs: c.latencyMs });
-    }
+
     this.bytesCopied += c.bytes;
     this.jobsCompleted += 1;
     this.jobEvents.push({

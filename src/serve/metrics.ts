@@ -155,10 +155,10 @@ const TIER_LATENCY_BUCKETS_S = [
   0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 ];
 
-/** storedChunks -> kvoff_tier_stored_chunks_total; circuitOpen is a gauge. */
+/** storedChunks -> kvoff_tiers_stored_chunks_total{tier}; circuitOpen is a gauge. */
 function tierMetricName(field: TierCounterField): string {
   const snake = field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-  return field === 'circuitOpen' ? 'kvoff_tier_circuit_open' : `kvoff_tier_${snake}_total`;
+  return field === 'circuitOpen' ? 'kvoff_tiers_circuit_open' : `kvoff_tiers_${snake}_total`;
 }
 
 /** Per-level counters labelled by tier, and a store-latency histogram per tier. */
@@ -208,5 +208,7 @@ function registerTierMetrics(
     buckets: TIER_LATENCY_BUCKETS_S,
     registers: [registry],
   });
+  // The host level's stores are the copy jobs; the lower levels report each chunk.
+  runtime.on('job', (e) => latency.observe({ tier: 'host' }, e.latencyMs / 1000));
   runtime.onTierStore?.((e) => latency.observe({ tier: e.tier }, e.latencyMs / 1000));
 }
