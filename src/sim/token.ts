@@ -7,6 +7,7 @@
 //   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
 //   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
+//   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
 // hole), which read as "whole schedule"; such tokens still decode.
@@ -32,6 +33,8 @@ export interface ReplaySpec {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
+  /** False: the end-of-request protocol is off (the unsafe variant, planner's unsafeSkipSettle). */
+  readonly settle?: boolean;
 }
 
 const PREFIX = 'kvf1';
@@ -51,6 +54,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     String(spec.seed),
   ];
   if (spec.revalidate === false) parts.push('r0');
+  if (spec.settle === false) parts.push('s0');
   if (spec.watch !== undefined) parts.push(`${WATCH_PREFIX}${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
@@ -63,9 +67,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
   if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
   const parts = token.trim().split('.');
-  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 9) {
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 10) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -86,9 +90,12 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let decisions: number[] | undefined;
   let watch: InvariantName[] | undefined;
   let revalidate: boolean | undefined;
+  let settle: boolean | undefined;
   for (const part of rest) {
     if (part === 'r0' && revalidate === undefined) {
       revalidate = false;
+    } else if (part === 's0' && settle === undefined) {
+      settle = false;
     } else if (part.startsWith(WATCH_PREFIX_OLD) && watch === undefined) {
       const names = part.startsWith(WATCH_PREFIX)
         ? part.slice(WATCH_PREFIX.length)
@@ -127,6 +134,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...(decisions !== undefined ? { decisions } : {}),
     ...(watch !== undefined ? { watch } : {}),
     ...(revalidate !== undefined ? { revalidate } : {}),
+    ...(settle !== undefined ? { settle } : {}),
   };
 }
 
