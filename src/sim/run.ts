@@ -57,6 +57,7 @@ export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false):
     record,
     ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
     ...(spec.revalidate === false ? { revalidate: false } : {}),
+    ...(spec.settle === false ? { settle: false } : {}),
   });
   return { ...world.run(), spec, scenario };
 }
@@ -74,6 +75,7 @@ function runRuntimeSchedule(hashing: Hashing, spec: ReplaySpec, record: boolean)
     strategy,
     record,
     ...(spec.switches !== undefined ? { switches: spec.switches } : {}),
+    ...(spec.settle === false ? { settle: false } : {}),
     ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
   });
   return { ...world.run(), spec, scenario };
@@ -97,6 +99,8 @@ export interface FuzzOptions {
   readonly target?: FuzzTarget;
   /** Runtime test-only switches (target runtime). */
   readonly switches?: readonly RuntimeSwitch[];
+  /** False: the end-of-request protocol is off (the unsafe variant). */
+  readonly settle?: boolean;
   /** Go on after a violation and count them all (the first is the one reported); default false. */
   readonly keepGoing?: boolean;
   /** Shrink the first failure (default true). */
@@ -126,6 +130,8 @@ export interface FuzzReport {
   readonly policy: StorePolicy;
   readonly strategy: StrategyName;
   readonly pins: boolean;
+  /** False when the end-of-request protocol was off (the unsafe variant). */
+  readonly settle?: boolean;
   readonly watch?: readonly InvariantName[];
   readonly baseSeed: number;
   readonly schedules: number;
@@ -168,6 +174,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       ...(options.switches !== undefined && options.switches.length > 0
         ? { switches: options.switches }
         : {}),
+      ...(options.settle === false ? { settle: false } : {}),
     });
     schedules += 1;
     steps += result.steps;
@@ -195,6 +202,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     policy: options.policy,
     strategy: options.strategy,
     pins: options.pins,
+    ...(options.settle === false ? { settle: false } : {}),
     ...(options.watch !== undefined ? { watch: options.watch } : {}),
     baseSeed: options.seed,
     schedules,

@@ -69,6 +69,8 @@ export interface RuntimeWorldOptions {
   /** False: the store does not pin and the allocator's pool ignores pins (reuse mid-copy). */
   readonly pins: boolean;
   readonly switches?: readonly RuntimeSwitch[];
+  /** False: the end-of-request protocol is off (StoreLoopOptions.unsafeSkipSettle). */
+  readonly settle?: boolean;
   readonly hashing: Hashing;
   readonly strategy: Strategy;
   readonly record?: boolean;
@@ -215,6 +217,7 @@ export class RuntimeWorld {
       {
         policy: options.policy,
         unsafeSkipPins: !options.pins,
+        ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
         now,
       },

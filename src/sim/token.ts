@@ -37,6 +37,8 @@ export interface ReplaySpec {
   readonly target?: FuzzTarget;
   /** Runtime test-only switches turned on (target runtime only). */
   readonly switches?: readonly RuntimeSwitch[];
+  /** False: the end-of-request protocol is off (the unsafe variant, planner's unsafeSkipSettle). */
+  readonly settle?: boolean;
 }
 
 export const FUZZ_TARGETS = ['roles', 'runtime'] as const;
@@ -59,6 +61,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
   if (spec.switches !== undefined && spec.switches.length > 0) {
     parts.push(`u${spec.switches.join(',')}`);
   }
+  if (spec.settle === false) parts.push('s0');
   if (spec.watch !== undefined) parts.push(`w${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
@@ -71,9 +74,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
   if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
   const parts = token.trim().split('.');
-  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 11) {
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.trt][.u<switches>][.w<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.w<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -96,9 +99,12 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let revalidate: boolean | undefined;
   let target: FuzzTarget | undefined;
   let switches: RuntimeSwitch[] | undefined;
+  let settle: boolean | undefined;
   for (const part of rest) {
     if (part === 'r0' && revalidate === undefined) {
       revalidate = false;
+    } else if (part === 's0' && settle === undefined) {
+      settle = false;
     } else if (part === 'trt' && target === undefined) {
       target = 'runtime';
     } else if (part.startsWith('u') && switches === undefined) {
@@ -146,6 +152,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...(revalidate !== undefined ? { revalidate } : {}),
     ...(target !== undefined ? { target } : {}),
     ...(switches !== undefined ? { switches } : {}),
+    ...(settle !== undefined ? { settle } : {}),
   };
 }
 
