@@ -146,7 +146,23 @@ describe('fuzz --target runtime', () => {
     expect(r.first!.message).toMatch(/loaded block/);
   });
 
-  it('safe code: no mispairing, double store, cursor moving back, crash or leak', async () => {
+  it('finds chunks lost at the end of a request with the end-of-request protocol off', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'pct',
+      pins: true,
+      settle: false,
+      seed: 1000,
+      schedules: 200,
+      target: 'runtime',
+      watch: ['hole'],
+    });
+    expect(r.violations).toBe(1);
+    const again = runSchedule(hashing, decodeReplayToken(r.first!.shrunkToken));
+    expect(again.violation?.invariant).toBe('hole');
+  });
+
+  it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
     const r = await fuzz({
       policy: 'ready-prefix',
       strategy: 'random',
@@ -154,7 +170,7 @@ describe('fuzz --target runtime', () => {
       seed: 77,
       schedules: 150,
       target: 'runtime',
-      watch: ['mispairing', 'double-store', 'cursor-monotonic', 'crash', 'leak'],
+      watch: ['hole', 'mispairing', 'double-store', 'cursor-monotonic', 'crash', 'leak'],
       shrink: false,
     });
     expect(r.first?.message).toBeUndefined();
