@@ -20,7 +20,7 @@ import { GROUP_PRESETS, SIMULATE_DEFAULTS, parseSimulateOptions } from './simula
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
 import { addTierOptions } from './tier-options.js';
-import type { TierStats } from '../tier/tier-stats.js';
+import type { PerTierCounters } from '../tier/tier-stats.js';
 
 /** How often the progress display is refreshed. */
 const PROGRESS_TICK_MS = 250;
@@ -62,7 +62,7 @@ export interface SimulateResult extends ReportedStats {
   crashed?: string;
   leaks?: LeakReport;
   /** Per level (host, disk, redis): stores, hits, misses, drops, errors... */
-  tiers: TierStats;
+  tiers: PerTierCounters;
   /** True when nothing was wrong: no crash, no hole, no mismatch, no double store. */
   ok: boolean;
 }

@@ -3,7 +3,7 @@
 // main reads a snapshot with Atomics.load.
 import { STATS, STAT_INDEX } from './layout.js';
 import type { StatName } from './layout.js';
-import type { TierStats } from '../tier/tier-stats.js';
+import type { PerTierCounters } from '../tier/tier-stats.js';
 
 export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
   Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
@@ -42,5 +42,5 @@ export interface RuntimeStats {
   /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
   chunksDroppedUnready: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
-  tiers: TierStats;
+  tiers: PerTierCounters;
 }

@@ -8,7 +8,6 @@ import { InvalidArgumentError } from '../errors.js';
 import { DiskTier } from './disk-tier.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, TierStoreSample } from './lower.js';
-import { RedisTier } from './redis-tier.js';
 import type { LookupState } from './types.js';
 import { layoutFingerprint } from './value.js';
 
@@ -84,6 +83,8 @@ export class TierCascade {
       );
     }
     if (options.redis) {
+      // Loaded only when asked for: node-redis takes most of a second to import on a busy machine.
+      const { RedisTier } = await import('./redis-tier.js');
       levels.push(
         await RedisTier.open({
           urls: options.redis.urls,

@@ -4,7 +4,7 @@
 import { TIER_COUNTER_FIELDS, TIER_NAMES, zeroCounters } from './lower.js';
 import type { TierCounters, TierName } from './lower.js';
 
-export type TierStats = Record<TierName, TierCounters>;
+export type PerTierCounters = Record<TierName, TierCounters>;
 
 export const TIER_STATS_BYTES = TIER_NAMES.length * TIER_COUNTER_FIELDS.length * 8;
 
@@ -22,8 +22,8 @@ export function publishTierCounters(
   });
 }
 
-export function readTierStats(view: BigInt64Array): TierStats {
-  const out = {} as TierStats;
+export function readTierStats(view: BigInt64Array): PerTierCounters {
+  const out = {} as PerTierCounters;
   for (const tier of TIER_NAMES) {
     const c = zeroCounters();
     TIER_COUNTER_FIELDS.forEach((f, i) => (c[f] = Number(Atomics.load(view, word(tier, i)))));
