@@ -90,12 +90,14 @@ export type {
   ReportSummaryRow,
 } from './report/data.js';
 export type { ExternalRuntime } from './runtime/runtime.js';
+export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
+export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
+export type { TransferBackendModule } from './runtime/backend.js';
 export { TierCascade, DISK_BYTES_DEFAULT } from './tier/cascade.js';
 export type { TiersOptions } from './tier/cascade.js';
 export { DiskTier } from './tier/disk-tier.js';
 export type { DiskTierOptions } from './tier/disk-tier.js';
-export { RedisTier } from './tier/redis-tier.js';
-export type { RedisTierOptions } from './tier/redis-tier.js';
+export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
 export type { PerTierCounters } from './tier/tier-stats.js';
