@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseTierOptions } from '../src/commands/tier-options.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { defaultWorkload } from '../src/runtime/defaults.js';
+import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../src/runtime/defaults.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { TiersOptions } from '../src/tier/cascade.js';
 
@@ -17,6 +17,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 async function runOnce(tiers?: TiersOptions | undefined) {
   const runtime = await OffloadRuntime.start({
+    // Full attention only: what a windowed group stored depends on thread timing, hits here must not.
+    config: { ...DEFAULT_RUNTIME_CONFIG, groups: [{ kind: 'full', tokensPerBlock: 16 }] },
     ...(tiers ? { tiers } : {}),
     simulator: { seed: 9 },
   });
