@@ -390,7 +390,7 @@ export class StorePlanner {
     this.counters.chunksAlreadyPresent += chunks.length - stored.length;
     this.reportNulls(nullChunks);
     this.passUnreachable(unreachable, unreachableChunks);
-    this.tier.touch(keys);
+    if (stored.length > 0) this.touchRequest();
     if (drain) this.dropUnready(deferred);
     this.advanceAll(drain);
     if (stored.length === 0) return undefined;
@@ -429,6 +429,26 @@ export class StorePlanner {
 
   private report(group: number, chunk: number, outcome: ChunkOutcome): void {
     this.observer?.chunk?.(this.snap.slot, this.snap.generation, group, chunk, outcome);
+  }
+
+  /**
+   * vLLM's touch after an offer that stored something (reference §5.6, §7.4):
+   * one call per group, in group order; full attention touches every key of
+   * the group, a windowed group its keys from the hit window on
+   * (max(0, hit - W)). The tier touches in reverse, so a request's head ends
+   * up most recent and outlives its tail. No touch when nothing was stored.
+   */
+  private touchRequest(): void {
+    const { snap, role, config } = this;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const w = config.groups[g]!.windowChunks;
+      const from = w === null ? 0 : Math.max(0, role.hitChunks(snap, g) - w);
+      const n = snap.keyCount[g]!;
+      if (n <= from) continue;
+      const keys = new Array<bigint>(n - from);
+      for (let c = from; c < n; c += 1) keys[c - from] = role.key(snap, g, c);
+      this.tier.touch(keys);
+    }
   }
 
   /** Counts (and reports) unreachable chunks, only on the paths where the cursor moves over them. */
