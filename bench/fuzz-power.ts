@@ -9,11 +9,11 @@
 // the budget. A ready-prefix control row must find nothing. Speed (schedules
 // per second of ready-prefix) is measured with tinybench.
 //
-//   npm run bench:fuzz            (writes bench/results/fuzz-power.json)
+//   npm run bench:fuzz            (writes bench/results/latest/fuzz-power.json, ignored by git)
 //   KVOFF_BENCH_QUICK=1 npm run bench:fuzz     (fewer seeds, for a smoke run)
+//   KVOFF_BENCH_PUBLISH=1 npm run bench:fuzz   (also refreshes the committed bench/results/fuzz-power.json)
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import fc from 'fast-check';
 import { Bench } from 'tinybench';
 import { loadHashing } from '../src/hashing.js';
@@ -21,6 +21,7 @@ import type { StorePolicy } from '../src/ready.js';
 import type { InvariantName } from '../src/sim/oracle.js';
 import { fuzz, runSchedule } from '../src/sim/run.js';
 import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
+import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 
 const QUICK = process.env.KVOFF_BENCH_QUICK === '1';
 const SEEDS = QUICK ? 5 : 20;
@@ -230,13 +231,14 @@ async function main(): Promise<void> {
     control: controlRows,
     schedulesPerSecond,
   };
-  const here = dirname(fileURLToPath(import.meta.url));
-  const file = join(here, 'results', QUICK ? 'fuzz-power.tmp.json' : 'fuzz-power.json');
-  mkdirSync(dirname(file), { recursive: true });
+  const file = join(LATEST_DIR, QUICK ? 'fuzz-power-quick.json' : 'fuzz-power.json');
+  mkdirSync(LATEST_DIR, { recursive: true });
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-  process.stdout.write(
-    `\nwrote ${join('bench', 'results', QUICK ? 'fuzz-power.tmp.json' : 'fuzz-power.json')}\n`,
-  );
+  process.stdout.write(`\nwrote ${shownPath(file)}\n`);
+  // A quick run has too few seeds to stand for the committed table.
+  if (publishRequested() && !QUICK) {
+    process.stdout.write(`published ${shownPath(publishResults(file))}\n`);
+  }
 }
 
 await main();

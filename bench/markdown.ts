@@ -1,5 +1,5 @@
-// Markdown tables of a results file, for bench/README.md:
-// `npm run bench -- --markdown bench/results/kvoff-bench-quick.json`.
+// Markdown tables of a results file, for docs/benchmarks.md:
+// `npm run bench -- --markdown bench/results/latest/kvoff-bench-quick.json`.
 import type { Figure } from './lib/stats.js';
 import { formatNumber } from './lib/table.js';
 import type { BenchResults } from './suite.js';
