@@ -52,8 +52,12 @@ export function renderMarkdown(res: BenchResults): string {
           R: r.requests,
           G: r.groups,
           mode: r.mode,
-          'ns/request-group': r2(r.nsPerRequestGroup.median, 1),
-          IQR: iqr(r.nsPerRequestGroup, 1),
+          'ns/request-group': r2(r.nsPerRequestGroup.median, 2),
+          IQR: iqr(r.nsPerRequestGroup, 2),
+          'plain-read floor (ns)': r.floorNsPerRequestGroup
+            ? r2(r.floorNsPerRequestGroup.median, 2)
+            : '',
+          'pass (µs)': r2(r.passUs.median, 1),
           'heap B/pass': r2(r.heapBytesPerPass.median, 1),
         })),
       ),

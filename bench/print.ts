@@ -19,13 +19,23 @@ export function printPlanner(p: PlannerResults): void {
       R: r.requests,
       G: r.groups,
       mode: r.mode,
-      'ns/req-group': round(r.nsPerRequestGroup.median),
+      'ns/req-group': round(r.nsPerRequestGroup.median, 2),
       'IQR (ns)': iqr(r.nsPerRequestGroup),
+      'floor ns': r.floorNsPerRequestGroup ? round(r.floorNsPerRequestGroup.median, 2) : '',
       'pass (us)': round(r.passUs.median),
       'heap B/pass': round(r.heapBytesPerPass.median),
       passes: r.passes,
     })),
   );
+  const w = p.writerCost;
+  printTable('   writer side of the dirty bitmap (ns per call, one thread)', [
+    {
+      markDirty: round(w.markDirtyNs.median, 2),
+      'Atomics.store': round(w.atomicStoreNs.median, 2),
+      'progress()': round(w.progressNs.median, 1),
+      'markDirty share': `${round(100 * w.markDirtyShareOfProgress.median, 1)}%`,
+    },
+  ]);
 }
 
 export function printSnapshot(s: SnapshotResults): void {

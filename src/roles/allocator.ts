@@ -4,7 +4,7 @@
 // sliding-window position, adopting a reused slot) runs inside the slot's
 // seqlock so the store role can tell a torn read from a consistent one.
 import { InvalidArgumentError, RequestCapacityError, invariant } from '../errors.js';
-import { A_BLOCK_COUNT, A_GENERATION, A_SEQ } from '../layout.js';
+import { A_BLOCK_COUNT, A_GENERATION, A_SEQ, markDirty } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { checkHandle } from './handle.js';
 import type { RequestHandle } from './handle.js';
@@ -48,6 +48,7 @@ export class AllocatorRole {
     const base = this.state.blockBase(handle.slot, group);
     for (let i = 0; i < blockIds.length; i += 1) blocks[base + i + n] = blockIds[i]!;
     Atomics.store(control, countWord, n + blockIds.length);
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /** Block IDs currently held in `group` (a copy). */
@@ -78,6 +79,7 @@ export class AllocatorRole {
       Atomics.store(control, countWord, 0);
     }
     this.writeEnd(handle.slot);
+    markDirty(this.state.dirty, handle.slot);
     return freed;
   }
 
@@ -103,6 +105,7 @@ export class AllocatorRole {
     this.writeBegin(handle.slot);
     this.state.blocks[index] = 0;
     this.writeEnd(handle.slot);
+    markDirty(this.state.dirty, handle.slot);
     return old;
   }
 
