@@ -110,7 +110,11 @@ export function renderMarkdown(res: BenchResults): string {
     );
   }
   if (res.copy) {
-    out.push('', '**4. Copy bandwidth** (GB/s, pool and memcpy baseline in the same repeat)', '');
+    out.push(
+      '',
+      '**4. Copy bandwidth** (GB/s, pool and a memcpy on as many threads, in the same repeat)',
+      '',
+    );
     out.push(
       table(
         res.copy.rows.map((r) => ({
@@ -120,6 +124,17 @@ export function renderMarkdown(res: BenchResults): string {
           'memcpy GB/s': r2(r.baselineGbPerSecond.median),
           'pool ÷ memcpy': r2(r.ratio.median),
           IQR: iqr(r.ratio),
+        })),
+      ),
+    );
+    out.push('', 'Thread scaling (paired per repeat):', '');
+    out.push(
+      table(
+        res.copy.scaling.map((r) => ({
+          'block KiB': r.blockKiB,
+          threads: `${r.fromThreads} → ${r.toThreads}`,
+          pool: r2(r.poolSpeedup.median),
+          memcpy: r2(r.baselineSpeedup.median),
         })),
       ),
     );

@@ -83,7 +83,7 @@ export function printDesigns(d: DesignResults): void {
 
 export function printCopy(c: CopyResults): void {
   printTable(
-    `4. Copy bandwidth (arena ${c.arenaMiB} MiB, ${Math.round(c.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    `4. Copy bandwidth: pool vs memcpy on as many threads (arena ${c.arenaMiB} MiB, ${Math.round(c.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
     c.rows.map((r) => ({
       'block KiB': r.blockKiB,
       threads: r.threads,
@@ -92,6 +92,15 @@ export function printCopy(c: CopyResults): void {
       'memcpy GB/s': round(r.baselineGbPerSecond.median, 2),
       'pool / memcpy': round(r.ratio.median, 2),
       'ratio IQR': iqr(r.ratio),
+    })),
+  );
+  printTable(
+    '   thread scaling (paired per repeat)',
+    c.scaling.map((r) => ({
+      'block KiB': r.blockKiB,
+      threads: `${r.fromThreads} -> ${r.toThreads}`,
+      pool: round(r.poolSpeedup.median, 2),
+      memcpy: round(r.baselineSpeedup.median, 2),
     })),
   );
 }

@@ -34,12 +34,13 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
     designs: { shape: { requests: 32, chunks: 1024 }, writerCounts: [3], repeats: 5, batch: 64 },
+    // 64 MiB arenas x 4 passes: 256 MiB timed per figure.
     copy: {
       blockBytes: [4 * KIB, 64 * KIB, MIB, 2 * MIB],
       threads: [1, 2],
-      arenaBytes: 32 * MIB,
-      passes: 2,
-      repeats: 3,
+      arenaBytes: 64 * MIB,
+      passes: 4,
+      repeats: 5,
     },
     scenario: { repeats: 2 },
   },
@@ -59,7 +60,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       repeats: 5,
       batch: 64,
     },
-    copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 4, repeats: 5 },
+    copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
     scenario: { repeats: 3 },
   },
   smoke: {
@@ -73,7 +74,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     snapshot: { requests: 4, writerCounts: [0, 3], durationMs: 20, repeats: 1 },
     designs: { shape: { requests: 4, chunks: 16 }, writerCounts: [3], repeats: 1, batch: 8 },
-    copy: { blockBytes: [64 * KIB], threads: [1], arenaBytes: MIB, passes: 1, repeats: 1 },
+    copy: { blockBytes: [64 * KIB], threads: [1, 2], arenaBytes: MIB, passes: 1, repeats: 1 },
     scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
   },
 };

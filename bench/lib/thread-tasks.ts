@@ -1,5 +1,6 @@
 // The thread functions a bench worker can run, by name. Each takes its params,
 // the round (go/stop words) and a ready callback to call once set up.
+import { memcpyThread } from '../copy.js';
 import { kvoffStoreThread, kvoffWriterThread } from '../designs/kvoff.js';
 import { lockedStoreThread, lockedWriterThread } from '../designs/kvoff-locked.js';
 import { messagedStoreThread } from '../designs/kvoff-message.js';
@@ -22,6 +23,7 @@ export const THREAD_TASKS = {
   'lean-message-store': messageStoreThread,
   'lean-mutex-writer': mutexWriterThread,
   'lean-mutex-store': mutexStoreThread,
+  memcpy: memcpyThread,
 } satisfies Record<string, ThreadFn>;
 
 export type ThreadKind = keyof typeof THREAD_TASKS;

@@ -169,6 +169,19 @@ function syncLoop(
   }
 }
 
+/**
+ * Transfer threads run at a lower priority than the host and the roles: a copy
+ * can wait a time slice, the host's event loop should not.
+ */
+const TRANSFER_NICE_INCREMENT = 5;
+
+/** Words of the largest store or load task a job of this config can make. */
+function transferTaskWordsMax(config: Config): number {
+  const chunks = config.groups.length * config.maxChunksPerRequest;
+  const bpc = config.blocksPerChunk;
+  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
+}
+
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
 
@@ -190,7 +203,13 @@ async function runStore(
       wordsPerBlock: views.geometry.wordsPerBlock,
       blocksPerChunk: views.geometry.blocksPerChunk,
     },
-    { threads: data.store.transferThreads },
+    {
+      threads: data.store.transferThreads,
+      // Completions ring the store's own bell: a parked store wakes when a copy is done.
+      completionBell: bell,
+      taskWordsMax: transferTaskWordsMax(data.config),
+      niceIncrement: TRANSFER_NICE_INCREMENT,
+    },
   );
   const loop = new StoreLoop(
     views,
@@ -209,9 +228,8 @@ async function runStore(
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
   };
   port.on('message', onMessage);
-  await backend.warmUp(data.store.transferThreads);
+  await backend.warmUp();
   post({ type: 'ready', role: 'store' });
-  const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
   let steps = 0;
   const flushJobs = () => {
     const events = loop.takeJobEvents();
@@ -228,18 +246,19 @@ async function runStore(
       throw err;
     }
   };
+  // Step, then park until the bell moves. Everything the store reacts to rings
+  // it: the roles' publications, the scheduler's lookups, and the transfer
+  // threads' completions. So even after a step that did work the store parks
+  // (an immediate return with one event-loop turn when the bell moved during
+  // the step) instead of spinning through setImmediate.
   while (!stopped()) {
     const seen = bell.read();
     const did = step();
     flushJobs();
     if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
-    if (did) {
-      wakeOthers();
-      await yieldNow(); // let piscina completions in
-    } else {
-      await bell.parkAsync(seen, PARK_MS_MAX);
-    }
+    if (did) wakeOthers();
+    await bell.parkAsync(seen, PARK_MS_MAX);
   }
   // Drain: every dispatched copy completes (and unpins) before we leave.
   const deadline = performance.now() + STORE_DRAIN_MS_MAX;
