@@ -36,6 +36,7 @@ type Op =
   | { t: 'preempt'; r: number }
   | { t: 'finish'; r: number }
   | { t: 'abort'; r: number }
+  | { t: 'settle'; r: number }
   | { t: 'release'; r: number }
   | { t: 'plan' }
   | { t: 'complete'; pick: number };
@@ -61,6 +62,7 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ t: fc.constant('preempt' as const), r }),
   fc.record({ t: fc.constant('finish' as const), r }),
   fc.record({ t: fc.constant('abort' as const), r }),
+  fc.record({ t: fc.constant('settle' as const), r }),
   fc.record({ t: fc.constant('release' as const), r }),
   fc.constant({ t: 'plan' as const }),
   fc.constant({ t: 'plan' as const }),
@@ -136,6 +138,9 @@ function apply(s: Side, op: Op, visitAll: boolean): string {
         break;
       case 'abort':
         lo.abort(h);
+        break;
+      case 'settle':
+        lo.settle(h);
         break;
       case 'release':
         // The host frees an ended request only after its final pass.
@@ -223,10 +228,22 @@ describe('dirty bitmap', () => {
       expect(lo.drained(k)).toBe(false);
       lo[end](k);
       lo.plan();
-      expect(lo.drained(k), end).toBe(true);
+      if (end === 'abort') {
+        // Nothing computed, so nothing token-ready: the abort alone is final.
+        expect(lo.drained(k), end).toBe(true);
+      } else {
+        // Its token-ready chunks have no keys or blocks: the final pass waits for them to settle.
+        expect(lo.drained(k), end).toBe(false);
+        lo.plan();
+        expect(lo.drained(k), end).toBe(false);
+        lo.hash(k); // keys of every known token come, blocks never will:
+        lo.settle(k); // the allocator's last publication for it
+        lo.plan();
+        expect(lo.drained(k), end).toBe(true);
+      }
       lo.release(k);
     }
-    lo.finish(h);
+    lo.finish(h); // everything stored: the finish itself is final
     lo.plan();
     expect(lo.drained(h)).toBe(true);
   });
