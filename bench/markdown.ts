@@ -100,13 +100,22 @@ export function renderMarkdown(res: BenchResults): string {
           writers: r.writers,
           'events/s': Math.round(r.eventsPerSecond.median),
           'a ÷ this (events/s)': r2(r.aSpeedup.median),
-          'IQR of a ÷ this': iqr(r.aSpeedup),
-          'p50 ms': r2(r.latencyMsP50.median, 3),
-          'p99 ms': r2(r.latencyMsP99.median, 3),
-          'p50 ÷ a': r2(r.latencyP50OverA.median),
-          'p99 ÷ a': r2(r.latencyP99OverA.median),
+          'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
+          'a ÷ this (per CPU-s)': r2(r.aCpuAdvantage.median),
+          IQR: iqr(r.aCpuAdvantage),
+          'p99 ms at load': r.loadLatencyMsP99 ? r2(r.loadLatencyMsP99.median, 3) : '',
+          'p99 at load ÷ a': r.loadLatencyP99OverA ? r2(r.loadLatencyP99OverA.median) : '',
         })),
       ),
+    );
+    out.push(
+      '',
+      res.designs.loads
+        .map(
+          (l) =>
+            `Load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (half of the slowest, ${l.slowestDesign}, at ${Math.round(l.slowestEventsPerSecond)} events/s).`,
+        )
+        .join(' '),
     );
   }
   if (res.copy) {

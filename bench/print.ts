@@ -68,14 +68,19 @@ export function printDesigns(d: DesignResults): void {
       design: r.design,
       writers: r.writers,
       'events/s': Math.round(r.eventsPerSecond.median),
-      IQR: iqr(r.eventsPerSecond),
       'a / this': round(r.aSpeedup.median, 2),
-      'p50 ms': round(r.latencyMsP50.median, 3),
-      'p99 ms': round(r.latencyMsP99.median, 3),
-      'p50 / a': round(r.latencyP50OverA.median, 2),
-      'p99 / a': round(r.latencyP99OverA.median, 2),
+      'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
+      'a / this (CPU)': round(r.aCpuAdvantage.median, 2),
+      'p99 ms (max rate)': round(r.latencyMsP99.median, 3),
+      'p99 ms @load': r.loadLatencyMsP99 ? round(r.loadLatencyMsP99.median, 3) : '',
+      'p99 @load / a': r.loadLatencyP99OverA ? round(r.loadLatencyP99OverA.median, 2) : '',
     })),
   );
+  for (const l of d.loads) {
+    process.stdout.write(
+      `   load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (slowest: ${l.slowestDesign} at ${Math.round(l.slowestEventsPerSecond)} events/s)\n`,
+    );
+  }
   for (const [name, text] of Object.entries(d.designs))
     process.stdout.write(`   ${name}: ${text}\n`);
   process.stdout.write('\n');

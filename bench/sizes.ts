@@ -33,7 +33,13 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       workRequestsMax: 1024,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
-    designs: { shape: { requests: 32, chunks: 1024 }, writerCounts: [3], repeats: 5, batch: 64 },
+    designs: {
+      shape: { requests: 32, chunks: 1024 },
+      writerCounts: [1, 3],
+      repeats: 5,
+      batch: 64,
+      loadFraction: 0.5,
+    },
     // 64 MiB arenas x 4 passes: 256 MiB timed per figure.
     copy: {
       blockBytes: [4 * KIB, 64 * KIB, MIB, 2 * MIB],
@@ -42,7 +48,8 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       passes: 4,
       repeats: 5,
     },
-    scenario: { repeats: 2 },
+    // Five repeats: the event-loop target asks for >= 5 runs and >= 10 s.
+    scenario: { repeats: 5 },
   },
   full: {
     planner: {
@@ -59,9 +66,10 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       writerCounts: [1, 2, 3],
       repeats: 5,
       batch: 64,
+      loadFraction: 0.5,
     },
     copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
-    scenario: { repeats: 3 },
+    scenario: { repeats: 5 },
   },
   smoke: {
     planner: {

@@ -4,7 +4,11 @@ import { memcpyThread } from '../copy.js';
 import { kvoffStoreThread, kvoffWriterThread } from '../designs/kvoff.js';
 import { lockedStoreThread, lockedWriterThread } from '../designs/kvoff-locked.js';
 import { messagedStoreThread } from '../designs/kvoff-message.js';
-import { messageStoreThread, messageWriterThread } from '../designs/lean-message.js';
+import {
+  leanBatchedStoreThread,
+  messageStoreThread,
+  messageWriterThread,
+} from '../designs/lean-message.js';
 import { mutexStoreThread, mutexWriterThread } from '../designs/lean-mutex.js';
 import { snapshotStoreThread, snapshotWriterThread } from '../snapshot.js';
 import type { Round } from './threads.js';
@@ -21,6 +25,7 @@ export const THREAD_TASKS = {
   'design-c-store': lockedStoreThread,
   'message-writer': messageWriterThread,
   'lean-message-store': messageStoreThread,
+  'lean-batched-message-store': leanBatchedStoreThread,
   'lean-mutex-writer': mutexWriterThread,
   'lean-mutex-store': mutexStoreThread,
   memcpy: memcpyThread,
