@@ -18,7 +18,8 @@ function table(rows: readonly Row[]): string {
   ].join('\n');
 }
 
-const r2 = (x: number, d = 2) => Number(x.toFixed(d));
+// NaN is stored as null in JSON (a ratio with an empty side, e.g. in --smoke).
+const r2 = (x: number | null, d = 2) => (x === null ? Number.NaN : Number(x.toFixed(d)));
 const iqr = (f: Figure, d = 2) =>
   `${formatNumber(r2(f.spread.p25, d))}–${formatNumber(r2(f.spread.p75, d))}`;
 
