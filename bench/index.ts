@@ -30,7 +30,7 @@ async function main(argv: readonly string[]): Promise<void> {
   const program = new Command()
     .name('npm run bench --')
     .description('kvoff contention benchmarks: planner, snapshots, designs, copy, scenario')
-    .option('--quick', 'smaller sizes and fewer repeats: under two minutes on 2 cores')
+    .option('--quick', 'smaller sizes and fewer repeats: a few minutes on a quiet 2-core machine')
     .addOption(
       new Option('--smoke', 'tiny sizes, seconds: only checks that the harness runs').conflicts(
         'quick',

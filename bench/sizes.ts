@@ -1,6 +1,8 @@
-// How big each benchmark runs in each mode. quick: under two minutes on 2
-// cores in total; full: more sizes, more repeats; smoke: seconds, only to keep
-// the harness from rotting (test/bench-smoke.test.ts).
+// How big each benchmark runs in each mode. quick: every target checked as
+// stated (1 and 3 writers, 256 MiB per copy figure, 5 scenario runs for the
+// event loop), a few minutes on a quiet 2-core machine (17 at a load average of
+// 50); full: more sizes, more repeats; smoke: seconds, only to keep the harness
+// from rotting (test/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
 import type { PlannerOptions } from './planner.js';
