@@ -11,7 +11,7 @@
 // request waiting for lagging keys) raises the bit again itself, so nothing
 // waits for an event that may never come.
 import type { Config } from './config.js';
-import { invariant } from './errors.js';
+import { InvalidArgumentError, invariant } from './errors.js';
 import type { StoreChunk, StoreJob } from './job.js';
 import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX, Status, markDirty } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
@@ -183,10 +183,9 @@ export class StorePlanner {
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
     this.skipSettle = options.unsafeSkipSettle ?? false;
     this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
-    invariant(
-      Number.isInteger(this.finalWaitVisitsMax) && this.finalWaitVisitsMax >= 1,
-      'finalWaitVisitsMax is a positive integer',
-    );
+    if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
+      throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
+    }
     this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
