@@ -89,3 +89,23 @@ export type {
   ReportRequestTrace,
   ReportSummaryRow,
 } from './report/data.js';
+export {
+  DEFER,
+  combineLevels,
+  loadPlan,
+  lookupHitTokens,
+  lookupOrder,
+  maximalPrefix,
+  slidingWindow,
+  touchRanges,
+} from './lookup.js';
+export type {
+  ChunkRange,
+  ChunkState,
+  ChunkStateOf,
+  CursorPolicy,
+  GroupLoad,
+  LookupGroup,
+  LookupRequest,
+  LookupResult,
+} from './lookup.js';
