@@ -60,6 +60,7 @@ class StandInRuntime implements EmbeddableRuntime {
       holes: 0,
       mismatches: 0,
       chunksDroppedForCapacity: 0,
+      lookupsDeferred: 0,
     };
   }
   close(): Promise<void> {

@@ -226,6 +226,7 @@ export class OffloadRuntime {
       holes: s.holes,
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
+      lookupsDeferred: s.lookupsDeferred,
     };
   }
 

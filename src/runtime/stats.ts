@@ -38,4 +38,6 @@ export interface RuntimeStats {
   holes: number;
   mismatches: number;
   chunksDroppedForCapacity: number;
+  /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
+  lookupsDeferred: number;
 }

@@ -1,0 +1,111 @@
+// The runtime's load path uses the one lookup decision: the same hybrid prompt
+// submitted three times hits on the second and third request in every run,
+// whatever the copy threads' speed (issue 16's repeat); a request that would
+// load chunks another request is loading is deferred and then hits.
+import { describe, expect, it } from 'vitest';
+import { resolveConfig } from '../src/config.js';
+import { loadHashing } from '../src/hashing.js';
+import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
+import { InlineTransferBackend } from '../src/runtime/backend.js';
+import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
+import { EngineSimulator } from '../src/runtime/engine-sim.js';
+import type { EngineSummary } from '../src/runtime/engine-sim.js';
+import { HasherLoop } from '../src/runtime/hasher-loop.js';
+import { UNSET } from '../src/runtime/protocol.js';
+import { OffloadRuntime } from '../src/runtime/runtime.js';
+import { StoreLoop } from '../src/runtime/store-loop.js';
+import { readStat } from '../src/runtime/stats.js';
+import { SMALL_HYBRID, checkAndClose } from './runtime-helpers.js';
+
+const REPEAT = { promptLength: 4096, prefixId: 7, sharedPrefixTokens: 4096, maxDecodeTokens: 4 };
+
+describe('the hybrid repeat through OffloadRuntime.submit', () => {
+  it('the second and third of three equal 4,096-token prompts hit 63 chunks (the default hybrid model)', async () => {
+    const rt = await OffloadRuntime.start();
+    const summaries = [];
+    for (let i = 0; i < 3; i += 1) {
+      summaries.push(await rt.submit(REPEAT));
+      await new Promise((r) => setTimeout(r, 300));
+    }
+    expect(summaries.map((s) => s.status)).toEqual(['finished', 'finished', 'finished']);
+    expect(summaries[0]!.hitChunks).toBe(0);
+    // Every chunk of both groups was stored: the sliding window never slid past an unstored chunk.
+    expect(summaries[0]!.chunksStored).toBe(128);
+    // 4,095 tokens may hit (the last is recomputed): 63 chunks of 64 after the EAGLE tail.
+    expect(summaries[1]!.hitChunks).toBe(63);
+    expect(summaries[2]!.hitChunks).toBe(63);
+    await checkAndClose(rt, summaries);
+  });
+
+  it('hits too when the copies of the first request are still in flight at the second lookup (deferred, then hit)', async () => {
+    const rt = await OffloadRuntime.start({ transferDelayMs: 20 });
+    const first = await rt.submit(REPEAT);
+    const second = await rt.submit(REPEAT);
+    expect(first.hitChunks).toBe(0);
+    expect(second.hitChunks).toBe(63);
+    await checkAndClose(rt, [first, second]);
+  });
+});
+
+describe('the runtime loops from one thread', () => {
+  it('a second request that would load what another is loading is deferred, then hits', async () => {
+    const config = resolveConfig(SMALL_HYBRID);
+    const views = new RuntimeViews(config, createRuntimeBuffers(config));
+    const hashing = await loadHashing();
+    let now = 0;
+    const ended: EngineSummary[] = [];
+    const engine = new EngineSimulator(
+      views,
+      hashing,
+      { ended: (s) => ended.push(s) },
+      { stepTokenBudget: 4096, abortQueuedRate: 0, abortRunningRate: 0, stepMs: 0, seed: 5 },
+      () => {},
+      () => now,
+    );
+    const hasher = new HasherLoop(views, hashing, { hashesPerWake: 16 });
+    const allocator = new AllocatorLoop(views, {
+      lag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
+      now: () => now,
+    });
+    const backend = new InlineTransferBackend({
+      gpuArena: views.buffers.gpuArena,
+      tierArena: views.buffers.tierArena,
+      pins: views.buffers.state.pins,
+      wordsPerBlock: views.geometry.wordsPerBlock,
+      blocksPerChunk: views.geometry.blocksPerChunk,
+    });
+    const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
+    const runUntil = (done: () => boolean) => {
+      for (let round = 0; round < 100_000 && !done(); round += 1) {
+        engine.step();
+        hasher.step();
+        allocator.step();
+        store.step();
+        now += 0.5;
+      }
+      expect(done()).toBe(true);
+    };
+    const submit = (requestId: number) =>
+      engine.add({
+        requestId,
+        ...REPEAT,
+        promptLength: 400,
+        sharedPrefixTokens: 400,
+        abortAfterTokens: UNSET,
+      });
+    submit(1);
+    runUntil(() => ended.length === 1 && store.jobsInFlight === 0);
+    // Both arrive together: the first to look up locks the prefix for its load, the other waits for it.
+    submit(2);
+    submit(3);
+    runUntil(() => ended.length === 3);
+    // 400 tokens: 399 may hit, 49 whole chunks after the EAGLE tail of the full-attention group.
+    expect(ended.map((s) => [s.requestId, s.hitChunks])).toEqual([
+      [1, 0],
+      [2, 49],
+      [3, 49],
+    ]);
+    expect(readStat(views.stats, 'lookupsDeferred')).toBeGreaterThan(0);
+    expect(readStat(views.stats, 'loadMismatches')).toBe(0);
+  });
+});
