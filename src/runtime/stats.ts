@@ -38,6 +38,8 @@ export interface RuntimeStats {
   holes: number;
   mismatches: number;
   chunksDroppedForCapacity: number;
+  /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
+  chunksDroppedUnready: number;
   /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
   lookupsDeferred: number;
 }
