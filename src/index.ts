@@ -109,3 +109,6 @@ export type {
   LookupRequest,
   LookupResult,
 } from './lookup.js';
+export { promptKeys } from './lookup.js';
+export type { LoadChunk, LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
+export type { ExternalLoadResult, ExternalLookupAnswer } from './runtime/external-load.js';

@@ -4,7 +4,9 @@
 // load chunks another request is loading is deferred and then hits.
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
+import { InvalidArgumentError } from '../src/errors.js';
 import { loadHashing } from '../src/hashing.js';
+import { promptKeys } from '../src/lookup.js';
 import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
 import { InlineTransferBackend } from '../src/runtime/backend.js';
 import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
@@ -15,7 +17,7 @@ import { UNSET } from '../src/runtime/protocol.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import { StoreLoop } from '../src/runtime/store-loop.js';
 import { readStat } from '../src/runtime/stats.js';
-import { SMALL_HYBRID, checkAndClose } from './runtime-helpers.js';
+import { SMALL_HYBRID, checkAndClose, settle } from './runtime-helpers.js';
 
 const REPEAT = { promptLength: 4096, prefixId: 7, sharedPrefixTokens: 4096, maxDecodeTokens: 4 };
 
@@ -107,5 +109,79 @@ describe('the runtime loops from one thread', () => {
     ]);
     expect(readStat(views.stats, 'lookupsDeferred')).toBeGreaterThan(0);
     expect(readStat(views.stats, 'loadMismatches')).toBe(0);
+  });
+});
+
+describe('external mode: a host engine uses the same lookup and load', () => {
+  const HYBRID = {
+    groups: [
+      { kind: 'full' as const, tokensPerBlock: 4, eagle: true },
+      { kind: 'sliding-window' as const, tokensPerBlock: 4, windowTokens: 16 },
+    ],
+    blocksPerChunk: 2,
+    tokensPerHash: 4,
+    maxRequests: 8,
+    maxBlocksPerRequest: 128,
+    gpuBlocks: 512,
+    tierChunks: 256,
+    bytesPerBlock: 64,
+  };
+
+  it('stores a prompt, looks it up, loads the hit into new blocks with the right bytes', async () => {
+    const rt = await OffloadRuntime.start({ config: HYBRID, external: true });
+    const host = rt.external!;
+    const hashing = await loadHashing();
+    const prompt = Array.from({ length: 66 }, (_, i) => (i * 13 + 5) % 997);
+    const keys = promptKeys(rt.config, hashing, prompt);
+    expect(await host.lookup(prompt)).toMatchObject({ deferred: false, hitTokens: 0 });
+
+    // The first request computes the whole prompt: 17 blocks per group, 8 whole chunks keyed.
+    const a = host.scheduler.open({ requestId: 1, promptTokens: prompt });
+    for (let g = 0; g < 2; g += 1) {
+      const blocks = host.pool.allocate(17)!;
+      for (let p = 0; p < 16; p += 1) host.roles.writeBlock(blocks[p]!, keys[g]![p >> 1]!, p);
+      host.allocator.appendBlocks(a, g, blocks);
+    }
+    host.scheduler.progress(a, 66, 0);
+    host.scheduler.finish(a);
+    await host.whenDrained(a);
+    host.release(a);
+    await settle(rt);
+
+    const answer = await host.lookup(prompt);
+    if (answer.deferred) throw new Error('a lookup after the copies completed is not deferred');
+    // 65 tokens may hit; the EAGLE group's widened query hits 8 chunks and drops the last: 7.
+    expect(answer.hitTokens).toBe(56);
+    expect(answer.hitChunks).toEqual([7, 7]);
+    const b = host.scheduler.open({
+      requestId: 2,
+      promptTokens: prompt,
+      hitChunks: answer.hitChunks,
+    });
+    host.allocator.appendBlocks(b, 0, host.pool.allocate(14)!);
+    // The window ends at the hit (2 chunks = 4 blocks); below it the SW group holds null blocks.
+    host.allocator.appendBlocks(b, 1, [
+      ...new Array<number>(10).fill(0),
+      ...host.pool.allocate(4)!,
+    ]);
+    const loaded = await host.load(b, answer);
+    expect(loaded).toEqual({ ok: true, blocksLoaded: 18, mismatches: 0 });
+    expect(rt.stats().mismatches).toBe(0);
+    // A hit that is not loaded is given back.
+    const again = await host.lookup(prompt);
+    expect(again.deferred === false && again.hitTokens).toBe(56);
+    host.cancel(again);
+    await expect(host.load(b, again)).rejects.toBeInstanceOf(InvalidArgumentError);
+    host.scheduler.abort(b);
+    await host.whenDrained(b);
+    host.release(b);
+    await settle(rt);
+    await rt.close();
+    expect(rt.leakReport()).toMatchObject({
+      blocksInUse: 0,
+      pinsOutstanding: 0,
+      slotsInUse: 0,
+      tierEntriesReading: 0,
+    });
   });
 });
