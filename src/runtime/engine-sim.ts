@@ -460,8 +460,11 @@ export class EngineSimulator {
     r.admittedSeq = ++this.admitted;
     this.live.push(r);
     const { config } = this.views;
-    const tpc = Math.min(...config.groups.map((g) => g.tokensPerChunk));
-    if (!this.options.loadFromTier || r.promptLength < tpc) {
+    const tpc = config.groups[0]!.tokensPerChunk;
+    // A hit is counted in chunks common to every group: with groups of
+    // different chunk sizes the runtime loads nothing (the store would answer 0).
+    const sameChunks = config.groups.every((g) => g.tokensPerChunk === tpc);
+    if (!this.options.loadFromTier || r.promptLength < tpc || !sameChunks) {
       this.open(r, 0);
       return;
     }
@@ -527,6 +530,12 @@ export class EngineSimulator {
       this.open(r, a[2]!);
     } else {
       invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
+      if (a[2] !== 1) {
+        // The copy failed: its blocks hold whatever they held. Never serve them
+        // as a hit (F11): recompute from zero into the same blocks.
+        r.phase = 'running';
+        return;
+      }
       this.verifyLoad(r);
       const tpc = this.views.config.groups[0]!.tokensPerChunk;
       r.computed = r.hit * tpc;

@@ -50,6 +50,13 @@ export interface StoreLoopOptions {
   faultAfterTasks?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
+  /**
+   * Test-only: a lookup counts tier entries still being written as hits and
+   * loads them at once, so a load overlaps the store writing the same chunks.
+   * Exists so the runtime fuzzer can show what deferring on pending entries
+   * prevents; never turn it on otherwise.
+   */
+  unsafeLoadWhileWriting?: boolean;
 }
 
 export interface JobEvent {
@@ -144,6 +151,7 @@ export class StoreLoop {
   private readonly delayMs: number;
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
+  private readonly loadWhileWriting: boolean;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
@@ -186,6 +194,7 @@ export class StoreLoop {
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
     this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
+    this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -393,16 +402,33 @@ export class StoreLoop {
           chunks.push({ group: plan.group, chunk: c });
         }
       }
-      const slots = this.tier.prepareLoad(locked);
-      for (const k of locked) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-      this.locks.set(tag, { keys: locked, slots, chunks, hit });
+      const { keys: prepared, slots } = this.protect(locked);
+      for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
+      this.locks.set(tag, { keys: prepared, slots, chunks, hit });
     }
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+  }
+
+  /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
+  private protect(keys: bigint[]): { keys: bigint[]; slots: number[] } {
+    if (!this.loadWhileWriting) return { keys, slots: this.tier.prepareLoad(keys) };
+    const prepared: bigint[] = [];
+    const slots: number[] = [];
+    for (const k of keys) {
+      const w = this.writing.get(k);
+      if (w !== undefined) slots.push(w.slot);
+      else {
+        prepared.push(k);
+        slots.push(this.tier.prepareLoad([k])[0]!);
+      }
+    }
+    return { keys: prepared, slots };
   }
 
   /** A key's state for lookups: whole and readable, being written or read (pending), or missing. */
   private chunkState(k: bigint, force: boolean): ChunkState {
     const bpc = this.views.config.blocksPerChunk;
+    if (this.loadWhileWriting && this.writing.get(k)?.positions.length === bpc) return 'hit';
     if (this.readable.get(k)?.positions.length === bpc) {
       return !force && this.beingLoaded.has(k) ? 'pending' : 'hit';
     }
