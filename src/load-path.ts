@@ -70,7 +70,7 @@ export class LoadPath {
   private readonly policy: CursorPolicy;
   private readonly store: StoreRole;
   private readonly snap: RequestSnapshot;
-  /** Per slot: store jobs handed out and not completed. */
+  /** Per slot: chunks of store jobs handed out and not completed. */
   private readonly storesInFlight: Int32Array;
   private readonly loads = new Map<number, LoadJob>();
   /** Keys read by loads in flight, with how many loads read each. */
@@ -254,14 +254,15 @@ export class LoadPath {
     if (this.loads.has(handle.slot)) throw new IllegalTransitionError(event, 'loading');
   }
 
+  /** One more chunk of `slot` dispatched for store (the planner's observer calls this). */
   storeDispatched(slot: number): void {
     invariant(!this.loads.has(slot), `slot ${slot} stores while it loads`);
     this.storesInFlight[slot]! += 1;
   }
 
-  storeCompleted(slot: number): void {
-    invariant(this.storesInFlight[slot]! > 0, `slot ${slot} has a store in flight`);
-    this.storesInFlight[slot]! -= 1;
+  storeCompleted(slot: number, chunks: number): void {
+    invariant(this.storesInFlight[slot]! >= chunks, `slot ${slot} has ${chunks} chunks in flight`);
+    this.storesInFlight[slot]! -= chunks;
   }
 
   private chunkState(k: bigint): ChunkState {

@@ -64,10 +64,23 @@ export class LocalOffload {
     this.hasher = hasher;
     this.allocator = new AllocatorRole(state);
     this.tier = options.tier ?? new HostTier(config.tierChunks);
-    this.planner = new StorePlanner(state, this.tier, options);
+    const loadPath = new LoadPath(state, this.tier, hashing, options.cursorPolicy ?? 'block-level');
+    this.loadPath = loadPath;
+    // The load path counts each request's chunks in flight from the planner itself,
+    // so passes run through `planner.pass()` directly count as well as plan().
+    const user = options.observer;
+    this.planner = new StorePlanner(state, this.tier, {
+      ...options,
+      observer: {
+        ...user,
+        chunk: (slot, generation, group, chunk, outcome) => {
+          if (outcome === 'stored') loadPath.storeDispatched(slot);
+          user?.chunk?.(slot, generation, group, chunk, outcome);
+        },
+      },
+    });
     this.reader = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
-    this.loadPath = new LoadPath(state, this.tier, hashing, options.cursorPolicy ?? 'block-level');
   }
 
   static async create(
@@ -132,14 +145,12 @@ export class LocalOffload {
   }
   /** One store-planning pass over every request. */
   plan(): StoreJob[] {
-    const jobs = this.planner.pass();
-    for (const job of jobs) this.loadPath.storeDispatched(job.slot);
-    return jobs;
+    return this.planner.pass();
   }
   /** Completes a job as the transfer role would: publish in the tier, unpin. */
   complete(job: StoreJob, success = true): void {
     this.planner.complete(job, success);
-    this.loadPath.storeCompleted(job.slot);
+    this.loadPath.storeCompleted(job.slot, job.chunks.length);
   }
 
   /**

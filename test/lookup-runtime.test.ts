@@ -21,7 +21,7 @@ import { SMALL_HYBRID, checkAndClose, settle } from './runtime-helpers.js';
 
 const REPEAT = { promptLength: 4096, prefixId: 7, sharedPrefixTokens: 4096, maxDecodeTokens: 4 };
 
-describe('the hybrid repeat through OffloadRuntime.submit', () => {
+describe('regression: a repeated hybrid prompt hit nothing when its window slid past chunks the store had not taken (issue 16)', () => {
   it('the second and third of three equal 4,096-token prompts hit 63 chunks (the default hybrid model)', async () => {
     const rt = await OffloadRuntime.start();
     const summaries = [];
