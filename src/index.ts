@@ -89,6 +89,7 @@ export type {
   ReportRequestTrace,
   ReportSummaryRow,
 } from './report/data.js';
+export type { ExternalRuntime } from './runtime/runtime.js';
 export {
   DEFER,
   combineLevels,
