@@ -129,7 +129,7 @@ describe('external mode: a host engine uses the same lookup and load', () => {
 
   it('stores a prompt, looks it up, loads the hit into new blocks with the right bytes', async () => {
     const rt = await OffloadRuntime.start({ config: HYBRID, external: true });
-    const host = rt.external!;
+    const host = rt.external;
     const hashing = await loadHashing();
     const prompt = Array.from({ length: 66 }, (_, i) => (i * 13 + 5) % 997);
     const keys = promptKeys(rt.config, hashing, prompt);
