@@ -57,6 +57,8 @@ export interface StoreLoopOptions {
    * prevents; never turn it on otherwise.
    */
   unsafeLoadWhileWriting?: boolean;
+  /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
+  onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
 }
 
 export interface JobEvent {
@@ -222,10 +224,11 @@ export class StoreLoop {
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       observer,
-      ...(recorder
+      ...(recorder || options.onPlanPoint
         ? {
             onPlanPoint: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => {
-              if (point === 'snapshot') recorder.onSnapshot(snap);
+              if (point === 'snapshot') recorder?.onSnapshot(snap);
+              options.onPlanPoint?.(point, snap);
             },
           }
         : {}),
