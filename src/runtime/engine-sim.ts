@@ -43,7 +43,7 @@ import {
   UNSET,
 } from './protocol.js';
 import { Random } from './random.js';
-import { encodeLookup } from './lookup-record.js';
+import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 
@@ -204,6 +204,7 @@ export class EngineSimulator {
   private readonly storeAnswers: SpscRing;
   private readonly toAllocator: Outbox;
   private readonly toStore: Outbox;
+  private readonly storeRecordWordsMax: number;
   private readonly eagle: boolean;
   private readonly maxTokensPerBlock: number;
   private readonly byId = new Map<number, SimRequest>();
@@ -253,7 +254,9 @@ export class EngineSimulator {
     this.allocAnswers = views.ring('allocAnswer');
     this.storeAnswers = views.ring('storeAnswer');
     this.toAllocator = new Outbox(views.ring('allocRequest'));
-    this.toStore = new Outbox(views.ring('storeRequest'));
+    const storeRequests = views.ring('storeRequest');
+    this.storeRecordWordsMax = storeRequests.recordWordsMax;
+    this.toStore = new Outbox(storeRequests);
     this.eagle = this.options.eagleDraftTokens > 0 && views.config.groups.some((g) => g.eagle);
     this.maxTokensPerBlock = Math.max(...views.config.groups.map((g) => g.tokensPerBlock));
     this.wake = wake;
@@ -464,17 +467,18 @@ export class EngineSimulator {
     // A hit is counted in chunks common to every group: with groups of
     // different chunk sizes the runtime loads nothing (the store would answer 0).
     const sameChunks = config.groups.every((g) => g.tokensPerChunk === tpc);
-    if (!this.options.loadFromTier || r.promptLength < tpc || !sameChunks) {
+    // Every key of the prompt (as many as a ring record holds): the lookup decides how much may be loaded.
+    const numTokens = lookupTokensThatFit(config, r.promptLength, this.storeRecordWordsMax);
+    if (!this.options.loadFromTier || numTokens < tpc || !sameChunks) {
       this.open(r, 0);
       return;
     }
-    // Every key of the prompt: the lookup decides how much of it may be loaded.
-    this.ensureKeys(r, r.promptLength);
+    this.ensureKeys(r, numTokens);
     // A request deferred for too long takes what is readable now (the wait is bounded).
     const force = r.deferredSinceMs >= 0 && this.now() - r.deferredSinceMs > LOOKUP_DEFER_MS_MAX;
     r.phase = 'lookup';
     this.outstanding += 1;
-    this.toStore.send(encodeLookup(config, r.id, r.promptLength, force, (g, c) => r.keys[g]![c]!));
+    this.toStore.send(encodeLookup(config, r.id, numTokens, force, (g, c) => r.keys[g]![c]!));
   }
 
   private open(r: SimRequest, hit: number): void {

@@ -16,7 +16,7 @@ import { checkHandle } from '../roles/handle.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { encodeLookup } from './lookup-record.js';
+import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import { Outbox } from './outbox.js';
 import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, OP_LOAD, OP_UNLOCK } from './protocol.js';
 import type { SpscRing } from './rings.js';
@@ -51,6 +51,7 @@ export class ExternalLoadPath {
   private readonly config: Config;
   private readonly views: RuntimeViews;
   private readonly toStore: Outbox;
+  private readonly storeRecordWordsMax: number;
   private readonly answers: SpscRing;
   private readonly waiting = new Map<number, (record: Int32Array) => void>();
   /** Hits looked up and neither loaded nor cancelled: tag -> answer. */
@@ -62,7 +63,9 @@ export class ExternalLoadPath {
   constructor(config: Config, buffers: RuntimeBuffers, ring: () => void) {
     this.config = config;
     this.views = new RuntimeViews(config, buffers);
-    this.toStore = new Outbox(this.views.ring('storeRequest'));
+    const storeRequests = this.views.ring('storeRequest');
+    this.storeRecordWordsMax = storeRequests.recordWordsMax;
+    this.toStore = new Outbox(storeRequests);
     this.answers = this.views.ring('storeAnswer');
     this.ring = ring;
   }
@@ -84,7 +87,7 @@ export class ExternalLoadPath {
     const record = encodeLookup(
       this.config,
       tag,
-      promptTokens.length,
+      lookupTokensThatFit(this.config, promptTokens.length, this.storeRecordWordsMax),
       options.force === true,
       (g, c) => keys[g]![c]!,
     );

@@ -17,6 +17,27 @@ export function lookupKeyCount(config: Config, group: number, numTokens: number)
 }
 
 /**
+ * The prompt tokens a lookup may cover so that its record, and the load
+ * record of any hit it answers, fit in a ring record of `recordWordsMax`
+ * words. A longer prompt is looked up as its prefix of that many whole chunks
+ * (plus one token, so no chunk is lost to the recomputed last token).
+ */
+export function lookupTokensThatFit(
+  config: Config,
+  promptTokens: number,
+  recordWordsMax: number,
+): number {
+  const groups = config.groups.length;
+  const chunks = Math.min(
+    Math.floor((recordWordsMax - 4) / (2 * groups)),
+    Math.floor((recordWordsMax - 2) / (config.blocksPerChunk * groups)),
+  );
+  if (chunks < 1) return 0;
+  const tpc = Math.max(...config.groups.map((g) => g.tokensPerChunk));
+  return Math.min(promptTokens, chunks * tpc + 1);
+}
+
+/**
  * `force`: the request was deferred for too long; pending entries now count
  * as what they are right now (being written: miss; being read: hit).
  */
