@@ -65,6 +65,7 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedForCapacity: 0,
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
+      lookupsDeferred: 0,
       tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
     };
   }

@@ -31,7 +31,11 @@ interface Run {
   retryAtMs: number;
   /** Keys this resolution promoted into the host tier (counted as lower-level hits, not host hits). */
   promoted: Set<bigint>;
+  startedAtMs: number;
 }
+
+/** Resolutions not asked about for this long are dropped (their request is gone). */
+const RUN_AGE_MS_MAX = 60_000;
 
 /** A lower level answered "pending": look again after this long. */
 const PENDING_RETRY_MS = 5;
@@ -94,7 +98,10 @@ export class LowerLookups {
   }
 
   private start(tag: number, view: LookupView, promoted: Set<bigint>): void {
-    const run: Run = { state: 'running', retryAtMs: 0, promoted };
+    // A request that ended while deferred never asks again: forget resolutions that old.
+    const now = performance.now();
+    for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
+    const run: Run = { state: 'running', retryAtMs: 0, promoted, startedAtMs: now };
     this.runs.set(tag, run);
     this.resolve(view, run).then(
       (pending) => {

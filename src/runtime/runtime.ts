@@ -258,6 +258,7 @@ export class OffloadRuntime {
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
+      lookupsDeferred: s.lookupsDeferred,
       tiers: readTierStats(this.views.tierStats),
     };
   }
