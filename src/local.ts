@@ -111,7 +111,11 @@ export class LocalOffload {
   plan(): StoreJob[] {
     return this.planner.pass();
   }
-  /** Completes a job as the transfer role would: publish in the tier, unpin. */
+  /**
+   * Completes a job as the transfer role would: publish in the tier, unpin.
+   * Throws InvalidArgumentError, having changed nothing, for a job never
+   * issued by plan() or already completed.
+   */
   complete(job: StoreJob, success = true): void {
     this.planner.complete(job, success);
   }

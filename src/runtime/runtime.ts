@@ -33,6 +33,7 @@ import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { ExternalHost } from './external.js';
+import { validateSimRequest } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 
 export type { RuntimeStats } from './stats.js';
@@ -100,6 +101,8 @@ export interface RequestSummary {
   hitChunks: number;
   preemptions: number;
   holes: number;
+  /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
+  reason?: string;
 }
 
 /** What close() found left over; every field is 0 after a clean run. */
@@ -174,8 +177,13 @@ export class OffloadRuntime {
     return rt;
   }
 
-  /** Submits a simulated request to the built-in engine; resolves when it finished or was aborted. */
-  submit(req: SimRequest = {}): Promise<RequestSummary> {
+  /**
+   * Submits a simulated request to the built-in engine; resolves when it
+   * finished or was aborted. Checked by the same rules as the HTTP layer's:
+   * rejects with InvalidArgumentError (or RequestCapacityError when its prompt
+   * can never fit the GPU pool) and sends nothing.
+   */
+  submit(req: SimRequest): Promise<RequestSummary> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closing) return Promise.reject(new ClosedError('runtime'));
     if (this.external) {
@@ -192,7 +200,7 @@ export class OffloadRuntime {
     }
     let record: number[];
     try {
-      record = this.encode(req, this.nextRequestId);
+      record = this.encode(validateSimRequest(req, this.config), this.nextRequestId);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
@@ -407,6 +415,7 @@ export class OffloadRuntime {
       hitChunks: e.hitChunks,
       preemptions: e.preemptions,
       holes: p.store?.holes ?? 0,
+      ...(e.reason === undefined ? {} : { reason: e.reason }),
     });
   }
 
@@ -427,46 +436,18 @@ export class OffloadRuntime {
     await Promise.all([...this.workers.values()].map((w) => w.terminate()));
   }
 
+  /** A record for the submit ring; `req` passed validateSimRequest (the one validator). */
   private encode(req: SimRequest, requestId: number): number[] {
-    if (typeof req !== 'object' || req === null) {
-      throw new InvalidArgumentError('request', 'must be an object');
-    }
-    const max = this.config.maxTokensPerRequest - 1;
-    const optInt = (name: keyof SimRequest, min: number, limit: number): number => {
-      const v = req[name];
-      if (v === undefined) return UNSET;
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > limit) {
-        throw new InvalidArgumentError(name, `must be an integer in [${min}, ${limit}]`);
-      }
-      return v;
-    };
     const tokens = req.promptTokens;
-    if (tokens !== undefined) {
-      if (!Array.isArray(tokens) || tokens.length < 1 || tokens.length > max) {
-        throw new InvalidArgumentError('promptTokens', `must be an array of 1 to ${max} token IDs`);
-      }
-      for (let i = 0; i < tokens.length; i += 1) {
-        const t = tokens[i];
-        if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0x7fffffff) {
-          throw new InvalidArgumentError(`promptTokens[${i}]`, 'must be an integer in [0, 2^31)');
-        }
-      }
-    }
-    let length = optInt('promptLength', 1, max);
-    if (tokens !== undefined) length = tokens.length;
-    else if (length === UNSET) length = Math.min(1024, max);
-    const prefixId = optInt('prefixId', 0, 0x7fffffff);
-    const shared = optInt('sharedPrefixTokens', 0, max);
-    const decode = optInt('maxDecodeTokens', 1, max);
-    const abortAfter = optInt('abortAfterTokens', 0, 0x7fffffff);
+    const length = tokens?.length ?? req.promptLength!;
     const record = [
       OP_SUBMIT,
       requestId,
       length,
-      prefixId,
-      shared === UNSET ? 0 : shared,
-      decode,
-      abortAfter,
+      req.prefixId ?? UNSET,
+      req.sharedPrefixTokens ?? 0,
+      req.maxDecodeTokens ?? UNSET,
+      req.abortAfterTokens ?? UNSET,
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
