@@ -36,6 +36,7 @@ type ReportedStats = Pick<
   | 'allocationRetries'
   | 'tierHits'
   | 'chunksDroppedForCapacity'
+  | 'chunksDroppedUnready'
   | 'snapshotRetries'
   | 'bytesCopied'
 >;
@@ -148,6 +149,7 @@ export async function runSimulate(
     allocationRetries: stats.allocationRetries,
     tierHits: stats.tierHits,
     chunksDroppedForCapacity: stats.chunksDroppedForCapacity,
+    chunksDroppedUnready: stats.chunksDroppedUnready,
     snapshotRetries: stats.snapshotRetries,
     bytesCopied: stats.bytesCopied,
     gbPerSecond: runSeconds > 0 ? stats.bytesCopied / runSeconds / 1e9 : 0,
@@ -205,6 +207,7 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     ['tier allocation retries', String(r.allocationRetries)],
     ['tier hits on reuse', `${r.tierHits} chunks`],
     ['dropped for capacity', String(r.chunksDroppedForCapacity)],
+    ['dropped, never ready', String(r.chunksDroppedUnready)],
     ['bytes copied', `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s)`],
     ['tier entries verified', String(r.entriesVerified)],
     ['holes', zero(r.holes)],

@@ -100,6 +100,11 @@ export interface RequestSummary {
   chunksDeferred: number;
   hitChunks: number;
   preemptions: number;
+  /** Chunks token-ready when the request ended, summed over groups (0 if it never held a slot). */
+  tokenChunks: number;
+  /** Of those, chunks accounted for without being stored: loaded, already present, slid out, or counted as dropped. */
+  chunksCounted: number;
+  /** Token-ready chunks neither stored nor counted (must be 0). */
   holes: number;
   /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
   reason?: string;
@@ -234,6 +239,7 @@ export class OffloadRuntime {
       holes: s.holes,
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
+      chunksDroppedUnready: s.chunksDroppedUnready,
     };
   }
 
@@ -414,6 +420,8 @@ export class OffloadRuntime {
       chunksDeferred: p.store?.chunksDeferred ?? 0,
       hitChunks: e.hitChunks,
       preemptions: e.preemptions,
+      tokenChunks: p.store?.tokenChunks ?? 0,
+      chunksCounted: p.store?.chunksCounted ?? 0,
       holes: p.store?.holes ?? 0,
       ...(e.reason === undefined ? {} : { reason: e.reason }),
     });
