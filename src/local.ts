@@ -2,10 +2,11 @@
 // shared-memory layout and the same role code the workers use. For tests, for
 // the demo, and for anyone who wants to see the rule work step by step.
 import { resolveConfig } from './config.js';
-import { InvalidArgumentError, invariant } from './errors.js';
+import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
 import type { Config, ConfigInput } from './config.js';
 import type { StoreJob } from './job.js';
 import { loadHashing } from './hashing.js';
+import { T_DRAINED_GENERATION } from './layout.js';
 import { StorePlanner } from './planner.js';
 import type { PlannerCounters, PlannerOptions } from './planner.js';
 import { offloadableTokens, readyPrefix, tokenChunks } from './ready.js';
@@ -111,8 +112,22 @@ export class LocalOffload {
   abort(handle: RequestHandle): void {
     this.scheduler.abort(handle);
   }
-  /** Frees the request's blocks and its slot; returns the block IDs it held. */
+  /**
+   * Frees the request's blocks and its slot; returns the block IDs it held.
+   * Only once the store drained it (after finish or abort and a pass), as the
+   * external host requires: before that its final pass has not run, so
+   * releasing would lose its last chunks. IllegalTransitionError otherwise.
+   */
   release(handle: RequestHandle): number[] {
+    checkHandle(this.state, handle);
+    // A plain read of the drained mark: a snapshot would adopt the store line (a write).
+    const mark = Atomics.load(
+      this.state.control,
+      this.state.storeWord(handle.slot, T_DRAINED_GENERATION),
+    );
+    if (mark !== handle.generation) {
+      throw new IllegalTransitionError('release', 'not yet drained by the store');
+    }
     const freed = this.allocator.clear(handle);
     this.scheduler.release(handle);
     return freed;

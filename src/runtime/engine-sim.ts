@@ -200,6 +200,8 @@ class SimRequest {
  */
 const ALLOC_FAILURES_MAX = 2000;
 const RECORDS_PER_STEP_MAX = 256;
+/** Least time between two sends of a refused allocation. */
+const ALLOC_RETRY_MS = 1;
 /** Share of the pool kept free at admission. */
 const WATERMARK_FRACTION = 0.02;
 
@@ -236,6 +238,7 @@ export class EngineSimulator {
   private reservedBlocks = 0;
   private runSeqNext = 0;
   private lastPlanMs = -Infinity;
+  private lastRetryMs = -Infinity;
   private readonly now: () => number;
   private readonly counters = {
     requests: 0,
@@ -247,6 +250,7 @@ export class EngineSimulator {
     tokensComputed: 0,
     tierHits: 0,
     loadMismatches: 0,
+    recordsRefused: 0,
   };
   /** Notified after every publish so lagging roles wake. */
   private readonly wake: () => void;
@@ -309,7 +313,12 @@ export class EngineSimulator {
   // --- arrivals ---
 
   private submit(r: Int32Array): void {
-    invariant(r[0] === OP_SUBMIT, 'submit ring carries submissions');
+    // The ring is shared memory any producer can write: a record that is not a
+    // well-formed submission is refused and counted, and starts nothing.
+    if (!this.wellFormed(r)) {
+      this.counters.recordsRefused += 1;
+      return;
+    }
     const s: EngineSubmission = {
       requestId: r[1]!,
       promptLength: r[2]!,
@@ -321,6 +330,23 @@ export class EngineSimulator {
     const explicit = r[7]!;
     if (explicit > 0) s.promptTokens = r.subarray(8, 8 + explicit);
     this.add(s);
+  }
+
+  /** [SUBMIT, id, length, prefixId, shared, decode, abortAfter, explicit, ...tokens] within range. */
+  private wellFormed(r: Int32Array): boolean {
+    if (r.length < 8 || r[0] !== OP_SUBMIT) return false;
+    const [, id, length, prefixId, shared, decode, abortAfter, explicit] = r as unknown as number[];
+    const max = this.views.config.maxTokensPerRequest - 1;
+    if (id! < 0 || this.byId.has(id!)) return false;
+    if (length! < 1 || length! > max) return false;
+    if (prefixId! < UNSET || shared! < 0 || shared! > max) return false;
+    if (decode !== UNSET && (decode! < 1 || decode! > max)) return false;
+    if (abortAfter! < UNSET) return false;
+    if (explicit! < 0 || r.length !== 8 + explicit! || (explicit! > 0 && explicit !== length)) {
+      return false;
+    }
+    for (let i = 8; i < r.length; i += 1) if (r[i]! < 0) return false;
+    return true;
   }
 
   /** Adds a request directly (single-thread drivers); the ring path calls this too. */
@@ -630,8 +656,12 @@ export class EngineSimulator {
   private finishStep(closing: boolean): boolean {
     const retry = this.stepRequests.filter((r) => r.phase === 'running' && r.retry);
     if (retry.length > 0) {
-      if (this.now() - this.lastPlanMs < this.options.stepMs) return false;
-      this.lastPlanMs = this.now();
+      // Backs off (the worker parks) instead of spinning against the allocator
+      // while the copies that hold the blocks finish.
+      if (this.now() - this.lastRetryMs < Math.max(this.options.stepMs, ALLOC_RETRY_MS)) {
+        return false;
+      }
+      this.lastRetryMs = this.now();
       for (const r of retry) {
         if (r.allocFailures >= ALLOC_FAILURES_MAX) {
           // Backstop: let the rest of the step commit; it resumes later.
@@ -875,6 +905,8 @@ export class EngineSimulator {
       const take = sampled.slice(0, room);
       r.tokens.set(take, r.numTokens);
       r.numTokens += take.length; // local only: the shared count is published below
+      // Drafts cut off by the request's capacity are not known tokens, so not computed ones.
+      r.computed = Math.min(r.computed, r.numTokens);
       // The published horizon may already cover these tokens: their chunks' bytes go first.
       this.writeBytesUpTo(r, Math.min(r.publishedHorizon, r.numTokens));
       this.scheduler.appendTokens(h, take);

@@ -16,7 +16,8 @@ import {
   TimeoutError,
   WorkerFailedError,
 } from '../errors.js';
-import { S_GENERATION } from '../layout.js';
+import { OWNER_ROLES, S_GENERATION } from '../layout.js';
+import { closeRoles } from '../roles/claim.js';
 import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
@@ -149,7 +150,8 @@ export class OffloadRuntime {
   private readonly exited = new Map<RoleName, Promise<void>>();
   private readonly finals = new Map<RoleName, Record<string, number>>();
   private readonly pending = new Map<number, Pending>();
-  private readonly verifies = new Map<number, (r: VerifyReport) => void>();
+  /** verify() calls the store has not answered yet: each settles exactly once. */
+  private readonly verifies = new Map<number, PendingVerify>();
   private readonly emitter = new EventEmitter();
   private readonly backlog: number[][] = [];
   private backlogTimer: NodeJS.Timeout | undefined;
@@ -240,23 +242,35 @@ export class OffloadRuntime {
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
       chunksDroppedUnready: s.chunksDroppedUnready,
+      recordsRefused: s.recordsRefused,
     };
   }
 
-  /** Every readable tier entry's bytes against its key, plus the hole and double-store counts so far. */
+  /**
+   * Every readable tier entry's bytes against its key, plus the hole and
+   * double-store counts so far. Rejects with WorkerFailedError if a worker
+   * fails before the answer, and with ClosedError once close() has begun (a
+   * call pending when close() stops the store is rejected then).
+   */
   verify(): Promise<VerifyReport> {
     if (this.failure) return Promise.reject(this.failure);
-    if (this.closed) return Promise.reject(new ClosedError('runtime'));
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
     const store = this.workers.get('store');
     if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
     const id = this.nextVerifyId++;
     this.hold();
-    return new Promise<VerifyReport>((resolve) => {
-      this.verifies.set(id, (report) => {
-        this.release();
-        // Only main writes this word: the mismatches verify found, added up.
-        Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
-        resolve(report);
+    return new Promise<VerifyReport>((resolve, reject) => {
+      this.verifies.set(id, {
+        resolve: (report) => {
+          this.release();
+          // Only main writes this word: the mismatches verify found, added up.
+          Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
+          resolve(report);
+        },
+        reject: (err) => {
+          this.release();
+          reject(err);
+        },
       });
       store.postMessage({ type: 'verify', id });
     });
@@ -393,7 +407,7 @@ export class OffloadRuntime {
       case 'verified': {
         const done = this.verifies.get(m.id);
         this.verifies.delete(m.id);
-        done?.(m.report);
+        done?.resolve(m.report);
         return;
       }
       case 'final':
@@ -432,11 +446,17 @@ export class OffloadRuntime {
     this.failure = new WorkerFailedError(role, cause);
     for (const [, p] of this.pending) p.reject(this.failure);
     this.pending.clear();
-    for (const [, done] of this.verifies) done(failedVerify());
-    this.verifies.clear();
+    this.rejectVerifies(this.failure);
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
     void this.terminateAll();
+  }
+
+  /** Settles every unanswered verify() with `err` (each exactly once). */
+  private rejectVerifies(err: Error): void {
+    const pending = [...this.verifies.values()];
+    this.verifies.clear();
+    for (const v of pending) v.reject(err);
   }
 
   private async terminateAll(): Promise<void> {
@@ -524,10 +544,15 @@ export class OffloadRuntime {
       for (const role of ['scheduler', 'store', 'allocator', 'hasher'] as const) {
         if (this.failure) break;
         await this.stop(role, deadline);
+        // The store is gone: a verify it did not answer never will be.
+        if (role === 'store') this.rejectVerifies(new ClosedError('runtime'));
       }
     }
     await this.terminateAll();
     this.closed = true;
+    this.rejectVerifies(this.failure ?? new ClosedError('runtime'));
+    // Role views (the host's in external mode) refuse every write from now on.
+    closeRoles(this.views.state, OWNER_ROLES);
     if (this.backlogTimer) clearTimeout(this.backlogTimer);
     for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
     this.pending.clear();
@@ -587,16 +612,9 @@ export class OffloadRuntime {
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
 
-function failedVerify(): VerifyReport {
-  return {
-    ok: false,
-    entriesChecked: 0,
-    blocksChecked: 0,
-    mismatches: 0,
-    holes: 0,
-    doubleStores: 0,
-    mismatchKeys: [],
-  };
+interface PendingVerify {
+  resolve: (r: VerifyReport) => void;
+  reject: (e: Error) => void;
 }
 
 function validateOptions(o: RuntimeOptions): void {

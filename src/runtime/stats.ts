@@ -40,4 +40,6 @@ export interface RuntimeStats {
   chunksDroppedForCapacity: number;
   /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
   chunksDroppedUnready: number;
+  /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
+  recordsRefused: number;
 }
