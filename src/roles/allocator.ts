@@ -51,10 +51,35 @@ export class AllocatorRole {
 
   constructor(state: SharedState, options: AllocatorRoleOptions = {}) {
     this.state = state;
-    this.claim = new RoleClaim(state, 'allocator');
     this.handedOut = options.handedOut;
     this.owner = new Int32Array(state.config.gpuBlocks);
     this.seen = new Uint32Array(state.config.gpuBlocks);
+    // A view that takes the role over from another learns the tables it left.
+    this.claim = new RoleClaim(state, 'allocator', () => this.findOwners());
+  }
+
+  /**
+   * This view stops driving the allocator role so another view (usually on
+   * another thread) can take it over; it may take it back later if free.
+   */
+  handOff(): void {
+    this.claim.handOff();
+  }
+
+  /** Rebuilds the owner of every block from the live tables in shared memory. */
+  private findOwners(): void {
+    const { control, blocks } = this.state;
+    this.owner.fill(0);
+    for (let slot = 0; slot < this.state.config.maxRequests; slot += 1) {
+      const gen = Atomics.load(control, this.state.allocatorWord(slot, A_GENERATION));
+      if (gen !== Atomics.load(control, this.state.schedulerWord(slot, S_GENERATION))) continue;
+      for (let g = 0; g < this.state.groupCount; g += 1) {
+        const n = Atomics.load(control, this.state.allocatorWord(slot, A_BLOCK_COUNT + g));
+        const base = this.state.blockBase(slot, g);
+        for (let i = 0; i < n; i += 1)
+          if (blocks[base + i] !== 0) this.owner[blocks[base + i]!] = slot + 1;
+      }
+    }
   }
 
   /**

@@ -22,9 +22,11 @@ export class RoleClaim {
   private readonly word: number;
   private readonly token = newToken();
 
+  /** `onClaim` runs once each time this view takes the role (e.g. to rebuild its private tables). */
   constructor(
     state: SharedState,
     readonly role: OwnedRole,
+    private readonly onClaim: () => void = () => {},
   ) {
     this.control = state.control;
     this.word = state.ownerWord(role);
@@ -42,10 +44,22 @@ export class RoleClaim {
     if (owner === this.token) return;
     if (owner === OWNER_FREE) {
       const was = Atomics.compareExchange(this.control, this.word, OWNER_FREE, this.token);
-      if (was === OWNER_FREE) return;
+      if (was === OWNER_FREE) {
+        this.onClaim();
+        return;
+      }
       this.refuse(was);
     }
     this.refuse(owner);
+  }
+
+  /**
+   * Gives the role up (if this view holds it) so another view, usually on
+   * another thread, can take it: a hand-off after setup. Post the hand-off
+   * to the next thread only after this returns.
+   */
+  handOff(): void {
+    Atomics.compareExchange(this.control, this.word, this.token, OWNER_FREE);
   }
 
   private refuse(owner: number): never {

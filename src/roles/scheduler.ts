@@ -46,8 +46,23 @@ export class SchedulerRole {
 
   constructor(state: SharedState) {
     this.state = state;
-    this.claim = new RoleClaim(state, 'scheduler');
     this.freeSlots = [];
+    this.findFreeSlots();
+    // A view that takes the role over from another finds the free slots again.
+    this.claim = new RoleClaim(state, 'scheduler', () => this.findFreeSlots());
+  }
+
+  /**
+   * This view stops driving the scheduler role so another view (usually on
+   * another thread) can take it over; it may take it back later if free.
+   */
+  handOff(): void {
+    this.claim.handOff();
+  }
+
+  private findFreeSlots(): void {
+    const { state } = this;
+    this.freeSlots.length = 0;
     // Highest index first so pop() hands out slot 0 first.
     for (let slot = state.config.maxRequests - 1; slot >= 0; slot -= 1) {
       if ((Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION)) & 1) === 0)
