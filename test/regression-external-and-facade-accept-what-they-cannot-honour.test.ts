@@ -156,6 +156,13 @@ describe('regression: external mode accepts what it cannot honour (real threads)
         host.release(h);
       }
       expect(host.pool.inUse).toBe(0);
+      // The host's pool refuses a double free or a block it never handed out, freeing nothing.
+      const [p] = host.pool.allocate(1)!;
+      expect(() => host.pool.release([p!, p!])).toThrow(InvalidArgumentError);
+      expect(host.pool.inUse).toBe(1);
+      host.pool.release([p!]);
+      expect(() => host.pool.release([p!])).toThrow(InvalidArgumentError);
+      expect(host.pool.inUse).toBe(0);
     } finally {
       await rt.close();
     }

@@ -478,6 +478,18 @@ export class EngineSimulator {
       this.requestBlocks(r, n);
       did = true;
     }
+    // Tier hits waiting for room to load into, oldest first, ahead of new arrivals.
+    const hits = this.live.filter((r) => r.phase === 'hit-alloc' && !r.awaiting);
+    hits.sort((a, b) => a.admittedSeq - b.admittedSeq);
+    for (const r of hits) {
+      if (this.hitBlocks(r) <= this.freeBlocks()) {
+        this.requestHitBlocks(r);
+        did = true;
+      } else if (++r.allocFailures >= ALLOC_FAILURES_MAX) {
+        this.giveUpHit(r);
+        did = true;
+      } else waiting = true;
+    }
     // Admissions, in arrival order, behind any preempted request: a slot, room
     // under maxRunning, and room for its first prefill chunk.
     let admitBlocks = 0;
@@ -501,13 +513,6 @@ export class EngineSimulator {
       admitBlocks += need;
       this.admit(r);
       did = true;
-    }
-    // Hit allocations that failed earlier are retried here.
-    for (const r of this.live) {
-      if (r.phase === 'hit-alloc' && !r.awaiting) {
-        this.requestHitBlocks(r);
-        did = true;
-      }
     }
     return did;
   }
@@ -726,15 +731,20 @@ export class EngineSimulator {
       hitChunks: new Array<number>(groups).fill(hit),
       ...(this.options.offload ? {} : { maxOffloadTokens: 0 }),
     });
-    if (hit > 0 && this.hitBlocks(r) <= this.freeBlocks()) {
+    if (hit > 0) {
       r.phase = 'hit-alloc';
-      this.requestHitBlocks(r);
+      // Else it waits for room in plan (like vLLM's waiting queue), bounded.
+      if (this.hitBlocks(r) <= this.freeBlocks()) this.requestHitBlocks(r);
     } else {
-      // No hit, or the pool cannot hold it now: recompute from zero (the cursor
-      // still starts after the hit; those chunks are in the tier).
-      if (hit > 0) this.toStore.send([OP_UNLOCK, r.id]);
       this.setRunning(r);
     }
+  }
+
+  /** Gives a tier hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier). */
+  private giveUpHit(r: SimRequest): void {
+    this.toStore.send([OP_UNLOCK, r.id]);
+    this.setRunning(r);
+    r.allocFailures = 0;
   }
 
   private hitBlocks(r: SimRequest): number {
@@ -861,10 +871,7 @@ export class EngineSimulator {
     this.unreserve(r);
     r.allocFailures += 1;
     if (r.allocFailures < ALLOC_FAILURES_MAX) return; // retried next plan
-    // Give the hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier).
-    this.toStore.send([OP_UNLOCK, r.id]);
-    this.setRunning(r);
-    r.allocFailures = 0;
+    this.giveUpHit(r);
   }
 
   private preempt(r: SimRequest): void {

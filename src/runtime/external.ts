@@ -205,8 +205,23 @@ class HostBlockPool extends GpuBlockPool {
     if (this.closed()) throw new ClosedError('the external block pool');
     return super.allocate(n);
   }
+  /** Refuses (InvalidArgumentError, nothing freed) an ID not handed out, or given twice. */
   override release(blocks: readonly number[]): void {
     if (this.closed()) throw new ClosedError('the external block pool');
+    if (!Array.isArray(blocks))
+      throw new InvalidArgumentError('blocks', 'must be an array of block IDs');
+    const seen = new Set<number>();
+    for (let i = 0; i < blocks.length; i += 1) {
+      const b = blocks[i]!;
+      if (b === 0) continue;
+      if (!this.isAllocated(b) || seen.has(b)) {
+        throw new InvalidArgumentError(
+          `blocks[${i}]`,
+          `block ${String(b)} is not handed out by this pool (or is given twice)`,
+        );
+      }
+      seen.add(b);
+    }
     super.release(blocks);
   }
 }
