@@ -48,6 +48,7 @@ class StandInRuntime implements EmbeddableRuntime {
       completed: this.counters.completed,
       aborted: 0,
       preemptions: 0,
+      recordsRefused: 0,
       chunksStored: this.counters.stored,
       chunksDeferred: 1,
       chunksDeferredThenStored: 1,

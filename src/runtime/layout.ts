@@ -59,6 +59,11 @@ export const STATS = [
     writer: 'scheduler',
     doc: 'loaded blocks whose bytes did not match their key',
   },
+  {
+    name: 'recordsRefused',
+    writer: 'scheduler',
+    doc: 'malformed submit-ring records refused (nothing was started for them)',
+  },
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
   {

@@ -44,4 +44,6 @@ export interface RuntimeStats {
   chunksUnreachable: number;
   /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
   lookupsDeferred: number;
+  /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
+  recordsRefused: number;
 }
