@@ -3,6 +3,9 @@
 // breaks, and a bad one throws InvalidArgumentError (exit 2, one line).
 import { InvalidArgumentError } from '../errors.js';
 
+/** --transfer-threads on every command: the runtime's own limit (more threads than cores only queue). */
+export const TRANSFER_THREADS_MAX = 64;
+
 /** An integer option in [min, max]; `undefined` stays undefined (the default applies). */
 export function intOption(
   name: string,

@@ -1,13 +1,12 @@
 // `kvoff simulate` options: from commander's strings to a validated plan
 // (config, lag, engine and workload). Pure, so every rule is unit-tested
 // without starting a runtime.
-import { availableParallelism } from 'node:os';
 import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
 import { resolveConfig } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
-import { intOption, intOptionOr, numberOption } from './options.js';
+import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
 
 /** Named group layouts for --groups; anything else is parsed as a spec. */
 export const GROUP_PRESETS: Readonly<Record<string, GroupInput[]>> = {
@@ -182,12 +181,11 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     promptTokens,
   );
   const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, SIMULATE_DEFAULTS.seed);
-  const threadsMax = Math.max(4, availableParallelism() * 2);
   const transferThreads = intOptionOr(
     '--transfer-threads',
     raw.transferThreads,
     1,
-    threadsMax,
+    TRANSFER_THREADS_MAX,
     SIMULATE_DEFAULTS.transferThreads,
   );
   const traceRequests = intOptionOr(

@@ -82,7 +82,10 @@ export interface SimRequest {
   /** Explicit prompt; otherwise one is drawn from the fields below. */
   promptTokens?: number[];
   promptLength?: number;
-  /** Requests with the same prefixId share their first sharedPrefixTokens tokens. */
+  /**
+   * Requests with the same prefixId share their first sharedPrefixTokens
+   * tokens (the whole prompt when sharedPrefixTokens is not given).
+   */
   prefixId?: number;
   sharedPrefixTokens?: number;
   maxDecodeTokens?: number;
@@ -202,6 +205,11 @@ export class OffloadRuntime {
       this.hold();
       this.send(record);
     });
+  }
+
+  /** The worker failure that stopped this runtime, if any: submit() and verify() then reject with it. */
+  get failedWith(): WorkerFailedError | undefined {
+    return this.failure;
   }
 
   /** A synchronous snapshot of the shared counters. */
@@ -464,7 +472,8 @@ export class OffloadRuntime {
       requestId,
       length,
       prefixId,
-      shared === UNSET ? 0 : shared,
+      // A prefixId alone shares the whole prompt: the same id and length give the same prompt.
+      shared !== UNSET ? shared : prefixId !== UNSET ? length : 0,
       decode,
       abortAfter,
     ];
