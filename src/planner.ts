@@ -88,6 +88,12 @@ export interface PlannerCounters {
   chunksSkippedNull: number;
   /** Chunk-passes where a chunk was token-ready but not ready (its key or blocks lagged). */
   chunksDeferred: number;
+  /**
+   * Token-ready chunks the cursor moved past without storing them, because their
+   * key or blocks lagged: a legacy policy's holes (legacy-zip), never deferrals.
+   * Always 0 under ready-prefix.
+   */
+  chunksSkippedUnready: number;
   allocationFailures: number;
   chunksDroppedForCapacity: number;
   /** Chunks of an ended request whose keys still lagged after FINAL_WAIT_VISITS_MAX visits. */
@@ -149,6 +155,7 @@ export class StorePlanner {
       chunksAlreadyPresent: 0,
       chunksSkippedNull: 0,
       chunksDeferred: 0,
+      chunksSkippedUnready: 0,
       allocationFailures: 0,
       chunksDroppedForCapacity: 0,
       chunksTransferFailed: 0,
@@ -210,6 +217,7 @@ export class StorePlanner {
     const offloadable = offloadableTokens(snap, config);
     let candidateCount = 0;
     let deferred = 0;
+    let skipped = 0;
     let keyLag = 0;
     let advances = false;
     for (let g = 0; g < this.state.groupCount; g += 1) {
@@ -234,8 +242,12 @@ export class StorePlanner {
         invariant(false, `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`);
       }
       candidateCount += w.end - w.start;
-      this.deferredFrom[g] = Math.max(w.ready, w.start);
-      deferred += Math.max(0, w.tokenChunks - this.deferredFrom[g]!);
+      // Unready chunks below advanceTo are passed by the cursor (skipped), the rest wait (deferred).
+      const unreadyFrom = Math.max(w.ready, w.start);
+      const waitingFrom = Math.min(w.tokenChunks, Math.max(unreadyFrom, w.advanceTo));
+      skipped += Math.max(0, waitingFrom - unreadyFrom);
+      this.deferredFrom[g] = waitingFrom;
+      deferred += Math.max(0, w.tokenChunks - waitingFrom);
       // Chunks whose blocks are published but whose keys are not: the hasher
       // hashes every known token of an occupied slot, so these always come.
       keyLag += Math.max(
@@ -286,6 +298,7 @@ export class StorePlanner {
     }
 
     this.countDeferred(deferred);
+    this.counters.chunksSkippedUnready += skipped;
     this.counters.chunksSkippedNull += nulls;
     const drain = ended && (keyLag === 0 || this.finalWaitOver(slot, snap.generation, keyLag));
     if (chunks.length === 0) {

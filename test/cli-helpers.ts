@@ -54,4 +54,7 @@ export const SMALL_WORKLOAD = [
   '1',
   '--lag-jitter-ms',
   '4',
+  // Room for the workload's chunks without eviction; keeps the shared memory small.
+  '--tier-chunks',
+  '2048',
 ] as const;

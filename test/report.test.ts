@@ -14,6 +14,7 @@ function pass(tMs: number, over: Partial<ReportPass> = {}): ReportPass {
     cursorAfter: 3,
     stored: 0,
     deferred: 0,
+    skipped: 0,
     ...over,
   };
 }

@@ -49,6 +49,7 @@ class StandInRuntime implements EmbeddableRuntime {
       preemptions: 0,
       chunksStored: this.counters.stored,
       chunksDeferred: 1,
+      chunksSkippedUnready: 0,
       chunksDeferredThenStored: 1,
       allocationRetries: 0,
       tierHits: 0,

@@ -44,7 +44,8 @@ export function numberOption(
 ): number | undefined {
   if (raw === undefined) return undefined;
   const text = raw.trim();
-  if (!/^\d+(\.\d+)?$|^\.\d+$/.test(text)) {
+  // Signs are part of the number: -0.1 is out of range, not "not a number".
+  if (!/^[-+]?(\d+(\.\d+)?|\.\d+)$/.test(text)) {
     throw new InvalidArgumentError(name, `"${raw}" is not a number`);
   }
   const value = Number(text);

@@ -222,6 +222,7 @@ export class OffloadRuntime {
       preemptions: s.preemptions,
       chunksStored: s.chunksStored,
       chunksDeferred: s.chunksDeferred,
+      chunksSkippedUnready: s.chunksSkippedUnready,
       chunksDeferredThenStored: s.chunksDeferredThenStored,
       allocationRetries: s.allocationRetries,
       tierHits: s.tierHits,
@@ -392,6 +393,12 @@ export class OffloadRuntime {
       }
       case 'final':
         this.finals.set(m.role, m.report);
+        return;
+      case 'traces':
+        // Traced requests the store saw before it failed, up to the failure.
+        for (const t of m.traces) {
+          if (this.traces.length < (this.options.traceSlots ?? 0)) this.traces.push(t);
+        }
         return;
       case 'failed':
         this.fail(m.role, m.cause);

@@ -19,6 +19,11 @@ const COUNTERS = [
     'chunk-passes where a token-ready chunk was not ready yet',
   ],
   [
+    'chunksSkippedUnready',
+    'kvoff_chunks_skipped_unready_total',
+    'token-ready chunks the cursor passed unstored (a legacy policy; 0 under ready-prefix)',
+  ],
+  [
     'chunksDeferredThenStored',
     'kvoff_chunks_deferred_then_stored_total',
     'stored chunks that had been deferred before',
