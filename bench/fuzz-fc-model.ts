@@ -17,6 +17,7 @@ export interface FcSearch {
   readonly policy: StorePolicy;
   readonly pins: boolean;
   readonly revalidate?: boolean;
+  readonly settle?: boolean;
   readonly watch?: readonly InvariantName[];
 }
 
@@ -31,6 +32,7 @@ export async function runFcSchedule(
     policy: search.policy,
     pins: search.pins,
     ...(search.revalidate === false ? { revalidate: false } : {}),
+    ...(search.settle === false ? { settle: false } : {}),
     hashing,
     ...(search.watch ? { watch: new Set(search.watch) } : {}),
   });

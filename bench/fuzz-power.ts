@@ -1,6 +1,6 @@
 // Fuzzing power: how many schedules each search needs to find each bug.
 //
-// For every target (a policy, pins on or off, and the invariants watched) and
+// For every target (a policy, an unsafe variant or none, and the invariants watched) and
 // every search engine (kvoff's simulator with the random or the PCT strategy,
 // and fast-check's fc.scheduler over the promise-based model in
 // fuzz-fc-model.ts), 20 independent searches (different base seeds) run until
@@ -36,6 +36,8 @@ interface Target {
   readonly policy: StorePolicy;
   readonly pins: boolean;
   readonly revalidate?: boolean;
+  /** False: the end-of-request protocol off (planner's unsafeSkipSettle). */
+  readonly settle?: boolean;
   readonly watch?: readonly InvariantName[];
 }
 
@@ -56,6 +58,13 @@ const TARGETS: readonly Target[] = [
     pins: true,
     revalidate: false,
     watch: ['mispairing'],
+  },
+  {
+    name: 'no settle protocol, chunks lost at the end',
+    policy: 'ready-prefix',
+    pins: true,
+    settle: false,
+    watch: ['hole'],
   },
 ];
 
@@ -98,6 +107,7 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
           policy: target.policy,
           pins: target.pins,
           ...(target.revalidate === false ? { revalidate: false } : {}),
+          ...(target.settle === false ? { settle: false } : {}),
           ...(target.watch ? { watch: target.watch } : {}),
         },
         baseSeed(k),
@@ -114,6 +124,7 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
       schedules: SIM_BUDGET,
       shrink: false,
       ...(target.revalidate === false ? { revalidate: false } : {}),
+      ...(target.settle === false ? { settle: false } : {}),
       ...(target.watch ? { watch: target.watch } : {}),
     });
     perSeed.push(r.violations > 0 ? r.schedules : null);

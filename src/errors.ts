@@ -17,7 +17,8 @@ export type KvoffErrorCode =
   | 'KVOFF_WORKER_FAILED'
   | 'KVOFF_CLOSED'
   | 'KVOFF_TIMEOUT'
-  | 'KVOFF_QUEUE_FULL';
+  | 'KVOFF_QUEUE_FULL'
+  | 'KVOFF_BLOCKS_SETTLED';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -160,4 +161,22 @@ export function invariant(condition: unknown, message: string): asserts conditio
 function describe(cause: unknown): string {
   if (cause instanceof Error) return cause.message;
   return String(cause);
+}
+
+/**
+ * Thrown when block IDs are appended to a request generation whose blocks the
+ * allocator already settled (published its end-of-request mark); nothing was changed.
+ */
+export class BlocksSettledError extends KvoffError {
+  readonly slot: number;
+  readonly generation: number;
+  constructor(slot: number, generation: number) {
+    super(
+      'KVOFF_BLOCKS_SETTLED',
+      `blocks of slot ${slot} generation ${generation} are settled: no block ID may be appended after the request's end was handled`,
+    );
+    this.name = 'BlocksSettledError';
+    this.slot = slot;
+    this.generation = generation;
+  }
 }

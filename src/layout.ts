@@ -66,7 +66,8 @@ export const H_KEY_COUNT = 2; // + group
 // Allocator line: per-group block IDs, under a seqlock for non-append changes.
 export const A_GENERATION = 0;
 export const A_SEQ = 1;
-export const A_BLOCK_COUNT = 2; // + group
+export const A_SETTLED_GENERATION = 2;
+export const A_BLOCK_COUNT = 3; // + group
 // Store line: cursors and the final-pass marker.
 export const T_GENERATION = 0;
 export const T_DRAINED_GENERATION = 1;
@@ -146,6 +147,13 @@ export const FIELDS: readonly FieldSpec[] = [
     false,
     A_SEQ,
     'seqlock: odd while block IDs change other than by append',
+  ),
+  f(
+    'settledGeneration',
+    'allocator',
+    false,
+    A_SETTLED_GENERATION,
+    "set to the generation once the allocator handled the request's end: every block ID it will ever publish for it is published, and appends are refused from then on",
   ),
   f('blockCount', 'allocator', true, A_BLOCK_COUNT, 'GPU block IDs published per group'),
   f('storeGeneration', 'store', false, T_GENERATION, 'generation the store line belongs to'),

@@ -84,6 +84,16 @@ export class LocalOffload {
   appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
     this.allocator.appendBlocks(handle, group, blockIds);
   }
+  /**
+   * Allocator role, at the end of a request (after finish or abort): every block
+   * ID of it is appended, none will follow (a later append throws
+   * BlocksSettledError). Until then the final pass waits, bounded, for block IDs
+   * of token-ready chunks that are still missing; after it, what is missing is
+   * counted in chunksDroppedUnready.
+   */
+  settle(handle: RequestHandle): void {
+    this.allocator.settle(handle);
+  }
   nullBlock(handle: RequestHandle, group: number, position: number): number {
     return this.allocator.nullBlock(handle, group, position);
   }

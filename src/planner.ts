@@ -8,7 +8,7 @@ import { invariant } from './errors.js';
 import type { StoreChunk, StoreJob } from './job.js';
 import { SNAPSHOT_RETRIES_MAX, Status } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
-import { emptyWindow, offloadableTokens, storeWindow, tokenChunks } from './ready.js';
+import { emptyWindow, keysExpected, offloadableTokens, storeWindow, tokenChunks } from './ready.js';
 import type { StorePolicy, StoreWindow } from './ready.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
 import type { SharedState } from './state.js';
@@ -18,25 +18,30 @@ import type { OffloadTier } from './tier/types.js';
 export const FINAL_STORE_ATTEMPTS_MAX = 3;
 
 /**
- * Visits an ended request may wait for lagging keys (of chunks whose blocks are
- * published) before its final pass drains it anyway. Its blocks are held until
- * it drains, so waiting is what lets the last chunks of a request finished
- * under hasher lag be stored at all; the bound keeps a stalled hasher from
- * holding them forever (what is left is counted in chunksDroppedUnready, never
- * silent). Blocks are not waited for: nothing tells the store role whether more
- * will be published for an ended request.
+ * The end-of-request protocol, bound of its wait. An ended request whose
+ * token-ready chunks are not all ready waits (its blocks are held until it
+ * drains) until both sources are settled: the allocator's mark that every
+ * block ID of the generation is published (`blocksSettled`), and every key its
+ * final tokens yield. Then whatever is still missing can never come and is
+ * counted in chunksDroppedUnready. This many visits bound the wait, so a
+ * stalled allocator or hasher cannot hold the blocks forever; what is missing
+ * at the bound is counted the same way. Never silent.
  */
 export const FINAL_WAIT_VISITS_MAX = 100_000;
 
 /** What happened to a chunk of a store window once the cursor moved over it. */
-export type ChunkOutcome = 'stored' | 'present' | 'null' | 'dropped';
+export type ChunkOutcome = 'stored' | 'present' | 'null' | 'dropped' | 'unready';
 
 /**
  * Optional hooks for drivers that check invariants (runtime, fuzzer, tests).
  * Called on the store role's thread; they must not write shared state.
  */
 export interface PlannerObserver {
-  /** A chunk the cursor moved over: dispatched, already in the tier, null (slid out), or dropped for capacity. */
+  /**
+   * A chunk the cursor moved over: dispatched, already in the tier, null (slid
+   * out), or dropped for capacity; or a token-ready chunk of an ended request
+   * counted in chunksDroppedUnready ('unready': its keys or blocks never came).
+   */
   chunk?(
     slot: number,
     generation: number,
@@ -64,6 +69,16 @@ export interface PlannerOptions {
    * snapshot and the pins) is caught only by it; never turn it off otherwise.
    */
   unsafeSkipRevalidate?: boolean;
+  /**
+   * Test-only: turn the end-of-request protocol off. The final pass of an
+   * ended request neither waits for its blocks and keys to settle nor counts
+   * what is missing: it drains at once, and chunks whose block IDs or keys
+   * were still on their way are lost silently (the bug the protocol fixes).
+   * Exists so the fuzzer can show it finds that loss; never turn it off otherwise.
+   */
+  unsafeSkipSettle?: boolean;
+  /** Visits an ended request waits for its blocks and keys to settle (default FINAL_WAIT_VISITS_MAX). */
+  finalWaitVisitsMax?: number;
   /**
    * Called at the points of planning one slot where another role's write can
    * land in real threads: after the snapshot's counts are read ('snapshot')
@@ -96,7 +111,11 @@ export interface PlannerCounters {
   chunksSkippedUnready: number;
   allocationFailures: number;
   chunksDroppedForCapacity: number;
-  /** Chunks of an ended request whose keys still lagged after FINAL_WAIT_VISITS_MAX visits. */
+  /**
+   * Token-ready chunks of an ended request that were never ready: their keys
+   * or blocks were settled without them, or still missing after the final
+   * wait's bound (or the tier refused the request's final offers).
+   */
   chunksDroppedUnready: number;
   /** Chunks of jobs completed with success = false: their cursor moved on, so they are counted, never silent. */
   chunksTransferFailed: number;
@@ -115,6 +134,8 @@ export class StorePlanner {
   private readonly config: Config;
   private readonly skipPins: boolean;
   private readonly skipRevalidate: boolean;
+  private readonly skipSettle: boolean;
+  private readonly finalWaitVisitsMax: number;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
@@ -136,6 +157,12 @@ export class StorePlanner {
     this.policy = options.policy ?? 'ready-prefix';
     this.skipPins = options.unsafeSkipPins ?? false;
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
+    this.skipSettle = options.unsafeSkipSettle ?? false;
+    this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
+    invariant(
+      Number.isInteger(this.finalWaitVisitsMax) && this.finalWaitVisitsMax >= 1,
+      'finalWaitVisitsMax is a positive integer',
+    );
     this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
@@ -218,7 +245,7 @@ export class StorePlanner {
     let candidateCount = 0;
     let deferred = 0;
     let skipped = 0;
-    let keyLag = 0;
+    let keysPending = false;
     let advances = false;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const group = config.groups[g]!;
@@ -248,19 +275,25 @@ export class StorePlanner {
       skipped += Math.max(0, waitingFrom - unreadyFrom);
       this.deferredFrom[g] = waitingFrom;
       deferred += Math.max(0, w.tokenChunks - waitingFrom);
-      // Chunks whose blocks are published but whose keys are not: the hasher
-      // hashes every known token of an occupied slot, so these always come.
-      keyLag += Math.max(
-        0,
-        Math.min(w.tokenChunks, Math.floor(snap.blockCount[g]! / bpc)) -
-          Math.max(snap.keyCount[g]!, w.start),
-      );
+      // Keys of token-ready chunks the hasher has yet to publish (it hashes
+      // every known token of an occupied slot, so these always come).
+      if (
+        ended &&
+        snap.keyCount[g]! < Math.min(w.tokenChunks, keysExpected(snap.numTokens, group, config))
+      )
+        keysPending = true;
       if (w.advanceTo > snap.cursor[g]!) advances = true;
     }
-    if (candidateCount === 0 && !advances && (!ended || keyLag > 0)) {
+    // An ended request is final once nothing token-ready is missing, or once
+    // both its blocks and its keys are settled (what is missing never comes).
+    const settled = deferred === 0 || this.skipSettle || (snap.blocksSettled && !keysPending);
+    if (candidateCount === 0 && !advances && (!ended || !settled)) {
       this.countDeferred(deferred);
-      // An ended request whose keys lag waits (bounded) for them instead of draining.
-      if (ended && this.finalWaitOver(slot, snap.generation, keyLag)) this.advanceAll(true);
+      // An ended request waits (bounded) for its last block IDs and keys instead of draining.
+      if (ended && this.finalWaitOver(slot, snap.generation)) {
+        this.dropUnready(deferred);
+        this.advanceAll(true);
+      }
       return undefined;
     }
 
@@ -300,9 +333,10 @@ export class StorePlanner {
     this.countDeferred(deferred);
     this.counters.chunksSkippedUnready += skipped;
     this.counters.chunksSkippedNull += nulls;
-    const drain = ended && (keyLag === 0 || this.finalWaitOver(slot, snap.generation, keyLag));
+    const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
     if (chunks.length === 0) {
       this.reportNulls(nullChunks);
+      if (drain) this.dropUnready(deferred);
       this.advanceAll(drain);
       return undefined;
     }
@@ -315,7 +349,7 @@ export class StorePlanner {
       if (ended && this.finalAttemptFailed(slot, snap.generation)) {
         // Visible, counted, never silent: the tier could not take these even after retries.
         this.counters.chunksDroppedForCapacity += chunks.length;
-        this.counters.chunksDroppedUnready += deferred;
+        this.dropUnready(deferred);
         this.reportNulls(nullChunks);
         for (const c of chunks) this.report(c.group, c.chunk, 'dropped');
         this.advanceAll(true);
@@ -343,6 +377,7 @@ export class StorePlanner {
     this.counters.chunksAlreadyPresent += chunks.length - stored.length;
     this.reportNulls(nullChunks);
     this.tier.touch(keys);
+    if (drain) this.dropUnready(deferred);
     this.advanceAll(drain);
     if (stored.length === 0) return undefined;
     this.counters.jobs += 1;
@@ -388,16 +423,29 @@ export class StorePlanner {
       this.report(nullChunks[i]!, nullChunks[i + 1]!, 'null');
   }
 
-  /** Counts one more wait of an ended request; true (and the rest counted as dropped) once the bound is reached. */
-  private finalWaitOver(slot: number, generation: number, unready: number): boolean {
+  /** Counts one more wait of an ended request; true once the bound is reached. */
+  private finalWaitOver(slot: number, generation: number): boolean {
     if (this.finalWaitGeneration[slot] !== generation) {
       this.finalWaitGeneration[slot] = generation;
       this.finalWaits[slot] = 0;
     }
     this.finalWaits[slot]! += 1;
-    if (this.finalWaits[slot]! < FINAL_WAIT_VISITS_MAX) return false;
-    this.counters.chunksDroppedUnready += unready;
-    return true;
+    return this.finalWaits[slot]! >= this.finalWaitVisitsMax;
+  }
+
+  /**
+   * At the final pass: counts (and reports) the token-ready chunks that were
+   * not ready, they never will be. Not in the unsafe variant without the
+   * protocol, whose loss stays silent so the fuzzer can find it.
+   */
+  private dropUnready(deferred: number): void {
+    if (deferred === 0 || this.skipSettle) return;
+    this.counters.chunksDroppedUnready += deferred;
+    if (this.observer?.chunk === undefined) return;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const to = this.windows[g]!.tokenChunks;
+      for (let c = this.deferredFrom[g]!; c < to; c += 1) this.report(g, c, 'unready');
+    }
   }
 
   private finalAttemptFailed(slot: number, generation: number): boolean {

@@ -55,6 +55,17 @@ export function tokenChunks(facts: RequestFacts, group: GroupConfig, offloadable
   return n;
 }
 
+/**
+ * Keys of `group` the hasher will ever publish for a request of `numTokens`
+ * known tokens (it hashes every whole hash block of them, within the limits).
+ * Once the request ended its tokens are final, so a key count below
+ * min(tokenChunks, this) means keys still to come.
+ */
+export function keysExpected(numTokens: number, group: GroupConfig, config: Config): number {
+  const hashes = Math.min(Math.floor(numTokens / config.tokensPerHash), config.maxHashesPerRequest);
+  return Math.min(Math.floor(hashes / group.hashesPerChunk), config.maxChunksPerRequest);
+}
+
 /** ready = min(token chunks, keys, complete block chunks). */
 export function readyPrefix(
   tokenChunkCount: number,

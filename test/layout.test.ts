@@ -86,6 +86,7 @@ describe('FIELDS table', () => {
       keyCount: ['hasher', L.H_KEY_COUNT, true],
       allocatorGeneration: ['allocator', L.A_GENERATION, false],
       blockSeq: ['allocator', L.A_SEQ, false],
+      settledGeneration: ['allocator', L.A_SETTLED_GENERATION, false],
       blockCount: ['allocator', L.A_BLOCK_COUNT, true],
       storeGeneration: ['store', L.T_GENERATION, false],
       drainedGeneration: ['store', L.T_DRAINED_GENERATION, false],
@@ -143,8 +144,8 @@ describe('slot geometry', () => {
       expect(g.slotWords).toBe(g.storeLine + size('store'));
       expect(g.slotWords).toBeLessThan(4 * L.LINE_WORDS);
     }
-    // Two groups: 10 + 4 + 4 + 4 words.
-    expect(L.slotGeometry(2, false).slotWords).toBe(22);
+    // Two groups: 10 + 4 + 5 + 4 words.
+    expect(L.slotGeometry(2, false).slotWords).toBe(23);
   });
 });
 

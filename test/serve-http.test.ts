@@ -38,6 +38,8 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDeferred: 1,
       hitChunks: 0,
       preemptions: 0,
+      tokenChunks: 3,
+      chunksCounted: 0,
       holes: 0,
     };
   }
@@ -62,6 +64,7 @@ class StandInRuntime implements EmbeddableRuntime {
       holes: 0,
       mismatches: 0,
       chunksDroppedForCapacity: 0,
+      chunksDroppedUnready: 0,
     };
   }
   close(): Promise<void> {

@@ -34,6 +34,7 @@ interface FuzzFlags {
   seed?: string;
   pins: boolean;
   revalidate: boolean;
+  settle: boolean;
   json?: boolean;
   replay?: string;
   trace?: boolean;
@@ -54,6 +55,10 @@ export function registerFuzz(program: Command): void {
     .option('--seed <s>', 'first seed; schedule i runs with seed s+i (default: random)')
     .option('--no-pins', 'the unsafe variant: no pins and a pool that reuses pinned blocks')
     .option('--no-revalidate', 'the unsafe variant: the planner skips its snapshot re-validation')
+    .option(
+      '--no-settle',
+      'the unsafe variant: no end-of-request protocol (an ended request drains before its last block IDs and keys settle)',
+    )
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--replay <token>', 'run one recorded schedule again (the token a failure prints)')
     .option('--watch <invariants>', 'report only these invariants (comma-separated), e.g. hole')
@@ -116,6 +121,7 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       strategy,
       pins: flags.pins,
       ...(flags.revalidate ? {} : { revalidate: false }),
+      ...(flags.settle ? {} : { settle: false }),
       seed,
       ...(watch !== undefined ? { watch } : {}),
       ...(flags.keepGoing ? { keepGoing: true } : {}),
@@ -140,7 +146,7 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   }
   const out: string[] = [];
   out.push(
-    `kvoff fuzz: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}${flags.revalidate ? '' : ', re-validation OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
+    `kvoff fuzz: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}${flags.revalidate ? '' : ', re-validation OFF (unsafe variant)'}${flags.settle ? '' : ', settle protocol OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
   );
   out.push(
     rows([
@@ -186,6 +192,9 @@ async function replay(flags: FuzzFlags): Promise<void> {
   if (!flags.pins) throw new InvalidArgumentError('--no-pins', 'the replay token already fixes it');
   if (!flags.revalidate) {
     throw new InvalidArgumentError('--no-revalidate', 'the replay token already fixes it');
+  }
+  if (!flags.settle) {
+    throw new InvalidArgumentError('--no-settle', 'the replay token already fixes it');
   }
   const spec = decodeReplayToken(flags.replay!);
   const hashing = await loadHashing();
@@ -248,6 +257,7 @@ function jsonOf(report: FuzzReport): Record<string, unknown> {
     policy: report.policy,
     strategy: report.strategy,
     pins: report.pins,
+    ...(report.settle === false ? { settle: false } : {}),
     ...(report.watch ? { watch: report.watch } : {}),
     baseSeed: report.baseSeed,
     schedules: report.schedules,

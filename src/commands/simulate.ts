@@ -43,6 +43,7 @@ type ReportedStats = Pick<
   | 'allocationRetries'
   | 'tierHits'
   | 'chunksDroppedForCapacity'
+  | 'chunksDroppedUnready'
   | 'snapshotRetries'
   | 'bytesCopied'
 >;
@@ -165,6 +166,7 @@ export async function runSimulate(
     allocationRetries: stats.allocationRetries,
     tierHits: stats.tierHits,
     chunksDroppedForCapacity: stats.chunksDroppedForCapacity,
+    chunksDroppedUnready: stats.chunksDroppedUnready,
     snapshotRetries: stats.snapshotRetries,
     bytesCopied: stats.bytesCopied,
     gbPerSecond: runSeconds > 0 ? stats.bytesCopied / runSeconds / 1e9 : 0,
@@ -246,6 +248,7 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     [`tier allocation retries${TIMED}`, String(r.allocationRetries)],
     [`tier hits on reuse${TIMED}`, `${r.tierHits} chunks`],
     ['dropped for capacity', String(r.chunksDroppedForCapacity)],
+    ['dropped, never ready', String(r.chunksDroppedUnready)],
     [
       `bytes copied${TIMED}`,
       `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s, blocks of ${fmtBytes(r.workload.blockBytes)})` +

@@ -3,10 +3,22 @@
 // the count after the entries; every other change (preemption clear, nulling a
 // sliding-window position, adopting a reused slot) runs inside the slot's
 // seqlock so the store role can tell a torn read from a consistent one.
-import { InvalidArgumentError, RequestCapacityError, invariant } from '../errors.js';
-import { A_BLOCK_COUNT, A_GENERATION, A_SEQ } from '../layout.js';
+//
+// The end of a request: once the allocator has handled it (published every
+// block ID it answered for the request), it settles the generation's blocks
+// (`settle`): a word only it writes, stored after the last append, so a store
+// role that reads it set also sees every block count it will ever get. Appends
+// after that are refused; the store's final pass waits for it.
+import {
+  BlocksSettledError,
+  IllegalTransitionError,
+  InvalidArgumentError,
+  RequestCapacityError,
+  invariant,
+} from '../errors.js';
+import { A_BLOCK_COUNT, A_GENERATION, A_SEQ, A_SETTLED_GENERATION, Status } from '../layout.js';
 import type { SharedState } from '../state.js';
-import { checkHandle } from './handle.js';
+import { checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export class AllocatorRole {
@@ -32,6 +44,7 @@ export class AllocatorRole {
         );
       }
     }
+    if (this.settled(handle)) throw new BlocksSettledError(handle.slot, handle.generation);
     // Validate against this generation's count (0 before adoption) before any write,
     // so a rejected call changes nothing, not even the lazy adoption.
     const n = this.count(handle, group);
@@ -48,6 +61,37 @@ export class AllocatorRole {
     const base = this.state.blockBase(handle.slot, group);
     for (let i = 0; i < blockIds.length; i += 1) blocks[base + i + n] = blockIds[i]!;
     Atomics.store(control, countWord, n + blockIds.length);
+  }
+
+  /**
+   * Publishes that this ended request's blocks are settled: every block ID the
+   * allocator will ever append for this generation is published (call it after
+   * the last append). The store's final pass waits for this mark (bounded)
+   * before it counts still-missing chunks as dropped. Idempotent.
+   */
+  settle(handle: RequestHandle): void {
+    checkHandle(this.state, handle);
+    const status = statusOf(this.state, handle.slot);
+    if (status !== Status.finished && status !== Status.aborted) {
+      throw new IllegalTransitionError('settle the blocks of', statusName(status));
+    }
+    this.adopt(handle);
+    Atomics.store(
+      this.state.control,
+      this.state.allocatorWord(handle.slot, A_SETTLED_GENERATION),
+      handle.generation,
+    );
+  }
+
+  /** True once `settle` ran for this handle's generation. */
+  settled(handle: RequestHandle): boolean {
+    checkHandle(this.state, handle);
+    return (
+      Atomics.load(
+        this.state.control,
+        this.state.allocatorWord(handle.slot, A_SETTLED_GENERATION),
+      ) === handle.generation
+    );
   }
 
   /** Block IDs currently held in `group` (a copy). */

@@ -8,6 +8,7 @@ import {
   A_BLOCK_COUNT,
   A_GENERATION,
   A_SEQ,
+  A_SETTLED_GENERATION,
   H_GENERATION,
   H_KEY_COUNT,
   S_COMPUTED_TOKENS,
@@ -39,6 +40,8 @@ export class RequestSnapshot implements RequestFacts {
   scheduledTokens = 0;
   maxOffloadTokens = 0;
   drained = false;
+  /** The allocator settled this generation's blocks: the block counts read are final. */
+  blocksSettled = false;
   readonly keyCount: Int32Array;
   readonly blockCount: Int32Array;
   readonly cursor: Int32Array;
@@ -89,6 +92,10 @@ export class StoreRole {
     out.scheduledTokens = Atomics.load(control, s.schedulerWord(slot, S_SCHEDULED_TOKENS));
     out.maxOffloadTokens = control[s.schedulerWord(slot, S_MAX_OFFLOAD_TOKENS)]!;
     out.drained = control[s.storeWord(slot, T_DRAINED_GENERATION)] === generation;
+    // Before the block counts: the allocator stores the mark after its last
+    // append, so counts loaded after a set mark are the final ones.
+    out.blocksSettled =
+      Atomics.load(control, s.allocatorWord(slot, A_SETTLED_GENERATION)) === generation;
     const hashed = Atomics.load(control, s.hasherWord(slot, H_GENERATION)) === generation;
     const allocated = Atomics.load(control, s.allocatorWord(slot, A_GENERATION)) === generation;
     for (let g = 0; g < s.groupCount; g += 1) {

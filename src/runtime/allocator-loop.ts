@@ -2,9 +2,10 @@
 // scheduler's block requests at once but publishes the block IDs into shared
 // state only after a configurable lag (plus jitter), so block IDs really trail
 // token progress across threads (the seeds' race). Preemption clears, window
-// nulling and end-of-request frees go through AllocatorRole (seqlocked); an
-// ended request's blocks are freed only once the store role marked its
-// generation drained, so its final chunks can still be stored.
+// nulling and end-of-request frees go through AllocatorRole (seqlocked). At a
+// request's end it publishes what still lags and settles the generation's
+// blocks; its blocks are freed only once the store role marked the generation
+// drained, so its final chunks can still be stored.
 import { invariant } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
 import { T_DRAINED_GENERATION } from '../layout.js';
@@ -104,7 +105,11 @@ export class AllocatorLoop {
       this.nullRange({ slot: r[1]!, generation: r[2]! }, r[3]!, r[4]!, r[5]!);
     else if (op === OP_END) {
       const handle = { slot: r[2]!, generation: r[3]! };
+      // The end of the request: publish every block ID still lagging, then
+      // settle, so the store's final pass knows no more will come (the
+      // engine's finish reaches the store before this record reaches us).
       this.publishSlot(handle.slot, Infinity);
+      this.role.settle(handle);
       this.ends.push({ tag: r[1]!, handle });
     } else invariant(false, `allocator opcode ${op} is known`);
   }

@@ -86,6 +86,11 @@ export const STATS = [
     writer: 'store',
     doc: 'final chunks the tier could not take after retries',
   },
+  {
+    name: 'chunksDroppedUnready',
+    writer: 'store',
+    doc: "token-ready chunks of an ended request whose keys or block IDs never came (settled without them, or the final wait's bound passed)",
+  },
   { name: 'snapshotRetries', writer: 'store', doc: 'seqlock snapshots retried' },
   { name: 'bytesCopied', writer: 'store', doc: 'bytes copied by completed store jobs' },
   { name: 'jobsInFlight', writer: 'store', doc: 'store and load jobs submitted and not completed' },
@@ -94,7 +99,7 @@ export const STATS = [
   {
     name: 'holes',
     writer: 'store',
-    doc: 'chunks below a drained cursor never offered to the tier',
+    doc: 'token-ready chunks of an ended request neither stored nor counted as dropped',
   },
   {
     name: 'doubleStores',

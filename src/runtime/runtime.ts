@@ -102,6 +102,11 @@ export interface RequestSummary {
   chunksDeferred: number;
   hitChunks: number;
   preemptions: number;
+  /** Chunks token-ready when the request ended, summed over groups (0 if it never held a slot). */
+  tokenChunks: number;
+  /** Of those, chunks accounted for without being stored: loaded, already present, slid out, or counted as dropped. */
+  chunksCounted: number;
+  /** Token-ready chunks neither stored nor counted (must be 0). */
   holes: number;
 }
 
@@ -235,6 +240,7 @@ export class OffloadRuntime {
       holes: s.holes,
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
+      chunksDroppedUnready: s.chunksDroppedUnready,
     };
   }
 
@@ -421,6 +427,8 @@ export class OffloadRuntime {
       chunksDeferred: p.store?.chunksDeferred ?? 0,
       hitChunks: e.hitChunks,
       preemptions: e.preemptions,
+      tokenChunks: p.store?.tokenChunks ?? 0,
+      chunksCounted: p.store?.chunksCounted ?? 0,
       holes: p.store?.holes ?? 0,
     });
   }

@@ -40,4 +40,6 @@ export interface RuntimeStats {
   holes: number;
   mismatches: number;
   chunksDroppedForCapacity: number;
+  /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
+  chunksDroppedUnready: number;
 }

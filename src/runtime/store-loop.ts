@@ -11,6 +11,7 @@ import type { StoreJob } from '../job.js';
 import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
 import { StorePlanner } from '../planner.js';
 import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
+import { offloadableTokens, tokenChunks } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
@@ -30,6 +31,8 @@ export interface StoreLoopOptions {
   policy?: StorePolicy;
   /** Test-only: the planner does not pin and the transfer does not unpin. */
   unsafeSkipPins?: boolean;
+  /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
+  unsafeSkipSettle?: boolean;
   /** Test knob: every transfer task sleeps this long before copying. */
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
@@ -55,6 +58,14 @@ export interface DrainedRequest {
   status: 'finished' | 'aborted';
   chunksStored: number;
   chunksDeferred: number;
+  /** Chunks token-ready when the request ended, summed over groups. */
+  tokenChunks: number;
+  /**
+   * Of those, chunks accounted for without this generation storing them:
+   * loaded at admission, already in the tier, slid out of the window, or
+   * counted as dropped (for capacity, or never ready).
+   */
+  chunksCounted: number;
   holes: number;
   doubleStores: number;
   /** Per-pass windows, for a traced request only (options.traceRequests). */
@@ -191,6 +202,7 @@ export class StoreLoop {
     this.planner = new StorePlanner(views.state, this.tier, {
       policy: options.policy ?? 'ready-prefix',
       unsafeSkipPins: this.skipPins,
+      unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       observer,
       ...(recorder
         ? {
@@ -502,16 +514,34 @@ export class StoreLoop {
     this.markedTo[i] = Math.max(this.markedTo[i]!, end);
   }
 
-  /** Runs before the drained mark: the allocator cannot free (or the slot be reused) yet. */
+  /**
+   * Runs before the drained mark: the allocator cannot free (or the slot be
+   * reused) yet. A hole is a chunk that was token-ready when the request ended
+   * and was neither stored (or present, or slid out) nor counted as dropped,
+   * whether or not its keys or block IDs were ever published.
+   */
   private onDraining(snap: Readonly<RequestSnapshot>): void {
-    const { state } = this.views;
+    const { state, config } = this.views;
     const slot = snap.slot;
     this.adopt(slot, snap.generation);
     let holes = 0;
+    let tokenReady = 0;
+    let counted = 0;
+    const offloadable = offloadableTokens(snap, config);
     for (let g = 0; g < state.groupCount; g += 1) {
       const hit = Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
       const cov = this.coverage[slot * state.groupCount + g]!;
-      for (let c = hit; c < snap.cursor[g]!; c += 1) if ((cov[c]! & COVERED) === 0) holes += 1;
+      const end = Math.min(tokenChunks(snap, config.groups[g]!, offloadable), cov.length);
+      tokenReady += Math.max(end, 0);
+      counted += Math.min(hit, end); // loaded from the tier at admission
+      for (let c = hit; c < end; c += 1) {
+        const was = cov[c]!;
+        if ((was & COVERED) === 0) holes += 1;
+        else if ((was & STORED) === 0) counted += 1;
+      }
+      // Passed by the cursor beyond the end's token chunks (an abort's horizon shrank): still checked.
+      for (let c = Math.max(hit, end); c < Math.min(snap.cursor[g]!, cov.length); c += 1)
+        if ((cov[c]! & COVERED) === 0) holes += 1;
     }
     this.holes += holes;
     this.publishStats(); // before the drained event: main may read stats as soon as it arrives
@@ -526,6 +556,8 @@ export class StoreLoop {
       status: ended,
       chunksStored: this.slotStored[slot]!,
       chunksDeferred: this.slotDeferred[slot]!,
+      tokenChunks: tokenReady,
+      chunksCounted: counted,
       holes,
       doubleStores: this.slotDoubles[slot]!,
       ...(trace ? { trace } : {}),
@@ -546,6 +578,7 @@ export class StoreLoop {
     publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);
     publishStat(s, 'allocationRetries', c.allocationFailures);
     publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
+    publishStat(s, 'chunksDroppedUnready', c.chunksDroppedUnready);
     publishStat(s, 'snapshotRetries', c.snapshotRetries);
     publishStat(s, 'bytesCopied', this.bytesCopied);
     publishStat(s, 'jobsInFlight', this.jobsInFlight);

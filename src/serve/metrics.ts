@@ -42,9 +42,14 @@ const COUNTERS = [
     'final chunks the tier could not take after retries',
   ],
   [
+    'chunksDroppedUnready',
+    'kvoff_chunks_dropped_unready_total',
+    'token-ready chunks of ended requests whose keys or block IDs never came',
+  ],
+  [
     'holes',
     'kvoff_holes_total',
-    'chunks below a drained cursor never offered to the tier (must stay 0)',
+    'token-ready chunks of ended requests neither stored nor counted (must stay 0)',
   ],
   ['mismatches', 'kvoff_mismatches_total', 'tier bytes that did not match their key (must stay 0)'],
 ] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];

@@ -38,6 +38,7 @@ export const A_COMPLETE = 15;
 export const A_TICK = 16;
 export const A_SNAPSHOT = 17;
 export const A_PINNED = 18;
+export const A_SETTLE = 19;
 
 export const GROUP_SHIFT = 65536;
 
@@ -64,6 +65,8 @@ export class SimRequest {
   nullScan: number[];
   clearPending = false;
   freed = false;
+  /** The allocator published that this generation's blocks are settled. */
+  settled = false;
   drainChecked = false;
   /** (group << 16 | chunk) dispatched in a job this generation. */
   readonly dispatched = new Set<number>();

@@ -44,6 +44,7 @@ export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false):
     record,
     ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
     ...(spec.revalidate === false ? { revalidate: false } : {}),
+    ...(spec.settle === false ? { settle: false } : {}),
   });
   return { ...world.run(), spec, scenario };
 }
@@ -62,6 +63,8 @@ export interface FuzzOptions {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
+  /** False: the end-of-request protocol is off (the unsafe variant). */
+  readonly settle?: boolean;
   /** Go on after a violation and count them all (the first is the one reported); default false. */
   readonly keepGoing?: boolean;
   /** Shrink the first failure (default true). */
@@ -91,6 +94,8 @@ export interface FuzzReport {
   readonly policy: StorePolicy;
   readonly strategy: StrategyName;
   readonly pins: boolean;
+  /** False when the end-of-request protocol was off (the unsafe variant). */
+  readonly settle?: boolean;
   readonly watch?: readonly InvariantName[];
   readonly baseSeed: number;
   readonly schedules: number;
@@ -131,6 +136,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       seed,
       ...(options.watch !== undefined ? { watch: options.watch } : {}),
       ...(options.revalidate === false ? { revalidate: false } : {}),
+      ...(options.settle === false ? { settle: false } : {}),
     });
     schedules += 1;
     steps += result.steps;
@@ -157,6 +163,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     policy: options.policy,
     strategy: options.strategy,
     pins: options.pins,
+    ...(options.settle === false ? { settle: false } : {}),
     ...(options.watch !== undefined ? { watch: options.watch } : {}),
     baseSeed: options.seed,
     schedules,

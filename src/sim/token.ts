@@ -29,6 +29,8 @@ export interface ReplaySpec {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
+  /** False: the end-of-request protocol is off (the unsafe variant, planner's unsafeSkipSettle). */
+  readonly settle?: boolean;
 }
 
 const PREFIX = 'kvf1';
@@ -44,6 +46,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     String(spec.seed),
   ];
   if (spec.revalidate === false) parts.push('r0');
+  if (spec.settle === false) parts.push('s0');
   if (spec.watch !== undefined) parts.push(`w${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
@@ -56,9 +59,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
   if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
   const parts = token.trim().split('.');
-  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 9) {
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 10) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.w<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.w<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -79,9 +82,12 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let decisions: number[] | undefined;
   let watch: InvariantName[] | undefined;
   let revalidate: boolean | undefined;
+  let settle: boolean | undefined;
   for (const part of rest) {
     if (part === 'r0' && revalidate === undefined) {
       revalidate = false;
+    } else if (part === 's0' && settle === undefined) {
+      settle = false;
     } else if (part.startsWith('w') && watch === undefined) {
       watch = part
         .slice(1)
@@ -120,6 +126,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...(decisions !== undefined ? { decisions } : {}),
     ...(watch !== undefined ? { watch } : {}),
     ...(revalidate !== undefined ? { revalidate } : {}),
+    ...(settle !== undefined ? { settle } : {}),
   };
 }
 

@@ -58,6 +58,7 @@ import {
   A_TICK,
   A_SNAPSHOT,
   A_PINNED,
+  A_SETTLE,
   GROUP_SHIFT,
   SimRequest,
 } from './request.js';
@@ -89,6 +90,12 @@ export interface WorldOptions {
   readonly pins: boolean;
   /** False: the planner skips the snapshot re-validation (test-only variant); must surface torn reads. */
   readonly revalidate?: boolean;
+  /**
+   * False: the end-of-request protocol is off (test-only variant, the planner's
+   * unsafeSkipSettle): a finish or abort that overtakes the allocator's or the
+   * hasher's last publications must surface as a hole.
+   */
+  readonly settle?: boolean;
   readonly hashing: Hashing;
   /** Picks every step (top level and inside planning passes); absent for external drivers. */
   readonly strategy?: Strategy;
@@ -164,6 +171,8 @@ export class World {
   // The rule's view of the planner's latest snapshot (the oracle's reference for cursors).
   private snapSeen = false;
   private readonly snapReady: Int32Array;
+  /** Token chunks per group of the planner's latest snapshot (final once it shows the request ended). */
+  private readonly snapTokenChunks: Int32Array;
   private readonly snapStatus = { value: 0 };
   private jobsDispatched = 0;
   private chunksDispatched = 0;
@@ -188,6 +197,16 @@ export class World {
       policy: options.policy,
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
+      unsafeSkipSettle: options.settle === false,
+      observer: {
+        chunk: (slot, generation, group, chunk, outcome) => {
+          // Counted, not silent: the oracle's hole check skips these.
+          if (outcome !== 'unready') return;
+          const r = this.slotOwner[slot];
+          if (r !== undefined && r.handle.generation === generation)
+            r.dropped.add(group * GROUP_SHIFT + chunk);
+        },
+      },
       onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
     });
     const wordsPerBlock = config.bytesPerBlock / 4;
@@ -206,6 +225,7 @@ export class World {
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
     this.snapReady = new Int32Array(config.groups.length);
+    this.snapTokenChunks = new Int32Array(config.groups.length);
     this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
   }
 
@@ -438,8 +458,10 @@ export class World {
     this.snapStatus.value = snap.status;
     const offloadable = offloadableTokens(snap, this.config);
     for (const g of this.config.groups) {
+      const tc = tokenChunks(snap, g, offloadable);
+      this.snapTokenChunks[g.index] = tc;
       this.snapReady[g.index] = readyPrefix(
-        tokenChunks(snap, g, offloadable),
+        tc,
         snap.keyCount[g.index]!,
         snap.blockCount[g.index]!,
         this.config.blocksPerChunk,
@@ -727,6 +749,8 @@ export class World {
     for (let g = 0; g < this.config.groups.length; g += 1) {
       if (r.published[g]! < r.allocated[g]!.length) return A_PUBLISH;
     }
+    // The end handled: every block ID of the request is published, settle them.
+    if (r.phase === ENDED && !r.settled) return A_SETTLE;
     return A_NONE;
   }
 
@@ -761,6 +785,19 @@ export class World {
     this.allocRr = (r.index + 1) % this.requests.length;
     const action = this.allocatorAction(r);
     switch (action) {
+      case A_SETTLE: {
+        this.allocator.settle(r.handle);
+        r.settled = true;
+        this.markDirty(r);
+        this.note(
+          ALLOCATOR,
+          action,
+          r.index,
+          0,
+          () => `settle r${r.spec.requestId}: every block ID published, none will follow`,
+        );
+        return;
+      }
       case A_CLEAR:
       case A_FREE: {
         const freed = this.allocator.clear(r.handle);
@@ -903,7 +940,7 @@ export class World {
     if (r.phase === ENDED && !r.drainChecked) {
       if (this.drained(r)) {
         r.drainChecked = true;
-        if (r.finished) this.checkNoHole(r);
+        this.checkNoHole(r);
       } else if (this.starved[slot] === 1) {
         this.dirty[slot] = 1; // the tier refused the final offer: retried (a bounded number of times)
       }
@@ -937,20 +974,26 @@ export class World {
     this.chunksDispatched += job.chunks.length;
   }
 
-  /** Invariant 2: every chunk below the final ready prefix of a finished request was stored. */
+  /**
+   * Invariant 2: every chunk that was token-ready when the request ended
+   * (finished or aborted) was stored, or counted as dropped, or slid out of the
+   * window. Whether its key or block IDs were ever published does not matter:
+   * lag must not hide a hole.
+   */
   private checkNoHole(r: SimRequest): void {
-    if (!this.snapSeen || this.snapStatus.value !== Status.finished) return;
+    const status = this.snapStatus.value;
+    if (!this.snapSeen || (status !== Status.finished && status !== Status.aborted)) return;
     for (const g of this.config.groups) {
-      const ready = this.snapReady[g.index]!;
-      for (let c = 0; c < ready; c += 1) {
+      const tc = this.snapTokenChunks[g.index]!;
+      for (let c = 0; c < tc; c += 1) {
         const id = g.index * GROUP_SHIFT + c;
         const key = r.expectedKeys[g.index]![c];
         if (key !== undefined && this.everDispatched.has(key)) continue;
-        if (r.dropped.has(id)) continue; // dropped for capacity: counted, not silent
+        if (r.dropped.has(id)) continue; // dropped for capacity or never ready: counted, not silent
         if (g.windowChunks !== null && r.nulled.has(id)) continue; // slid out of the window
         this.flag(
           'hole',
-          `r${r.spec.requestId} finished with ready prefix ${ready} in group ${g.index}, but chunk ${c} was never stored`,
+          `r${r.spec.requestId} ${statusName(status)} with ${tc} token-ready chunks in group ${g.index} (ready prefix ${this.snapReady[g.index]}), but chunk ${c} was never stored (nor counted as dropped)`,
         );
       }
     }
