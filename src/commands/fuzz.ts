@@ -15,7 +15,14 @@ import { parseStorePolicy } from '../ready.js';
 import { describeFailure, fuzz, runSchedule } from '../sim/run.js';
 import type { FailureReport, FuzzReport } from '../sim/run.js';
 import { parseStrategy } from '../sim/strategy.js';
-import { decodeReplayToken, encodeReplayToken, parseInvariant, parseSeed } from '../sim/token.js';
+import {
+  decodeReplayToken,
+  encodeReplayToken,
+  parseFuzzTarget,
+  parseInvariant,
+  parseRuntimeSwitch,
+  parseSeed,
+} from '../sim/token.js';
 import { formatScenario } from '../sim/scenario.js';
 import { formatTrace } from '../sim/trace.js';
 import type { TraceLine } from '../sim/trace.js';
@@ -40,6 +47,8 @@ interface FuzzFlags {
   trace?: boolean;
   watch?: string;
   keepGoing?: boolean;
+  target?: string;
+  switch?: string;
 }
 
 export function registerFuzz(program: Command): void {
@@ -47,6 +56,14 @@ export function registerFuzz(program: Command): void {
     .command('fuzz')
     .description(
       'race fuzzer: seeded interleavings of the roles (random or PCT) with faults, checked against the invariants; shrinks and replays failures',
+    )
+    .option(
+      '--target <target>',
+      "roles (default): the core roles in the simulator world; runtime: the runtime's own loop classes, rings and doorbells on a virtual clock",
+    )
+    .option(
+      '--switch <switches>',
+      'with --target runtime: test-only switches that re-create known bugs (comma-separated): load-while-writing',
     )
     .option('--policy <policy>', 'store policy: ready-prefix (default), legacy-assert, legacy-zip')
     .option('--strategy <strategy>', 'scheduling strategy: random (default) or pct')
@@ -105,6 +122,14 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   const seed =
     flags.seed !== undefined ? parseSeed(flags.seed) : Math.floor(Math.random() * 0x100000000);
   const watch = flags.watch?.split(',').map((x) => parseInvariant(x.trim()));
+  const target = parseFuzzTarget(flags.target ?? 'roles');
+  const switches = flags.switch?.split(',').map((x) => parseRuntimeSwitch(x.trim()));
+  if (switches !== undefined && target !== 'runtime') {
+    throw new InvalidArgumentError('--switch', 'needs --target runtime');
+  }
+  if (target === 'runtime' && !flags.revalidate) {
+    throw new InvalidArgumentError('--no-revalidate', 'only with --target roles');
+  }
   const bar = progressBar(schedules, seconds);
   // SIGINT/SIGTERM end the campaign after the schedule running now; the summary so far is printed.
   const stop = new AbortController();
@@ -125,6 +150,8 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       seed,
       ...(watch !== undefined ? { watch } : {}),
       ...(flags.keepGoing ? { keepGoing: true } : {}),
+      ...(target === 'runtime' ? { target } : {}),
+      ...(switches !== undefined ? { switches } : {}),
       ...(schedules !== undefined ? { schedules } : {}),
       ...(seconds !== undefined ? { seconds } : {}),
       onProgress: (done, ms) => bar?.update(schedules !== undefined ? done : ms / 1000, done),
@@ -146,7 +173,7 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   }
   const out: string[] = [];
   out.push(
-    `kvoff fuzz: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}${flags.revalidate ? '' : ', re-validation OFF (unsafe variant)'}${flags.settle ? '' : ', settle protocol OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
+    `kvoff fuzz${target === 'runtime' ? ' --target runtime' : ''}${switches ? ` (switches ${switches.join(',')})` : ''}: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}${flags.revalidate ? '' : ', re-validation OFF (unsafe variant)'}${flags.settle ? '' : ', settle protocol OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
   );
   out.push(
     rows([
@@ -184,6 +211,8 @@ async function replay(flags: FuzzFlags): Promise<void> {
     'schedules',
     'watch',
     'keepGoing',
+    'target',
+    'switch',
   ] as const) {
     if (flags[f] !== undefined) {
       throw new InvalidArgumentError(`--${f}`, 'the replay token already fixes it; drop it');
@@ -208,6 +237,7 @@ async function replay(flags: FuzzFlags): Promise<void> {
     process.stdout.write(
       `${JSON.stringify({
         replay: encodeReplayToken(spec),
+        target: spec.target ?? 'roles',
         policy: spec.policy,
         strategy: spec.strategy,
         pins: spec.pins,
@@ -254,6 +284,8 @@ async function replay(flags: FuzzFlags): Promise<void> {
 function jsonOf(report: FuzzReport): Record<string, unknown> {
   const f = report.first;
   return {
+    target: report.target ?? 'roles',
+    ...(report.switches ? { switches: report.switches } : {}),
     policy: report.policy,
     strategy: report.strategy,
     pins: report.pins,

@@ -29,11 +29,18 @@ export interface RuntimeBuffers {
   readonly rings: Readonly<Record<RingName, SharedArrayBuffer>>;
 }
 
-export function createRuntimeBuffers(config: Config): RuntimeBuffers {
+/**
+ * `ringWords` overrides ring capacities (a power of two of at least 64 words):
+ * the fuzzer uses small rings so that a full ring is a schedule it can reach.
+ */
+export function createRuntimeBuffers(
+  config: Config,
+  ringWords: Partial<Record<RingName, number>> = {},
+): RuntimeBuffers {
   const state = SharedState.create(config);
   const rings = {} as Record<RingName, SharedArrayBuffer>;
   for (const name of Object.keys(RINGS) as RingName[]) {
-    rings[name] = new SharedArrayBuffer(ringBufferBytes(RINGS[name].words));
+    rings[name] = new SharedArrayBuffer(ringBufferBytes(ringWords[name] ?? RINGS[name].words));
   }
   return {
     state: state.buffers,

@@ -456,7 +456,11 @@ export class EngineSimulator {
       Math.floor((r.promptLength - 1) / tpc),
       config.maxChunksPerRequest,
     );
-    if (!this.options.loadFromTier || lookupChunks <= 0) {
+    // A hit is counted in chunks common to every group: groups of different
+    // chunk sizes have none (the store would answer 0), and the keys of the
+    // larger chunks would not exist for lookupChunks chunks.
+    const sameChunks = config.groups.every((g) => g.tokensPerChunk === tpc);
+    if (!this.options.loadFromTier || lookupChunks <= 0 || !sameChunks) {
       this.open(r, 0);
       return;
     }
@@ -508,6 +512,12 @@ export class EngineSimulator {
       this.open(r, a[2]!);
     } else {
       invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
+      if (a[2] !== 1) {
+        // The copy failed: its blocks hold whatever they held. Never serve them
+        // as a hit (F11): recompute from zero into the same blocks.
+        r.phase = 'running';
+        return;
+      }
       this.verifyLoad(r);
       const tpc = this.views.config.groups[0]!.tokensPerChunk;
       r.computed = r.hit * tpc;

@@ -41,6 +41,15 @@ export interface StoreLoopOptions {
   faultAfterTasks?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
+  /**
+   * Test-only: a lookup counts tier entries still being written as hits and
+   * loads them at once, so a load overlaps the store writing the same chunks.
+   * Exists so the runtime fuzzer can show what the wait for in-flight copies
+   * prevents; never turn it on otherwise.
+   */
+  unsafeLoadWhileWriting?: boolean;
+  /** The clock lookups wait by (ms); a single-thread driver passes a virtual one. */
+  now?: () => number;
 }
 
 export interface JobEvent {
@@ -137,6 +146,8 @@ export class StoreLoop {
   private readonly delayMs: number;
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
+  private readonly loadWhileWriting: boolean;
+  private readonly now: () => number;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
@@ -177,6 +188,8 @@ export class StoreLoop {
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
     this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
+    this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
+    this.now = options.now ?? Date.now;
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -351,14 +364,14 @@ export class StoreLoop {
    */
   private lookup(r: Int32Array): void {
     const record = Int32Array.from(r);
-    if (!this.tryLookup(record, false)) this.waitingLookups.push({ record, sinceMs: Date.now() });
+    if (!this.tryLookup(record, false)) this.waitingLookups.push({ record, sinceMs: this.now() });
   }
 
   private retryLookups(): boolean {
     let did = false;
     for (let i = 0; i < this.waitingLookups.length;) {
       const w = this.waitingLookups[i]!;
-      if (this.tryLookup(w.record, Date.now() - w.sinceMs > LOOKUP_WAIT_MS_MAX)) {
+      if (this.tryLookup(w.record, this.now() - w.sinceMs > LOOKUP_WAIT_MS_MAX)) {
         this.waitingLookups.splice(i, 1);
         did = true;
       } else i += 1;
@@ -376,6 +389,7 @@ export class StoreLoop {
     const key = (g: number, c: number) => readKey(r, 3 + 2 * (g * count + c));
     const readable = (k: bigint) => this.readable.get(k)?.positions.length === bpc;
     const writing = (k: bigint) => readable(k) || this.writing.get(k)?.positions.length === bpc;
+    if (this.loadWhileWriting) return this.lookupWhileWriting(tag, count, key, writing);
     if (!force && this.prefixHit(count, key, writing) > this.prefixHit(count, key, readable)) {
       return false;
     }
@@ -391,6 +405,37 @@ export class StoreLoop {
         }
       }
       const slots = this.tier.prepareLoad(keys);
+      this.locks.set(tag, { keys, slots, chunks, hit });
+    }
+    this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return true;
+  }
+
+  /** Test-only (unsafeLoadWhileWriting): entries being written count as hits and are loaded unprotected. */
+  private lookupWhileWriting(
+    tag: number,
+    count: number,
+    key: (g: number, c: number) => bigint,
+    present: (k: bigint) => boolean,
+  ): boolean {
+    const hit = this.prefixHit(count, key, present);
+    if (hit > 0) {
+      const keys: bigint[] = [];
+      const slots: number[] = [];
+      const chunks: { group: number; chunk: number }[] = [];
+      for (const g of this.views.config.groups) {
+        const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
+        for (let c = from; c < hit; c += 1) {
+          const k = key(g.index, c);
+          const w = this.writing.get(k);
+          if (w !== undefined) slots.push(w.slot);
+          else {
+            keys.push(k);
+            slots.push(this.tier.prepareLoad([k])[0]!);
+          }
+          chunks.push({ group: g.index, chunk: c });
+        }
+      }
       this.locks.set(tag, { keys, slots, chunks, hit });
     }
     this.answers.send([ANS_LOOKED_UP, tag, hit]);

@@ -7,18 +7,22 @@ import type { StorePolicy } from '../ready.js';
 import type { InvariantName, Violation } from './oracle.js';
 import { estimateSteps, requestSpecs, scenarioFromSeed } from './scenario.js';
 import type { Scenario } from './scenario.js';
+import { RuntimeWorld } from './runtime-world.js';
+import type { RuntimeSwitch } from './runtime-world.js';
+import { estimateRuntimeSteps, runtimeScenarioFromSeed } from './runtime-scenario.js';
+import type { RuntimeScenario } from './runtime-scenario.js';
 import { shrinkFailure } from './shrink.js';
 import { DecisionListStrategy, makeStrategy } from './strategy.js';
 import type { StrategyName } from './strategy.js';
 import { encodeReplayToken } from './token.js';
-import type { ReplaySpec } from './token.js';
+import type { FuzzTarget, ReplaySpec } from './token.js';
 import type { TraceLine } from './trace.js';
 import { World } from './world.js';
 import type { WorldOutcome } from './world.js';
 
 export interface ScheduleResult extends WorldOutcome {
   readonly spec: ReplaySpec;
-  readonly scenario: Scenario;
+  readonly scenario: Scenario | RuntimeScenario;
 }
 
 /** The scenario a replay spec names: the seed's, less the events shrinking dropped. */
@@ -29,8 +33,17 @@ export function scenarioOf(spec: ReplaySpec): Scenario {
   return { ...full, events: full.events.filter((_, i) => keep.has(i)) };
 }
 
+/** The --target runtime scenario a replay spec names. */
+export function runtimeScenarioOf(spec: ReplaySpec): RuntimeScenario {
+  const full = runtimeScenarioFromSeed(spec.seed);
+  if (spec.events === undefined) return full;
+  const keep = new Set(spec.events);
+  return { ...full, events: full.events.filter((_, i) => keep.has(i)) };
+}
+
 /** Runs one schedule exactly as `spec` names it. */
 export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false): ScheduleResult {
+  if (spec.target === 'runtime') return runRuntimeSchedule(hashing, spec, record);
   const scenario = scenarioOf(spec);
   const strategy =
     spec.decisions !== undefined
@@ -49,6 +62,25 @@ export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false):
   return { ...world.run(), spec, scenario };
 }
 
+function runRuntimeSchedule(hashing: Hashing, spec: ReplaySpec, record: boolean): ScheduleResult {
+  const scenario = runtimeScenarioOf(spec);
+  const strategy =
+    spec.decisions !== undefined
+      ? new DecisionListStrategy(spec.decisions)
+      : makeStrategy(spec.strategy, spec.seed, estimateRuntimeSteps(scenario));
+  const world = new RuntimeWorld(scenario, {
+    policy: spec.policy,
+    pins: spec.pins,
+    hashing,
+    strategy,
+    record,
+    ...(spec.switches !== undefined ? { switches: spec.switches } : {}),
+    ...(spec.settle === false ? { settle: false } : {}),
+    ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
+  });
+  return { ...world.run(), spec, scenario };
+}
+
 export interface FuzzOptions {
   readonly policy: StorePolicy;
   readonly strategy: StrategyName;
@@ -63,6 +95,10 @@ export interface FuzzOptions {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
+  /** What the schedules run: the roles world (default) or the runtime's loop classes. */
+  readonly target?: FuzzTarget;
+  /** Runtime test-only switches (target runtime). */
+  readonly switches?: readonly RuntimeSwitch[];
   /** False: the end-of-request protocol is off (the unsafe variant). */
   readonly settle?: boolean;
   /** Go on after a violation and count them all (the first is the one reported); default false. */
@@ -87,10 +123,12 @@ export interface FailureReport {
   readonly shrunkHash: string;
   readonly shrunkToken: string;
   readonly shrunkTrace: readonly TraceLine[];
-  readonly shrunkScenario: Scenario;
+  readonly shrunkScenario: Scenario | RuntimeScenario;
 }
 
 export interface FuzzReport {
+  readonly target?: FuzzTarget;
+  readonly switches?: readonly RuntimeSwitch[];
   readonly policy: StorePolicy;
   readonly strategy: StrategyName;
   readonly pins: boolean;
@@ -136,6 +174,10 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       seed,
       ...(options.watch !== undefined ? { watch: options.watch } : {}),
       ...(options.revalidate === false ? { revalidate: false } : {}),
+      ...(options.target === 'runtime' ? { target: 'runtime' as const } : {}),
+      ...(options.switches !== undefined && options.switches.length > 0
+        ? { switches: options.switches }
+        : {}),
       ...(options.settle === false ? { settle: false } : {}),
     });
     schedules += 1;
@@ -160,6 +202,10 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   const elapsedMs = performance.now() - t0;
   options.onProgress?.(schedules, elapsedMs);
   const report: FuzzReport = {
+    ...(options.target === 'runtime' ? { target: 'runtime' as const } : {}),
+    ...(options.switches !== undefined && options.switches.length > 0
+      ? { switches: options.switches }
+      : {}),
     policy: options.policy,
     strategy: options.strategy,
     pins: options.pins,

@@ -56,14 +56,14 @@ export const REQUEST_TOKENS_MAX = 48;
 const BLOCKS_PER_REQUEST = 32;
 const BYTES_PER_BLOCK = 32;
 
-interface Geometry {
+export interface Geometry {
   readonly name: string;
   readonly groups: GroupInput[];
   readonly blocksPerChunk: number;
   readonly tokensPerHash: number;
 }
 
-const GEOMETRIES: readonly Geometry[] = [
+export const GEOMETRIES: readonly Geometry[] = [
   {
     name: 'full',
     groups: [{ kind: 'full', tokensPerBlock: 4 }],
@@ -224,7 +224,12 @@ export function requestSpecs(s: Scenario): RequestSpec[] {
 }
 
 /** One line per part: readable, and each line pastes into a regression test as is. */
-export function formatScenario(s: Scenario): string {
+export function formatScenario(s: {
+  readonly seed: number;
+  readonly geometry: string;
+  readonly config: unknown;
+  readonly events: readonly unknown[];
+}): string {
   return [
     `seed ${s.seed}, geometry ${s.geometry}`,
     `config ${JSON.stringify(s.config)}`,

@@ -7,12 +7,16 @@
 //   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
 //   kvf1.legacy-zip.pct.pins.1234.whole                 watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
+//   kvf1.ready-prefix.random.pins.1234.trt              --target runtime
+//   kvf1.ready-prefix.random.pins.1234.trt.uload-while-writing   a runtime test switch on
 import { InvalidArgumentError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { INVARIANTS } from './oracle.js';
 import type { InvariantName } from './oracle.js';
 import { ACTORS } from './scenario.js';
+import { RUNTIME_SWITCHES } from './runtime-world.js';
+import type { RuntimeSwitch } from './runtime-world.js';
 import { STRATEGIES } from './strategy.js';
 import type { StrategyName } from './strategy.js';
 
@@ -29,9 +33,16 @@ export interface ReplaySpec {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
+  /** 'runtime': the runtime's own loop classes (src/sim/runtime-world.ts); the roles world when absent. */
+  readonly target?: FuzzTarget;
+  /** Runtime test-only switches turned on (target runtime only). */
+  readonly switches?: readonly RuntimeSwitch[];
   /** False: the end-of-request protocol is off (the unsafe variant, planner's unsafeSkipSettle). */
   readonly settle?: boolean;
 }
+
+export const FUZZ_TARGETS = ['roles', 'runtime'] as const;
+export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
 /** Longest token accepted (a shrunk schedule's decisions are bounded well below this). */
@@ -46,6 +57,10 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     String(spec.seed),
   ];
   if (spec.revalidate === false) parts.push('r0');
+  if (spec.target === 'runtime') parts.push('trt');
+  if (spec.switches !== undefined && spec.switches.length > 0) {
+    parts.push(`u${spec.switches.join(',')}`);
+  }
   if (spec.settle === false) parts.push('s0');
   if (spec.watch !== undefined) parts.push(`w${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
@@ -59,9 +74,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
   if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
   const parts = token.trim().split('.');
-  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 10) {
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.w<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.w<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -82,12 +97,21 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let decisions: number[] | undefined;
   let watch: InvariantName[] | undefined;
   let revalidate: boolean | undefined;
+  let target: FuzzTarget | undefined;
+  let switches: RuntimeSwitch[] | undefined;
   let settle: boolean | undefined;
   for (const part of rest) {
     if (part === 'r0' && revalidate === undefined) {
       revalidate = false;
     } else if (part === 's0' && settle === undefined) {
       settle = false;
+    } else if (part === 'trt' && target === undefined) {
+      target = 'runtime';
+    } else if (part.startsWith('u') && switches === undefined) {
+      switches = part
+        .slice(1)
+        .split(',')
+        .map((x) => parseRuntimeSwitch(x, '--replay'));
     } else if (part.startsWith('w') && watch === undefined) {
       watch = part
         .slice(1)
@@ -126,8 +150,26 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...(decisions !== undefined ? { decisions } : {}),
     ...(watch !== undefined ? { watch } : {}),
     ...(revalidate !== undefined ? { revalidate } : {}),
+    ...(target !== undefined ? { target } : {}),
+    ...(switches !== undefined ? { switches } : {}),
     ...(settle !== undefined ? { settle } : {}),
   };
+}
+
+export function parseRuntimeSwitch(name: string, what = '--switch'): RuntimeSwitch {
+  if ((RUNTIME_SWITCHES as readonly string[]).includes(name)) return name as RuntimeSwitch;
+  throw new InvalidArgumentError(
+    what,
+    `unknown runtime switch "${name}"; known: ${RUNTIME_SWITCHES.join(', ')}`,
+  );
+}
+
+export function parseFuzzTarget(name: string): FuzzTarget {
+  if ((FUZZ_TARGETS as readonly string[]).includes(name)) return name as FuzzTarget;
+  throw new InvalidArgumentError(
+    '--target',
+    `unknown target "${name}"; known: ${FUZZ_TARGETS.join(', ')}`,
+  );
 }
 
 export function parseInvariant(name: string, what = '--watch'): InvariantName {

@@ -1,0 +1,178 @@
+// A `--target runtime` schedule's scenario, all drawn from the seed: the
+// geometry and capacities, the engine simulator's options, the lags, the ring
+// sizes, each role's virtual step time, the submissions and the faults. As in
+// scenario.ts it is a plain list of events, so the shrinker can drop any of
+// them (a dropped fault never happens, a dropped request is never submitted).
+import type { ConfigInput } from '../config.js';
+import type { EngineOptions } from '../runtime/engine-sim.js';
+import type { RingName } from '../runtime/layout.js';
+import { UNSET } from '../runtime/protocol.js';
+import { Prng } from './prng.js';
+import { GEOMETRIES, ACTORS } from './scenario.js';
+
+/** One submission, as OffloadRuntime.submit encodes it on the submit ring. */
+export interface RuntimeSubmission {
+  readonly requestId: number;
+  readonly promptLength: number;
+  /** UNSET (-1) or a prefix id: requests with the same one share their first tokens (tier hits). */
+  readonly prefixId: number;
+  readonly sharedPrefixTokens: number;
+  readonly maxDecodeTokens: number;
+  /** UNSET or tokens after which the engine aborts it. */
+  readonly abortAfterTokens: number;
+}
+
+export type RuntimeEvent =
+  /** main submits the request at virtual time atMs (through the real submit ring). */
+  | { readonly kind: 'request'; readonly atMs: number; readonly submission: RuntimeSubmission }
+  /** The role (actor id) takes no step in virtual [atMs, atMs + forMs): a thread descheduled. */
+  | {
+      readonly kind: 'stall';
+      readonly actor: number;
+      readonly atMs: number;
+      readonly forMs: number;
+    }
+  /** The transfer task submitted `task`-th (from 0) fails (a store: the run fails; a load: LOADED ok=0). */
+  | { readonly kind: 'transfer-fail'; readonly task: number }
+  /** Every load task fails (LOADED ok=0): the engine must not serve those blocks as a hit (F11). */
+  | { readonly kind: 'load-fail' }
+  /** main calls close() at virtual time atMs: the engine aborts what runs, later submissions are refused. */
+  | { readonly kind: 'close'; readonly atMs: number }
+  /** EAGLE: after every engine step, the trailing chunk's blocks (beyond what is written) are rewritten with junk. */
+  | { readonly kind: 'draft-rewrite' };
+
+export interface RuntimeScenario {
+  readonly seed: number;
+  readonly geometry: string;
+  readonly config: ConfigInput;
+  readonly engine: Partial<EngineOptions>;
+  readonly allocator: { readonly publishDelayMs: number; readonly jitterMs: number };
+  readonly hasher: { readonly hashesPerWake: number; readonly jitterMs: number };
+  /** Capacity of every ring in words: 128 makes a full ring (an outbox that queues) common. */
+  readonly ringWords: number;
+  /** Copy threads: a transfer step runs one of the this-many oldest queued tasks. */
+  readonly transferThreads: number;
+  /** Virtual ms one step of each role takes (index: actor id). */
+  readonly stepMs: readonly number[];
+  readonly events: readonly RuntimeEvent[];
+}
+
+const BLOCKS_PER_REQUEST = 32;
+const BYTES_PER_BLOCK = 32;
+const PROMPT_TOKENS_MAX = 32;
+const DECODE_TOKENS_MAX = 10;
+
+export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
+  const rng = new Prng(seed, 5);
+  const geo = rng.pick(GEOMETRIES);
+  const eagle = geo.groups.some((g) => g.eagle === true);
+  const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
+  const requestCount = rng.between(1, 4);
+  const events: RuntimeEvent[] = [];
+  let atMs = 0;
+  let tokensMax = 0;
+  for (let i = 0; i < requestCount; i += 1) {
+    const promptLength = rng.between(1, PROMPT_TOKENS_MAX);
+    const shared = rng.chance(0.7);
+    const maxDecodeTokens = rng.between(1, DECODE_TOKENS_MAX);
+    tokensMax = Math.max(tokensMax, promptLength + maxDecodeTokens + 4);
+    events.push({
+      kind: 'request',
+      atMs,
+      submission: {
+        requestId: i + 1,
+        promptLength,
+        prefixId: shared ? 7 : UNSET,
+        sharedPrefixTokens: shared
+          ? rng.chance(0.6)
+            ? promptLength
+            : rng.between(0, promptLength)
+          : 0,
+        maxDecodeTokens,
+        abortAfterTokens: rng.chance(0.15) ? rng.between(0, promptLength + 4) : UNSET,
+      },
+    });
+    atMs += rng.chance(0.5) ? 0 : rng.between(0, 6);
+  }
+  const horizonMs = 4 + atMs + requestCount * 6;
+  const stalls = rng.between(0, 2);
+  for (let i = 0; i < stalls; i += 1) {
+    events.push({
+      kind: 'stall',
+      actor: rng.between(0, ACTORS.length - 1),
+      atMs: rng.int(horizonMs),
+      forMs: rng.pick([2, 10, 50, 200]),
+    });
+  }
+  if (rng.chance(0.15)) events.push({ kind: 'transfer-fail', task: rng.int(6) });
+  if (rng.chance(0.1)) events.push({ kind: 'load-fail' });
+  if (rng.chance(0.15)) events.push({ kind: 'close', atMs: rng.int(horizonMs) });
+  if (eagle && rng.chance(0.7)) events.push({ kind: 'draft-rewrite' });
+
+  const maxRequests = rng.between(1, 3);
+  let needs = 0;
+  for (const g of geo.groups) needs += Math.ceil(tokensMax / g.tokensPerBlock);
+  // The engine admits a request when its first block fits and preempts under
+  // pressure; the largest request must fit alone (plus the engine's watermark).
+  const gpuBlocks = 2 + needs + (rng.chance(0.5) ? rng.int(2 * needs + 1) : rng.int(4));
+  const tierChunks = rng.chance(0.4) ? rng.between(2, 6) : rng.between(8, 48);
+  const config: ConfigInput = {
+    groups: geo.groups,
+    blocksPerChunk: geo.blocksPerChunk,
+    tokensPerHash: geo.tokensPerHash,
+    maxRequests,
+    maxBlocksPerRequest: BLOCKS_PER_REQUEST,
+    bytesPerBlock: BYTES_PER_BLOCK,
+    gpuBlocks,
+    tierChunks,
+  };
+  const engine: Partial<EngineOptions> = {
+    stepTokenBudget: tpbMin * rng.between(1, 8),
+    maxRunning: rng.between(1, maxRequests),
+    eagleDraftTokens: eagle ? rng.between(0, 3) : 0,
+    eagleAcceptRate: rng.pick([0, 0.5, 1]),
+    abortQueuedRate: rng.chance(0.2) ? 0.05 : 0,
+    abortRunningRate: rng.chance(0.2) ? 0.05 : 0,
+    loadFromTier: rng.chance(0.8),
+    offload: rng.chance(0.95),
+    stepMs: rng.pick([0, 0, 1, 2]),
+    seed: rng.between(1, 1 << 30),
+  };
+  const stepMs = ACTORS.map(() => rng.pick([0.01, 0.05, 0.2, 1]));
+  return {
+    seed,
+    geometry: geo.name,
+    config,
+    engine,
+    allocator: { publishDelayMs: rng.pick([0, 0.5, 2, 10, 40]), jitterMs: rng.pick([0, 1, 5]) },
+    hasher: { hashesPerWake: rng.between(1, 4), jitterMs: rng.pick([0, 0.5, 3]) },
+    ringWords: rng.chance(0.5) ? 128 : 1024,
+    transferThreads: rng.between(1, 3),
+    stepMs,
+    events,
+  };
+}
+
+export function runtimeRequestEvents(s: RuntimeScenario): RuntimeSubmission[] {
+  const out: RuntimeSubmission[] = [];
+  for (const e of s.events) if (e.kind === 'request') out.push(e.submission);
+  return out;
+}
+
+/** Ring capacities for the scenario (every ring the same size). */
+export function scenarioRingWords(s: RuntimeScenario): Partial<Record<RingName, number>> {
+  return {
+    submit: s.ringWords,
+    allocRequest: s.ringWords,
+    allocAnswer: s.ringWords,
+    storeRequest: s.ringWords,
+    storeAnswer: s.ringWords,
+  };
+}
+
+/** A rough schedule length, for PCT's change points. */
+export function estimateRuntimeSteps(s: RuntimeScenario): number {
+  let n = 40;
+  for (const r of runtimeRequestEvents(s)) n += 12 + 3 * (r.promptLength + r.maxDecodeTokens);
+  return n;
+}

@@ -1,0 +1,223 @@
+// `kvoff fuzz --target runtime`: the runtime's own loop classes under the
+// fuzzer's strategies, faults, oracle, replay tokens and shrinking.
+import { describe, expect, it } from 'vitest';
+import { loadHashing } from '../src/hashing.js';
+import { UNSET } from '../src/runtime/protocol.js';
+import { fuzz, runSchedule } from '../src/sim/run.js';
+import type { RuntimeScenario, RuntimeSubmission } from '../src/sim/runtime-scenario.js';
+import { RuntimeWorld } from '../src/sim/runtime-world.js';
+import { DecisionListStrategy, RandomStrategy } from '../src/sim/strategy.js';
+import { decodeReplayToken, encodeReplayToken } from '../src/sim/token.js';
+import type { ReplaySpec } from '../src/sim/token.js';
+
+const hashing = await loadHashing();
+
+function request(requestId: number, atMs: number, over: Partial<RuntimeSubmission> = {}) {
+  return {
+    kind: 'request' as const,
+    atMs,
+    submission: {
+      requestId,
+      promptLength: 16,
+      prefixId: 7,
+      sharedPrefixTokens: 16,
+      maxDecodeTokens: 2,
+      abortAfterTokens: UNSET,
+      ...over,
+    },
+  };
+}
+
+/** A hand-written scenario: a regression test does not depend on the seed generator. */
+function scenario(over: Partial<RuntimeScenario>): RuntimeScenario {
+  return {
+    seed: 0,
+    geometry: 'full',
+    config: {
+      groups: [{ kind: 'full', tokensPerBlock: 4 }],
+      blocksPerChunk: 1,
+      tokensPerHash: 4,
+      maxRequests: 2,
+      maxBlocksPerRequest: 32,
+      bytesPerBlock: 32,
+      gpuBlocks: 40,
+      tierChunks: 32,
+    },
+    engine: {
+      stepTokenBudget: 16,
+      maxRunning: 2,
+      eagleDraftTokens: 0,
+      abortQueuedRate: 0,
+      abortRunningRate: 0,
+      loadFromTier: true,
+      offload: true,
+      stepMs: 0,
+      seed: 1,
+    },
+    allocator: { publishDelayMs: 0, jitterMs: 0 },
+    hasher: { hashesPerWake: 4, jitterMs: 0 },
+    ringWords: 1024,
+    transferThreads: 1,
+    stepMs: [0.05, 0.05, 0.05, 0.05, 0.05],
+    events: [],
+    ...over,
+  };
+}
+
+/** Downstream-first (the decision list's fallback): a benign order that drains work as it comes. */
+function runBenign(s: RuntimeScenario) {
+  return new RuntimeWorld(s, {
+    policy: 'ready-prefix',
+    pins: true,
+    hashing,
+    strategy: new DecisionListStrategy([]),
+    record: true,
+  }).run();
+}
+
+const spec = (seed: number, over: Partial<ReplaySpec> = {}): ReplaySpec => ({
+  policy: 'ready-prefix',
+  strategy: 'random',
+  pins: true,
+  seed,
+  target: 'runtime',
+  ...over,
+});
+
+describe('fuzz --target runtime', () => {
+  it('replays a seed to the same trace hash, and its decision list to the same again', () => {
+    for (const seed of [11, 12, 13]) {
+      for (const strategy of ['random', 'pct'] as const) {
+        const a = runSchedule(hashing, spec(seed, { strategy }));
+        const b = runSchedule(hashing, spec(seed, { strategy }));
+        expect(b.traceHash).toBe(a.traceHash);
+        expect(b.steps).toBe(a.steps);
+        const c = runSchedule(hashing, spec(seed, { strategy, decisions: a.decisions }));
+        expect(c.traceHash).toBe(a.traceHash);
+      }
+    }
+  });
+
+  it('tokens carry the target and the switches', () => {
+    const s = spec(5, { switches: ['load-while-writing'], pins: false });
+    const token = encodeReplayToken(s);
+    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt.uload-while-writing');
+    expect(decodeReplayToken(token)).toEqual(s);
+  });
+
+  it('runs a plain scenario to the end with nothing violated and tier hits loaded', () => {
+    const out = runBenign(scenario({ events: [request(1, 0), request(2, 40)] }));
+    expect(out.violation).toBeUndefined();
+    expect(out.chunksStored).toBeGreaterThan(0);
+    expect(out.lines.some((l) => l.text.includes('transfer load'))).toBe(true);
+  });
+
+  it('finds a block reused mid-copy with pins off, and the shrunk token replays it', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      pins: false,
+      seed: 1000,
+      schedules: 400,
+      target: 'runtime',
+      watch: ['mispairing'],
+    });
+    expect(r.violations).toBe(1);
+    const f = r.first!;
+    expect(f.invariant).toBe('mispairing');
+    const again = runSchedule(hashing, decodeReplayToken(f.shrunkToken));
+    expect(again.violation?.invariant).toBe('mispairing');
+    expect(again.traceHash).toBe(f.shrunkHash);
+  });
+
+  it('finds a load overlapping the store of the same chunks with the load-while-writing switch', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      pins: true,
+      seed: 1000,
+      schedules: 1500,
+      target: 'runtime',
+      switches: ['load-while-writing'],
+      watch: ['mispairing'],
+      shrink: false,
+    });
+    expect(r.violations).toBe(1);
+    expect(r.first!.message).toMatch(/loaded block/);
+  });
+
+  it('finds chunks lost at the end of a request with the end-of-request protocol off', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'pct',
+      pins: true,
+      settle: false,
+      seed: 1000,
+      schedules: 200,
+      target: 'runtime',
+      watch: ['hole'],
+    });
+    expect(r.violations).toBe(1);
+    const again = runSchedule(hashing, decodeReplayToken(r.first!.shrunkToken));
+    expect(again.violation?.invariant).toBe('hole');
+  });
+
+  it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      pins: true,
+      seed: 77,
+      schedules: 150,
+      target: 'runtime',
+      watch: ['hole', 'mispairing', 'double-store', 'cursor-monotonic', 'crash', 'leak'],
+      shrink: false,
+    });
+    expect(r.first?.message).toBeUndefined();
+    expect(r.violations).toBe(0);
+  });
+});
+
+describe('regressions found by fuzz --target runtime', () => {
+  it('failed load served as a hit: a load that failed is recomputed, never served (F11)', () => {
+    const out = runBenign(
+      scenario({ events: [request(1, 0), request(2, 40), { kind: 'load-fail' }] }),
+    );
+    expect(out.lines.some((l) => l.text.includes('transfer load'))).toBe(true);
+    expect(out.violation).toBeUndefined();
+  });
+
+  it('tier lookup with groups of different chunk sizes crashed the scheduler', () => {
+    const out = runBenign(
+      scenario({
+        geometry: 'hybrid-2size',
+        config: {
+          ...scenario({}).config,
+          groups: [
+            { kind: 'full', tokensPerBlock: 4 },
+            { kind: 'full', tokensPerBlock: 8 },
+          ],
+        },
+        events: [request(1, 0), request(2, 40)],
+      }),
+    );
+    expect(out.violation).toBeUndefined();
+    expect(out.chunksStored).toBeGreaterThan(0);
+  });
+
+  it('a failed store copy fails the run loudly (TransferFailedError), not as a crash', () => {
+    const world = new RuntimeWorld(
+      scenario({ events: [request(1, 0), { kind: 'transfer-fail', task: 0 }] }),
+      {
+        policy: 'ready-prefix',
+        pins: true,
+        hashing,
+        strategy: new RandomStrategy(3),
+        record: true,
+      },
+    );
+    const out = world.run();
+    expect(out.violation).toBeUndefined();
+    expect(out.lines.some((l) => l.text.includes('fails loudly'))).toBe(true);
+  });
+});
