@@ -221,7 +221,7 @@ const TIMED = ' ~';
 /** Which figures a seed does not fix: the roles race on their own threads. */
 export const TIMING_NOTE =
   '~ depends on thread timing: the hasher, allocator, store and copy threads race, so the same --seed can give other counts; ' +
-  'holes, byte mismatches and double stores must be 0 in every run.';
+  'under ready-prefix, holes, byte mismatches and double stores must be 0 in every run.';
 
 export function formatResult(r: SimulateResult, color: boolean): string {
   const p = painter(color);
@@ -251,7 +251,7 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     ['dropped, never ready', String(r.chunksDroppedUnready)],
     [
       `bytes copied${TIMED}`,
-      `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s, blocks of ${fmtBytes(r.workload.blockBytes)})` +
+      `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s over the run, ${r.workload.blockBytes} B blocks)` +
         (r.crashed ? '; copies still in flight at the crash never completed' : ''),
     ],
     [

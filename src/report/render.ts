@@ -9,9 +9,10 @@
 // deferred. Each store is a green bar over the chunks it dispatched.
 //
 // The race happens early (prefill: keys and block IDs lag the tokens), then a
-// long flat decode follows. When the action — stores, deferrals, skips,
-// preemptions — ends well before the request does, each group gets a zoomed
-// chart of the action first and the whole request below it.
+// long flat decode follows. When the prefill race — until the cursor reaches
+// the prompt's last chunk in every group, and past every preemption — ends
+// well before the request does, each group gets a zoomed chart of it first
+// and the whole request below it.
 import type {
   ReportData,
   ReportGroupTrace,
@@ -123,21 +124,20 @@ function renderRequest(req: ReportRequestTrace): string {
     `<h2>Request ${req.requestId} <span class="status">${esc(req.status)}</span></h2>` +
     `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks${pastReady > 0 ? ` · <b class="bad">${pastReady} passes moved the cursor past the ready prefix without storing</b>` : ''}</p>`;
   const end = Math.max(t1, t0 + 1);
-  const actionEnd = actionEndMs(req);
-  // A little room after the last event, so it is not drawn on the edge.
-  const zoomEnd =
-    actionEnd === undefined ? end : Math.min(end, actionEnd + (actionEnd - t0) * 0.08 + 1);
+  const raceEnd = prefillRaceEndMs(req);
+  // Room after the race (a quarter of it), so its end is not drawn on the edge.
+  const zoomEnd = raceEnd === undefined ? end : Math.min(end, raceEnd + (raceEnd - t0) * 0.25 + 2);
   const zoom = zoomEnd - t0 < ZOOM_WHEN_ACTION_BELOW * (end - t0);
   const charts = req.groups
     .map((g) =>
       zoom
         ? renderGroup(g, t0, zoomEnd, {
-            caption: `zoom: ${fmtMs(0)}–${fmtMs(zoomEnd - t0)} after the first pass, where every store, deferral and skip happens`,
+            caption: `zoom on the prefill race: the first ${fmtMs(zoomEnd - t0)} after the first pass, until the cursor reached the prompt's last chunk`,
             strip: true,
           }) +
           renderGroup(g, t0, end, {
-            caption: `the whole request (${fmtMs(end - t0)}); the zoomed span is shaded`,
-            strip: false,
+            caption: `the whole request (${fmtMs(end - t0)}, decode included); the zoomed span is shaded`,
+            strip: true,
             shade: zoomEnd,
             titled: false,
           })
@@ -147,21 +147,22 @@ function renderRequest(req: ReportRequestTrace): string {
   return `<section class="request">${head}\n${charts}\n${renderDeferrals(req)}</section>`;
 }
 
-/** The time of the last pass that stored, deferred, skipped or changed generation; undefined if none did. */
-export function actionEndMs(req: ReportRequestTrace): number | undefined {
+/**
+ * When the prefill race ended: the first pass, after the last preemption, at
+ * which every group's cursor reached the prompt's last whole chunk (one less
+ * for the EAGLE tail). Undefined when some group never got there.
+ */
+export function prefillRaceEndMs(req: ReportRequestTrace): number | undefined {
   let end: number | undefined;
   for (const g of req.groups) {
-    for (let i = 0; i < g.passes.length; i += 1) {
-      const p = g.passes[i]!;
-      const prev = g.passes[i - 1];
-      const acts =
-        p.stored > 0 ||
-        p.deferred > 0 ||
-        p.skipped > 0 ||
-        passedFrom(p) !== undefined ||
-        (prev !== undefined && prev.generation !== p.generation);
-      if (acts && (end === undefined || p.tMs > end)) end = p.tMs;
+    const target = Math.max(1, Math.floor(req.promptTokens / g.tokensPerChunk) - 1);
+    let lastGeneration = 0;
+    for (let i = 1; i < g.passes.length; i += 1) {
+      if (g.passes[i]!.generation !== g.passes[i - 1]!.generation) lastGeneration = i;
     }
+    const reached = g.passes.slice(lastGeneration).find((p) => p.cursorAfter >= target);
+    if (reached === undefined) return undefined;
+    if (end === undefined || reached.tMs > end) end = reached.tMs;
   }
   return end;
 }
