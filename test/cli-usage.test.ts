@@ -67,10 +67,17 @@ describe('kvoff fuzz stopped by a signal', () => {
       );
       let stdout = '';
       child.stdout.setEncoding('utf8').on('data', (s: string) => (stdout += s));
-      child.stderr.resume();
       const exited = new Promise<number | null>((r) => child.once('exit', (code) => r(code)));
-      // Start-up (tsx, wasm) then a few hundred schedules.
-      await new Promise((r) => setTimeout(r, 4000));
+      // The campaign says when it runs (its signal handlers are set by then).
+      await new Promise<void>((resolve) => {
+        let stderr = '';
+        child.stderr.setEncoding('utf8').on('data', (s: string) => {
+          stderr += s;
+          if (stderr.includes('kvoff fuzz: running')) resolve();
+        });
+      });
+      // A few hundred schedules.
+      await new Promise((r) => setTimeout(r, 1000));
       child.kill(signal);
       const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
       const code = await exited;

@@ -139,6 +139,11 @@ async function campaign(flags: FuzzFlags): Promise<void> {
     stop.abort();
   };
   for (const s of STOP_SIGNALS) process.on(s, onSignal);
+  if (!flags.json) {
+    process.stderr.write(
+      'kvoff fuzz: running; SIGINT (Ctrl-C) or SIGTERM stops it and prints the summary so far\n',
+    );
+  }
   let report: FuzzReport;
   try {
     report = await fuzz({
