@@ -16,4 +16,6 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
+  // The JavaScript examples are type-checked by tsc (checkJs), which knows Node's globals.
+  { files: ['examples/**/*.mjs'], rules: { 'no-undef': 'off' } },
 );

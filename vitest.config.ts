@@ -3,6 +3,8 @@ import { defineConfig } from 'vitest/config';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
+    // Builds dist/ when it is missing or stale: the docs and package tests use the build.
+    globalSetup: ['./test/global-setup.ts'],
     // The summary reporter prints the plain "N passed, N failed" line CI reads.
     reporters: ['default', './test/summary-reporter.ts'],
     testTimeout: 60_000,

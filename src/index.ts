@@ -89,3 +89,4 @@ export type {
   ReportRequestTrace,
   ReportSummaryRow,
 } from './report/data.js';
+export type { ExternalRuntime } from './runtime/runtime.js';

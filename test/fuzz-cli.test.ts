@@ -90,7 +90,9 @@ describe('kvoff fuzz', () => {
     );
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/invariant\s+crash/);
-    expect(r.stdout).toMatch(/kvoff fuzz --replay kvf1\.legacy-assert\.random\.pins\.\d+\.wcrash/);
+    expect(r.stdout).toMatch(
+      /kvoff fuzz --replay kvf1\.legacy-assert\.random\.pins\.\d+\.watch-crash/,
+    );
     expect(r.stdout).toMatch(/shrunk trace/);
     expect(r.stdout + r.stderr).not.toContain(String.fromCharCode(27));
   });

@@ -104,7 +104,7 @@ describe('replay tokens', () => {
       decisions: [0, 1, -1, 4, 3],
     } as const;
     const token = encodeReplayToken(shrunk);
-    expect(token).toBe('kvf1.ready-prefix.random.nopins.0.whole,crash.e0,3.d01t43');
+    expect(token).toBe('kvf1.ready-prefix.random.nopins.0.watch-hole,crash.e0,3.d01t43');
     expect(decodeReplayToken(token)).toEqual(shrunk);
     const torn = { ...whole, revalidate: false };
     expect(encodeReplayToken(torn)).toBe('kvf1.legacy-zip.pct.pins.4294967295.r0');

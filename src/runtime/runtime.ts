@@ -126,6 +126,9 @@ export type { TracedPass as TracePass, TracedRequest as RequestTrace } from './t
 
 const ROLES: readonly RoleName[] = DOORBELLS;
 
+/** What `OffloadRuntime.start({ external: true })` resolves to: `external` is always there. */
+export type ExternalRuntime = OffloadRuntime & { readonly external: ExternalHost };
+
 /** Submits pending at once; beyond this submit() rejects with QueueFullError (bounds every queue behind it). */
 export const PENDING_SUBMITS_MAX = 1 << 16;
 
@@ -173,6 +176,8 @@ export class OffloadRuntime {
   }
 
   /** Lays out shared memory and starts every role worker; resolves once all are attached. */
+  static async start(options: RuntimeOptions & { external: true }): Promise<ExternalRuntime>;
+  static async start(options?: RuntimeOptions): Promise<OffloadRuntime>;
   static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);

@@ -1,4 +1,4 @@
-// The fuzzer's oracle: DESIGN.md's invariants, named. The checks themselves
+// The fuzzer's oracle: the invariants of docs/design.md, named. The checks themselves
 // run inside the simulator at the step where each can first be seen (world.ts)
 // and once more at the end of a schedule.
 

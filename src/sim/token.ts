@@ -5,10 +5,14 @@
 //
 //   kvf1.legacy-zip.pct.pins.1234                       a whole schedule
 //   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
-//   kvf1.legacy-zip.pct.pins.1234.whole                 watching one invariant
+//   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
+//   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
 //   kvf1.ready-prefix.random.pins.1234.trt              --target runtime
 //   kvf1.ready-prefix.random.pins.1234.trt.uload-while-writing   a runtime test switch on
+//
+// The watched invariants were once written `.w<invariants>` (`.whole` for
+// hole), which read as "whole schedule"; such tokens still decode.
 import { InvalidArgumentError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
@@ -45,6 +49,10 @@ export const FUZZ_TARGETS = ['roles', 'runtime'] as const;
 export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
+/** The part naming watched invariants: `watch-hole,crash`. */
+const WATCH_PREFIX = 'watch-';
+/** The old spelling of that part (`whole` = w + hole), still accepted. */
+const WATCH_PREFIX_OLD = 'w';
 /** Longest token accepted (a shrunk schedule's decisions are bounded well below this). */
 export const TOKEN_CHARS_MAX = 200_000;
 
@@ -62,7 +70,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     parts.push(`u${spec.switches.join(',')}`);
   }
   if (spec.settle === false) parts.push('s0');
-  if (spec.watch !== undefined) parts.push(`w${spec.watch.join(',')}`);
+  if (spec.watch !== undefined) parts.push(`${WATCH_PREFIX}${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
     parts.push(`d${spec.decisions.map((d) => (d < 0 ? 't' : String(d))).join('')}`);
@@ -76,7 +84,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const parts = token.trim().split('.');
   if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.w<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -112,11 +120,11 @@ export function decodeReplayToken(token: string): ReplaySpec {
         .slice(1)
         .split(',')
         .map((x) => parseRuntimeSwitch(x, '--replay'));
-    } else if (part.startsWith('w') && watch === undefined) {
-      watch = part
-        .slice(1)
-        .split(',')
-        .map((x) => parseInvariant(x, '--replay'));
+    } else if (part.startsWith(WATCH_PREFIX_OLD) && watch === undefined) {
+      const names = part.startsWith(WATCH_PREFIX)
+        ? part.slice(WATCH_PREFIX.length)
+        : part.slice(WATCH_PREFIX_OLD.length);
+      watch = names.split(',').map((x) => parseInvariant(x, '--replay'));
     } else if (part.startsWith('e') && events === undefined) {
       events =
         part.length === 1
