@@ -142,6 +142,8 @@ export class StorePlanner {
   private readonly windows: StoreWindow[];
   /** Per group: first chunk deferred at this pass (the rest up to tokenChunks). */
   private readonly deferredFrom: Int32Array;
+  /** Per group: first chunk that waits at this pass (deferredFrom, or past it where the cursor skipped). */
+  private readonly waitingFrom: Int32Array;
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
   private readonly finalAttempts: Int32Array;
   private readonly finalAttemptGeneration: Int32Array;
@@ -169,6 +171,7 @@ export class StorePlanner {
     this.snap = new RequestSnapshot(state.groupCount);
     this.windows = state.config.groups.map(() => emptyWindow());
     this.deferredFrom = new Int32Array(state.groupCount);
+    this.waitingFrom = new Int32Array(state.groupCount);
     this.finalAttempts = new Int32Array(state.config.maxRequests);
     this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
     this.finalWaits = new Int32Array(state.config.maxRequests);
@@ -269,12 +272,12 @@ export class StorePlanner {
         invariant(false, `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`);
       }
       candidateCount += w.end - w.start;
-      // Unready chunks below advanceTo are passed by the cursor (skipped), the rest wait (deferred).
-      const unreadyFrom = Math.max(w.ready, w.start);
-      const waitingFrom = Math.min(w.tokenChunks, Math.max(unreadyFrom, w.advanceTo));
-      skipped += Math.max(0, waitingFrom - unreadyFrom);
-      this.deferredFrom[g] = waitingFrom;
-      deferred += Math.max(0, w.tokenChunks - waitingFrom);
+      this.deferredFrom[g] = Math.max(w.ready, w.start);
+      deferred += Math.max(0, w.tokenChunks - this.deferredFrom[g]!);
+      // Of those, the ones below advanceTo are passed by the cursor (skipped, a
+      // legacy policy's holes); only the rest wait for a later pass.
+      this.waitingFrom[g] = Math.min(w.tokenChunks, Math.max(this.deferredFrom[g]!, w.advanceTo));
+      skipped += this.waitingFrom[g]! - this.deferredFrom[g]!;
       // Keys of token-ready chunks the hasher has yet to publish (it hashes
       // every known token of an occupied slot, so these always come).
       if (
@@ -288,7 +291,7 @@ export class StorePlanner {
     // both its blocks and its keys are settled (what is missing never comes).
     const settled = deferred === 0 || this.skipSettle || (snap.blocksSettled && !keysPending);
     if (candidateCount === 0 && !advances && (!ended || !settled)) {
-      this.countDeferred(deferred);
+      this.countDeferred(deferred - skipped);
       // An ended request waits (bounded) for its last block IDs and keys instead of draining.
       if (ended && this.finalWaitOver(slot, snap.generation)) {
         this.dropUnready(deferred);
@@ -330,7 +333,7 @@ export class StorePlanner {
       return RETRY;
     }
 
-    this.countDeferred(deferred);
+    this.countDeferred(deferred - skipped);
     this.counters.chunksSkippedUnready += skipped;
     this.counters.chunksSkippedNull += nulls;
     const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
@@ -402,12 +405,13 @@ export class StorePlanner {
     }
   }
 
+  /** Counts the chunks that wait for a later pass (from waitingFrom; skipped ones are not deferred). */
   private countDeferred(deferred: number): void {
     this.counters.chunksDeferred += deferred;
     const hook = this.observer?.deferred;
     if (deferred === 0 || hook === undefined) return;
     for (let g = 0; g < this.state.groupCount; g += 1) {
-      const from = this.deferredFrom[g]!;
+      const from = this.waitingFrom[g]!;
       const to = this.windows[g]!.tokenChunks;
       if (to > from) hook(this.snap.slot, this.snap.generation, g, from, to);
     }
