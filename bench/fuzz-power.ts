@@ -11,6 +11,8 @@
 //
 //   npm run bench:fuzz            (writes bench/results/fuzz-power.json)
 //   KVOFF_BENCH_QUICK=1 npm run bench:fuzz     (fewer seeds, for a smoke run)
+//   KVOFF_BENCH_FUZZ_TARGET=runtime npm run bench:fuzz   (only the --target runtime rows,
+//                                  control and speed; writes bench/results/fuzz-power-runtime.json)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -19,14 +21,18 @@ import { Bench } from 'tinybench';
 import { loadHashing } from '../src/hashing.js';
 import type { StorePolicy } from '../src/ready.js';
 import type { InvariantName } from '../src/sim/oracle.js';
+import type { RuntimeSwitch } from '../src/sim/runtime-world.js';
 import { fuzz, runSchedule } from '../src/sim/run.js';
 import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
 
 const QUICK = process.env.KVOFF_BENCH_QUICK === '1';
+const ONLY_RUNTIME = process.env.KVOFF_BENCH_FUZZ_TARGET === 'runtime';
 const SEEDS = QUICK ? 5 : 20;
 /** Schedules one search may take before it counts as "not found". */
 const SIM_BUDGET = 20_000;
 const FC_BUDGET = 2_000;
+/** Budget of a --target runtime search (its schedules are slower). */
+const RUNTIME_BUDGET = 5_000;
 /** Control: ready-prefix schedules per engine that must find nothing. */
 const CONTROL_SIM = QUICK ? 2_000 : 20_000;
 const CONTROL_FC = QUICK ? 200 : 1_000;
@@ -39,6 +45,9 @@ interface Target {
   /** False: the end-of-request protocol off (planner's unsafeSkipSettle). */
   readonly settle?: boolean;
   readonly watch?: readonly InvariantName[];
+  /** --target runtime: the runtime's loop classes (fc.scheduler has no model of them). */
+  readonly runtime?: boolean;
+  readonly switches?: readonly RuntimeSwitch[];
 }
 
 const TARGETS: readonly Target[] = [
@@ -65,6 +74,29 @@ const TARGETS: readonly Target[] = [
     pins: true,
     settle: false,
     watch: ['hole'],
+  },
+  {
+    name: 'runtime: no pins, block reused mid-copy',
+    policy: 'ready-prefix',
+    pins: false,
+    watch: ['mispairing'],
+    runtime: true,
+  },
+  {
+    name: 'runtime: no settle protocol, chunks lost at the end',
+    policy: 'ready-prefix',
+    pins: true,
+    settle: false,
+    watch: ['hole'],
+    runtime: true,
+  },
+  {
+    name: 'runtime: a load overlapping the store of its chunks',
+    policy: 'ready-prefix',
+    pins: true,
+    switches: ['load-while-writing'],
+    watch: ['mispairing'],
+    runtime: true,
   },
 ];
 
@@ -100,6 +132,7 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
   const perSeed: (number | null)[] = [];
   const invariants: Record<string, number> = {};
   for (let k = 0; k < SEEDS; k += 1) {
+    if (engine === 'fc.scheduler' && target.runtime) break; // no model of the runtime's loops
     if (engine === 'fc.scheduler') {
       const n = await fcSchedulesToViolation(
         hashing,
@@ -121,8 +154,10 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
       strategy: engine,
       pins: target.pins,
       seed: baseSeed(k) * 1000,
-      schedules: SIM_BUDGET,
+      schedules: target.runtime ? RUNTIME_BUDGET : SIM_BUDGET,
       shrink: false,
+      ...(target.runtime ? { target: 'runtime' as const } : {}),
+      ...(target.switches ? { switches: target.switches } : {}),
       ...(target.revalidate === false ? { revalidate: false } : {}),
       ...(target.settle === false ? { settle: false } : {}),
       ...(target.watch ? { watch: target.watch } : {}),
@@ -134,8 +169,8 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
     target: target.name,
     engine,
     found: perSeed.filter((x) => x !== null).length,
-    searches: SEEDS,
-    budget: engine === 'fc.scheduler' ? FC_BUDGET : SIM_BUDGET,
+    searches: perSeed.length,
+    budget: engine === 'fc.scheduler' ? FC_BUDGET : target.runtime ? RUNTIME_BUDGET : SIM_BUDGET,
     median: quantile(perSeed, 0.5),
     p90: quantile(perSeed, 0.9),
     perSeed,
@@ -146,6 +181,17 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
 async function control(): Promise<Record<string, unknown>> {
   const out: Record<string, unknown> = {};
   for (const strategy of ['random', 'pct'] as const) {
+    const rt = await fuzz({
+      policy: 'ready-prefix',
+      strategy,
+      pins: true,
+      seed: 424242,
+      schedules: CONTROL_SIM / 4,
+      shrink: false,
+      target: 'runtime',
+    });
+    out[`runtime ${strategy}`] = { schedules: rt.schedules, violations: rt.violations };
+    if (ONLY_RUNTIME) continue;
     const r = await fuzz({
       policy: 'ready-prefix',
       strategy,
@@ -156,6 +202,7 @@ async function control(): Promise<Record<string, unknown>> {
     });
     out[strategy] = { schedules: r.schedules, violations: r.violations };
   }
+  if (ONLY_RUNTIME) return out;
   const hashing = await loadHashing();
   const n = await fcSchedulesToViolation(
     hashing,
@@ -172,19 +219,32 @@ async function speed(): Promise<Record<string, number>> {
   let seed = 1;
   const bench = new Bench({ time: QUICK ? 500 : 3000 });
   for (const strategy of ['random', 'pct'] as const) {
-    bench.add(`simulator ${strategy}`, () => {
-      runSchedule(hashing, { policy: 'ready-prefix', strategy, pins: true, seed: seed++ });
+    if (!ONLY_RUNTIME) {
+      bench.add(`simulator ${strategy}`, () => {
+        runSchedule(hashing, { policy: 'ready-prefix', strategy, pins: true, seed: seed++ });
+      });
+    }
+    bench.add(`runtime ${strategy}`, () => {
+      runSchedule(hashing, {
+        policy: 'ready-prefix',
+        strategy,
+        pins: true,
+        seed: seed++,
+        target: 'runtime',
+      });
     });
   }
-  bench.add('fc.scheduler model', async () => {
-    const s = seed++;
-    await fc.assert(
-      fc.asyncProperty(fc.scheduler(), async (sched) => {
-        await runFcSchedule(hashing, { policy: 'ready-prefix', pins: true }, s, sched);
-      }),
-      { seed: s, numRuns: 1 },
-    );
-  });
+  if (!ONLY_RUNTIME) {
+    bench.add('fc.scheduler model', async () => {
+      const s = seed++;
+      await fc.assert(
+        fc.asyncProperty(fc.scheduler(), async (sched) => {
+          await runFcSchedule(hashing, { policy: 'ready-prefix', pins: true }, s, sched);
+        }),
+        { seed: s, numRuns: 1 },
+      );
+    });
+  }
   await bench.run();
   const out: Record<string, number> = {};
   for (const t of bench.tasks) {
@@ -200,7 +260,8 @@ function fmt(v: number | null, budget: number): string {
 
 async function main(): Promise<void> {
   const cells: Cell[] = [];
-  for (const target of TARGETS) {
+  const targets = TARGETS.filter((t) => !ONLY_RUNTIME || t.runtime === true);
+  for (const target of targets) {
     for (const engine of ENGINES) {
       const cell = await powerCell(target, engine);
       cells.push(cell);
@@ -212,11 +273,14 @@ async function main(): Promise<void> {
   const controlRows = await control();
   const schedulesPerSecond = await speed();
 
-  const rows = TARGETS.map((t) => {
+  const rows = targets.map((t) => {
     const row: Record<string, string> = { target: t.name };
     for (const e of ENGINES) {
       const c = cells.find((x) => x.target === t.name && x.engine === e)!;
-      row[e] = `${fmt(c.median, c.budget)} (p90 ${fmt(c.p90, c.budget)}, ${c.found}/${c.searches})`;
+      row[e] =
+        c.searches === 0
+          ? 'n/a'
+          : `${fmt(c.median, c.budget)} (p90 ${fmt(c.p90, c.budget)}, ${c.found}/${c.searches})`;
     }
     return row;
   });
@@ -236,18 +300,22 @@ async function main(): Promise<void> {
     quick: QUICK,
     seeds: SEEDS,
     simBudget: SIM_BUDGET,
+    runtimeBudget: RUNTIME_BUDGET,
     fcBudget: FC_BUDGET,
     cells,
     control: controlRows,
     schedulesPerSecond,
   };
   const here = dirname(fileURLToPath(import.meta.url));
-  const file = join(here, 'results', QUICK ? 'fuzz-power.tmp.json' : 'fuzz-power.json');
+  const name = QUICK
+    ? 'fuzz-power.tmp.json'
+    : ONLY_RUNTIME
+      ? 'fuzz-power-runtime.json'
+      : 'fuzz-power.json';
+  const file = join(here, 'results', name);
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-  process.stdout.write(
-    `\nwrote ${join('bench', 'results', QUICK ? 'fuzz-power.tmp.json' : 'fuzz-power.json')}\n`,
-  );
+  process.stdout.write(`\nwrote ${join('bench', 'results', name)}\n`);
 }
 
 await main();

@@ -50,6 +50,8 @@ export interface StoreLoopOptions {
   unsafeLoadWhileWriting?: boolean;
   /** The clock lookups wait by (ms); a single-thread driver passes a virtual one. */
   now?: () => number;
+  /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
+  onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
 }
 
 export interface JobEvent {
@@ -217,10 +219,11 @@ export class StoreLoop {
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       observer,
-      ...(recorder
+      ...(recorder || options.onPlanPoint
         ? {
             onPlanPoint: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => {
-              if (point === 'snapshot') recorder.onSnapshot(snap);
+              if (point === 'snapshot') recorder?.onSnapshot(snap);
+              options.onPlanPoint?.(point, snap);
             },
           }
         : {}),

@@ -48,7 +48,12 @@ export interface RuntimeScenario {
   readonly engine: Partial<EngineOptions>;
   readonly allocator: { readonly publishDelayMs: number; readonly jitterMs: number };
   readonly hasher: { readonly hashesPerWake: number; readonly jitterMs: number };
-  /** Capacity of every ring in words: 128 makes a full ring (an outbox that queues) common. */
+  /**
+   * Ring capacity in words: 1024, or 64 (the least a ring may have: records of
+   * up to 31 words, enough for these requests' lookups of at most 7 chunks a
+   * group), which makes a full ring reachable: main's submit backlog and the
+   * roles' outboxes queue and retry.
+   */
   readonly ringWords: number;
   /** Copy threads: a transfer step runs one of the this-many oldest queued tasks. */
   readonly transferThreads: number;
@@ -67,12 +72,14 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
   const geo = rng.pick(GEOMETRIES);
   const eagle = geo.groups.some((g) => g.eagle === true);
   const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
-  const requestCount = rng.between(1, 4);
+  // Sometimes a burst of short requests: with the small rings, full rings.
+  const burst = rng.chance(0.2);
+  const requestCount = burst ? rng.between(6, 9) : rng.between(1, 5);
   const events: RuntimeEvent[] = [];
   let atMs = 0;
   let tokensMax = 0;
   for (let i = 0; i < requestCount; i += 1) {
-    const promptLength = rng.between(1, PROMPT_TOKENS_MAX);
+    const promptLength = rng.between(burst ? 16 : 1, PROMPT_TOKENS_MAX);
     const shared = rng.chance(0.7);
     const maxDecodeTokens = rng.between(1, DECODE_TOKENS_MAX);
     tokensMax = Math.max(tokensMax, promptLength + maxDecodeTokens + 4);
@@ -109,12 +116,14 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
   if (rng.chance(0.15)) events.push({ kind: 'close', atMs: rng.int(horizonMs) });
   if (eagle && rng.chance(0.7)) events.push({ kind: 'draft-rewrite' });
 
-  const maxRequests = rng.between(1, 3);
+  const maxRequests = burst ? rng.between(3, 6) : rng.between(1, 3);
   let needs = 0;
   for (const g of geo.groups) needs += Math.ceil(tokensMax / g.tokensPerBlock);
   // The engine admits a request when its first block fits and preempts under
   // pressure; the largest request must fit alone (plus the engine's watermark).
-  const gpuBlocks = 2 + needs + (rng.chance(0.5) ? rng.int(2 * needs + 1) : rng.int(4));
+  const gpuBlocks = burst
+    ? 2 + needs * requestCount
+    : 2 + needs + (rng.chance(0.5) ? rng.int(2 * needs + 1) : rng.int(4));
   const tierChunks = rng.chance(0.4) ? rng.between(2, 6) : rng.between(8, 48);
   const config: ConfigInput = {
     groups: geo.groups,
@@ -127,8 +136,8 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     tierChunks,
   };
   const engine: Partial<EngineOptions> = {
-    stepTokenBudget: tpbMin * rng.between(1, 8),
-    maxRunning: rng.between(1, maxRequests),
+    stepTokenBudget: burst ? 256 : tpbMin * rng.between(1, 8),
+    maxRunning: burst ? maxRequests : rng.between(1, maxRequests),
     eagleDraftTokens: eagle ? rng.between(0, 3) : 0,
     eagleAcceptRate: rng.pick([0, 0.5, 1]),
     abortQueuedRate: rng.chance(0.2) ? 0.05 : 0,
@@ -146,7 +155,7 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     engine,
     allocator: { publishDelayMs: rng.pick([0, 0.5, 2, 10, 40]), jitterMs: rng.pick([0, 1, 5]) },
     hasher: { hashesPerWake: rng.between(1, 4), jitterMs: rng.pick([0, 0.5, 3]) },
-    ringWords: rng.chance(0.5) ? 128 : 1024,
+    ringWords: rng.chance(0.5) ? 64 : 1024,
     transferThreads: rng.between(1, 3),
     stepMs,
     events,

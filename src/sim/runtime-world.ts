@@ -34,7 +34,9 @@ import {
   S_STATUS,
   Status,
   T_CURSOR,
+  T_GENERATION,
 } from '../layout.js';
+import type { PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { offloadableTokens, tokenChunks } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
@@ -49,6 +51,7 @@ import { Random } from '../runtime/random.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop, TransferFailedError } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
+import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
 import { estimateRuntimeSteps, scenarioRingWords } from './runtime-scenario.js';
@@ -88,6 +91,8 @@ const ALLOCATOR_BUSY_PARK_MS = 1;
 const STORE_DRAIN_TICK_MS = 1;
 /** main's backlog timer when the submit ring is full. */
 const BACKLOG_RETRY_MS = 1;
+/** Other roles' steps a strategy may run at one point inside a store-planning pass. */
+export const RUNTIME_NESTED_STEPS_MAX = 6;
 /** Roles with a doorbell (the transfer pool has none). */
 const BELL_ROLES = [SCHEDULER, HASHER, ALLOCATOR, STORE] as const;
 
@@ -150,6 +155,9 @@ export class RuntimeWorld {
   private readonly hash = new TraceHash();
   private readonly lines: TraceLine[] = [];
   private chunksDispatched = 0;
+  /** Steps run inside a store-planning pass (other threads writing while it reads). */
+  private nested = 0;
+  private readonly nestedEnabled: number[] = [];
 
   constructor(scenario: RuntimeScenario, options: RuntimeWorldOptions) {
     this.scenario = scenario;
@@ -220,6 +228,7 @@ export class RuntimeWorld {
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
         now,
+        onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
     const cells = config.maxRequests * config.groups.length;
@@ -426,6 +435,40 @@ export class RuntimeWorld {
     }
   }
 
+  /**
+   * Inside the store's planning pass, after its snapshot and after its pins:
+   * the strategy may run other roles' steps before the pass goes on ("store"
+   * means go on), as other threads run while the store thread reads.
+   */
+  private onPlanPoint(point: PlanPoint, snap: Readonly<RequestSnapshot>): void {
+    this.note(STORE, point === 'snapshot' ? 5 : 6, snap.slot, () =>
+      point === 'snapshot'
+        ? `pass slot ${snap.slot} (r${snap.requestId}): snapshot gen ${snap.generation} status ${snap.status}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens}, keys [${Array.from(snap.keyCount).join(',')}] blocks [${Array.from(snap.blockCount).join(',')}] cursors [${Array.from(snap.cursor).join(',')}]`
+        : `pass slot ${snap.slot}: source blocks pinned, re-validating`,
+    );
+    if (this.nested > 0) return;
+    const enabled = this.nestedEnabled;
+    for (let i = 0; i < RUNTIME_NESTED_STEPS_MAX; i += 1) {
+      if (this.decision >= this.stepsMax || this.violation !== undefined) return;
+      this.enabledInto(enabled);
+      const at = enabled.indexOf(STORE);
+      if (at >= 0) enabled.splice(at, 1);
+      enabled.push(STORE);
+      enabled.sort((a, b) => a - b);
+      const a = this.strategy.pick(enabled, this.decision);
+      this.decisions.push(a);
+      this.decision += 1;
+      if (a === STORE) return;
+      this.nowMs += this.scenario.stepMs[a] ?? 0;
+      this.nested += 1;
+      try {
+        this.stepActor(a);
+      } finally {
+        this.nested -= 1;
+      }
+    }
+  }
+
   private schedulerStep(): void {
     const seen = this.bells[SCHEDULER]!.read();
     const did = this.engine.step();
@@ -628,7 +671,8 @@ export class RuntimeWorld {
     const c = state.control;
     const groups = config.groups.length;
     for (let slot = 0; slot < config.maxRequests; slot += 1) {
-      const gen = Atomics.load(c, state.schedulerWord(slot, S_GENERATION));
+      // The generation the store line (and so its cursors) belongs to.
+      const gen = Atomics.load(c, state.storeWord(slot, T_GENERATION));
       for (let g = 0; g < groups; g += 1) {
         const i = slot * groups + g;
         const cursor = Atomics.load(c, state.storeWord(slot, T_CURSOR + g));
@@ -712,7 +756,7 @@ export class RuntimeWorld {
       this.lines.push({
         decision: this.decision - (actor === -1 ? 0 : 1),
         actor: actor === -1 ? 'main' : ACTORS[actor]!,
-        nested: false,
+        nested: this.nested > 0,
         text: `${text()} @${this.nowMs.toFixed(2)}ms`,
       });
     }
