@@ -84,6 +84,13 @@ export function usageLine(message: string, argv: readonly string[]): string {
   return `kvoff: ${text} (see kvoff ${command ? `${command} ` : ''}--help)`;
 }
 
+// A reader that went away (`kvoff simulate | head`) ends the output, not the
+// program with a stack trace.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code !== 'EPIPE') throw err;
+  process.exit(typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok);
+});
+
 main(process.argv).then(
   (code) => {
     process.exitCode = code;
