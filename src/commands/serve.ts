@@ -34,7 +34,11 @@ export function registerServe(program: Command): void {
     .option('--port <n>', 'TCP port (0 picks a free one)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
-    .option('--transfer-threads <n>', 'piscina threads that copy chunks', '1')
+    .option(
+      '--transfer-threads <n>',
+      `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
+      '1',
+    )
     .option('--seed <n>', 'seed of the engine simulator and the lag', '1')
     .option(
       '--drain-timeout-ms <ms>',
