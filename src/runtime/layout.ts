@@ -67,6 +67,11 @@ export const STATS = [
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
   {
+    name: 'chunksSkippedUnready',
+    writer: 'store',
+    doc: 'token-ready chunks the cursor passed unstored (a legacy policy; 0 under ready-prefix)',
+  },
+  {
     name: 'chunksDeferred',
     writer: 'store',
     doc: 'chunk-passes where a token-ready chunk was not ready',

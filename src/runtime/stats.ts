@@ -25,6 +25,8 @@ export interface RuntimeStats {
   preemptions: number;
   chunksStored: number;
   chunksDeferred: number;
+  /** Token-ready chunks the cursor passed unstored (legacy-zip's holes); 0 under ready-prefix. */
+  chunksSkippedUnready: number;
   chunksDeferredThenStored: number;
   /** Store offers the tier could not allocate; the same chunks were offered again on a later pass. */
   allocationRetries: number;
