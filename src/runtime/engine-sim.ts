@@ -45,7 +45,6 @@ import {
 import { Random } from './random.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
-import { pushKey } from './rings.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 
