@@ -35,7 +35,13 @@ describe('tier metrics', () => {
     const s = standIn();
     const m = createMetrics(s.runtime, {
       eventLoopDelayMs: () => ({ p50: 0, p99: 0, max: 0 }),
-      httpInFlight: () => 0,
+      http: () => ({
+        inFlight: 0,
+        served: 0,
+        clientErrors: 0,
+        serverErrors: 0,
+        clientDisconnects: 0,
+      }),
     });
     s.tiers.disk.storedChunks = 5;
     s.tiers.redis.droppedChunks = 2;

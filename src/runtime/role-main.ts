@@ -60,6 +60,7 @@ export type RoleMessage =
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
+  | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string };
 
 export class InjectedFault extends Error {
@@ -261,6 +262,9 @@ async function runStore(
       if (err instanceof TransferFailedError) {
         post({ type: 'failed', role: 'transfer', cause: err.message });
       }
+      // The report traces requests up to the failure (a legacy-assert crash).
+      const traces = loop.takeLiveTraces();
+      if (traces.length > 0) post({ type: 'traces', traces });
       throw err;
     }
   };

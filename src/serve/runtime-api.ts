@@ -12,6 +12,8 @@ export interface EmbeddableRuntime {
   submit(req: SimRequest): Promise<RequestSummary>;
   stats(): RuntimeStats;
   close(): Promise<void>;
+  /** The failure that stopped the runtime (a worker died), if any. */
+  readonly failedWith?: Error | undefined;
   on(event: 'job', fn: (e: JobEvent) => void): unknown;
   /** Store latency per level (host, disk, redis); optional so simple stand-ins need not offer it. */
   onTierStore?(fn: (e: TierStoreSample) => void): unknown;
