@@ -348,6 +348,8 @@ export class DiskTier implements LowerTier {
 
   /** A file this index does not know (written by another process): index it if it looks whole. */
   private async adopt(key: bigint): Promise<Entry | undefined> {
+    // An entry this process evicted or found bad is still on disk until its unlink lands: not a hit.
+    if (this.unlinking.has(key)) return undefined;
     try {
       const s = await stat(this.pathOf(key));
       if (s.size !== this.valueBytes || this.index.has(key)) return this.index.get(key);
