@@ -163,6 +163,22 @@ describe('fuzz --target runtime', () => {
     expect(again.violation?.invariant).toBe('hole');
   });
 
+  it('finds a torn read with re-validation off (other roles step inside the store pass)', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      pins: true,
+      revalidate: false,
+      seed: 15_839_000,
+      schedules: 600,
+      target: 'runtime',
+      watch: ['mispairing'],
+      shrink: false,
+    });
+    expect(r.violations).toBe(1);
+    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt$/);
+  });
+
   it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
     const r = await fuzz({
       policy: 'ready-prefix',
@@ -266,7 +282,6 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
     ['--switch', 'load-while-writing', '--schedules', '1'],
     ['--target', 'nope', '--schedules', '1'],
     ['--target', 'runtime', '--switch', 'nope', '--schedules', '1'],
-    ['--target', 'runtime', '--no-revalidate', '--schedules', '1'],
   ]) {
     it(`bad usage exits 2: ${args.join(' ')}`, () => {
       const r = kvoff(...args);

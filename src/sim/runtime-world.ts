@@ -72,6 +72,8 @@ export interface RuntimeWorldOptions {
   /** False: the store does not pin and the allocator's pool ignores pins (reuse mid-copy). */
   readonly pins: boolean;
   readonly switches?: readonly RuntimeSwitch[];
+  /** False: the planner skips its snapshot re-validation (StoreLoopOptions.unsafeSkipRevalidate). */
+  readonly revalidate?: boolean;
   /** False: the end-of-request protocol is off (StoreLoopOptions.unsafeSkipSettle). */
   readonly settle?: boolean;
   readonly hashing: Hashing;
@@ -235,6 +237,7 @@ export class RuntimeWorld {
         policy: options.policy,
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
+        ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
         now,
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
