@@ -90,3 +90,6 @@ export type {
   ReportSummaryRow,
 } from './report/data.js';
 export type { ExternalRuntime } from './runtime/runtime.js';
+export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
+export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
+export type { TransferBackendModule } from './runtime/backend.js';

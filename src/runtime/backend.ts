@@ -4,7 +4,10 @@
 // threads once, through workerData; each task is a small Int32Array), and an
 // inline backend that copies on the caller's thread (single-thread drivers and
 // tests).
+import { isAbsolute } from 'node:path';
 import { performance } from 'node:perf_hooks';
+import { pathToFileURL } from 'node:url';
+import { InvalidArgumentError } from '../errors.js';
 import { Piscina } from 'piscina';
 import {
   attachArenas,
@@ -142,4 +145,85 @@ export class PiscinaTransferBackend implements TransferBackend {
   async close(): Promise<void> {
     await this.pool.close();
   }
+}
+
+/**
+ * A copy backend of your own: a module whose `createTransferBackend(arenas,
+ * { threads })` returns a TransferBackend (or a promise of one). The store
+ * worker loads it with `import()`; tasks and arenas are those of
+ * `runTransferTask` (src/runtime/transfer.ts).
+ */
+export interface TransferBackendModule {
+  createTransferBackend(
+    arenas: TransferArenas,
+    options: PiscinaBackendOptions,
+  ): TransferBackend | Promise<TransferBackend>;
+}
+
+/**
+ * Where the store worker imports a backend module from: a URL as is, an
+ * absolute path as a file URL, a package name as is. A relative path is
+ * refused: it would resolve against kvoff's files, not the caller's.
+ */
+export function backendModuleHref(module: string | URL): string {
+  if (module instanceof URL) return module.href;
+  if (typeof module !== 'string' || module === '') {
+    throw new InvalidArgumentError(
+      'transferBackendModule',
+      'must be a URL, an absolute path or a package name',
+    );
+  }
+  if (isAbsolute(module)) return pathToFileURL(module).href;
+  if (module.startsWith('.')) {
+    throw new InvalidArgumentError(
+      'transferBackendModule',
+      "a relative path resolves against kvoff's files: pass new URL('./backend.mjs', import.meta.url)",
+    );
+  }
+  return module;
+}
+
+/** Loads `href` and checks it exports the factory; a bad module is a typed error, thrown before any copy. */
+export async function loadTransferBackendModule(href: string): Promise<TransferBackendModule> {
+  let mod: Partial<TransferBackendModule>;
+  try {
+    mod = (await import(href)) as Partial<TransferBackendModule>;
+  } catch (err) {
+    throw new InvalidArgumentError(
+      'transferBackendModule',
+      `could not be imported: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+  if (typeof mod.createTransferBackend !== 'function') {
+    throw new InvalidArgumentError(
+      'transferBackendModule',
+      'must export a function createTransferBackend(arenas, { threads })',
+    );
+  }
+  return mod as TransferBackendModule;
+}
+
+/** The backend a module makes, checked to have the TransferBackend shape. */
+export async function createModuleBackend(
+  href: string,
+  arenas: TransferArenas,
+  options: PiscinaBackendOptions,
+): Promise<TransferBackend> {
+  const backend = await (
+    await loadTransferBackendModule(href)
+  ).createTransferBackend(arenas, options);
+  const ok =
+    typeof backend === 'object' &&
+    backend !== null &&
+    typeof backend.submit === 'function' &&
+    typeof backend.takeCompletions === 'function' &&
+    typeof backend.close === 'function' &&
+    typeof backend.inFlight === 'number';
+  if (!ok) {
+    throw new InvalidArgumentError(
+      'transferBackendModule',
+      'createTransferBackend must return { inFlight, submit, takeCompletions, close }',
+    );
+  }
+  return backend;
 }

@@ -8,7 +8,7 @@ import { loadHashing } from '../hashing.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from './allocator-loop.js';
 import type { AllocatorLag } from './allocator-loop.js';
-import { PiscinaTransferBackend } from './backend.js';
+import { PiscinaTransferBackend, createModuleBackend } from './backend.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { Doorbell } from './doorbell.js';
@@ -40,7 +40,7 @@ export interface RoleWorkerData {
   buffers: RuntimeBuffers;
   hasher: { hashesPerWake: number; jitterMs: number; seed: number };
   allocator: AllocatorLag & { unsafeIgnorePins: boolean };
-  store: StoreLoopOptions & { transferThreads: number };
+  store: StoreLoopOptions & { transferThreads: number; transferBackendModule?: string };
   simulator: Partial<EngineOptions>;
   policy: StorePolicy;
   fault?: FaultInjection;
@@ -182,16 +182,18 @@ async function runStore(
   port: MessagePort,
   fault: number,
 ): Promise<void> {
-  const backend = new PiscinaTransferBackend(
-    {
-      gpuArena: views.buffers.gpuArena,
-      tierArena: views.buffers.tierArena,
-      pins: views.buffers.state.pins,
-      wordsPerBlock: views.geometry.wordsPerBlock,
-      blocksPerChunk: views.geometry.blocksPerChunk,
-    },
-    { threads: data.store.transferThreads },
-  );
+  const arenas = {
+    gpuArena: views.buffers.gpuArena,
+    tierArena: views.buffers.tierArena,
+    pins: views.buffers.state.pins,
+    wordsPerBlock: views.geometry.wordsPerBlock,
+    blocksPerChunk: views.geometry.blocksPerChunk,
+  };
+  const threads = { threads: data.store.transferThreads };
+  const backend =
+    data.store.transferBackendModule === undefined
+      ? new PiscinaTransferBackend(arenas, threads)
+      : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
   const loop = new StoreLoop(
     views,
     backend,
@@ -209,7 +211,7 @@ async function runStore(
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
   };
   port.on('message', onMessage);
-  await backend.warmUp(data.store.transferThreads);
+  if (backend instanceof PiscinaTransferBackend) await backend.warmUp(data.store.transferThreads);
   post({ type: 'ready', role: 'store' });
   const yieldNow = () => new Promise<void>((resolve) => setImmediate(resolve));
   let steps = 0;

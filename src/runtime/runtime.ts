@@ -32,6 +32,7 @@ import { readAllStats } from './stats.js';
 import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
+import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 
@@ -55,6 +56,12 @@ export interface RuntimeOptions {
   policy?: StorePolicy;
   /** piscina threads that copy, default 1. */
   transferThreads?: number;
+  /**
+   * Your own copy backend: a module (a URL, an absolute path or a package name)
+   * exporting `createTransferBackend(arenas, { threads })`, loaded in the store
+   * worker; see docs/embedding.md. Default: kvoff's piscina pool over the arenas.
+   */
+  transferBackendModule?: string | URL;
   lag?: LagOptions;
   simulator?: Partial<EngineOptions>;
   /** Record per-pass windows of the first N requests (for the HTML report); 0 by default. */
@@ -178,6 +185,10 @@ export class OffloadRuntime {
   static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);
+    // A bad backend module is refused here, as a typed error, before any worker starts.
+    if (options.transferBackendModule !== undefined) {
+      await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
+    }
     if (!options.external) resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
     const rt = new OffloadRuntime(config, options);
     await rt.spawnAll();
@@ -314,6 +325,9 @@ export class OffloadRuntime {
         unsafeSkipPins: this.options.unsafeSkipPins ?? false,
         transferDelayMs: this.options.transferDelayMs ?? 0,
         traceRequests: this.options.traceSlots ?? 0,
+        ...(this.options.transferBackendModule !== undefined
+          ? { transferBackendModule: backendModuleHref(this.options.transferBackendModule) }
+          : {}),
       },
       simulator: { seed, ...this.options.simulator },
       policy: this.options.policy ?? 'ready-prefix',
