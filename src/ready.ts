@@ -2,6 +2,7 @@
 // [cursor, ready), and the cursor may only move forward, and only up to `ready`
 // as it was read. Every caller that needs a store boundary (planner, fuzzer
 // oracle, metrics, tests) calls `storeWindow`; nothing else decides one.
+// docs/design.md ("The one rule") explains why.
 //
 // The legacy policies reproduce the two broken behaviours from the seeds, only
 // so the fuzzer and benchmarks can show the difference.
