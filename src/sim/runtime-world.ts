@@ -239,7 +239,6 @@ export class RuntimeWorld {
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
-        now,
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
