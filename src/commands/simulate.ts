@@ -44,6 +44,7 @@ type ReportedStats = Pick<
   | 'tierHits'
   | 'chunksDroppedForCapacity'
   | 'chunksDroppedUnready'
+  | 'chunksUnreachable'
   | 'snapshotRetries'
   | 'bytesCopied'
 >;
@@ -167,6 +168,7 @@ export async function runSimulate(
     tierHits: stats.tierHits,
     chunksDroppedForCapacity: stats.chunksDroppedForCapacity,
     chunksDroppedUnready: stats.chunksDroppedUnready,
+    chunksUnreachable: stats.chunksUnreachable,
     snapshotRetries: stats.snapshotRetries,
     bytesCopied: stats.bytesCopied,
     gbPerSecond: runSeconds > 0 ? stats.bytesCopied / runSeconds / 1e9 : 0,
@@ -249,6 +251,7 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     [`tier hits on reuse${TIMED}`, `${r.tierHits} chunks`],
     ['dropped for capacity', String(r.chunksDroppedForCapacity)],
     ['dropped, never ready', String(r.chunksDroppedUnready)],
+    ['unreachable, not copied', String(r.chunksUnreachable)],
     [
       `bytes copied${TIMED}`,
       `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s over the run, ${r.workload.blockBytes} B blocks)` +

@@ -257,6 +257,7 @@ export class OffloadRuntime {
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
       chunksDroppedUnready: s.chunksDroppedUnready,
+      chunksUnreachable: s.chunksUnreachable,
     };
   }
 

@@ -42,4 +42,6 @@ export interface RuntimeStats {
   chunksDroppedForCapacity: number;
   /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
   chunksDroppedUnready: number;
+  /** Sliding-window chunks never copied because no aligned hit can use them (vLLM's alignment filter; never a hole). */
+  chunksUnreachable: number;
 }
