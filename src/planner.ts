@@ -175,6 +175,8 @@ export class StorePlanner {
   private readonly finalWaits: Int32Array;
   private readonly finalWaitGeneration: Int32Array;
   private nextJobId = 1;
+  /** Jobs handed out and not completed (weak: a driver that completes jobs elsewhere leaks nothing). */
+  private readonly issued = new WeakSet<StoreJob>();
   /**
    * The first pass visits every slot: a planner attached to state that
    * already holds requests (or whose bits an earlier planner took) must not
@@ -276,8 +278,32 @@ export class StorePlanner {
     return undefined;
   }
 
-  /** Ends a job: publishes (or drops) its tier entries and unpins its blocks, exactly once. */
+  /**
+   * Ends a job: publishes (or drops) its tier entries and unpins its blocks,
+   * exactly once. Throws InvalidArgumentError, having changed nothing, for a
+   * job this planner never issued or already completed (a second unpin would
+   * drive a pin count below zero and let the pool hand out a block mid-copy).
+   */
   complete(job: StoreJob, success = true): void {
+    if (typeof job !== 'object' || job === null || !this.issued.has(job)) {
+      throw new InvalidArgumentError(
+        'job',
+        'was not issued by this planner, or was already completed',
+      );
+    }
+    if (typeof success !== 'boolean')
+      throw new InvalidArgumentError('success', 'must be a boolean');
+    if (!this.skipPins) {
+      for (const c of job.chunks) {
+        for (const b of c.blocks) {
+          invariant(
+            Atomics.load(this.state.pins, b) > 0,
+            `block ${b} of job ${job.jobId} is pinned`,
+          );
+        }
+      }
+    }
+    this.issued.delete(job);
     if (!success) this.counters.chunksTransferFailed += job.chunks.length;
     this.tier.completeStore(
       job.chunks.map((c) => c.key),
@@ -456,13 +482,15 @@ export class StorePlanner {
     if (stored.length === 0) return undefined;
     this.counters.jobs += 1;
     this.counters.chunksStored += stored.length;
-    return {
+    const job: StoreJob = {
       jobId: this.nextJobId++,
       slot,
       generation: snap.generation,
       requestId: snap.requestId,
       chunks: stored,
     };
+    this.issued.add(job);
+    return job;
   }
 
   /** Raises the slot's dirty bit from the store side: the next pass visits it again. */

@@ -49,6 +49,7 @@ class StandInRuntime implements EmbeddableRuntime {
       completed: this.counters.completed,
       aborted: 0,
       preemptions: 0,
+      recordsRefused: 0,
       chunksStored: this.counters.stored,
       chunksDeferred: 1,
       chunksSkippedUnready: 0,
@@ -66,6 +67,7 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedForCapacity: 0,
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
+      lookupsDeferred: 0,
     };
   }
   close(): Promise<void> {

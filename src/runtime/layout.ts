@@ -59,6 +59,11 @@ export const STATS = [
     writer: 'scheduler',
     doc: 'loaded blocks whose bytes did not match their key',
   },
+  {
+    name: 'recordsRefused',
+    writer: 'scheduler',
+    doc: 'malformed submit-ring records refused (nothing was started for them)',
+  },
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
   {
@@ -112,6 +117,11 @@ export const STATS = [
     doc: 'chunks dispatched twice in one request generation',
   },
   { name: 'storePasses', writer: 'store', doc: 'planner passes' },
+  {
+    name: 'lookupsDeferred',
+    writer: 'store',
+    doc: 'lookups answered "ask again later" (an entry they need was being written or read)',
+  },
   // allocator
   { name: 'blocksInUse', writer: 'allocator', doc: 'GPU blocks allocated' },
   {
