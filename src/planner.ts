@@ -355,7 +355,7 @@ export class StorePlanner {
       // Of those, the ones below advanceTo are passed by the cursor (skipped, a
       // legacy policy's holes); only the rest wait for a later pass.
       this.waitingFrom[g] = Math.min(w.tokenChunks, Math.max(this.deferredFrom[g]!, w.advanceTo));
-      skipped += this.waitingFrom[g]! - this.deferredFrom[g]!;
+      skipped += Math.max(0, this.waitingFrom[g]! - this.deferredFrom[g]!);
       // Keys of token-ready chunks the hasher has yet to publish (it hashes
       // every known token of an occupied slot, so these always come).
       if (

@@ -1,5 +1,6 @@
 // `kvoff fuzz --target runtime`: the runtime's own loop classes under the
 // fuzzer's strategies, faults, oracle, replay tokens and shrinking.
+import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import { UNSET } from '../src/runtime/protocol.js';
@@ -162,6 +163,22 @@ describe('fuzz --target runtime', () => {
     expect(again.violation?.invariant).toBe('hole');
   });
 
+  it('finds a torn read with re-validation off (other roles step inside the store pass)', async () => {
+    const r = await fuzz({
+      policy: 'ready-prefix',
+      strategy: 'random',
+      pins: true,
+      revalidate: false,
+      seed: 15_839_000,
+      schedules: 600,
+      target: 'runtime',
+      watch: ['mispairing'],
+      shrink: false,
+    });
+    expect(r.violations).toBe(1);
+    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt$/);
+  });
+
   it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
     const r = await fuzz({
       policy: 'ready-prefix',
@@ -220,4 +237,56 @@ describe('regressions found by fuzz --target runtime', () => {
     expect(out.violation).toBeUndefined();
     expect(out.lines.some((l) => l.text.includes('fails loudly'))).toBe(true);
   });
+});
+
+describe('kvoff fuzz --target runtime (CLI)', () => {
+  function kvoff(...args: string[]) {
+    const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', 'fuzz', ...args], {
+      encoding: 'utf8',
+      env: { ...process.env, NO_COLOR: '1' },
+      timeout: 120_000,
+    });
+    return { code: r.status, stdout: r.stdout, stderr: r.stderr };
+  }
+
+  it('finds the re-created bug, prints one JSON object, and the token replays its trace hash', () => {
+    const r = kvoff(
+      '--target',
+      'runtime',
+      '--no-pins',
+      '--watch',
+      'mispairing',
+      '--schedules',
+      '400',
+      '--seed',
+      '1000',
+      '--json',
+    );
+    expect(r.code).toBe(1);
+    const out = JSON.parse(r.stdout) as Record<string, unknown>;
+    expect(out).toMatchObject({ target: 'runtime', pins: false, invariant: 'mispairing' });
+    expect(out.replayToken).toMatch(/\.trt(\.|$)/);
+    const again = kvoff('--replay', out.shrunkToken as string, '--json');
+    expect(again.code).toBe(1);
+    const replay = JSON.parse(again.stdout) as Record<string, unknown>;
+    expect(replay).toMatchObject({ target: 'runtime', traceHash: out.shrunkHash });
+  });
+
+  it('safe code: exit 0 and no violation', () => {
+    const r = kvoff('--target', 'runtime', '--schedules', '40', '--seed', '5', '--json');
+    expect(r.code).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ target: 'runtime', violations: 0 });
+  });
+
+  for (const args of [
+    ['--switch', 'load-while-writing', '--schedules', '1'],
+    ['--target', 'nope', '--schedules', '1'],
+    ['--target', 'runtime', '--switch', 'nope', '--schedules', '1'],
+  ]) {
+    it(`bad usage exits 2: ${args.join(' ')}`, () => {
+      const r = kvoff(...args);
+      expect(r.code).toBe(2);
+      expect(r.stdout).toBe('');
+    });
+  }
 });

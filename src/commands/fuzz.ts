@@ -127,9 +127,6 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   if (switches !== undefined && target !== 'runtime') {
     throw new InvalidArgumentError('--switch', 'needs --target runtime');
   }
-  if (target === 'runtime' && !flags.revalidate) {
-    throw new InvalidArgumentError('--no-revalidate', 'only with --target roles');
-  }
   const bar = progressBar(schedules, seconds);
   // SIGINT/SIGTERM end the campaign after the schedule running now; the summary so far is printed.
   const stop = new AbortController();

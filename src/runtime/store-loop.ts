@@ -45,6 +45,8 @@ export interface StoreLoopOptions {
   policy?: StorePolicy;
   /** Test-only: the planner does not pin and the transfer does not unpin. */
   unsafeSkipPins?: boolean;
+  /** Test-only: the planner skips its snapshot re-validation (see PlannerOptions.unsafeSkipRevalidate). */
+  unsafeSkipRevalidate?: boolean;
   /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
   unsafeSkipSettle?: boolean;
   /** Test knob: every transfer task sleeps this long before copying. */
@@ -237,6 +239,7 @@ export class StoreLoop {
       policy: options.policy ?? 'ready-prefix',
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
+      ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {

@@ -68,7 +68,7 @@ export interface HttpCounters {
   clientErrors: number;
   /** 5xx answers. */
   serverErrors: number;
-  /** Clients that closed the connection before their answer (counted in clientErrors when before the body ended). */
+  /** Clients that closed the connection before their answer (also in clientErrors when their request had not fully arrived). */
   clientDisconnects: number;
 }
 
@@ -101,6 +101,8 @@ export class KvoffServer {
     serverErrors: 0,
     clientDisconnects: 0,
   };
+  /** Sockets with a request in progress: a disconnect there is counted by the request itself. */
+  private readonly busySockets = new WeakSet<Socket>();
   /** Bodies being read, with their answers: not started work, so a drain refuses them at once. */
   private readonly reading = new Map<BodyRead, ServerResponse>();
   private draining: Promise<DrainResult> | undefined;
@@ -125,7 +127,9 @@ export class KvoffServer {
         connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS,
       },
       (req, res) => {
+        this.busySockets.add(req.socket);
         res.once('close', () => {
+          this.busySockets.delete(req.socket);
           if (!res.writableFinished) this.counters.clientDisconnects += 1;
         });
         this.handle(req, res).catch((err: unknown) => this.fail(res, err));
@@ -332,7 +336,12 @@ export class KvoffServer {
   /** Malformed HTTP or a header/request timeout: node's answer, counted as the client's error. */
   private onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
     if (err.code === 'ECONNRESET' || err.code === 'HPE_INVALID_EOF_STATE' || !socket.writable) {
-      // The client left (reset, or closed mid-request); a request it had begun counts itself (ClientGoneError).
+      // The client left (reset, or closed mid-request). A request whose
+      // headers had arrived counts itself (ClientGoneError); count the rest here.
+      if (!this.busySockets.has(socket)) {
+        this.counters.clientErrors += 1;
+        this.counters.clientDisconnects += 1;
+      }
       socket.destroy();
       return;
     }

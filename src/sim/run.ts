@@ -76,6 +76,7 @@ function runRuntimeSchedule(hashing: Hashing, spec: ReplaySpec, record: boolean)
     record,
     ...(spec.switches !== undefined ? { switches: spec.switches } : {}),
     ...(spec.settle === false ? { settle: false } : {}),
+    ...(spec.revalidate === false ? { revalidate: false } : {}),
     ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
   });
   return { ...world.run(), spec, scenario };

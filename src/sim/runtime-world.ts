@@ -72,6 +72,8 @@ export interface RuntimeWorldOptions {
   /** False: the store does not pin and the allocator's pool ignores pins (reuse mid-copy). */
   readonly pins: boolean;
   readonly switches?: readonly RuntimeSwitch[];
+  /** False: the planner skips its snapshot re-validation (StoreLoopOptions.unsafeSkipRevalidate). */
+  readonly revalidate?: boolean;
   /** False: the end-of-request protocol is off (StoreLoopOptions.unsafeSkipSettle). */
   readonly settle?: boolean;
   readonly hashing: Hashing;
@@ -93,6 +95,13 @@ const STORE_DRAIN_TICK_MS = 1;
 const BACKLOG_RETRY_MS = 1;
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
 export const RUNTIME_NESTED_STEPS_MAX = 6;
+/**
+ * Decisions a runnable role may be passed over before it is run anyway. Real
+ * threads run in parallel, so a role that spins (steps that do work while
+ * waiting for another role, e.g. an allocation retried until a copy frees its
+ * block) never starves the others; under PCT's strict priorities it would.
+ */
+export const STARVED_DECISIONS_MAX = 64;
 /** Roles with a doorbell (the transfer pool has none). */
 const BELL_ROLES = [SCHEDULER, HASHER, ALLOCATOR, STORE] as const;
 
@@ -158,6 +167,8 @@ export class RuntimeWorld {
   /** Steps run inside a store-planning pass (other threads writing while it reads). */
   private nested = 0;
   private readonly nestedEnabled: number[] = [];
+  /** Per role: consecutive decisions it was runnable and not picked. */
+  private readonly starved = new Int32Array(ACTORS.length);
 
   constructor(scenario: RuntimeScenario, options: RuntimeWorldOptions) {
     this.scenario = scenario;
@@ -226,6 +237,7 @@ export class RuntimeWorld {
         policy: options.policy,
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
+        ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
@@ -264,7 +276,7 @@ export class RuntimeWorld {
         this.note(-1, 0, 0, () => `time passes to ${this.nowMs.toFixed(2)} ms (every role parked)`);
         continue;
       }
-      const a = this.strategy.pick(enabled, this.decision);
+      const a = this.pick(enabled);
       this.decisions.push(a);
       this.decision += 1;
       // The step takes its virtual time; what it reads and the park it ends in
@@ -273,6 +285,24 @@ export class RuntimeWorld {
       this.stepActor(a);
     }
     return this.outcome();
+  }
+
+  /** The strategy's pick, unless a runnable role was passed over too long (then the longest-starved). */
+  private pick(enabled: readonly number[]): number {
+    let starved = -1;
+    for (const a of enabled) {
+      if (
+        this.starved[a]! >= STARVED_DECISIONS_MAX &&
+        (starved < 0 || this.starved[a]! > this.starved[starved]!)
+      ) {
+        starved = a;
+      }
+    }
+    const a = starved >= 0 ? starved : this.strategy.pick(enabled, this.decision);
+    for (let r = 0; r < ACTORS.length; r += 1) {
+      this.starved[r] = r !== a && enabled.includes(r) ? this.starved[r]! + 1 : 0;
+    }
+    return a;
   }
 
   private outcome(): WorldOutcome {
