@@ -4,7 +4,7 @@
 // does after the fix: unchanged when the tier cannot allocate, to the window's
 // end otherwise. The steady-state pass with nothing ready allocates nothing.
 import type { Config } from './config.js';
-import { invariant } from './errors.js';
+import { InvalidArgumentError, invariant } from './errors.js';
 import type { StoreChunk, StoreJob } from './job.js';
 import { SNAPSHOT_RETRIES_MAX, Status } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
@@ -166,10 +166,9 @@ export class StorePlanner {
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
     this.skipSettle = options.unsafeSkipSettle ?? false;
     this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
-    invariant(
-      Number.isInteger(this.finalWaitVisitsMax) && this.finalWaitVisitsMax >= 1,
-      'finalWaitVisitsMax is a positive integer',
-    );
+    if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
+      throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
+    }
     this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
