@@ -16,7 +16,14 @@ import {
   RequestCapacityError,
   invariant,
 } from '../errors.js';
-import { A_BLOCK_COUNT, A_GENERATION, A_SEQ, A_SETTLED_GENERATION, Status } from '../layout.js';
+import {
+  A_BLOCK_COUNT,
+  A_GENERATION,
+  A_SEQ,
+  A_SETTLED_GENERATION,
+  Status,
+  markDirty,
+} from '../layout.js';
 import type { SharedState } from '../state.js';
 import { checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
@@ -61,6 +68,7 @@ export class AllocatorRole {
     const base = this.state.blockBase(handle.slot, group);
     for (let i = 0; i < blockIds.length; i += 1) blocks[base + i + n] = blockIds[i]!;
     Atomics.store(control, countWord, n + blockIds.length);
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /**
@@ -81,6 +89,8 @@ export class AllocatorRole {
       this.state.allocatorWord(handle.slot, A_SETTLED_GENERATION),
       handle.generation,
     );
+    // The final pass waits for this mark: without the bit it would wait for a publication that never comes.
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /** True once `settle` ran for this handle's generation. */
@@ -122,6 +132,7 @@ export class AllocatorRole {
       Atomics.store(control, countWord, 0);
     }
     this.writeEnd(handle.slot);
+    markDirty(this.state.dirty, handle.slot);
     return freed;
   }
 
@@ -147,6 +158,7 @@ export class AllocatorRole {
     this.writeBegin(handle.slot);
     this.state.blocks[index] = 0;
     this.writeEnd(handle.slot);
+    markDirty(this.state.dirty, handle.slot);
     return old;
   }
 
