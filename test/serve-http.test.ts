@@ -64,6 +64,7 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedForCapacity: 0,
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
+      lookupsDeferred: 0,
     };
   }
   close(): Promise<void> {

@@ -107,6 +107,11 @@ export const STATS = [
     doc: 'chunks dispatched twice in one request generation',
   },
   { name: 'storePasses', writer: 'store', doc: 'planner passes' },
+  {
+    name: 'lookupsDeferred',
+    writer: 'store',
+    doc: 'lookups answered "ask again later" (an entry they need was being written or read)',
+  },
   // allocator
   { name: 'blocksInUse', writer: 'allocator', doc: 'GPU blocks allocated' },
   {

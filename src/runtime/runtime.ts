@@ -249,6 +249,7 @@ export class OffloadRuntime {
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
+      lookupsDeferred: s.lookupsDeferred,
     };
   }
 

@@ -42,4 +42,6 @@ export interface RuntimeStats {
   chunksDroppedUnready: number;
   /** Sliding-window chunks never copied because no aligned hit can use them (vLLM's alignment filter; never a hole). */
   chunksUnreachable: number;
+  /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
+  lookupsDeferred: number;
 }
