@@ -52,7 +52,9 @@ export function snapshotConfig(requests: number, padHotWords: boolean): ConfigIn
     tokensPerHash: TOKENS_PER_BLOCK,
     maxRequests: requests,
     maxBlocksPerRequest: 512,
-    gpuBlocks: 4096,
+    // Room for every table to be full at once: the writer cycles block IDs,
+    // and the allocator refuses an ID still held by another request.
+    gpuBlocks: Math.max(4096, requests * 2 * 512 + 1),
     tierChunks: 16,
     padHotWords,
   };
@@ -116,6 +118,9 @@ export function setupSnapshotState(config: ConfigInput): {
     scheduler.progress(h, 0, 0);
     handles.push(h);
   }
+  // The writer threads drive the roles from here on.
+  scheduler.handOff();
+  allocator.handOff();
   return { state, handles };
 }
 

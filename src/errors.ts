@@ -18,7 +18,8 @@ export type KvoffErrorCode =
   | 'KVOFF_CLOSED'
   | 'KVOFF_TIMEOUT'
   | 'KVOFF_QUEUE_FULL'
-  | 'KVOFF_BLOCKS_SETTLED';
+  | 'KVOFF_BLOCKS_SETTLED'
+  | 'KVOFF_ROLE_CLAIMED';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -178,5 +179,22 @@ export class BlocksSettledError extends KvoffError {
     this.name = 'BlocksSettledError';
     this.slot = slot;
     this.generation = generation;
+  }
+}
+
+/**
+ * Thrown when a role view writes while another view (another thread, or a
+ * second view in this one) holds that role: each role has one writer. Nothing
+ * was changed.
+ */
+export class RoleClaimedError extends KvoffError {
+  readonly role: string;
+  constructor(role: string) {
+    super(
+      'KVOFF_ROLE_CLAIMED',
+      `the ${role} role is driven by another view (one thread, one view per role); this view may not write`,
+    );
+    this.name = 'RoleClaimedError';
+    this.role = role;
   }
 }

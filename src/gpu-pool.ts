@@ -38,6 +38,13 @@ export class GpuBlockPool {
     return this.gpuBlocks - 1 - this.freeCount - this.quarantine.length;
   }
 
+  /** True while `block` is handed out (allocated and not released). */
+  isAllocated(block: number): boolean {
+    return (
+      Number.isInteger(block) && block > 0 && block < this.gpuBlocks && this.allocated[block] === 1
+    );
+  }
+
   /** `n` blocks, all or nothing: undefined when the pool cannot supply them (admission pressure). */
   allocate(n: number): number[] | undefined {
     if (!Number.isInteger(n) || n < 0)

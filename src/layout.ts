@@ -168,6 +168,21 @@ export const FIELDS: readonly FieldSpec[] = [
   f('cursor', 'store', true, T_CURSOR, 'index of the next chunk to store, per group'),
 ];
 
+/**
+ * Owner words, one per role a host program drives through role views, on one
+ * line after the last slot. 0 while unclaimed; a role view claims its role
+ * with compareExchange(0, its token) before its first write, and a view
+ * holding another token refuses (RoleClaimedError): one writer per role, so a
+ * second thread (or a second view) driving the same role is caught, not
+ * silently interleaved. OWNER_CLOSED (stored by the runtime's close()) makes
+ * every view refuse with ClosedError. Writers: claimants (compareExchange
+ * only) and main on close.
+ */
+export const OWNER_ROLES = ['scheduler', 'allocator'] as const;
+export type OwnedRole = (typeof OWNER_ROLES)[number];
+export const OWNER_FREE = 0;
+export const OWNER_CLOSED = -1;
+
 // Arrays beyond the slot lines; the count that publishes each is named.
 export const ARRAYS = [
   { name: 'tokens', writer: 'scheduler', publishedBy: 'numTokens', doc: 'token IDs per request' },
@@ -280,7 +295,7 @@ export function bufferSizes(config: Config): Record<keyof SharedBuffers, number>
   const g = config.groups.length;
   const geom = slotGeometry(g, config.padHotWords);
   return {
-    control: config.maxRequests * geom.slotWords * 4,
+    control: (config.maxRequests * geom.slotWords + LINE_WORDS) * 4,
     tokens: config.maxRequests * config.maxTokensPerRequest * 4,
     hashes: config.maxRequests * config.maxHashesPerRequest * 8,
     keys: config.maxRequests * g * config.maxChunksPerRequest * 8,

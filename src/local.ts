@@ -2,7 +2,7 @@
 // shared-memory layout and the same role code the workers use. For tests, for
 // the demo, and for anyone who wants to see the rule work step by step.
 import { resolveConfig } from './config.js';
-import { InvalidArgumentError, invariant } from './errors.js';
+import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
 import type { Config, ConfigInput } from './config.js';
 import type { StoreJob } from './job.js';
 import { loadHashing } from './hashing.js';
@@ -10,6 +10,7 @@ import type { Hashing } from './hashing.js';
 import { LoadPath } from './load-path.js';
 import type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
 import type { CursorPolicy } from './lookup.js';
+import { T_DRAINED_GENERATION } from './layout.js';
 import { StorePlanner } from './planner.js';
 import type { PlannerCounters, PlannerOptions } from './planner.js';
 import { offloadableTokens, readyPrefix, tokenChunks } from './ready.js';
@@ -136,9 +137,23 @@ export class LocalOffload {
   abort(handle: RequestHandle): void {
     this.scheduler.abort(handle);
   }
-  /** Frees the request's blocks and its slot; returns the block IDs it held. */
+  /**
+   * Frees the request's blocks and its slot; returns the block IDs it held.
+   * Only once the store drained it (after finish or abort and a pass), as the
+   * external host requires: before that its final pass has not run, so
+   * releasing would lose its last chunks. IllegalTransitionError otherwise.
+   */
   release(handle: RequestHandle): number[] {
+    checkHandle(this.state, handle);
     this.loadPath.expectNotLoading(handle, 'release');
+    // A plain read of the drained mark: a snapshot would adopt the store line (a write).
+    const mark = Atomics.load(
+      this.state.control,
+      this.state.storeWord(handle.slot, T_DRAINED_GENERATION),
+    );
+    if (mark !== handle.generation) {
+      throw new IllegalTransitionError('release', 'not yet drained by the store');
+    }
     const freed = this.allocator.clear(handle);
     this.scheduler.release(handle);
     return freed;
@@ -147,7 +162,11 @@ export class LocalOffload {
   plan(): StoreJob[] {
     return this.planner.pass();
   }
-  /** Completes a job as the transfer role would: publish in the tier, unpin. */
+  /**
+   * Completes a job as the transfer role would: publish in the tier, unpin.
+   * Throws InvalidArgumentError, having changed nothing, for a job never
+   * issued by plan() or already completed.
+   */
   complete(job: StoreJob, success = true): void {
     this.planner.complete(job, success);
     this.loadPath.storeCompleted(job.slot, job.chunks.length);

@@ -2,8 +2,8 @@
 // thread by passing its buffers (no copies). This module only maps indices; what
 // each role may write lives in `src/roles/`.
 import type { Config } from './config.js';
-import { GROUPS_MAX, bufferSizes, slotGeometry } from './layout.js';
-import type { SharedBuffers, SlotGeometry } from './layout.js';
+import { GROUPS_MAX, OWNER_ROLES, bufferSizes, slotGeometry } from './layout.js';
+import type { OwnedRole, SharedBuffers, SlotGeometry } from './layout.js';
 import { invariant } from './errors.js';
 
 export class SharedState {
@@ -77,6 +77,10 @@ export class SharedState {
   }
   storeWord(slot: number, field: number): number {
     return slot * this.geometry.slotWords + this.geometry.storeLine + field;
+  }
+  /** The owner word of a host-driven role (after the last slot; see OWNER_ROLES). */
+  ownerWord(role: OwnedRole): number {
+    return this.config.maxRequests * this.geometry.slotWords + OWNER_ROLES.indexOf(role);
   }
   tokenBase(slot: number): number {
     return slot * this.config.maxTokensPerRequest;

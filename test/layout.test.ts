@@ -167,7 +167,7 @@ describe('shared buffers', () => {
       expect(config.maxTokensPerRequest).toBe(96);
       expect(config.maxHashesPerRequest).toBe(24);
       expect(sizes).toEqual({
-        control: 5 * geom.slotWords * 4,
+        control: (5 * geom.slotWords + L.LINE_WORDS) * 4,
         tokens: 5 * 96 * 4,
         hashes: 5 * 24 * 8,
         keys: 5 * 3 * 6 * 8,
@@ -205,8 +205,14 @@ describe('shared buffers', () => {
         }
       }
     }
+    // One line after the last slot holds the role owner words.
+    for (const role of L.OWNER_ROLES) {
+      words.add(state.ownerWord(role));
+      expected += 1;
+    }
     expect(words.size).toBe(expected);
-    expect(words.size).toBe(state.control.length); // packed: every word is declared
+    // Packed: every slot word is declared; the owner line is the only padding.
+    expect(state.control.length).toBe(words.size + L.LINE_WORDS - L.OWNER_ROLES.length);
     // Arrays: each (slot, group) range is disjoint and inside its buffer.
     const { maxChunksPerRequest: mc, maxBlocksPerRequest: mb } = state.config;
     expect(state.keyBase(4, 2) + mc).toBe(state.keys.length);

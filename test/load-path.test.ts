@@ -196,6 +196,9 @@ describe('LocalOffload lookup and load', () => {
     appendUpTo(lo, h, 14, [0, 10]);
     expect(() => lo.load(h, answer)).toThrow(InvalidArgumentError);
     expect(lo.tier.stats().reading).toBe(0);
+    // Released only once drained: abort it and let a pass take its (empty) final offer.
+    lo.abort(h);
+    lo.plan();
     lo.release(h);
     // Evict the stored prompt with another one, then try the stale answer.
     storePrompt(lo, tokens(66, 8), 3);

@@ -18,6 +18,7 @@ import {
   H_GENERATION,
   H_KEY_COUNT,
   S_GENERATION,
+  S_STATUS,
   Status,
   T_CURSOR,
   T_GENERATION,
@@ -26,6 +27,21 @@ import type { LocalOffload } from '../src/local.js';
 import type { RequestHandle } from '../src/roles/handle.js';
 import { RequestSnapshot, StoreRole } from '../src/roles/store.js';
 import { local, tokens } from './helpers.js';
+
+/**
+ * Ends `h` (aborts it if still live), settles its blocks, hashes, runs store passes
+ * until it is drained, then releases it: release requires a drained request.
+ */
+function drainAndRelease(lo: LocalOffload, h: RequestHandle): void {
+  const status = Atomics.load(lo.state.control, lo.state.schedulerWord(h.slot, S_STATUS));
+  if (status !== Status.finished && status !== Status.aborted) lo.abort(h);
+  lo.settle(h);
+  lo.hash(h); // the final pass waits for the keys of token-ready chunks
+  for (let pass = 0; pass < 10 && !lo.drained(h); pass += 1) {
+    for (const job of lo.plan()) lo.complete(job);
+  }
+  lo.release(h);
+}
 
 const TWO_GROUPS: ConfigInput = {
   groups: [
@@ -100,7 +116,7 @@ describe('stale handles', () => {
   it('after release: every role method throws StaleHandleError and writes nothing', async () => {
     const lo = await local(TWO_GROUPS);
     const h = busyRequest(lo, 1, 0);
-    lo.release(h);
+    drainAndRelease(lo, h);
     for (const [name, call] of handleCalls(lo, h)) {
       const before = words(lo);
       expect(call, name).toThrow(StaleHandleError);
@@ -111,7 +127,7 @@ describe('stale handles', () => {
   it("after reuse by another request: never reads or changes the new occupant's data", async () => {
     const lo = await local(TWO_GROUPS);
     const old = busyRequest(lo, 1, 0);
-    lo.release(old);
+    drainAndRelease(lo, old);
     const now = busyRequest(lo, 2, 5);
     expect(now.slot).toBe(old.slot); // the slot was reused
     expect(now.generation).not.toBe(old.generation);
@@ -158,7 +174,7 @@ describe('capacities', () => {
       () => lo.open({ requestId: 3, promptTokens: tokens(4) }),
       SlotsExhaustedError,
     );
-    lo.release(a);
+    drainAndRelease(lo, a);
     const c = lo.open({ requestId: 3, promptTokens: tokens(4) });
     expect(c.slot).toBe(a.slot);
   });
@@ -235,9 +251,9 @@ describe('illegal transitions', () => {
       rejectsCleanly(lo, () => lo.abort(h), IllegalTransitionError);
     }
     expect(() => lo.progress(f, 8)).toThrow(/cannot set progress of a request that is finished/);
-    // Release is always allowed for a live handle.
-    lo.release(f);
-    lo.release(a);
+    // Release is allowed once the store drained the ended request.
+    drainAndRelease(lo, f);
+    drainAndRelease(lo, a);
   });
 
   it('preempted requests may resume, finish or abort', async () => {
@@ -389,7 +405,7 @@ describe('the allocator seqlock and StoreRole.stable', () => {
     const store = new StoreRole(lo.state);
     expect(store.snapshot(0, new RequestSnapshot(2))).toBe('free');
     const h = lo.open({ requestId: 1, promptTokens: tokens(4) });
-    lo.release(h);
+    drainAndRelease(lo, h);
     expect(store.snapshot(h.slot, new RequestSnapshot(2))).toBe('free');
   });
 });
@@ -412,7 +428,7 @@ describe('generation adoption', () => {
     expect(store.snapshot(a.slot, snap)).toBe('ok');
     expect([...snap.cursor]).toEqual([4, 1]);
     expect(snap.drained).toBe(true);
-    lo.release(a);
+    drainAndRelease(lo, a);
 
     const b = lo.open({ requestId: 2, promptTokens: tokens(16), hitChunks: [0, 3] });
     expect(b.slot).toBe(a.slot);
@@ -470,7 +486,7 @@ describe('generation adoption', () => {
     expect(gen()).toBe(0);
     const h = lo.open({ requestId: 1, promptTokens: tokens(4) });
     expect([h.slot, h.generation, gen()]).toEqual([0, 1, 1]);
-    lo.release(h);
+    drainAndRelease(lo, h);
     expect(gen()).toBe(2);
     expect(lo.open({ requestId: 1, promptTokens: tokens(4) }).generation).toBe(3);
     expect(Status.free).toBe(0);

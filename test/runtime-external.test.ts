@@ -4,7 +4,7 @@
 // the right bytes, and the drain protocol frees everything.
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
-import { IllegalTransitionError, InvalidArgumentError } from '../src/errors.js';
+import { IllegalTransitionError, InvalidArgumentError, RoleClaimedError } from '../src/errors.js';
 import { chainHashes, loadHashing } from '../src/hashing.js';
 import { attachExternal } from '../src/runtime/external.js';
 import { spawnWorker } from '../src/runtime/worker-files.js';
@@ -73,11 +73,14 @@ describe('OffloadRuntime with external events', () => {
     const rt = await OffloadRuntime.start({ config: CONFIG, external: true });
     const other = attachExternal(resolveConfig(CONFIG), rt.buffers);
     const h = other.scheduler.open({ requestId: 7, promptTokens: [1, 2, 3, 4] });
-    // The runtime's own views see the request the other attachment opened.
-    expect(() => rt.external!.scheduler.appendTokens(h, [5])).not.toThrow();
+    // The runtime's own views see the request the other attachment opened...
+    expect(rt.external!.allocator.count(h, 0)).toBe(0);
+    // ...but may not write the role the other attachment drives.
+    expect(() => rt.external!.scheduler.appendTokens(h, [5])).toThrow(RoleClaimedError);
     other.scheduler.abort(h);
     await rt.external!.whenDrained(h);
-    rt.external!.release(h);
+    other.allocator.clear(h);
+    other.scheduler.release(h);
     await rt.close();
     expect(rt.leakReport()?.slotsInUse).toBe(0);
   });

@@ -103,7 +103,7 @@ describe('every role loop from one thread', () => {
         promptLength: 300 + ((i * 97) % 700),
         prefixId: i % 3,
         sharedPrefixTokens: 200,
-        maxDecodeTokens: 16,
+        maxDecodeTokens: 64,
         abortAfterTokens: UNSET,
       });
     }

@@ -84,6 +84,9 @@ export function setupKvoffDesign(s: StreamShape): KvoffSetup {
     allocator.appendBlocks(h, 0, []);
     handles.push(h);
   }
+  // The writers (another thread, or the single-thread design) drive the roles from here on.
+  scheduler.handOff();
+  allocator.handOff();
   const pub = new SharedArrayBuffer(s.requests * s.chunks * 3 * 8);
   return { config, buffers: state.buffers, handles, pub, bell: newBellBuffer() };
 }

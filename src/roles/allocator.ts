@@ -21,21 +21,75 @@ import {
   A_GENERATION,
   A_SEQ,
   A_SETTLED_GENERATION,
+  S_GENERATION,
   Status,
   markDirty,
 } from '../layout.js';
 import type { SharedState } from '../state.js';
+import { RoleClaim } from './claim.js';
 import { checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
+export interface AllocatorRoleOptions {
+  /** The pool's word on a block ID: appends of a block it did not hand out are refused. */
+  handedOut?: (block: number) => boolean;
+}
+
 export class AllocatorRole {
   readonly state: SharedState;
+  /** The allocator role's owner word: this view writes only while it holds it. */
+  private readonly claim: RoleClaim;
+  private readonly handedOut: ((block: number) => boolean) | undefined;
+  /**
+   * Per block ID: slot + 1 of the request whose table holds it, 0 if none.
+   * Private to this view; exact because it is the role's only writer (the
+   * claim). Refuses a block appended twice or held by another request.
+   */
+  private readonly owner: Int32Array;
+  /** Per block ID: the append call that last saw it (finds duplicates within one call). */
+  private readonly seen: Uint32Array;
+  private call = 0;
 
-  constructor(state: SharedState) {
+  constructor(state: SharedState, options: AllocatorRoleOptions = {}) {
     this.state = state;
+    this.handedOut = options.handedOut;
+    this.owner = new Int32Array(state.config.gpuBlocks);
+    this.seen = new Uint32Array(state.config.gpuBlocks);
+    // A view that takes the role over from another learns the tables it left.
+    this.claim = new RoleClaim(state, 'allocator', () => this.findOwners());
   }
 
+  /**
+   * This view stops driving the allocator role so another view (usually on
+   * another thread) can take it over; it may take it back later if free.
+   */
+  handOff(): void {
+    this.claim.handOff();
+  }
+
+  /** Rebuilds the owner of every block from the live tables in shared memory. */
+  private findOwners(): void {
+    const { control, blocks } = this.state;
+    this.owner.fill(0);
+    for (let slot = 0; slot < this.state.config.maxRequests; slot += 1) {
+      const gen = Atomics.load(control, this.state.allocatorWord(slot, A_GENERATION));
+      if (gen !== Atomics.load(control, this.state.schedulerWord(slot, S_GENERATION))) continue;
+      for (let g = 0; g < this.state.groupCount; g += 1) {
+        const n = Atomics.load(control, this.state.allocatorWord(slot, A_BLOCK_COUNT + g));
+        const base = this.state.blockBase(slot, g);
+        for (let i = 0; i < n; i += 1)
+          if (blocks[base + i] !== 0) this.owner[blocks[base + i]!] = slot + 1;
+      }
+    }
+  }
+
+  /**
+   * Appends block IDs to a group's table. Refused, with nothing written: an ID
+   * out of range, given twice, already in this request's table, held by
+   * another live request, or (with a pool) not handed out by the pool.
+   */
   appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.checkGroup(group);
     const { config, control, blocks } = this.state;
@@ -52,6 +106,7 @@ export class AllocatorRole {
       }
     }
     if (this.settled(handle)) throw new BlocksSettledError(handle.slot, handle.generation);
+    this.checkOwners(handle, blockIds);
     // Validate against this generation's count (0 before adoption) before any write,
     // so a rejected call changes nothing, not even the lazy adoption.
     const n = this.count(handle, group);
@@ -62,11 +117,16 @@ export class AllocatorRole {
         n + blockIds.length,
       );
     }
+    this.claim.take();
     this.adopt(handle);
     const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + group);
     invariant(Atomics.load(control, countWord) === n, 'block count unchanged by adoption');
     const base = this.state.blockBase(handle.slot, group);
-    for (let i = 0; i < blockIds.length; i += 1) blocks[base + i + n] = blockIds[i]!;
+    for (let i = 0; i < blockIds.length; i += 1) {
+      const b = blockIds[i]!;
+      blocks[base + i + n] = b;
+      if (b !== 0) this.owner[b] = handle.slot + 1;
+    }
     Atomics.store(control, countWord, n + blockIds.length);
     markDirty(this.state.dirty, handle.slot);
   }
@@ -78,11 +138,13 @@ export class AllocatorRole {
    * before it counts still-missing chunks as dropped. Idempotent.
    */
   settle(handle: RequestHandle): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     const status = statusOf(this.state, handle.slot);
     if (status !== Status.finished && status !== Status.aborted) {
       throw new IllegalTransitionError('settle the blocks of', statusName(status));
     }
+    this.claim.take();
     this.adopt(handle);
     Atomics.store(
       this.state.control,
@@ -119,7 +181,9 @@ export class AllocatorRole {
    * touched: chunks come back once blocks are re-appended.
    */
   clear(handle: RequestHandle): number[] {
+    this.claim.check();
     checkHandle(this.state, handle);
+    this.claim.take();
     this.adopt(handle);
     const freed: number[] = [];
     const { control, blocks } = this.state;
@@ -130,6 +194,7 @@ export class AllocatorRole {
       const base = this.state.blockBase(handle.slot, g);
       for (let i = 0; i < n; i += 1) if (blocks[base + i] !== 0) freed.push(blocks[base + i]!);
       Atomics.store(control, countWord, 0);
+      this.disown(handle.slot, base, n);
     }
     this.writeEnd(handle.slot);
     markDirty(this.state.dirty, handle.slot);
@@ -141,6 +206,7 @@ export class AllocatorRole {
    * null block (it slid out of the window) and returns the ID it held.
    */
   nullBlock(handle: RequestHandle, group: number, position: number): number {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.checkGroup(group);
     if (this.state.config.groups[group]!.windowChunks === null) {
@@ -153,11 +219,13 @@ export class AllocatorRole {
     if (!Number.isInteger(position) || position < 0 || position >= n) {
       throw new InvalidArgumentError('position', `must be in [0, ${n})`);
     }
+    this.claim.take();
     const index = this.state.blockBase(handle.slot, group) + position;
     const old = this.state.blocks[index]!;
     this.writeBegin(handle.slot);
     this.state.blocks[index] = 0;
     this.writeEnd(handle.slot);
+    if (old !== 0 && this.owner[old] === handle.slot + 1) this.owner[old] = 0;
     markDirty(this.state.dirty, handle.slot);
     return old;
   }
@@ -183,13 +251,73 @@ export class AllocatorRole {
     }
   }
 
+  /** Refuses duplicate, foreign or never handed out block IDs; writes nothing. */
+  private checkOwners(handle: RequestHandle, blockIds: ArrayLike<number>): void {
+    this.call = (this.call + 1) >>> 0;
+    if (this.call === 0) {
+      this.seen.fill(0);
+      this.call = 1;
+    }
+    for (let i = 0; i < blockIds.length; i += 1) {
+      const b = blockIds[i]!;
+      if (b === 0) continue; // null positions repeat freely
+      if (this.seen[b] === this.call) {
+        throw new InvalidArgumentError(`blockIds[${i}]`, `block ${b} is given twice`);
+      }
+      this.seen[b] = this.call;
+      const o = this.owner[b]!;
+      if (o !== 0 && this.liveOwner(o - 1, handle)) {
+        throw new InvalidArgumentError(
+          `blockIds[${i}]`,
+          o - 1 === handle.slot
+            ? `block ${b} is already in this request's block table`
+            : `block ${b} is held by the live request in slot ${o - 1}`,
+        );
+      }
+      if (this.handedOut !== undefined && !this.handedOut(b)) {
+        throw new InvalidArgumentError(
+          `blockIds[${i}]`,
+          `block ${b} was not handed out by the pool`,
+        );
+      }
+    }
+  }
+
+  /**
+   * True while the table of `slot` that holds a block is current: the slot
+   * was not released since (and, for the caller's own slot, is this
+   * generation's). A released table's blocks are dropped by the next adoption.
+   */
+  private liveOwner(slot: number, handle: RequestHandle): boolean {
+    const { control } = this.state;
+    const tableGen = Atomics.load(control, this.state.allocatorWord(slot, A_GENERATION));
+    if (slot === handle.slot) return tableGen === handle.generation;
+    return tableGen === Atomics.load(control, this.state.schedulerWord(slot, S_GENERATION));
+  }
+
+  /** Forgets the owner of the blocks in [base, base + n) of `slot`'s table (if still that slot). */
+  private disown(slot: number, base: number, n: number): void {
+    const { blocks } = this.state;
+    for (let i = 0; i < n; i += 1) {
+      const b = blocks[base + i]!;
+      if (b !== 0 && this.owner[b] === slot + 1) this.owner[b] = 0;
+    }
+  }
+
   private adopt(handle: RequestHandle): void {
     const { control } = this.state;
     const genWord = this.state.allocatorWord(handle.slot, A_GENERATION);
     if (Atomics.load(control, genWord) === handle.generation) return;
     this.writeBegin(handle.slot);
     for (let g = 0; g < this.state.groupCount; g += 1) {
-      Atomics.store(control, this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + g), 0);
+      const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + g);
+      // The previous generation's table is dropped: so is its hold on its blocks.
+      this.disown(
+        handle.slot,
+        this.state.blockBase(handle.slot, g),
+        Atomics.load(control, countWord),
+      );
+      Atomics.store(control, countWord, 0);
     }
     Atomics.store(control, genWord, handle.generation);
     this.writeEnd(handle.slot);

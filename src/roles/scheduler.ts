@@ -24,6 +24,7 @@ import {
 } from '../layout.js';
 import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
+import { RoleClaim } from './claim.js';
 import { checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
@@ -41,10 +42,28 @@ export class SchedulerRole {
   readonly state: SharedState;
   /** Slots this scheduler knows to be free; private to the one scheduler thread. */
   private readonly freeSlots: number[];
+  /** The scheduler role's owner word: this view writes only while it holds it. */
+  private readonly claim: RoleClaim;
 
   constructor(state: SharedState) {
     this.state = state;
     this.freeSlots = [];
+    this.findFreeSlots();
+    // A view that takes the role over from another finds the free slots again.
+    this.claim = new RoleClaim(state, 'scheduler', () => this.findFreeSlots());
+  }
+
+  /**
+   * This view stops driving the scheduler role so another view (usually on
+   * another thread) can take it over; it may take it back later if free.
+   */
+  handOff(): void {
+    this.claim.handOff();
+  }
+
+  private findFreeSlots(): void {
+    const { state } = this;
+    this.freeSlots.length = 0;
     // Highest index first so pop() hands out slot 0 first.
     for (let slot = state.config.maxRequests - 1; slot >= 0; slot -= 1) {
       if ((Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION)) & 1) === 0)
@@ -57,7 +76,11 @@ export class SchedulerRole {
   }
 
   open(req: OpenRequest): RequestHandle {
+    this.claim.check();
     const { config, control, tokens } = this.state;
+    if (req === null || typeof req !== 'object') {
+      throw new InvalidArgumentError('request', 'must be an object');
+    }
     if (!Number.isInteger(req.requestId) || req.requestId < 0 || req.requestId > 0x7fffffff) {
       throw new InvalidArgumentError('requestId', 'must be an integer in [0, 2^31)');
     }
@@ -73,9 +96,13 @@ export class SchedulerRole {
       );
     }
     validateTokens(prompt);
+    // Absent means no cap; the internal no-cap value (-1) is not an accepted input.
     const cap = req.maxOffloadTokens ?? NO_CAP;
-    if (cap !== NO_CAP && (!Number.isInteger(cap) || cap < 0 || cap > 0x7fffffff)) {
-      throw new InvalidArgumentError('maxOffloadTokens', 'must be a non-negative integer');
+    if (
+      req.maxOffloadTokens !== undefined &&
+      (!Number.isInteger(cap) || cap < 0 || cap > 0x7fffffff)
+    ) {
+      throw new InvalidArgumentError('maxOffloadTokens', 'must be an integer in [0, 2^31)');
     }
     const hits = req.hitChunks;
     if (hits !== undefined) {
@@ -95,8 +122,9 @@ export class SchedulerRole {
         }
       }
     }
-    const slot = this.freeSlots.pop();
-    if (slot === undefined) throw new SlotsExhaustedError(config.maxRequests);
+    if (this.freeSlots.length === 0) throw new SlotsExhaustedError(config.maxRequests);
+    this.claim.take();
+    const slot = this.freeSlots.pop()!;
     const w = (field: number) => this.state.schedulerWord(slot, field);
     const base = this.state.tokenBase(slot);
     for (let i = 0; i < prompt.length; i += 1) tokens[base + i] = prompt[i]!;
@@ -119,6 +147,7 @@ export class SchedulerRole {
 
   /** Appends sampled (or known) tokens; the count is published after the data. */
   appendTokens(handle: RequestHandle, newTokens: ArrayLike<number>): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'append tokens to');
     validateTokens(newTokens);
@@ -132,6 +161,7 @@ export class SchedulerRole {
         n + newTokens.length,
       );
     }
+    this.claim.take();
     const base = this.state.tokenBase(handle.slot) + n;
     for (let i = 0; i < newTokens.length; i += 1) tokens[base + i] = newTokens[i]!;
     Atomics.store(control, countWord, n + newTokens.length);
@@ -141,8 +171,12 @@ export class SchedulerRole {
   /**
    * Publishes token progress: `computedTokens` whose KV is computed and
    * `scheduledTokens` in flight in the current batch. Marks the request running.
+   * Computed tokens are known tokens: more than the request holds is refused
+   * (tokens appended later would count as computed with no KV written, F4).
+   * Scheduled tokens may run past them (speculative drafts).
    */
   progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'set progress of');
     if (
@@ -174,6 +208,14 @@ export class SchedulerRole {
         `must not go back (${before} -> ${computedTokens}) except by preempt`,
       );
     }
+    const known = Atomics.load(control, this.state.schedulerWord(handle.slot, S_NUM_TOKENS));
+    if (computedTokens > known) {
+      throw new InvalidArgumentError(
+        'computedTokens',
+        `must not exceed the ${known} tokens the request holds`,
+      );
+    }
+    this.claim.take();
     Atomics.store(
       control,
       this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS),
@@ -186,8 +228,10 @@ export class SchedulerRole {
 
   /** Preemption (recompute): progress restarts from zero; the allocator clears the blocks. */
   preempt(handle: RequestHandle): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'preempt');
+    this.claim.take();
     const { control } = this.state;
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.preempted);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
@@ -197,21 +241,27 @@ export class SchedulerRole {
 
   /** Normal finish: the store role takes one final pass with the finished horizon. */
   finish(handle: RequestHandle): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'finish');
+    this.claim.take();
     this.end(handle, Status.finished);
   }
 
   /** Abort (queued or running): only computed tokens remain offloadable. */
   abort(handle: RequestHandle): void {
+    this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'abort');
+    this.claim.take();
     this.end(handle, Status.aborted);
   }
 
   /** Frees the slot; the handle (and every copy of it) becomes stale. */
   release(handle: RequestHandle): void {
+    this.claim.check();
     checkHandle(this.state, handle);
+    this.claim.take();
     const { control } = this.state;
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.free);
     Atomics.store(

@@ -44,6 +44,7 @@ import {
 } from './protocol.js';
 import { Random } from './random.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
+import { poolBlocksLeast } from './request-rules.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 
@@ -117,6 +118,8 @@ export interface EngineSummary {
   decodedTokens: number;
   hitChunks: number;
   preemptions: number;
+  /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
+  reason?: string;
 }
 
 export interface EngineEvents {
@@ -154,7 +157,19 @@ class SimRequest {
   decoded = 0;
   preemptions = 0;
   admittedSeq = 0;
+  /** Order of (re)entering the running set: the newest is the preemption victim (vLLM). */
+  runSeq = 0;
+  /** Non-null GPU blocks this request holds, in the engine's own accounting. */
+  held = 0;
+  /** Blocks asked for by the outstanding allocation (counted against the pool until answered). */
+  reserved = 0;
+  /** This step's allocation was granted; its tokens commit when the whole step's allocations are in. */
+  granted = false;
+  /** This step's allocation was refused (blocks still in quarantine); it is sent again. */
+  retry = false;
   allocFailures = 0;
+  /** Why the engine ended it early (e.g. it can never fit the GPU pool). */
+  reason: string | undefined;
   ending: 'finished' | 'aborted' = 'finished';
   awaiting = false;
   /** Per group, what the tier hit loads (set when the hit is known). */
@@ -186,9 +201,16 @@ class SimRequest {
 
 /** How long a request's lookups may be deferred before it takes what is readable then. */
 export const LOOKUP_DEFER_MS_MAX = 5_000;
-/** Allocation failures of the same request before it gives up a tier hit or aborts. */
+/**
+ * Refused allocations of the same request (the engine's accounting said the
+ * blocks are free, but some still wait in quarantine for a copy to finish)
+ * before it gives up a tier hit, or, for a step, is preempted to let the rest
+ * of the step commit. Copies always finish, so this is a backstop only.
+ */
 const ALLOC_FAILURES_MAX = 2000;
 const RECORDS_PER_STEP_MAX = 256;
+/** Least time between two sends of a refused allocation. */
+const ALLOC_RETRY_MS = 1;
 /** Share of the pool kept free at admission. */
 const WATERMARK_FRACTION = 0.02;
 
@@ -219,7 +241,14 @@ export class EngineSimulator {
    * the other threads answer (a synchronous-load model of the connector).
    */
   private outstanding = 0;
+  /** Requests scheduled in the current step, in plan order; they commit together. */
+  private stepRequests: SimRequest[] = [];
+  /** Blocks held by live requests and reserved by outstanding allocations (engine's view). */
+  private heldBlocks = 0;
+  private reservedBlocks = 0;
+  private runSeqNext = 0;
   private lastPlanMs = -Infinity;
+  private lastRetryMs = -Infinity;
   private readonly now: () => number;
   private readonly counters = {
     requests: 0,
@@ -231,6 +260,7 @@ export class EngineSimulator {
     tokensComputed: 0,
     tierHits: 0,
     loadMismatches: 0,
+    recordsRefused: 0,
   };
   /** Notified after every publish so lagging roles wake. */
   private readonly wake: () => void;
@@ -275,10 +305,16 @@ export class EngineSimulator {
     did = this.storeAnswers.drain((r) => this.onStoreAnswer(r), RECORDS_PER_STEP_MAX) > 0 || did;
     const closing = Atomics.load(this.views.control, CONTROL_CLOSING) === 1;
     if (closing) did = this.abortAll() || did;
-    if (this.outstanding === 0 && this.now() - this.lastPlanMs >= this.options.stepMs) {
-      // One engine step: random aborts are drawn per step, then the batch is planned.
+    if (this.outstanding === 0 && this.stepRequests.length > 0) {
+      did = this.finishStep(closing) || did;
+    }
+    if (
+      this.outstanding === 0 &&
+      this.stepRequests.length === 0 &&
+      this.now() - this.lastPlanMs >= this.options.stepMs
+    ) {
+      // One engine step: plan the batch; its allocations commit together.
       this.lastPlanMs = this.now();
-      if (!closing) did = this.randomAborts() || did;
       did = this.plan() || did;
     }
     this.publishStats();
@@ -289,7 +325,12 @@ export class EngineSimulator {
   // --- arrivals ---
 
   private submit(r: Int32Array): void {
-    invariant(r[0] === OP_SUBMIT, 'submit ring carries submissions');
+    // The ring is shared memory any producer can write: a record that is not a
+    // well-formed submission is refused and counted, and starts nothing.
+    if (!this.wellFormed(r)) {
+      this.counters.recordsRefused += 1;
+      return;
+    }
     const s: EngineSubmission = {
       requestId: r[1]!,
       promptLength: r[2]!,
@@ -301,6 +342,23 @@ export class EngineSimulator {
     const explicit = r[7]!;
     if (explicit > 0) s.promptTokens = r.subarray(8, 8 + explicit);
     this.add(s);
+  }
+
+  /** [SUBMIT, id, length, prefixId, shared, decode, abortAfter, explicit, ...tokens] within range. */
+  private wellFormed(r: Int32Array): boolean {
+    if (r.length < 8 || r[0] !== OP_SUBMIT) return false;
+    const [, id, length, prefixId, shared, decode, abortAfter, explicit] = r as unknown as number[];
+    const max = this.views.config.maxTokensPerRequest - 1;
+    if (id! < 0 || this.byId.has(id!)) return false;
+    if (length! < 1 || length! > max) return false;
+    if (prefixId! < UNSET || shared! < 0 || shared! > max) return false;
+    if (decode !== UNSET && (decode! < 1 || decode! > max)) return false;
+    if (abortAfter! < UNSET) return false;
+    if (explicit! < 0 || r.length !== 8 + explicit! || (explicit! > 0 && explicit !== length)) {
+      return false;
+    }
+    for (let i = 8; i < r.length; i += 1) if (r[i]! < 0) return false;
+    return true;
   }
 
   /** Adds a request directly (single-thread drivers); the ring path calls this too. */
@@ -319,8 +377,16 @@ export class EngineSimulator {
       config.groups.length,
     );
     this.byId.set(req.id, req);
-    this.queue.push(req);
     this.counters.requests += 1;
+    const least = poolBlocksLeast(config, prompt.length);
+    if (least > config.gpuBlocks - 1) {
+      // It can never run: refused before it takes a slot.
+      req.ending = 'aborted';
+      req.reason = `gpu-pool: needs at least ${least} GPU blocks; the pool has ${config.gpuBlocks - 1}`;
+      this.finishSummary(req, false);
+      return;
+    }
+    this.queue.push(req);
   }
 
   /** Shared prefix tokens depend only on the prefix id; the rest on the request id. */
@@ -337,79 +403,195 @@ export class EngineSimulator {
   }
 
   // --- planning a step ---
+  //
+  // vLLM's scheduler, on the engine's own count of the pool (blocks held by
+  // live requests, including ending ones until the allocator released them,
+  // plus blocks asked for and not yet answered). Running requests are served
+  // oldest first; one that needs more blocks than are free makes room by
+  // preempting the newest running request, never an older one, so the oldest
+  // always progresses and the pool cannot livelock. Preempted requests resume
+  // (oldest first) before anything new is admitted. A request that could not
+  // make one step even with the whole pool to itself is ended with a reason.
+  // The allocator can still refuse blocks the count says are free (they wait
+  // in quarantine for a copy to finish): that allocation is only sent again,
+  // and the step commits when all its allocations are in, so how fast the
+  // copies run changes when a step commits, not what it decides.
 
   private plan(): boolean {
     let did = false;
     let budget = this.options.stepTokenBudget;
-    // Running requests first (decode before prefill, as engines do), in admission order.
     const running = this.live.filter((r) => r.phase === 'running');
-    running.sort((a, b) => a.admittedSeq - b.admittedSeq);
+    running.sort((a, b) => a.runSeq - b.runSeq);
+    let older = 0; // requests earlier in this pass still running: they outrank r
     for (const r of running) {
       if (budget <= 0) break;
-      const n = this.tokensFor(r, budget);
-      if (n <= 0) continue;
+      if (r.phase !== 'running') continue; // preempted below to make room for an older one
+      let n = this.tokensFor(r, budget);
+      if (n <= 0) {
+        older += 1;
+        continue;
+      }
+      while (this.blocksFor(r, n) > this.freeBlocks()) {
+        const victim = this.newestRunning(r);
+        if (victim === undefined) break;
+        this.preempt(victim);
+        did = true;
+      }
+      if (this.blocksFor(r, n) > this.freeBlocks() && older > 0 && r.held > 0) {
+        // Nothing newer is left: like vLLM it preempts itself, so the older
+        // requests keep the room to grow; it resumes once there is room again.
+        this.preempt(r);
+        did = true;
+        break;
+      }
+      // The oldest (or one holding nothing) takes the prefill chunk that fits.
+      n = this.fitTokens(r, n, this.freeBlocks());
+      if (n === 0) {
+        if (this.heldBlocks === r.held && this.reservedBlocks === 0) {
+          this.end(r, 'aborted', this.poolReason(r));
+          did = true;
+        }
+        // Else older requests or ending ones hold the rest: it waits for them.
+        break; // nothing newer is left running
+      }
+      older += 1;
       budget -= n;
       this.requestBlocks(r, n);
       did = true;
     }
-    // Preempted requests resume before new ones start (they keep their slot), once
-    // the pool looks able to hold their next chunk (else they would preempt themselves).
-    for (const r of this.live) {
-      if (r.phase !== 'preempted' || budget <= 0) continue;
-      if (this.activeCount() >= this.options.maxRunning) break;
-      // Recompute resumes only when the whole prompt fits again: resuming on one
-      // chunk would make it the next victim at once (preemption thrash).
-      if (!this.roomFor(r.promptLength)) break;
-      // It keeps its arrival order: the latest arrival stays the preemption victim.
-      r.phase = 'running';
-      const n = this.tokensFor(r, budget);
+    // Preempted requests resume before new ones start (they keep their slot),
+    // oldest first, with a small reserve kept free while others run (so a
+    // resumed request is not the next victim at once).
+    let waiting = false;
+    const preempted = this.live.filter((r) => r.phase === 'preempted');
+    preempted.sort((a, b) => a.admittedSeq - b.admittedSeq);
+    for (const r of preempted) {
+      if (budget <= 0 || this.activeCount() >= this.options.maxRunning) {
+        waiting = true;
+        break;
+      }
+      const alone = this.heldBlocks === 0 && this.reservedBlocks === 0;
+      const n = this.fitTokens(
+        r,
+        this.tokensFor(r, budget),
+        this.freeBlocks() - (alone ? 0 : this.watermarkBlocks()),
+      );
+      if (n === 0) {
+        if (alone) {
+          this.end(r, 'aborted', this.poolReason(r));
+          did = true;
+          continue;
+        }
+        waiting = true;
+        break;
+      }
+      this.setRunning(r);
       budget -= n;
       this.requestBlocks(r, n);
       did = true;
     }
-    // Admissions: a slot and room under maxRunning.
+    // Tier hits waiting for room to load into, oldest first, ahead of new arrivals.
+    const hits = this.live.filter((r) => r.phase === 'hit-alloc' && !r.awaiting);
+    hits.sort((a, b) => a.admittedSeq - b.admittedSeq);
+    for (const r of hits) {
+      if (this.hitBlocks(r) <= this.freeBlocks()) {
+        this.requestHitBlocks(r);
+        did = true;
+      } else if (++r.allocFailures >= ALLOC_FAILURES_MAX) {
+        this.giveUpHit(r);
+        did = true;
+      } else waiting = true;
+    }
+    // Admissions, in arrival order, behind any preempted request: a slot, room
+    // under maxRunning, and room for its first prefill chunk.
+    let admitBlocks = 0;
     while (
+      !waiting &&
       this.queue.length > 0 &&
       budget > 0 &&
       this.activeCount() < this.options.maxRunning &&
-      this.scheduler.freeSlotCount > this.lookupsInFlight() &&
-      this.roomFor(this.maxTokensPerBlock, 0)
+      this.scheduler.freeSlotCount > this.lookupsInFlight()
     ) {
-      const r = this.queue.shift()!;
+      const r = this.queue[0]!;
+      const first = Math.min(r.promptLength, budget);
+      const alone = this.heldBlocks === 0 && this.reservedBlocks === 0 && admitBlocks === 0;
+      const need = this.blocksForTokens(first) + (alone ? 0 : this.watermarkBlocks());
+      // Alone it is admitted whatever its size: the running pass fits its
+      // prefill chunks to the pool, or ends it if not even one token fits.
+      if (!alone && need > this.freeBlocks() - admitBlocks) break;
+      this.queue.shift();
       // Its first prefill chunk is part of this step's budget (it runs once the lookup answers).
-      budget -= Math.min(r.promptLength, budget);
+      budget -= first;
+      admitBlocks += need;
       this.admit(r);
       did = true;
-    }
-    // Hit allocations that failed earlier are retried here.
-    for (const r of this.live) {
-      if (r.phase === 'hit-alloc' && !r.awaiting) {
-        this.requestHitBlocks(r);
-        did = true;
-      }
     }
     return did;
   }
 
-  /**
-   * The engine's own estimate (blocks it holds; quarantine and ending requests
-   * are invisible to it): enough free blocks for `tokens` in every group plus
-   * `watermark` blocks. A new request is admitted when its first block fits
-   * (it may then outgrow the pool mid-prefill: that is what preempts); a
-   * preempted one resumes only when its next chunk fits with a watermark, so it
-   * does not preempt itself again at once.
-   */
-  private roomFor(
-    tokens: number,
-    watermark = Math.ceil(this.views.config.gpuBlocks * WATERMARK_FRACTION),
-  ): boolean {
-    const { config } = this.views;
-    let held = 0;
-    for (const r of this.live)
-      for (const b of r.blocks) for (const id of b) if (id !== 0) held += 1;
+  /** Blocks free in the engine's count of the pool (block 0 is the null block). */
+  private freeBlocks(): number {
+    return this.views.config.gpuBlocks - 1 - this.heldBlocks - this.reservedBlocks;
+  }
+
+  private watermarkBlocks(): number {
+    return Math.ceil(this.views.config.gpuBlocks * WATERMARK_FRACTION);
+  }
+
+  /** Blocks a fresh request needs for its first `tokens` tokens, over all groups. */
+  private blocksForTokens(tokens: number): number {
     let need = 0;
-    for (const g of config.groups) need += Math.ceil(tokens / g.tokensPerBlock);
-    return config.gpuBlocks - 1 - held >= need + watermark;
+    for (const g of this.views.config.groups) need += Math.ceil(tokens / g.tokensPerBlock);
+    return need;
+  }
+
+  /** New blocks `r` needs to compute `n` more tokens. */
+  private blocksFor(r: SimRequest, n: number): number {
+    let need = 0;
+    for (const g of this.views.config.groups) {
+      need += Math.max(
+        0,
+        Math.ceil((r.computed + n) / g.tokensPerBlock) - r.blocks[g.index]!.length,
+      );
+    }
+    return need;
+  }
+
+  /** The most tokens, at most `n`, whose new blocks fit in `free` (0 if not even one token's). */
+  private fitTokens(r: SimRequest, n: number, free: number): number {
+    if (this.blocksFor(r, n) <= free) return n;
+    let lo = 0;
+    let hi = n; // blocksFor(lo) fits (or lo is 0), blocksFor(hi) does not
+    while (hi - lo > 1) {
+      const mid = (lo + hi) >>> 1;
+      if (this.blocksFor(r, mid) <= free) lo = mid;
+      else hi = mid;
+    }
+    return lo;
+  }
+
+  /** The newest running request other than `r` that is newer than it and holds blocks. */
+  private newestRunning(r: SimRequest): SimRequest | undefined {
+    let victim: SimRequest | undefined;
+    for (const x of this.live) {
+      if (x === r || x.phase !== 'running' || x.awaiting || x.runSeq < r.runSeq) continue;
+      if (x.held === 0) continue; // nothing to free
+      if (victim === undefined || x.runSeq > victim.runSeq) victim = x;
+    }
+    return victim;
+  }
+
+  private poolReason(r: SimRequest): string {
+    const need = this.blocksFor(r, 1);
+    return (
+      `gpu-pool: needs ${r.held + need} GPU blocks to compute token ${r.computed + 1}; ` +
+      `the pool has ${this.views.config.gpuBlocks - 1}`
+    );
+  }
+
+  private setRunning(r: SimRequest): void {
+    r.phase = 'running';
+    r.runSeq = ++this.runSeqNext;
   }
 
   private activeCount(): number {
@@ -442,19 +624,85 @@ export class EngineSimulator {
   private requestBlocks(r: SimRequest, n: number): void {
     const { config } = this.views;
     r.planned = n;
-    const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
     for (const g of config.groups) {
       const need = Math.ceil((r.computed + n) / g.tokensPerBlock) - r.blocks[g.index]!.length;
       r.wanted[g.index] = Math.max(0, need);
-      record.push(0, r.wanted[g.index]!);
     }
+    this.reserve(r);
+    r.granted = false;
+    r.retry = false;
+    this.stepRequests.push(r);
+    this.sendStepAlloc(r);
+  }
+
+  private sendStepAlloc(r: SimRequest): void {
+    const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
+    for (const g of this.views.config.groups) record.push(0, r.wanted[g.index]!);
     this.send(r, record);
+  }
+
+  /** Counts `r.wanted` against the pool until the allocator answers. */
+  private reserve(r: SimRequest): void {
+    this.unreserve(r);
+    for (const w of r.wanted) r.reserved += w;
+    this.reservedBlocks += r.reserved;
+  }
+
+  private unreserve(r: SimRequest): void {
+    this.reservedBlocks -= r.reserved;
+    r.reserved = 0;
+  }
+
+  /** Granted blocks: reserved becomes held. */
+  private hold(r: SimRequest): void {
+    r.held += r.reserved;
+    this.heldBlocks += r.reserved;
+    this.unreserve(r);
   }
 
   private send(r: SimRequest, record: number[]): void {
     r.awaiting = true;
     this.outstanding += 1;
     this.toAllocator.send(record);
+  }
+
+  /**
+   * Every allocation of the step answered: commit the step in plan order, or
+   * send the refused ones again (their blocks wait in quarantine).
+   */
+  private finishStep(closing: boolean): boolean {
+    const retry = this.stepRequests.filter((r) => r.phase === 'running' && r.retry);
+    if (retry.length > 0) {
+      // Backs off (the worker parks) instead of spinning against the allocator
+      // while the copies that hold the blocks finish.
+      if (this.now() - this.lastRetryMs < Math.max(this.options.stepMs, ALLOC_RETRY_MS)) {
+        return false;
+      }
+      this.lastRetryMs = this.now();
+      for (const r of retry) {
+        if (r.allocFailures >= ALLOC_FAILURES_MAX) {
+          // Backstop: let the rest of the step commit; it resumes later.
+          this.unreserve(r);
+          this.preempt(r);
+        } else {
+          r.retry = false;
+          this.sendStepAlloc(r);
+        }
+      }
+      return true;
+    }
+    const step = this.stepRequests;
+    this.stepRequests = [];
+    let committed = 0;
+    for (const r of step) {
+      if (r.phase !== 'running' || !r.granted) continue; // ended while the step waited
+      r.granted = false;
+      this.commit(r);
+      committed += 1;
+    }
+    // Random aborts are drawn once per committed step, after it.
+    if (committed > 0 && !closing) this.randomAborts();
+    return true;
   }
 
   // --- admission and the load path ---
@@ -499,10 +747,28 @@ export class EngineSimulator {
     });
     if (hit > 0) {
       r.phase = 'hit-alloc';
-      this.requestHitBlocks(r);
+      // Else it waits for room in plan (like vLLM's waiting queue), bounded.
+      if (this.hitBlocks(r) <= this.freeBlocks()) this.requestHitBlocks(r);
     } else {
-      r.phase = 'running';
+      this.setRunning(r);
     }
+  }
+
+  /** Gives a tier hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier). */
+  private giveUpHit(r: SimRequest): void {
+    this.toStore.send([OP_UNLOCK, r.id]);
+    this.setRunning(r);
+    r.allocFailures = 0;
+  }
+
+  private hitBlocks(r: SimRequest): number {
+    const bpc = this.views.config.blocksPerChunk;
+    let n = 0;
+    for (const g of this.views.config.groups) {
+      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      n += (r.hit - lo) * bpc;
+    }
+    return n;
   }
 
   private requestHitBlocks(r: SimRequest): void {
@@ -514,6 +780,7 @@ export class EngineSimulator {
       r.wanted[g.index] = (r.hit - lo) * bpc;
       record.push(lo * bpc, r.wanted[g.index]!);
     }
+    this.reserve(r);
     this.send(r, record);
   }
 
@@ -545,7 +812,7 @@ export class EngineSimulator {
       r.computed = r.hit * tpc;
       r.bytesChunks.fill(r.hit);
       this.counters.tierHits += r.hit;
-      r.phase = 'running';
+      this.setRunning(r);
     }
   }
 
@@ -577,22 +844,27 @@ export class EngineSimulator {
     this.outstanding -= 1;
     const ok = a[2] === 1;
     if (r.phase === 'hit-alloc') {
-      if (ok) this.startLoad(r, a.subarray(3));
-      else this.hitAllocFailed(r);
+      if (ok) {
+        this.hold(r);
+        this.startLoad(r, a.subarray(3));
+      } else this.hitAllocFailed(r);
       return;
     }
     // Requests with an answer outstanding are never preempted or ended.
     invariant(r.phase === 'running', `allocation answered to a running request (${r.phase})`);
     if (!ok) {
-      this.allocFailed(r);
+      this.counters.poolAllocationFailures += 1;
+      r.allocFailures += 1;
+      r.retry = true;
       return;
     }
     let at = 3;
     for (let g = 0; g < r.blocks.length; g += 1) {
       for (let i = 0; i < r.wanted[g]!; i += 1) r.blocks[g]!.push(a[at++]!);
     }
+    this.hold(r);
     r.allocFailures = 0;
-    this.commit(r);
+    r.granted = true;
   }
 
   private startLoad(r: SimRequest, ids: Int32Array): void {
@@ -618,43 +890,18 @@ export class EngineSimulator {
 
   private hitAllocFailed(r: SimRequest): void {
     this.counters.poolAllocationFailures += 1;
+    this.unreserve(r);
     r.allocFailures += 1;
-    if (r.allocFailures < ALLOC_FAILURES_MAX && this.preemptVictim(r)) return;
     if (r.allocFailures < ALLOC_FAILURES_MAX) return; // retried next plan
-    // Give the hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier).
-    this.toStore.send([OP_UNLOCK, r.id]);
-    r.phase = 'running';
-    r.allocFailures = 0;
-  }
-
-  private allocFailed(r: SimRequest): void {
-    this.counters.poolAllocationFailures += 1;
-    r.allocFailures += 1;
-    if (this.preemptVictim(r)) return;
-    if (r.allocFailures >= ALLOC_FAILURES_MAX) {
-      // Nothing left to preempt and the pool never freed up: this request cannot run.
-      this.end(r, 'aborted');
-    }
-    // else: blocks are quarantined or held by ending requests; retried next step.
-  }
-
-  /** Preempts the most recently admitted running request (possibly the one that failed); false if none. */
-  private preemptVictim(_failed: SimRequest): boolean {
-    let victim: SimRequest | undefined;
-    for (const x of this.live) {
-      if (x.phase !== 'running' || x.awaiting) continue;
-      if (x.computed === 0 && x.blocks.every((b) => b.length === 0)) continue; // nothing to free
-      if (victim === undefined || x.admittedSeq > victim.admittedSeq) victim = x;
-    }
-    if (victim === undefined) return false;
-    this.preempt(victim);
-    return true;
+    this.giveUpHit(r);
   }
 
   private preempt(r: SimRequest): void {
     const h = r.handle!;
     this.scheduler.preempt(h);
     this.toAllocator.send([OP_PREEMPT, h.slot, h.generation]);
+    this.heldBlocks -= r.held;
+    r.held = 0;
     r.phase = 'preempted';
     r.computed = 0;
     r.publishedHorizon = 0;
@@ -680,8 +927,11 @@ export class EngineSimulator {
     const sampled: number[] = [];
     if (computed >= r.numTokens) {
       let accepted = 0;
+      // Accepted drafts never take the request past its decode limit.
+      const left = r.maxDecode - r.decoded - 1;
       if (this.eagle && before >= r.promptLength) {
-        while (accepted < n - 1 && this.random.chance(this.options.eagleAcceptRate)) accepted += 1;
+        while (accepted < Math.min(n - 1, left) && this.random.chance(this.options.eagleAcceptRate))
+          accepted += 1;
       }
       for (let i = 0; i < accepted + 1; i += 1) sampled.push(this.random.int(this.options.vocab));
       computed += accepted;
@@ -694,6 +944,8 @@ export class EngineSimulator {
       const take = sampled.slice(0, room);
       r.tokens.set(take, r.numTokens);
       r.numTokens += take.length; // local only: the shared count is published below
+      // Drafts cut off by the request's capacity are not known tokens, so not computed ones.
+      r.computed = Math.min(r.computed, r.numTokens);
       // The published horizon may already cover these tokens: their chunks' bytes go first.
       this.writeBytesUpTo(r, Math.min(r.publishedHorizon, r.numTokens));
       this.scheduler.appendTokens(h, take);
@@ -770,7 +1022,13 @@ export class EngineSimulator {
       );
       const from = r.nulledTo[g.index]!;
       if (to <= from) continue;
-      for (let p = from; p < to; p += 1) r.blocks[g.index]![p] = 0;
+      for (let p = from; p < to; p += 1) {
+        if (r.blocks[g.index]![p] !== 0) {
+          r.held -= 1;
+          this.heldBlocks -= 1;
+        }
+        r.blocks[g.index]![p] = 0;
+      }
       r.nulledTo[g.index] = to;
       this.toAllocator.send([OP_NULL, h.slot, h.generation, g.index, from, to]);
     }
@@ -787,9 +1045,11 @@ export class EngineSimulator {
 
   // --- ending ---
 
-  private end(r: SimRequest, status: 'finished' | 'aborted'): void {
+  private end(r: SimRequest, status: 'finished' | 'aborted', reason?: string): void {
     if (r.phase === 'ending' || r.phase === 'done') return;
     r.ending = status;
+    r.reason = reason;
+    if (!r.awaiting) this.unreserve(r);
     const i = this.queue.indexOf(r);
     if (i >= 0) this.queue.splice(i, 1);
     if (r.handle === undefined) {
@@ -811,6 +1071,8 @@ export class EngineSimulator {
 
   private released(r: SimRequest): void {
     invariant(r.phase === 'ending', 'released after ending');
+    this.heldBlocks -= r.held;
+    r.held = 0;
     this.scheduler.release(r.handle!);
     this.live.splice(this.live.indexOf(r), 1);
     this.finishSummary(r, true);
@@ -831,6 +1093,7 @@ export class EngineSimulator {
       decodedTokens: r.decoded,
       hitChunks: r.hit,
       preemptions: r.preemptions,
+      ...(r.reason === undefined ? {} : { reason: r.reason }),
     });
   }
 

@@ -9,10 +9,22 @@
 // `runtime.config` to it and call `attachExternal(config, buffers)` there.
 import type { Config } from '../config.js';
 import { writeComputedBlock } from '../copy.js';
-import { IllegalTransitionError, TimeoutError } from '../errors.js';
+import {
+  ClosedError,
+  IllegalTransitionError,
+  InvalidArgumentError,
+  TimeoutError,
+} from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
-import { H_GENERATION, H_HASH_COUNT, S_NUM_TOKENS, T_DRAINED_GENERATION } from '../layout.js';
+import {
+  H_GENERATION,
+  H_HASH_COUNT,
+  OWNER_CLOSED,
+  S_NUM_TOKENS,
+  T_DRAINED_GENERATION,
+} from '../layout.js';
 import { AllocatorRole } from '../roles/allocator.js';
+import type { AllocatorRoleOptions } from '../roles/allocator.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
@@ -40,15 +52,25 @@ export interface ExternalRoles {
   hashed(handle: RequestHandle): boolean;
 }
 
-/** Attaches to a runtime's shared memory from any thread (main or a host worker). */
-export function attachExternal(config: Config, buffers: RuntimeBuffers): ExternalRoles {
+/**
+ * Attaches to a runtime's shared memory from any thread (main or a host
+ * worker). The scheduler and allocator views claim their role at their first
+ * write: a second view (another thread, or a second attachment) that writes
+ * the same role is refused with RoleClaimedError, and after the runtime's
+ * close() every write is refused with ClosedError.
+ */
+export function attachExternal(
+  config: Config,
+  buffers: RuntimeBuffers,
+  allocatorOptions: AllocatorRoleOptions = {},
+): ExternalRoles {
   const views = new RuntimeViews(config, buffers);
   const bells = [views.doorbell('hasher'), views.doorbell('store')];
   return {
     config,
     state: views.state,
     scheduler: new SchedulerRole(views.state),
-    allocator: new AllocatorRole(views.state),
+    allocator: new AllocatorRole(views.state, allocatorOptions),
     gpu: views.gpu,
     writeBlock: (block, key, position) =>
       writeComputedBlock(views.gpu, views.geometry, block, key, position),
@@ -88,8 +110,13 @@ export class ExternalHost {
   private readonly loadPath: ExternalLoadPath;
 
   constructor(config: Config, buffers: RuntimeBuffers) {
-    this.roles = attachExternal(config, buffers);
-    this.pool = new GpuBlockPool(config.gpuBlocks, this.roles.state.pins);
+    const views = new RuntimeViews(config, buffers);
+    const closed = () =>
+      Atomics.load(views.state.control, views.state.ownerWord('allocator')) === OWNER_CLOSED;
+    this.pool = new HostBlockPool(config.gpuBlocks, views.state.pins, closed);
+    const pool = this.pool;
+    // The allocator view refuses block IDs this pool did not hand out.
+    this.roles = attachExternal(config, buffers, { handedOut: (b) => pool.isAllocated(b) });
     this.loadPath = new ExternalLoadPath(config, buffers, () => this.roles.wake());
   }
 
@@ -129,6 +156,11 @@ export class ExternalHost {
 
   /** Resolves once the store drained `handle` (after finish or abort); bounded by `timeoutMs`. */
   whenDrained(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    try {
+      this.checkArgs(handle, timeoutMs);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
     return this.poll('whenDrained', () => this.roles.drained(handle), timeoutMs);
   }
 
@@ -138,7 +170,33 @@ export class ExternalHost {
    * sees fewer keys and stores fewer chunks (never a hole: they were not ready).
    */
   whenHashed(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    try {
+      this.checkArgs(handle, timeoutMs);
+    } catch (err) {
+      return Promise.reject(err as Error);
+    }
     return this.poll('whenHashed', () => this.roles.hashed(handle), timeoutMs);
+  }
+
+  /** A handle names a slot of this config; a wait bound is a non-negative number of ms. */
+  private checkArgs(handle: RequestHandle, timeoutMs: number): void {
+    const slots = this.roles.config.maxRequests;
+    if (
+      typeof handle !== 'object' ||
+      handle === null ||
+      !Number.isInteger(handle.slot) ||
+      handle.slot < 0 ||
+      handle.slot >= slots ||
+      !Number.isInteger(handle.generation)
+    ) {
+      throw new InvalidArgumentError(
+        'handle',
+        `must be a request handle {slot in [0, ${slots}), generation}`,
+      );
+    }
+    if (typeof timeoutMs !== 'number' || !(timeoutMs >= 0) || timeoutMs > 2 ** 31 - 1) {
+      throw new InvalidArgumentError('timeoutMs', 'must be a number of ms in [0, 2^31)');
+    }
   }
 
   private poll(what: string, done: () => boolean, timeoutMs: number): Promise<void> {
@@ -156,10 +214,45 @@ export class ExternalHost {
 
   /** Frees the request's blocks and its slot; only after it was drained. */
   release(handle: RequestHandle): void {
+    this.checkArgs(handle, 0);
     if (!this.roles.drained(handle)) {
       throw new IllegalTransitionError('release', 'not yet drained by the store');
     }
     this.pool.release(this.roles.allocator.clear(handle));
     this.roles.scheduler.release(handle);
+  }
+}
+
+/** The host's pool: refuses to allocate or free once the runtime closed. */
+class HostBlockPool extends GpuBlockPool {
+  constructor(
+    gpuBlocks: number,
+    pins: Int32Array,
+    private readonly closed: () => boolean,
+  ) {
+    super(gpuBlocks, pins);
+  }
+  override allocate(n: number): number[] | undefined {
+    if (this.closed()) throw new ClosedError('the external block pool');
+    return super.allocate(n);
+  }
+  /** Refuses (InvalidArgumentError, nothing freed) an ID not handed out, or given twice. */
+  override release(blocks: readonly number[]): void {
+    if (this.closed()) throw new ClosedError('the external block pool');
+    if (!Array.isArray(blocks))
+      throw new InvalidArgumentError('blocks', 'must be an array of block IDs');
+    const seen = new Set<number>();
+    for (let i = 0; i < blocks.length; i += 1) {
+      const b = blocks[i]!;
+      if (b === 0) continue;
+      if (!this.isAllocated(b) || seen.has(b)) {
+        throw new InvalidArgumentError(
+          `blocks[${i}]`,
+          `block ${String(b)} is not handed out by this pool (or is given twice)`,
+        );
+      }
+      seen.add(b);
+    }
+    super.release(blocks);
   }
 }

@@ -59,8 +59,18 @@ export const STATS = [
     writer: 'scheduler',
     doc: 'loaded blocks whose bytes did not match their key',
   },
+  {
+    name: 'recordsRefused',
+    writer: 'scheduler',
+    doc: 'malformed submit-ring records refused (nothing was started for them)',
+  },
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
+  {
+    name: 'chunksSkippedUnready',
+    writer: 'store',
+    doc: 'token-ready chunks the cursor passed unstored (a legacy policy; 0 under ready-prefix)',
+  },
   {
     name: 'chunksDeferred',
     writer: 'store',

@@ -16,7 +16,8 @@ import {
   TimeoutError,
   WorkerFailedError,
 } from '../errors.js';
-import { S_GENERATION } from '../layout.js';
+import { OWNER_ROLES, S_GENERATION } from '../layout.js';
+import { closeRoles } from '../roles/claim.js';
 import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
@@ -34,6 +35,7 @@ import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
+import { validateSimRequest } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 
 export type { RuntimeStats } from './stats.js';
@@ -89,7 +91,10 @@ export interface SimRequest {
   /** Explicit prompt; otherwise one is drawn from the fields below. */
   promptTokens?: number[];
   promptLength?: number;
-  /** Requests with the same prefixId share their first sharedPrefixTokens tokens. */
+  /**
+   * Requests with the same prefixId share their first sharedPrefixTokens
+   * tokens (the whole prompt when sharedPrefixTokens is not given).
+   */
   prefixId?: number;
   sharedPrefixTokens?: number;
   maxDecodeTokens?: number;
@@ -112,6 +117,8 @@ export interface RequestSummary {
   chunksCounted: number;
   /** Token-ready chunks neither stored nor counted (must be 0). */
   holes: number;
+  /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
+  reason?: string;
 }
 
 /** What close() found left over; every field is 0 after a clean run. */
@@ -156,7 +163,8 @@ export class OffloadRuntime {
   private readonly exited = new Map<RoleName, Promise<void>>();
   private readonly finals = new Map<RoleName, Record<string, number>>();
   private readonly pending = new Map<number, Pending>();
-  private readonly verifies = new Map<number, (r: VerifyReport) => void>();
+  /** verify() calls the store has not answered yet: each settles exactly once. */
+  private readonly verifies = new Map<number, PendingVerify>();
   private readonly emitter = new EventEmitter();
   private readonly backlog: number[][] = [];
   private backlogTimer: NodeJS.Timeout | undefined;
@@ -195,8 +203,13 @@ export class OffloadRuntime {
     return rt;
   }
 
-  /** Submits a simulated request to the built-in engine; resolves when it finished or was aborted. */
-  submit(req: SimRequest = {}): Promise<RequestSummary> {
+  /**
+   * Submits a simulated request to the built-in engine; resolves when it
+   * finished or was aborted. Checked by the same rules as the HTTP layer's:
+   * rejects with InvalidArgumentError (or RequestCapacityError when its prompt
+   * can never fit the GPU pool) and sends nothing.
+   */
+  submit(req: SimRequest): Promise<RequestSummary> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closing) return Promise.reject(new ClosedError('runtime'));
     if (this.external) {
@@ -213,7 +226,7 @@ export class OffloadRuntime {
     }
     let record: number[];
     try {
-      record = this.encode(req, this.nextRequestId);
+      record = this.encode(validateSimRequest(req, this.config), this.nextRequestId);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
@@ -223,6 +236,11 @@ export class OffloadRuntime {
       this.hold();
       this.send(record);
     });
+  }
+
+  /** The worker failure that stopped this runtime, if any: submit() and verify() then reject with it. */
+  get failedWith(): WorkerFailedError | undefined {
+    return this.failure;
   }
 
   /** A synchronous snapshot of the shared counters. */
@@ -235,6 +253,7 @@ export class OffloadRuntime {
       preemptions: s.preemptions,
       chunksStored: s.chunksStored,
       chunksDeferred: s.chunksDeferred,
+      chunksSkippedUnready: s.chunksSkippedUnready,
       chunksDeferredThenStored: s.chunksDeferredThenStored,
       allocationRetries: s.allocationRetries,
       tierHits: s.tierHits,
@@ -250,23 +269,35 @@ export class OffloadRuntime {
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
       lookupsDeferred: s.lookupsDeferred,
+      recordsRefused: s.recordsRefused,
     };
   }
 
-  /** Every readable tier entry's bytes against its key, plus the hole and double-store counts so far. */
+  /**
+   * Every readable tier entry's bytes against its key, plus the hole and
+   * double-store counts so far. Rejects with WorkerFailedError if a worker
+   * fails before the answer, and with ClosedError once close() has begun (a
+   * call pending when close() stops the store is rejected then).
+   */
   verify(): Promise<VerifyReport> {
     if (this.failure) return Promise.reject(this.failure);
-    if (this.closed) return Promise.reject(new ClosedError('runtime'));
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
     const store = this.workers.get('store');
     if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
     const id = this.nextVerifyId++;
     this.hold();
-    return new Promise<VerifyReport>((resolve) => {
-      this.verifies.set(id, (report) => {
-        this.release();
-        // Only main writes this word: the mismatches verify found, added up.
-        Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
-        resolve(report);
+    return new Promise<VerifyReport>((resolve, reject) => {
+      this.verifies.set(id, {
+        resolve: (report) => {
+          this.release();
+          // Only main writes this word: the mismatches verify found, added up.
+          Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
+          resolve(report);
+        },
+        reject: (err) => {
+          this.release();
+          reject(err);
+        },
       });
       store.postMessage({ type: 'verify', id });
     });
@@ -406,11 +437,17 @@ export class OffloadRuntime {
       case 'verified': {
         const done = this.verifies.get(m.id);
         this.verifies.delete(m.id);
-        done?.(m.report);
+        done?.resolve(m.report);
         return;
       }
       case 'final':
         this.finals.set(m.role, m.report);
+        return;
+      case 'traces':
+        // Traced requests the store saw before it failed, up to the failure.
+        for (const t of m.traces) {
+          if (this.traces.length < (this.options.traceSlots ?? 0)) this.traces.push(t);
+        }
         return;
       case 'failed':
         this.fail(m.role, m.cause);
@@ -436,6 +473,7 @@ export class OffloadRuntime {
       tokenChunks: p.store?.tokenChunks ?? 0,
       chunksCounted: p.store?.chunksCounted ?? 0,
       holes: p.store?.holes ?? 0,
+      ...(e.reason === undefined ? {} : { reason: e.reason }),
     });
   }
 
@@ -444,11 +482,17 @@ export class OffloadRuntime {
     this.failure = new WorkerFailedError(role, cause);
     for (const [, p] of this.pending) p.reject(this.failure);
     this.pending.clear();
-    for (const [, done] of this.verifies) done(failedVerify());
-    this.verifies.clear();
+    this.rejectVerifies(this.failure);
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
     void this.terminateAll();
+  }
+
+  /** Settles every unanswered verify() with `err` (each exactly once). */
+  private rejectVerifies(err: Error): void {
+    const pending = [...this.verifies.values()];
+    this.verifies.clear();
+    for (const v of pending) v.reject(err);
   }
 
   private async terminateAll(): Promise<void> {
@@ -456,46 +500,19 @@ export class OffloadRuntime {
     await Promise.all([...this.workers.values()].map((w) => w.terminate()));
   }
 
+  /** A record for the submit ring; `req` passed validateSimRequest (the one validator). */
   private encode(req: SimRequest, requestId: number): number[] {
-    if (typeof req !== 'object' || req === null) {
-      throw new InvalidArgumentError('request', 'must be an object');
-    }
-    const max = this.config.maxTokensPerRequest - 1;
-    const optInt = (name: keyof SimRequest, min: number, limit: number): number => {
-      const v = req[name];
-      if (v === undefined) return UNSET;
-      if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > limit) {
-        throw new InvalidArgumentError(name, `must be an integer in [${min}, ${limit}]`);
-      }
-      return v;
-    };
     const tokens = req.promptTokens;
-    if (tokens !== undefined) {
-      if (!Array.isArray(tokens) || tokens.length < 1 || tokens.length > max) {
-        throw new InvalidArgumentError('promptTokens', `must be an array of 1 to ${max} token IDs`);
-      }
-      for (let i = 0; i < tokens.length; i += 1) {
-        const t = tokens[i];
-        if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0x7fffffff) {
-          throw new InvalidArgumentError(`promptTokens[${i}]`, 'must be an integer in [0, 2^31)');
-        }
-      }
-    }
-    let length = optInt('promptLength', 1, max);
-    if (tokens !== undefined) length = tokens.length;
-    else if (length === UNSET) length = Math.min(1024, max);
-    const prefixId = optInt('prefixId', 0, 0x7fffffff);
-    const shared = optInt('sharedPrefixTokens', 0, max);
-    const decode = optInt('maxDecodeTokens', 1, max);
-    const abortAfter = optInt('abortAfterTokens', 0, 0x7fffffff);
+    const length = tokens?.length ?? req.promptLength!;
     const record = [
       OP_SUBMIT,
       requestId,
       length,
-      prefixId,
-      shared === UNSET ? 0 : shared,
-      decode,
-      abortAfter,
+      req.prefixId ?? UNSET,
+      // A prefixId alone shares the whole prompt: the same id and length give the same prompt.
+      req.sharedPrefixTokens ?? (req.prefixId !== undefined ? length : 0),
+      req.maxDecodeTokens ?? UNSET,
+      req.abortAfterTokens ?? UNSET,
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
@@ -564,10 +581,15 @@ export class OffloadRuntime {
       for (const role of ['scheduler', 'store', 'allocator', 'hasher'] as const) {
         if (this.failure) break;
         await this.stop(role, deadline);
+        // The store is gone: a verify it did not answer never will be.
+        if (role === 'store') this.rejectVerifies(new ClosedError('runtime'));
       }
     }
     await this.terminateAll();
     this.closed = true;
+    this.rejectVerifies(this.failure ?? new ClosedError('runtime'));
+    // Role views (the host's in external mode) refuse every write from now on.
+    closeRoles(this.views.state, OWNER_ROLES);
     if (this.backlogTimer) clearTimeout(this.backlogTimer);
     for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
     this.pending.clear();
@@ -627,16 +649,9 @@ export class OffloadRuntime {
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
 
-function failedVerify(): VerifyReport {
-  return {
-    ok: false,
-    entriesChecked: 0,
-    blocksChecked: 0,
-    mismatches: 0,
-    holes: 0,
-    doubleStores: 0,
-    mismatchKeys: [],
-  };
+interface PendingVerify {
+  resolve: (r: VerifyReport) => void;
+  reject: (e: Error) => void;
 }
 
 function validateOptions(o: RuntimeOptions): void {

@@ -25,6 +25,8 @@ export interface RuntimeStats {
   preemptions: number;
   chunksStored: number;
   chunksDeferred: number;
+  /** Token-ready chunks the cursor passed unstored (legacy-zip's holes); 0 under ready-prefix. */
+  chunksSkippedUnready: number;
   chunksDeferredThenStored: number;
   /** Store offers the tier could not allocate; the same chunks were offered again on a later pass. */
   allocationRetries: number;
@@ -44,4 +46,6 @@ export interface RuntimeStats {
   chunksUnreachable: number;
   /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
   lookupsDeferred: number;
+  /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
+  recordsRefused: number;
 }

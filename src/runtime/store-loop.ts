@@ -591,11 +591,17 @@ export class StoreLoop {
     });
   }
 
+  /** Traces of the traced requests not yet ended, up to now (the store is failing). */
+  takeLiveTraces(): TracedRequest[] {
+    return this.recorder?.takeLive() ?? [];
+  }
+
   private publishStats(): void {
     const s = this.views.stats;
     const c = this.planner.counters;
     publishStat(s, 'chunksStored', c.chunksStored);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
+    publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
     publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);
     publishStat(s, 'allocationRetries', c.allocationFailures);
     publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);

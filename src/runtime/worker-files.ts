@@ -16,17 +16,54 @@ export function workerUrl(name: string): URL {
 }
 
 export function spawnWorker(url: URL, options: WorkerOptions = {}): Worker {
-  if (!url.pathname.endsWith('.ts')) return new Worker(url, options);
+  const opts: WorkerOptions = { execArgv: workerExecArgv(), ...options };
+  if (!url.pathname.endsWith('.ts')) return new Worker(url, opts);
   const api = import.meta.resolve('tsx/esm/api');
   const code =
     `import(${JSON.stringify(api)}).then((m) => { m.register(); ` +
     `return import(${JSON.stringify(url.href)}); })`;
-  return new Worker(code, { ...options, eval: true });
+  return new Worker(code, { ...opts, eval: true });
+}
+
+/** Host flags a worker needs, each with its value: module loaders and resolution conditions. */
+const WORKER_FLAGS: ReadonlySet<string> = new Set([
+  '--import',
+  '--require',
+  '-r',
+  '--loader',
+  '--experimental-loader',
+  '--conditions',
+  '-C',
+]);
+
+/**
+ * The host's execArgv reduced to what workers need. A worker inherits the
+ * process's flags by default, and many are the process's alone and make
+ * `new Worker` fail (--expose-gc, --max-old-space-size, --stack-size, --title,
+ * --abort-on-uncaught-exception, --max-semi-space-size, --zero-fill-buffers)
+ * or re-run the host's code (-e, --input-type): only module loaders and
+ * conditions are passed on. Entries that are not flags are values of the
+ * flag before them and go with it.
+ */
+export function workerExecArgv(argv: readonly string[] = process.execArgv): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i += 1) {
+    const a = argv[i]!;
+    const eq = a.indexOf('=');
+    const name = eq > 0 ? a.slice(0, eq) : a;
+    if (!WORKER_FLAGS.has(name)) continue; // a dropped flag, or the value of one
+    if (eq > 0) out.push(a);
+    else if (i + 1 < argv.length) {
+      out.push(a, argv[i + 1]!);
+      i += 1;
+    }
+  }
+  return out;
 }
 
 /** execArgv for piscina threads: tsx's loader when running from source. */
 export function piscinaExecArgv(): string[] {
-  const base = process.execArgv.filter((a) => !a.startsWith('--input-type'));
+  const base = workerExecArgv();
   if (!FROM_SOURCE) return base;
   if (base.some((a) => a.includes('tsx'))) return base;
   return [...base, '--import', import.meta.resolve('tsx')];

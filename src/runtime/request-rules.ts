@@ -1,0 +1,121 @@
+// The rules of one simulated request, checked once for every door:
+// OffloadRuntime.submit and the HTTP layer (src/serve/validate.ts) both call
+// validateSimRequest, so what one accepts the other accepts. A refused request
+// costs a typed error and nothing else: no slot, no ring record, no shared write.
+import type { GroupKind } from '../config.js';
+import { InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import type { SimRequest } from './runtime.js';
+
+/** What the rules need from the config; the pool check runs only when the pool is known. */
+export interface RequestLimits {
+  /** Prompt plus decode tokens one request may hold. */
+  readonly maxTokensPerRequest: number;
+  readonly gpuBlocks?: number;
+  readonly groups?: readonly { readonly kind: GroupKind; readonly tokensPerBlock: number }[];
+}
+
+const FIELDS: ReadonlySet<string> = new Set([
+  'promptTokens',
+  'promptLength',
+  'prefixId',
+  'sharedPrefixTokens',
+  'maxDecodeTokens',
+  'abortAfterTokens',
+]);
+export const TOKEN_ID_MAX = 2 ** 31 - 1;
+const PREFIX_ID_MAX = 2 ** 31 - 1;
+
+/**
+ * Checks a request and returns a clean copy (only the known fields), or throws
+ * InvalidArgumentError naming the field and the rule, or RequestCapacityError
+ * when the prompt alone needs more GPU blocks than the pool has (it could never
+ * run). Unknown fields are refused: a typo must not be silently ignored.
+ */
+export function validateSimRequest(body: unknown, limits: RequestLimits): SimRequest {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw new InvalidArgumentError('request', 'must be an object');
+  }
+  const obj = body as Record<string, unknown>;
+  for (const k of Object.keys(obj)) {
+    if (!FIELDS.has(k)) throw new InvalidArgumentError(k, 'is not a known field');
+  }
+  // At least one decode token must fit after the prompt.
+  const max = limits.maxTokensPerRequest - 1;
+  const out: SimRequest = {};
+  let promptTokens: number;
+  if (obj.promptTokens !== undefined) {
+    if (obj.promptLength !== undefined || obj.prefixId !== undefined) {
+      throw new InvalidArgumentError(
+        'promptTokens',
+        'give either promptTokens or promptLength (+ prefixId), not both',
+      );
+    }
+    const tokens = obj.promptTokens;
+    if (!Array.isArray(tokens)) {
+      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+    }
+    if (tokens.length < 1 || tokens.length > max) {
+      throw new InvalidArgumentError('promptTokens', `must hold 1 to ${max} token IDs`);
+    }
+    for (let i = 0; i < tokens.length; i += 1) {
+      const t: unknown = tokens[i];
+      if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > TOKEN_ID_MAX) {
+        throw new InvalidArgumentError(
+          `promptTokens[${i}]`,
+          `must be an integer token ID in [0, ${TOKEN_ID_MAX}]`,
+        );
+      }
+    }
+    out.promptTokens = (tokens as number[]).slice();
+    promptTokens = tokens.length;
+  } else if (obj.promptLength !== undefined) {
+    out.promptLength = int('promptLength', obj.promptLength, 1, max);
+    promptTokens = out.promptLength;
+    if (obj.prefixId !== undefined) out.prefixId = int('prefixId', obj.prefixId, 0, PREFIX_ID_MAX);
+  } else {
+    throw new InvalidArgumentError(
+      'promptTokens',
+      'one of promptTokens or promptLength is required',
+    );
+  }
+  if (obj.sharedPrefixTokens !== undefined) {
+    out.sharedPrefixTokens = int('sharedPrefixTokens', obj.sharedPrefixTokens, 0, promptTokens);
+  }
+  if (obj.maxDecodeTokens !== undefined) {
+    out.maxDecodeTokens = int('maxDecodeTokens', obj.maxDecodeTokens, 1, max + 1 - promptTokens);
+  }
+  if (obj.abortAfterTokens !== undefined) {
+    out.abortAfterTokens = int('abortAfterTokens', obj.abortAfterTokens, 0, max + 1);
+  }
+  if (limits.gpuBlocks !== undefined && limits.groups !== undefined) {
+    const least = poolBlocksLeast(limits, promptTokens);
+    if (least > limits.gpuBlocks - 1) {
+      throw new RequestCapacityError('the GPU block pool', limits.gpuBlocks - 1, least);
+    }
+  }
+  return out;
+}
+
+/**
+ * GPU blocks a request of `promptTokens` holds at least at once, whatever the
+ * schedule: every block of each group that keeps all its blocks, one block of
+ * each sliding-window group. More than the pool has: it can never run.
+ */
+export function poolBlocksLeast(
+  limits: Pick<RequestLimits, 'groups'>,
+  promptTokens: number,
+): number {
+  let n = 0;
+  for (const g of limits.groups ?? []) {
+    n += g.kind === 'sliding-window' ? 1 : Math.ceil(promptTokens / g.tokensPerBlock);
+  }
+  return n;
+}
+
+function int(field: string, value: unknown, lo: number, hi: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value)) {
+    throw new InvalidArgumentError(field, 'must be an integer');
+  }
+  if (value < lo || value > hi) throw new InvalidArgumentError(field, `must be in [${lo}, ${hi}]`);
+  return value;
+}
