@@ -36,6 +36,7 @@ roles.wake(); // the hasher and the store look now (otherwise within 20 ms)
 scheduler.appendTokens(h, [7]); // the sampled token
 await rt.external.whenHashed(h); // optional: the hasher lags on purpose; a finish before
 scheduler.finish(h); // its keys leaves the final pass waiting for them (bounded)
+allocator.settle(h); // no more block IDs for this request: the final pass need not wait for any
 await rt.external.whenDrained(h); // the store ran the request's final pass
 rt.external.release(h); // blocks back to the pool (pinned ones wait), slot freed
 
