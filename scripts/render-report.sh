@@ -9,6 +9,10 @@
 # script says so and exits 0 (it is not part of CI).
 # REPORT_WINDOW (default 1400,1000) sets the viewport, e.g. 1400,3000 for the whole page.
 set -euo pipefail
+# Paths given by the caller are relative to where it runs, not to the repository.
+absolute() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
+report_arg="${1:+$(absolute "$1")}"
+out_arg="$(absolute "${2:-report.png}")"
 cd "$(dirname "$0")/.."
 
 browser="$(command -v chromium || command -v chromium-browser || true)"
@@ -19,8 +23,8 @@ fi
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-report="${1:-}"
-out="${2:-report.png}"
+report="$report_arg"
+out="$out_arg"
 if [ -z "$report" ]; then
   report="$tmp/report.html"
   # Exit 1 only means the run found holes (legacy policies); the page is still written.
