@@ -1,6 +1,7 @@
 // Every word of shared request state, declared once: which line it lives in,
 // its width, and the single role that writes it. All other modules use the
 // constants exported here; no module computes a shared index of its own.
+// docs/design.md ("Roles, and the single writer of each word") explains the layout.
 //
 // Each request slot is four lines, one per writing role, so a role only ever
 // dirties its own line. With `padHotWords` each line is 16 Int32 words (one

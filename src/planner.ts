@@ -8,7 +8,15 @@ import { InvalidArgumentError, invariant } from './errors.js';
 import type { StoreChunk, StoreJob } from './job.js';
 import { SNAPSHOT_RETRIES_MAX, Status } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
-import { emptyWindow, keysExpected, offloadableTokens, storeWindow, tokenChunks } from './ready.js';
+import {
+  alignmentChunks,
+  emptyWindow,
+  keysExpected,
+  offloadableTokens,
+  storeReachable,
+  storeWindow,
+  tokenChunks,
+} from './ready.js';
 import type { StorePolicy, StoreWindow } from './ready.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
 import type { SharedState } from './state.js';
@@ -30,7 +38,7 @@ export const FINAL_STORE_ATTEMPTS_MAX = 3;
 export const FINAL_WAIT_VISITS_MAX = 100_000;
 
 /** What happened to a chunk of a store window once the cursor moved over it. */
-export type ChunkOutcome = 'stored' | 'present' | 'null' | 'dropped' | 'unready';
+export type ChunkOutcome = 'stored' | 'present' | 'null' | 'unreachable' | 'dropped' | 'unready';
 
 /**
  * Optional hooks for drivers that check invariants (runtime, fuzzer, tests).
@@ -39,7 +47,8 @@ export type ChunkOutcome = 'stored' | 'present' | 'null' | 'dropped' | 'unready'
 export interface PlannerObserver {
   /**
    * A chunk the cursor moved over: dispatched, already in the tier, null (slid
-   * out), or dropped for capacity; or a token-ready chunk of an ended request
+   * out), unreachable (a sliding-window chunk no aligned hit can use, see
+   * storeReachable), or dropped for capacity; or a token-ready chunk of an ended request
    * counted in chunksDroppedUnready ('unready': its keys or blocks never came).
    */
   chunk?(
@@ -101,6 +110,8 @@ export interface PlannerCounters {
   chunksStored: number;
   chunksAlreadyPresent: number;
   chunksSkippedNull: number;
+  /** Sliding-window chunks passed without a copy: no hit aligned to the full-attention chunk can use them (vLLM's alignment filter). */
+  chunksUnreachable: number;
   /** Chunk-passes where a chunk was token-ready but not ready (its key or blocks lagged). */
   chunksDeferred: number;
   allocationFailures: number;
@@ -134,6 +145,8 @@ export class StorePlanner {
   private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
   private readonly windows: StoreWindow[];
+  /** Per group: alignmentChunks (null: every chunk reachable). */
+  private readonly alignment: (number | null)[];
   /** Per group: first chunk deferred at this pass (the rest up to tokenChunks). */
   private readonly deferredFrom: Int32Array;
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
@@ -164,6 +177,7 @@ export class StorePlanner {
     this.role = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
     this.windows = state.config.groups.map(() => emptyWindow());
+    this.alignment = state.config.groups.map((g) => alignmentChunks(g, state.config));
     this.deferredFrom = new Int32Array(state.groupCount);
     this.finalAttempts = new Int32Array(state.config.maxRequests);
     this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
@@ -177,6 +191,7 @@ export class StorePlanner {
       chunksStored: 0,
       chunksAlreadyPresent: 0,
       chunksSkippedNull: 0,
+      chunksUnreachable: 0,
       chunksDeferred: 0,
       allocationFailures: 0,
       chunksDroppedForCapacity: 0,
@@ -315,13 +330,22 @@ export class StorePlanner {
     const keys: bigint[] = [];
     const chunks: Candidate[] = [];
     const nullChunks: number[] | undefined = this.observer?.chunk ? [] : undefined;
+    const unreachableChunks: number[] | undefined = this.observer?.chunk ? [] : undefined;
     let nulls = 0;
+    let unreachable = 0;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const w = windows[g]!;
+      const group = config.groups[g]!;
+      const alignment = this.alignment[g]!;
       for (let c = w.start; c < w.end; c += 1) {
         if (role.block(snap, g, c * bpc + bpc - 1) === 0) {
           nulls += 1; // the deciding block slid out of the window: nothing to store
           nullChunks?.push(g, c);
+          continue;
+        }
+        if (!storeReachable(group, alignment, c, w.ready)) {
+          unreachable += 1; // no aligned hit can use it: passed, never copied
+          unreachableChunks?.push(g, c);
           continue;
         }
         const blocks: number[] = [];
@@ -349,6 +373,7 @@ export class StorePlanner {
     const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
     if (chunks.length === 0) {
       this.reportNulls(nullChunks);
+      this.passUnreachable(unreachable, unreachableChunks);
       if (drain) this.dropUnready(deferred);
       this.advanceAll(drain);
       return undefined;
@@ -364,6 +389,7 @@ export class StorePlanner {
         this.counters.chunksDroppedForCapacity += chunks.length;
         this.dropUnready(deferred);
         this.reportNulls(nullChunks);
+        this.passUnreachable(unreachable, unreachableChunks);
         for (const c of chunks) this.report(c.group, c.chunk, 'dropped');
         this.advanceAll(true);
       }
@@ -389,7 +415,8 @@ export class StorePlanner {
     );
     this.counters.chunksAlreadyPresent += chunks.length - stored.length;
     this.reportNulls(nullChunks);
-    this.tier.touch(keys);
+    this.passUnreachable(unreachable, unreachableChunks);
+    if (stored.length > 0) this.touchRequest();
     if (drain) this.dropUnready(deferred);
     this.advanceAll(drain);
     if (stored.length === 0) return undefined;
@@ -432,10 +459,36 @@ export class StorePlanner {
     this.observer?.chunk?.(this.snap.slot, this.snap.generation, group, chunk, outcome);
   }
 
-  private reportNulls(nullChunks: number[] | undefined): void {
+  /**
+   * vLLM's touch after an offer that stored something (reference §5.6, §7.4):
+   * one call per group, in group order; full attention touches every key of
+   * the group, a windowed group its keys from the hit window on
+   * (max(0, hit - W)). The tier touches in reverse, so a request's head ends
+   * up most recent and outlives its tail. No touch when nothing was stored.
+   */
+  private touchRequest(): void {
+    const { snap, role, config } = this;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      const w = config.groups[g]!.windowChunks;
+      const from = w === null ? 0 : Math.max(0, role.hitChunks(snap, g) - w);
+      const n = snap.keyCount[g]!;
+      if (n <= from) continue;
+      const keys = new Array<bigint>(n - from);
+      for (let c = from; c < n; c += 1) keys[c - from] = role.key(snap, g, c);
+      this.tier.touch(keys);
+    }
+  }
+
+  /** Counts (and reports) unreachable chunks, only on the paths where the cursor moves over them. */
+  private passUnreachable(count: number, chunks: number[] | undefined): void {
+    this.counters.chunksUnreachable += count;
+    this.reportNulls(chunks, 'unreachable');
+  }
+
+  private reportNulls(nullChunks: number[] | undefined, outcome: ChunkOutcome = 'null'): void {
     if (nullChunks === undefined) return;
     for (let i = 0; i < nullChunks.length; i += 2)
-      this.report(nullChunks[i]!, nullChunks[i + 1]!, 'null');
+      this.report(nullChunks[i]!, nullChunks[i + 1]!, outcome);
   }
 
   /** Counts one more wait of an ended request; true once the bound is reached. */

@@ -2,6 +2,7 @@
 // [cursor, ready), and the cursor may only move forward, and only up to `ready`
 // as it was read. Every caller that needs a store boundary (planner, fuzzer
 // oracle, metrics, tests) calls `storeWindow`; nothing else decides one.
+// docs/design.md ("The one rule") explains why.
 //
 // The legacy policies reproduce the two broken behaviours from the seeds, only
 // so the fuzzer and benchmarks can show the difference.
@@ -64,6 +65,46 @@ export function tokenChunks(facts: RequestFacts, group: GroupConfig, offloadable
 export function keysExpected(numTokens: number, group: GroupConfig, config: Config): number {
   const hashes = Math.min(Math.floor(numTokens / config.tokensPerHash), config.maxHashesPerRequest);
   return Math.min(Math.floor(hashes / group.hashesPerChunk), config.maxChunksPerRequest);
+}
+
+/**
+ * vLLM's `alignment_chunk_count` of a group (reference §2.3): load hits are
+ * aligned to the full-attention chunk boundary, so a sliding-window group
+ * whose chunks are smaller sees them in segments of A chunks. Null when every
+ * chunk can serve a hit: full attention, no single full-attention chunk size,
+ * a chunk at least that size, or a window that covers the segment.
+ */
+export function alignmentChunks(group: GroupConfig, config: Config): number | null {
+  if (group.windowChunks === null) return null;
+  const sizes = new Set<number>();
+  for (const g of config.groups) if (g.windowChunks === null) sizes.add(g.tokensPerChunk);
+  if (sizes.size !== 1) return null;
+  const alignmentTokens = sizes.values().next().value!;
+  if (alignmentTokens <= group.tokensPerChunk) return null;
+  const a = Math.floor(alignmentTokens / group.tokensPerChunk);
+  return group.windowChunks >= a ? null : a;
+}
+
+/**
+ * vLLM's `is_store_reachable_swa_chunk` (reference §5.5.3): whether chunk
+ * `chunk` of a group can ever serve a hit, given `ready` chunks storable now.
+ * In each segment of `alignment` chunks only the trailing window (+1 for
+ * EAGLE) is reachable; the last segment may be partial (so its chunks may be
+ * stored early), and a chunk judged unreachable stays so as the segment grows,
+ * which is why the cursor may pass it. Pass `alignmentChunks(group, config)`.
+ */
+export function storeReachable(
+  group: GroupConfig,
+  alignment: number | null,
+  chunk: number,
+  ready: number,
+): boolean {
+  if (alignment === null) return true;
+  const pos = chunk % alignment;
+  const segmentStart = chunk - pos;
+  const segmentLength = Math.min(alignment, ready - segmentStart);
+  const tail = group.windowChunks! + (group.eagle ? 1 : 0);
+  return pos >= segmentLength - tail;
 }
 
 /** ready = min(token chunks, keys, complete block chunks). */

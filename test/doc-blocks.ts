@@ -84,7 +84,7 @@ export function replaceBody(markdown: string, block: Block, body: string): strin
   return lines.join('\n');
 }
 
-/** Output as compared: no colour codes, no trailing spaces, no trailing blank lines. */
+/** Output as compared: no colour codes, no trailing spaces, no blank lines before or after. */
 export function normalizeOutput(text: string): string {
   return (
     text
@@ -93,6 +93,7 @@ export function normalizeOutput(text: string): string {
       .split('\n')
       .map((l) => l.trimEnd())
       .join('\n')
+      .replace(/^\n+/, '')
       .replace(/\n+$/, '')
   );
 }

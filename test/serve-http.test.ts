@@ -64,6 +64,7 @@ class StandInRuntime implements EmbeddableRuntime {
       mismatches: 0,
       chunksDroppedForCapacity: 0,
       chunksDroppedUnready: 0,
+      chunksUnreachable: 0,
     };
   }
   close(): Promise<void> {

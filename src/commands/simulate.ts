@@ -37,6 +37,7 @@ type ReportedStats = Pick<
   | 'tierHits'
   | 'chunksDroppedForCapacity'
   | 'chunksDroppedUnready'
+  | 'chunksUnreachable'
   | 'snapshotRetries'
   | 'bytesCopied'
 >;
@@ -150,6 +151,7 @@ export async function runSimulate(
     tierHits: stats.tierHits,
     chunksDroppedForCapacity: stats.chunksDroppedForCapacity,
     chunksDroppedUnready: stats.chunksDroppedUnready,
+    chunksUnreachable: stats.chunksUnreachable,
     snapshotRetries: stats.snapshotRetries,
     bytesCopied: stats.bytesCopied,
     gbPerSecond: runSeconds > 0 ? stats.bytesCopied / runSeconds / 1e9 : 0,
@@ -208,6 +210,7 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     ['tier hits on reuse', `${r.tierHits} chunks`],
     ['dropped for capacity', String(r.chunksDroppedForCapacity)],
     ['dropped, never ready', String(r.chunksDroppedUnready)],
+    ['unreachable, not copied', String(r.chunksUnreachable)],
     ['bytes copied', `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s)`],
     ['tier entries verified', String(r.entriesVerified)],
     ['holes', zero(r.holes)],

@@ -143,6 +143,11 @@ export class StoreRole {
     return this.state.keys[this.state.keyBase(snap.slot, group) + chunk]!;
   }
 
+  /** Chunks of `group` loaded from the tier at admission (written once, before the generation is published). */
+  hitChunks(snap: RequestSnapshot, group: number): number {
+    return this.state.control[this.state.schedulerWord(snap.slot, S_HIT_CHUNKS + group)]!;
+  }
+
   block(snap: RequestSnapshot, group: number, position: number): number {
     return this.state.blocks[this.state.blockBase(snap.slot, group) + position]!;
   }

@@ -87,6 +87,11 @@ export const STATS = [
     doc: 'final chunks the tier could not take after retries',
   },
   {
+    name: 'chunksUnreachable',
+    writer: 'store',
+    doc: 'sliding-window chunks passed without a copy: no hit aligned to the full-attention chunk can use them',
+  },
+  {
     name: 'chunksDroppedUnready',
     writer: 'store',
     doc: "token-ready chunks of an ended request whose keys or block IDs never came (settled without them, or the final wait's bound passed)",

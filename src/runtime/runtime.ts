@@ -259,6 +259,7 @@ export class OffloadRuntime {
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
       chunksDroppedUnready: s.chunksDroppedUnready,
       recordsRefused: s.recordsRefused,
+      chunksUnreachable: s.chunksUnreachable,
     };
   }
 

@@ -42,4 +42,6 @@ export interface RuntimeStats {
   chunksDroppedUnready: number;
   /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
   recordsRefused: number;
+  /** Sliding-window chunks never copied because no aligned hit can use them (vLLM's alignment filter; never a hole). */
+  chunksUnreachable: number;
 }

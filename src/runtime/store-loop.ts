@@ -621,6 +621,7 @@ export class StoreLoop {
     publishStat(s, 'allocationRetries', c.allocationFailures);
     publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
     publishStat(s, 'chunksDroppedUnready', c.chunksDroppedUnready);
+    publishStat(s, 'chunksUnreachable', c.chunksUnreachable);
     publishStat(s, 'snapshotRetries', c.snapshotRetries);
     publishStat(s, 'bytesCopied', this.bytesCopied);
     publishStat(s, 'jobsInFlight', this.jobsInFlight);

@@ -37,6 +37,11 @@ const COUNTERS = [
     'final chunks the tier could not take after retries',
   ],
   [
+    'chunksUnreachable',
+    'kvoff_chunks_unreachable_total',
+    'sliding-window chunks not copied: no hit aligned to the full-attention chunk can use them',
+  ],
+  [
     'chunksDroppedUnready',
     'kvoff_chunks_dropped_unready_total',
     'token-ready chunks of ended requests whose keys or block IDs never came',

@@ -72,6 +72,8 @@ export class SimRequest {
   readonly dispatched = new Set<number>();
   readonly dropped = new Set<number>();
   readonly nulled = new Set<number>();
+  /** Chunks the planner passed as unreachable (checked against storeReachable when reported). */
+  readonly unreachable = new Set<number>();
   readonly cursorSeen: Int32Array;
 
   constructor(index: number, spec: RequestSpec, config: Config, hashing: Hashing) {

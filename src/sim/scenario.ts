@@ -102,8 +102,25 @@ export const GEOMETRIES: readonly Geometry[] = [
   },
 ];
 
+/**
+ * A hybrid whose sliding-window chunks are a quarter of the full-attention
+ * chunk (alignment 4, window 1 chunk): the store path's reachability filter
+ * passes most of its chunks (vLLM's alignment_chunk_count). Drawn in place of
+ * hybrid-sw for half of its seeds, from a separate stream, so every other
+ * seed's scenario stays what it was.
+ */
+const HYBRID_ALIGN: Geometry = {
+  name: 'hybrid-align',
+  groups: [
+    { kind: 'full', tokensPerBlock: 8 },
+    { kind: 'sliding-window', tokensPerBlock: 2, windowTokens: 2 },
+  ],
+  blocksPerChunk: 1,
+  tokensPerHash: 2,
+};
+
 export function geometryNames(): string[] {
-  return GEOMETRIES.map((g) => g.name);
+  return [...GEOMETRIES.map((g) => g.name), HYBRID_ALIGN.name];
 }
 
 /** GPU blocks a request may hold at once, over all groups (its admission reservation). */
@@ -120,7 +137,8 @@ export function blocksNeeded(
 /** Draws a scenario from `seed`: 1-3 requests over 1-3 slots, a geometry, and faults. */
 export function scenarioFromSeed(seed: number): Scenario {
   const rng = new Prng(seed, 1);
-  const geo = rng.pick(GEOMETRIES);
+  let geo = rng.pick(GEOMETRIES);
+  if (geo.name === 'hybrid-sw' && (new Prng(seed, 4).nextU32() & 1) === 1) geo = HYBRID_ALIGN;
   const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
   const eagle = geo.groups.some((g) => g.eagle === true);
   const requestCount = rng.between(1, 3);

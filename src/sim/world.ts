@@ -24,7 +24,13 @@ import type { StoreJob } from '../job.js';
 import { Status, T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
 import { StorePlanner } from '../planner.js';
 import type { PlanPoint } from '../planner.js';
-import { offloadableTokens, readyPrefix, tokenChunks } from '../ready.js';
+import {
+  alignmentChunks,
+  offloadableTokens,
+  readyPrefix,
+  storeReachable,
+  tokenChunks,
+} from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import { statusName } from '../roles/handle.js';
@@ -200,11 +206,11 @@ export class World {
       unsafeSkipSettle: options.settle === false,
       observer: {
         chunk: (slot, generation, group, chunk, outcome) => {
-          // Counted, not silent: the oracle's hole check skips these.
-          if (outcome !== 'unready') return;
           const r = this.slotOwner[slot];
-          if (r !== undefined && r.handle.generation === generation)
-            r.dropped.add(group * GROUP_SHIFT + chunk);
+          if (r === undefined || r.handle.generation !== generation) return;
+          // Counted, not silent: the oracle's hole check skips these.
+          if (outcome === 'unready') r.dropped.add(group * GROUP_SHIFT + chunk);
+          if (outcome === 'unreachable') this.checkUnreachable(r, group, chunk);
         },
       },
       onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
@@ -975,6 +981,22 @@ export class World {
   }
 
   /**
+   * A chunk the planner passed as unreachable must be one by the rule's own
+   * function, at the ready prefix of the snapshot it planned from; else it
+   * would be a chunk lost silently.
+   */
+  private checkUnreachable(r: SimRequest, group: number, chunk: number): void {
+    const g = this.config.groups[group]!;
+    if (storeReachable(g, alignmentChunks(g, this.config), chunk, this.snapReady[group]!)) {
+      this.flag(
+        'hole',
+        `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a hit aligned at ready ${this.snapReady[group]} can use it`,
+      );
+    }
+    r.unreachable.add(group * GROUP_SHIFT + chunk);
+  }
+
+  /**
    * Invariant 2: every chunk that was token-ready when the request ended
    * (finished or aborted) was stored, or counted as dropped, or slid out of the
    * window. Whether its key or block IDs were ever published does not matter:
@@ -991,6 +1013,7 @@ export class World {
         if (key !== undefined && this.everDispatched.has(key)) continue;
         if (r.dropped.has(id)) continue; // dropped for capacity or never ready: counted, not silent
         if (g.windowChunks !== null && r.nulled.has(id)) continue; // slid out of the window
+        if (r.unreachable.has(id)) continue; // no aligned hit can use it (checked when passed)
         this.flag(
           'hole',
           `r${r.spec.requestId} ${statusName(status)} with ${tc} token-ready chunks in group ${g.index} (ready prefix ${this.snapReady[g.index]}), but chunk ${c} was never stored (nor counted as dropped)`,
