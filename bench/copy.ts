@@ -1,24 +1,30 @@
 // Benchmark 4: copy bandwidth. Store jobs of B-byte blocks go through the
 // runtime's transfer backend (PiscinaTransferBackend: piscina threads attached
-// once to the GPU and tier arenas, each task a small Int32Array, the copy in
-// src/runtime/transfer.ts) with 1 and 2 threads, against a single-thread
-// baseline in the same repeat: TypedArray.prototype.set of the same blocks
-// between the same arenas on the main thread (V8's memcpy). Baseline and pool
-// alternate within each repeat; the ratio is paired per repeat.
+// once to the GPU and tier arenas, each draining a shared-memory job ring of
+// small Int32 tasks and answering through a completion ring and a doorbell;
+// the copy in src/runtime/transfer.ts) with N = 1 and 2 threads, against an
+// N-thread baseline in the same repeat: N bench threads each copying their
+// share of the same blocks between the same arenas with
+// TypedArray.prototype.set (V8's memcpy). Pool and baseline alternate within
+// each repeat; ratios are paired per repeat, and so is the 1 -> 2 thread
+// scaling of the pool.
 import type { StoreJob } from '../src/job.js';
 import { PiscinaTransferBackend } from '../src/runtime/backend.js';
 import { encodeStoreTask } from '../src/runtime/transfer.js';
 import type { TransferArenas } from '../src/runtime/transfer.js';
-import { epochMs, sleepMs } from './lib/clock.js';
+import { Doorbell } from '../src/runtime/doorbell.js';
+import { epochMs } from './lib/clock.js';
 import type { Figure } from './lib/stats.js';
 import { figure, ratioFigure } from './lib/stats.js';
+import { ThreadPool } from './lib/threads.js';
+import type { Round } from './lib/threads.js';
 
 const KIB = 1024;
 /** Bytes per store job: small blocks are batched into ~1 MiB jobs, as a store window would. */
 const JOB_BYTES = 4096 * KIB;
 /** Jobs in flight per thread: enough (~16 MiB) to keep a thread busy between two polls. */
 const IN_FLIGHT_PER_THREAD = 16;
-const POLL_MS = 1;
+const PARK_MS = 5;
 const WAIT_MS_MAX = 60_000;
 
 export interface CopyOptions {
@@ -35,9 +41,20 @@ export interface CopyRow {
   readonly threads: number;
   readonly jobKiB: number;
   readonly gbPerSecond: Figure;
+  /** The same bytes copied by as many bench threads (memcpy), in the same repeat. */
   readonly baselineGbPerSecond: Figure;
-  /** Pool GB/s over baseline GB/s, paired per repeat. */
+  /** Pool GB/s over the same-thread-count baseline GB/s, paired per repeat. */
   readonly ratio: Figure;
+}
+
+export interface CopyScalingRow {
+  readonly blockKiB: number;
+  readonly fromThreads: number;
+  readonly toThreads: number;
+  /** Pool GB/s at toThreads over fromThreads, paired per repeat. */
+  readonly poolSpeedup: Figure;
+  /** The memcpy baseline's own scaling over the same thread counts. */
+  readonly baselineSpeedup: Figure;
 }
 
 export interface CopyResults {
@@ -45,6 +62,7 @@ export interface CopyResults {
   readonly arenaMiB: number;
   readonly bytesPerMeasurement: number;
   readonly rows: readonly CopyRow[];
+  readonly scaling: readonly CopyScalingRow[];
 }
 
 interface Arenas extends TransferArenas {
@@ -80,19 +98,55 @@ function makeTasks(a: Arenas, blockBytes: number): Int32Array[] {
   return tasks;
 }
 
-function baselineCopy(a: Arenas, passes: number): number {
-  const gpu = new Uint32Array(a.gpuArena);
-  const tier = new Uint32Array(a.tierArena);
-  const w = a.wordsPerBlock;
-  const t0 = epochMs();
-  for (let p = 0; p < passes; p += 1) {
-    for (let b = 0; b < a.blocks; b += 1) tier.set(gpu.subarray(b * w, (b + 1) * w), b * w);
+/** A bench thread's share of the baseline: blocks [from, to), `passes` times; returns its end time. */
+export interface MemcpyParams {
+  readonly gpuArena: SharedArrayBuffer;
+  readonly tierArena: SharedArrayBuffer;
+  readonly wordsPerBlock: number;
+  readonly from: number;
+  readonly to: number;
+  readonly passes: number;
+}
+
+export function memcpyThread(p: MemcpyParams, round: Round, ready: () => void): number {
+  const gpu = new Uint32Array(p.gpuArena);
+  const tier = new Uint32Array(p.tierArena);
+  const w = p.wordsPerBlock;
+  ready();
+  round.waitGo();
+  for (let pass = 0; pass < p.passes; pass += 1) {
+    for (let b = p.from; b < p.to; b += 1) tier.set(gpu.subarray(b * w, (b + 1) * w), b * w);
   }
-  return epochMs() - t0;
+  return epochMs();
+}
+
+/** N bench threads copy the arena's blocks (an equal share each); ms from go to the last end. */
+async function baselineCopy(
+  bench: ThreadPool,
+  a: Arenas,
+  passes: number,
+  threads: number,
+): Promise<number> {
+  const per = Math.ceil(a.blocks / threads);
+  const round = await bench.runTimed(
+    Array.from({ length: threads }, (_, i) => ({
+      kind: 'memcpy',
+      params: {
+        gpuArena: a.gpuArena,
+        tierArena: a.tierArena,
+        wordsPerBlock: a.wordsPerBlock,
+        from: i * per,
+        to: Math.min(a.blocks, (i + 1) * per),
+        passes,
+      } satisfies MemcpyParams,
+    })),
+  );
+  return Math.max(...(round.results as number[])) - round.startMs;
 }
 
 async function poolCopy(
   backend: PiscinaTransferBackend,
+  bell: Doorbell,
   tasks: readonly Int32Array[],
   passes: number,
   threads: number,
@@ -105,21 +159,22 @@ async function poolCopy(
   let endMs = 0;
   const t0 = epochMs();
   while (completed < total) {
+    const seen = bell.read();
     while (submitted < total && submitted - completed < window) {
       const task = tasks[submitted % tasks.length]!;
-      task[1] = submitted + 1; // a unique job ID per submission (the task is cloned at submit)
+      task[1] = submitted + 1; // a unique job ID per submission (the ring holds a copy)
       submittedAtMs[submitted] = epochMs();
       backend.submit(task);
       submitted += 1;
     }
-    // Poll with a timer, not setImmediate: a spinning main thread would take a core from the copy.
-    await sleepMs(POLL_MS);
     for (const done of backend.takeCompletions()) {
       if (!done.ok) throw new Error(`copy bench: transfer task failed: ${String(done.error)}`);
-      // The exact finish time, so the polling interval does not count as copy time.
+      // The exact finish time (the thread's clock), so waking up does not count as copy time.
       endMs = Math.max(endMs, submittedAtMs[done.jobId - 1]! + done.latencyMs);
       completed += 1;
     }
+    // Park on the completion bell, as the store does: the main thread takes no core meanwhile.
+    if (completed < total) await bell.parkAsync(seen, PARK_MS);
     if (epochMs() - t0 > WAIT_MS_MAX) throw new Error('copy bench: transfers did not finish');
   }
   return endMs - t0;
@@ -127,41 +182,84 @@ async function poolCopy(
 
 export async function runCopyBench(options: CopyOptions): Promise<CopyResults> {
   const rows: CopyRow[] = [];
-  for (const threads of options.threads) {
+  const scaling: CopyScalingRow[] = [];
+  const threadCounts = [...options.threads].sort((x, y) => x - y);
+  const bench = await ThreadPool.open(Math.max(...threadCounts));
+  try {
     for (const blockBytes of options.blockBytes) {
       const a = makeArenas(blockBytes, options.arenaBytes);
       const tasks = makeTasks(a, blockBytes);
       const bytes = a.blocks * blockBytes * options.passes;
-      const backend = new PiscinaTransferBackend(a, { threads });
+      const bells = threadCounts.map(
+        () => new Doorbell(new Int32Array(new SharedArrayBuffer(4)), 0),
+      );
+      const backends = threadCounts.map(
+        (threads, i) => new PiscinaTransferBackend(a, { threads, completionBell: bells[i]! }),
+      );
       try {
-        await poolCopy(backend, tasks, 1, threads); // warm-up: threads started, pages touched
-        baselineCopy(a, 1);
-        const pool: number[] = [];
-        const base: number[] = [];
-        for (let rep = 0; rep < options.repeats; rep += 1) {
-          base.push(bytes / 1e9 / (baselineCopy(a, options.passes) / 1000));
-          pool.push(
-            bytes / 1e9 / ((await poolCopy(backend, tasks, options.passes, threads)) / 1000),
-          );
+        for (const b of backends) await b.warmUp();
+        // Warm-up: threads started, pages touched, loops compiled.
+        for (let i = 0; i < threadCounts.length; i += 1) {
+          await poolCopy(backends[i]!, bells[i]!, tasks, 1, threadCounts[i]!);
+          await baselineCopy(bench, a, 1, threadCounts[i]!);
         }
-        rows.push({
-          blockKiB: blockBytes / KIB,
-          threads,
-          jobKiB: (Math.max(1, Math.floor(JOB_BYTES / blockBytes)) * blockBytes) / KIB,
-          gbPerSecond: figure(pool, 'GB/s'),
-          baselineGbPerSecond: figure(base, 'GB/s'),
-          ratio: ratioFigure(pool, base),
+        const pool = threadCounts.map((): number[] => []);
+        const base = threadCounts.map((): number[] => []);
+        for (let rep = 0; rep < options.repeats; rep += 1) {
+          // Alternate which of pool and baseline goes first, so drift favours neither.
+          for (let i = 0; i < threadCounts.length; i += 1) {
+            const n = threadCounts[i]!;
+            const runPool = async () =>
+              pool[i]!.push(
+                bytes /
+                  1e9 /
+                  ((await poolCopy(backends[i]!, bells[i]!, tasks, options.passes, n)) / 1000),
+              );
+            const runBase = async () =>
+              base[i]!.push(
+                bytes / 1e9 / ((await baselineCopy(bench, a, options.passes, n)) / 1000),
+              );
+            if (rep % 2 === 0) {
+              await runBase();
+              await runPool();
+            } else {
+              await runPool();
+              await runBase();
+            }
+          }
+        }
+        threadCounts.forEach((threads, i) => {
+          rows.push({
+            blockKiB: blockBytes / KIB,
+            threads,
+            jobKiB: (Math.max(1, Math.floor(JOB_BYTES / blockBytes)) * blockBytes) / KIB,
+            gbPerSecond: figure(pool[i]!, 'GB/s'),
+            baselineGbPerSecond: figure(base[i]!, 'GB/s'),
+            ratio: ratioFigure(pool[i]!, base[i]!),
+          });
         });
+        for (let i = 1; i < threadCounts.length; i += 1) {
+          scaling.push({
+            blockKiB: blockBytes / KIB,
+            fromThreads: threadCounts[0]!,
+            toThreads: threadCounts[i]!,
+            poolSpeedup: ratioFigure(pool[i]!, pool[0]!),
+            baselineSpeedup: ratioFigure(base[i]!, base[0]!),
+          });
+        }
       } finally {
-        await backend.close();
+        for (const b of backends) await b.close();
       }
     }
+  } finally {
+    await bench.close();
   }
   return {
     description:
-      'Store jobs (~1 MiB each, or one block when blocks are larger) through PiscinaTransferBackend with 1 and 2 threads, against TypedArray.prototype.set of the same blocks on the main thread, alternating in each repeat. GB/s = 1e9 bytes per second.',
+      'Store jobs (~4 MiB each, or one block when blocks are larger) through PiscinaTransferBackend (a job ring per transfer thread, completions through a doorbell) with N threads, against N bench threads copying the same blocks with TypedArray.prototype.set, alternating in each repeat. GB/s = 1e9 bytes per second; each figure times passes x arena bytes.',
     arenaMiB: options.arenaBytes / (KIB * KIB),
     bytesPerMeasurement: options.arenaBytes * options.passes,
     rows,
+    scaling,
   };
 }

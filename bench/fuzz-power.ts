@@ -9,13 +9,13 @@
 // the budget. A ready-prefix control row must find nothing. Speed (schedules
 // per second of ready-prefix) is measured with tinybench.
 //
-//   npm run bench:fuzz            (writes bench/results/fuzz-power.json)
+//   npm run bench:fuzz            (writes bench/results/latest/fuzz-power.json, ignored by git)
 //   KVOFF_BENCH_QUICK=1 npm run bench:fuzz     (fewer seeds, for a smoke run)
 //   KVOFF_BENCH_FUZZ_TARGET=runtime npm run bench:fuzz   (only the --target runtime rows,
-//                                  control and speed; writes bench/results/fuzz-power-runtime.json)
+//                                  control and speed; writes bench/results/latest/fuzz-power-runtime.json)
+//   KVOFF_BENCH_PUBLISH=1 npm run bench:fuzz   (also refreshes the committed copy in bench/results/)
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import fc from 'fast-check';
 import { Bench } from 'tinybench';
 import { loadHashing } from '../src/hashing.js';
@@ -24,6 +24,7 @@ import type { InvariantName } from '../src/sim/oracle.js';
 import type { RuntimeSwitch } from '../src/sim/runtime-world.js';
 import { fuzz, runSchedule } from '../src/sim/run.js';
 import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
+import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 
 const QUICK = process.env.KVOFF_BENCH_QUICK === '1';
 const ONLY_RUNTIME = process.env.KVOFF_BENCH_FUZZ_TARGET === 'runtime';
@@ -306,16 +307,19 @@ async function main(): Promise<void> {
     control: controlRows,
     schedulesPerSecond,
   };
-  const here = dirname(fileURLToPath(import.meta.url));
   const name = QUICK
-    ? 'fuzz-power.tmp.json'
+    ? 'fuzz-power-quick.json'
     : ONLY_RUNTIME
       ? 'fuzz-power-runtime.json'
       : 'fuzz-power.json';
-  const file = join(here, 'results', name);
-  mkdirSync(dirname(file), { recursive: true });
+  const file = join(LATEST_DIR, name);
+  mkdirSync(LATEST_DIR, { recursive: true });
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
-  process.stdout.write(`\nwrote ${join('bench', 'results', name)}\n`);
+  process.stdout.write(`\nwrote ${shownPath(file)}\n`);
+  // A quick run has too few seeds to stand for the committed table.
+  if (publishRequested() && !QUICK) {
+    process.stdout.write(`published ${shownPath(publishResults(file))}\n`);
+  }
 }
 
 await main();

@@ -1,22 +1,23 @@
 // kvoff's contention benchmarks: `npm run bench` (full) or
-// `npm run bench -- --quick` (under two minutes on 2 cores). Prints a table per
-// benchmark and writes one JSON file of results to bench/results/.
+// `npm run bench -- --quick` (a few minutes on 2 cores). Prints a table per
+// benchmark and writes one JSON file of results to bench/results/latest/
+// (ignored by git); `--publish` also refreshes the committed copy in
+// bench/results/.
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Command, Option } from 'commander';
+import { LATEST_DIR, publishResults, shownPath } from './lib/results-dir.js';
 import { renderMarkdown } from './markdown.js';
 import { BENCHMARKS, runSuite } from './suite.js';
 import type { BenchResults, BenchmarkName } from './suite.js';
 import type { Mode } from './sizes.js';
-
-const DEFAULT_OUT = fileURLToPath(new URL('./results/', import.meta.url));
 
 interface CliOptions {
   quick?: boolean;
   smoke?: boolean;
   only: BenchmarkName[];
   out: string;
+  publish?: boolean;
   markdown?: string;
 }
 
@@ -29,7 +30,7 @@ async function main(argv: readonly string[]): Promise<void> {
   const program = new Command()
     .name('npm run bench --')
     .description('kvoff contention benchmarks: planner, snapshots, designs, copy, scenario')
-    .option('--quick', 'smaller sizes and fewer repeats: under two minutes on 2 cores')
+    .option('--quick', 'smaller sizes and fewer repeats: a few minutes on a quiet 2-core machine')
     .addOption(
       new Option('--smoke', 'tiny sizes, seconds: only checks that the harness runs').conflicts(
         'quick',
@@ -40,7 +41,11 @@ async function main(argv: readonly string[]): Promise<void> {
         .choices(BENCHMARKS)
         .default([...BENCHMARKS]),
     )
-    .option('--out <dir>', 'directory for the JSON results file', DEFAULT_OUT)
+    .option('--out <dir>', 'directory for the JSON results file (ignored by git)', LATEST_DIR)
+    .option(
+      '--publish',
+      'also copy the results file to bench/results/ (the committed tables): only on purpose',
+    )
     .option('--markdown <file>', 'run nothing: print the tables of a results file as Markdown')
     .showHelpAfterError();
   program.parse([...argv], { from: 'user' });
@@ -57,9 +62,8 @@ async function main(argv: readonly string[]): Promise<void> {
   mkdirSync(opts.out, { recursive: true });
   const file = resultsPath(opts.out, mode);
   writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
-  log(
-    `[bench] wrote ${path.relative(process.cwd(), file) || file} in ${results.durationSeconds.toFixed(0)} s`,
-  );
+  log(`[bench] wrote ${shownPath(file)} in ${results.durationSeconds.toFixed(0)} s`);
+  if (opts.publish) log(`[bench] published ${shownPath(publishResults(file))}`);
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {

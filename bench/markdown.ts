@@ -1,5 +1,5 @@
-// Markdown tables of a results file, for bench/README.md:
-// `npm run bench -- --markdown bench/results/kvoff-bench-quick.json`.
+// Markdown tables of a results file, for docs/benchmarks.md:
+// `npm run bench -- --markdown bench/results/latest/kvoff-bench-quick.json`.
 import type { Figure } from './lib/stats.js';
 import { formatNumber } from './lib/table.js';
 import type { BenchResults } from './suite.js';
@@ -18,7 +18,8 @@ function table(rows: readonly Row[]): string {
   ].join('\n');
 }
 
-const r2 = (x: number, d = 2) => Number(x.toFixed(d));
+// NaN is stored as null in JSON (a ratio with an empty side, e.g. in --smoke).
+const r2 = (x: number | null, d = 2) => (x === null ? Number.NaN : Number(x.toFixed(d)));
 const iqr = (f: Figure, d = 2) =>
   `${formatNumber(r2(f.spread.p25, d))}–${formatNumber(r2(f.spread.p75, d))}`;
 
@@ -52,8 +53,12 @@ export function renderMarkdown(res: BenchResults): string {
           R: r.requests,
           G: r.groups,
           mode: r.mode,
-          'ns/request-group': r2(r.nsPerRequestGroup.median, 1),
-          IQR: iqr(r.nsPerRequestGroup, 1),
+          'ns/request-group': r2(r.nsPerRequestGroup.median, 2),
+          IQR: iqr(r.nsPerRequestGroup, 2),
+          'plain-read floor (ns)': r.floorNsPerRequestGroup
+            ? r2(r.floorNsPerRequestGroup.median, 2)
+            : '',
+          'pass (µs)': r2(r.passUs.median, 1),
           'heap B/pass': r2(r.heapBytesPerPass.median, 1),
         })),
       ),
@@ -96,17 +101,30 @@ export function renderMarkdown(res: BenchResults): string {
           writers: r.writers,
           'events/s': Math.round(r.eventsPerSecond.median),
           'a ÷ this (events/s)': r2(r.aSpeedup.median),
-          'IQR of a ÷ this': iqr(r.aSpeedup),
-          'p50 ms': r2(r.latencyMsP50.median, 3),
-          'p99 ms': r2(r.latencyMsP99.median, 3),
-          'p50 ÷ a': r2(r.latencyP50OverA.median),
-          'p99 ÷ a': r2(r.latencyP99OverA.median),
+          'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
+          'a ÷ this (per CPU-s)': r2(r.aCpuAdvantage.median),
+          IQR: iqr(r.aCpuAdvantage),
+          'p99 ms at load': r.loadLatencyMsP99 ? r2(r.loadLatencyMsP99.median, 3) : '',
+          'p99 at load ÷ a': r.loadLatencyP99OverA ? r2(r.loadLatencyP99OverA.median) : '',
         })),
       ),
     );
+    out.push(
+      '',
+      res.designs.loads
+        .map(
+          (l) =>
+            `Load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (half of the slowest, ${l.slowestDesign}, at ${Math.round(l.slowestEventsPerSecond)} events/s).`,
+        )
+        .join(' '),
+    );
   }
   if (res.copy) {
-    out.push('', '**4. Copy bandwidth** (GB/s, pool and memcpy baseline in the same repeat)', '');
+    out.push(
+      '',
+      '**4. Copy bandwidth** (GB/s, pool and a memcpy on as many threads, in the same repeat)',
+      '',
+    );
     out.push(
       table(
         res.copy.rows.map((r) => ({
@@ -116,6 +134,17 @@ export function renderMarkdown(res: BenchResults): string {
           'memcpy GB/s': r2(r.baselineGbPerSecond.median),
           'pool ÷ memcpy': r2(r.ratio.median),
           IQR: iqr(r.ratio),
+        })),
+      ),
+    );
+    out.push('', 'Thread scaling (paired per repeat):', '');
+    out.push(
+      table(
+        res.copy.scaling.map((r) => ({
+          'block KiB': r.blockKiB,
+          threads: `${r.fromThreads} → ${r.toThreads}`,
+          pool: r2(r.poolSpeedup.median),
+          memcpy: r2(r.baselineSpeedup.median),
         })),
       ),
     );

@@ -6,8 +6,17 @@
 // chunks into the real LRU host tier; the jobs are completed after the pass
 // (untimed). Figures: ns per request-group (pass time / (R x G)) and heap
 // bytes allocated per pass.
+//
+// Idle passes are timed in batches (many passes per sample: one idle pass over
+// 16 requests takes far less than a timer read) and alternate, sample by
+// sample, with the plain-read floor: a loop that reads one word of every slot
+// of the same layout with a plain (non-atomic) read, the least any pass that
+// looks at each slot could cost. The writer side's cost of the dirty bitmap
+// (one Atomics.or per publication) is timed the same way next to a plain
+// Atomics.store and a whole role publication (SchedulerRole.progress).
 import { Bench } from 'tinybench';
 import type { ConfigInput, GroupInput } from '../src/config.js';
+import { S_COMPUTED_TOKENS, markDirty } from '../src/layout.js';
 import type { StoreJob } from '../src/job.js';
 import { LocalOffload } from '../src/local.js';
 import type { RequestHandle } from '../src/roles/handle.js';
@@ -134,6 +143,8 @@ export interface PlannerOptions {
   readonly heapTrials: number;
   /** Largest R measured with work (its untimed publishing dominates the run time). */
   readonly workRequestsMax: number;
+  /** Samples of each idle figure (each a batch of passes), alternating with the floor. */
+  readonly idleSamples?: number;
 }
 
 export interface PlannerRow {
@@ -144,12 +155,114 @@ export interface PlannerRow {
   readonly passUs: Figure;
   readonly heapBytesPerPass: Figure;
   readonly passes: number;
+  /**
+   * Idle rows: the plain-read floor measured alternately with the pass, ns per
+   * request-group (one plain read of one word per slot, divided by R x G).
+   */
+  readonly floorNsPerRequestGroup?: Figure;
+}
+
+export interface WriterCost {
+  readonly description: string;
+  /** ns per markDirty (one Atomics.or on the bitmap word). */
+  readonly markDirtyNs: Figure;
+  /** ns per Atomics.store of one word, the cost of publishing any count. */
+  readonly atomicStoreNs: Figure;
+  /** ns per SchedulerRole.progress (handle check, validation, 3 stores, markDirty). */
+  readonly progressNs: Figure;
+  /** markDirty as a share of a whole role publication (paired per sample). */
+  readonly markDirtyShareOfProgress: Figure;
 }
 
 export interface PlannerResults {
   readonly description: string;
   readonly heapMethod: string;
   readonly rows: readonly PlannerRow[];
+  readonly writerCost: WriterCost;
+}
+
+/** ns per call of `fn`, timed over `calls` calls (one sample). */
+function nsPerCall(fn: () => void, calls: number): number {
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < calls; i += 1) fn();
+  return Number(process.hrtime.bigint() - t0) / calls;
+}
+
+/** Sum of one plain read of word 0 of every slot: the floor of any per-slot scan. */
+function plainReadFloor(control: Int32Array, slots: number, slotWords: number): number {
+  let sum = 0;
+  for (let s = 0; s < slots; s += 1) sum += control[s * slotWords]!;
+  return sum;
+}
+
+/**
+ * Idle pass and plain-read floor, alternating sample by sample: ns per pass
+ * and ns per floor scan. Each sample runs `batch` of them (>= ~1 ms of work).
+ */
+function idleSideBySide(
+  fx: PlannerFixture,
+  samples: number,
+): { passNs: number[]; floorNs: number[] } {
+  const planner = fx.lo.planner;
+  const { control, geometry } = fx.lo.state;
+  const slots = fx.requests;
+  let sink = 0;
+  const floor = () => {
+    sink += plainReadFloor(control, slots, geometry.slotWords);
+  };
+  const pass = () => {
+    planner.pass(fx.collect);
+  };
+  // Size the batch from a first estimate so each sample is about 2 ms.
+  const estimate = Math.max(nsPerCall(pass, 8), 1);
+  const batch = Math.max(8, Math.min(1 << 20, Math.round(2e6 / estimate)));
+  const floorBatch = Math.max(8, Math.min(1 << 22, Math.round(2e6 / Math.max(slots, 1))));
+  // Warm both loops up (JIT) before recording.
+  nsPerCall(pass, batch);
+  nsPerCall(floor, floorBatch);
+  const passNs: number[] = [];
+  const floorNs: number[] = [];
+  for (let i = 0; i < samples; i += 1) {
+    passNs.push(nsPerCall(pass, batch));
+    floorNs.push(nsPerCall(floor, floorBatch));
+  }
+  if (sink === -1) throw new Error('unreachable');
+  return { passNs, floorNs };
+}
+
+/** The writer side of the dirty bitmap, next to what a publication costs anyway. */
+async function writerCost(samples: number): Promise<WriterCost> {
+  const lo = await LocalOffload.create(plannerConfig(64, 1));
+  const h = lo.open({ requestId: 1, promptTokens: [1, 2, 3, 4] });
+  const { dirty, control } = lo.state;
+  const word = lo.state.schedulerWord(h.slot, S_COMPUTED_TOKENS);
+  let n = 0;
+  const mark = () => markDirty(dirty, h.slot);
+  const store = () => {
+    Atomics.store(control, word, (n += 1) & 1);
+  };
+  const progress = () => lo.progress(h, 2, (n += 1) & 1);
+  const calls = 200_000;
+  for (const fn of [mark, store, progress]) nsPerCall(fn, calls);
+  const markNs: number[] = [];
+  const storeNs: number[] = [];
+  const progressNs: number[] = [];
+  for (let i = 0; i < samples; i += 1) {
+    markNs.push(nsPerCall(mark, calls));
+    storeNs.push(nsPerCall(store, calls));
+    progressNs.push(nsPerCall(progress, calls));
+  }
+  return {
+    description:
+      'One thread, timed loops of 200,000 calls alternating sample by sample: markDirty (the one Atomics.or a publication adds), an Atomics.store of one word, and a whole SchedulerRole.progress (which includes its markDirty). Uncontended: with writers on other cores the bitmap word is shared by up to 32 slots, so its line moves between them.',
+    markDirtyNs: figure(markNs, 'ns'),
+    atomicStoreNs: figure(storeNs, 'ns'),
+    progressNs: figure(progressNs, 'ns'),
+    markDirtyShareOfProgress: figure(
+      markNs.map((m, i) => m / progressNs[i]!),
+      'ratio',
+    ),
+  };
 }
 
 async function timePass(
@@ -188,22 +301,21 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       const rg = requests * groups;
       // Few iterations for huge populations: a pass with work over 16k x 4 is tens of ms.
       const iterations = Math.max(4, Math.min(64, Math.floor(2e6 / rg)));
-      const idleMs = await timePass(
-        'idle',
-        () => planner.pass(fx.collect),
-        {},
-        {
-          timeMs: options.timeMs,
-          iterations,
-        },
-      );
+      const idle = idleSideBySide(fx, options.idleSamples ?? 15);
+      const idleMs = idle.passNs.map((ns) => ns / 1e6);
       if (fx.jobs.length !== 0) throw new Error('planner bench: an idle pass produced jobs');
       const idleHeap = bytesPerCall(
         () => planner.pass(fx.collect),
         Math.max(50, Math.min(20_000, Math.floor(5e6 / rg))),
         options.heapTrials,
       );
-      rows.push(row(requests, groups, 'idle', idleMs, figure(idleHeap, 'bytes')));
+      rows.push({
+        ...row(requests, groups, 'idle', idleMs, figure(idleHeap, 'bytes')),
+        floorNsPerRequestGroup: figure(
+          idle.floorNs.map((ns) => ns / rg),
+          'ns',
+        ),
+      });
 
       if (requests > options.workRequestsMax) continue;
       const workMs = await timePass(
@@ -227,9 +339,10 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
   }
   return {
     description:
-      'StorePlanner.pass over R running requests x G groups (full and sliding-window, 2 blocks per chunk) with the real LRU host tier. idle: nothing new since the last pass. work: one new chunk per request-group before every pass (published untimed), jobs completed untimed after it.',
+      'StorePlanner.pass over R running requests x G groups (full and sliding-window, 2 blocks per chunk) with the real LRU host tier. idle: nothing new since the last pass (timed in batches of passes, alternating sample by sample with the plain-read floor: one plain read of one word per slot of the same layout). work: one new chunk per request-group before every pass (published untimed), jobs completed untimed after it.',
     heapMethod: HEAP_METHOD,
     rows,
+    writerCost: await writerCost(options.idleSamples ?? 15),
   };
 
   function row(

@@ -19,13 +19,23 @@ export function printPlanner(p: PlannerResults): void {
       R: r.requests,
       G: r.groups,
       mode: r.mode,
-      'ns/req-group': round(r.nsPerRequestGroup.median),
+      'ns/req-group': round(r.nsPerRequestGroup.median, 2),
       'IQR (ns)': iqr(r.nsPerRequestGroup),
+      'floor ns': r.floorNsPerRequestGroup ? round(r.floorNsPerRequestGroup.median, 2) : '',
       'pass (us)': round(r.passUs.median),
       'heap B/pass': round(r.heapBytesPerPass.median),
       passes: r.passes,
     })),
   );
+  const w = p.writerCost;
+  printTable('   writer side of the dirty bitmap (ns per call, one thread)', [
+    {
+      markDirty: round(w.markDirtyNs.median, 2),
+      'Atomics.store': round(w.atomicStoreNs.median, 2),
+      'progress()': round(w.progressNs.median, 1),
+      'markDirty share': `${round(100 * w.markDirtyShareOfProgress.median, 1)}%`,
+    },
+  ]);
 }
 
 export function printSnapshot(s: SnapshotResults): void {
@@ -58,14 +68,19 @@ export function printDesigns(d: DesignResults): void {
       design: r.design,
       writers: r.writers,
       'events/s': Math.round(r.eventsPerSecond.median),
-      IQR: iqr(r.eventsPerSecond),
       'a / this': round(r.aSpeedup.median, 2),
-      'p50 ms': round(r.latencyMsP50.median, 3),
-      'p99 ms': round(r.latencyMsP99.median, 3),
-      'p50 / a': round(r.latencyP50OverA.median, 2),
-      'p99 / a': round(r.latencyP99OverA.median, 2),
+      'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
+      'a / this (CPU)': round(r.aCpuAdvantage.median, 2),
+      'p99 ms (max rate)': round(r.latencyMsP99.median, 3),
+      'p99 ms @load': r.loadLatencyMsP99 ? round(r.loadLatencyMsP99.median, 3) : '',
+      'p99 @load / a': r.loadLatencyP99OverA ? round(r.loadLatencyP99OverA.median, 2) : '',
     })),
   );
+  for (const l of d.loads) {
+    process.stdout.write(
+      `   load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (slowest: ${l.slowestDesign} at ${Math.round(l.slowestEventsPerSecond)} events/s)\n`,
+    );
+  }
   for (const [name, text] of Object.entries(d.designs))
     process.stdout.write(`   ${name}: ${text}\n`);
   process.stdout.write('\n');
@@ -73,7 +88,7 @@ export function printDesigns(d: DesignResults): void {
 
 export function printCopy(c: CopyResults): void {
   printTable(
-    `4. Copy bandwidth (arena ${c.arenaMiB} MiB, ${Math.round(c.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    `4. Copy bandwidth: pool vs memcpy on as many threads (arena ${c.arenaMiB} MiB, ${Math.round(c.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
     c.rows.map((r) => ({
       'block KiB': r.blockKiB,
       threads: r.threads,
@@ -82,6 +97,15 @@ export function printCopy(c: CopyResults): void {
       'memcpy GB/s': round(r.baselineGbPerSecond.median, 2),
       'pool / memcpy': round(r.ratio.median, 2),
       'ratio IQR': iqr(r.ratio),
+    })),
+  );
+  printTable(
+    '   thread scaling (paired per repeat)',
+    c.scaling.map((r) => ({
+      'block KiB': r.blockKiB,
+      threads: `${r.fromThreads} -> ${r.toThreads}`,
+      pool: round(r.poolSpeedup.median, 2),
+      memcpy: round(r.baselineSpeedup.median, 2),
     })),
   );
 }

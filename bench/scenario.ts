@@ -44,7 +44,7 @@ export interface ScenarioRun {
   readonly aborted: number;
   readonly verifyOk: boolean;
   readonly leaksZero: boolean;
-  readonly delay: { p50: number; p99: number; max: number };
+  readonly delay: { p50: number; p99: number; max: number; samples: number };
   /** Fraction of the run the host's event loop was busy (its own work, not waiting to be scheduled). */
   readonly utilization: number;
 }
@@ -80,12 +80,25 @@ export interface ScenarioResults {
     readonly offloadOn: DelayFigures;
     readonly offloadOff: DelayFigures;
     readonly noRuntime: DelayFigures;
+    /** Seconds and histogram samples the offloading-on figures cover, over all repeats. */
+    readonly secondsOn: number;
+    readonly samplesOn: number;
   };
 }
 
-function delayOf(h: IntervalHistogram): { p50: number; p99: number; max: number } {
+function delayOf(h: IntervalHistogram): {
+  p50: number;
+  p99: number;
+  max: number;
+  samples: number;
+} {
   const ms = (ns: number) => Math.max(0, ns / 1e6 - RESOLUTION_MS);
-  return { p50: ms(h.percentile(50)), p99: ms(h.percentile(99)), max: ms(h.max) };
+  return {
+    p50: ms(h.percentile(50)),
+    p99: ms(h.percentile(99)),
+    max: ms(h.max),
+    samples: h.count,
+  };
 }
 
 async function runScenario(offload: boolean, options: ScenarioOptions): Promise<ScenarioRun> {
@@ -131,7 +144,9 @@ async function runScenario(offload: boolean, options: ScenarioOptions): Promise<
 }
 
 /** The same measurement with nothing running: the machine's own contribution. */
-async function idleDelay(durationMs: number): Promise<{ p50: number; p99: number; max: number }> {
+async function idleDelay(
+  durationMs: number,
+): Promise<{ p50: number; p99: number; max: number; samples: number }> {
   const h = monitorEventLoopDelay({ resolution: RESOLUTION_MS });
   h.enable();
   await sleepMs(durationMs);
@@ -163,7 +178,7 @@ function delayFigures(
 export async function runScenarioBench(options: ScenarioOptions): Promise<ScenarioResults> {
   const on: ScenarioRun[] = [];
   const off: ScenarioRun[] = [];
-  const idle: { p50: number; p99: number; max: number }[] = [];
+  const idle: { p50: number; p99: number; max: number; samples: number }[] = [];
   for (let rep = 0; rep < options.repeats; rep += 1) {
     // Alternate the order so drift on a shared machine hits both.
     const first = rep % 2 === 0;
@@ -251,6 +266,8 @@ export async function runScenarioBench(options: ScenarioOptions): Promise<Scenar
         off.map((r) => r.utilization),
       ),
       noRuntime: delayFigures(idle),
+      secondsOn: on.reduce((t, r) => t + r.wallMs / 1000, 0),
+      samplesOn: on.reduce((n, r) => n + r.delay.samples, 0),
     },
   };
 }

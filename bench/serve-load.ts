@@ -1,13 +1,16 @@
 // `npm run bench:serve`: a bounded load test of `kvoff serve` on loopback.
 // 64 connections (--connections) POST simulated requests for a fixed time
 // (--duration seconds); then the server's own counters are read and it is
-// stopped with SIGTERM. Prints a table and writes JSON to bench/results/.
+// stopped with SIGTERM. Prints a table and writes bench/results/latest/serve-load.json
+// (ignored by git; KVOFF_BENCH_PUBLISH=1 also copies it to bench/results/).
 // Fails (exit 1) on any HTTP error, any hole or mismatch, or an unclean exit.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
+import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { defaultBodies, runServeLoad, startServeChild, stopServeChild } from './serve-load-lib.js';
 import type { LoadResult } from './serve-load-lib.js';
+import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 
 const { values } = parseArgs({
   options: {
@@ -58,10 +61,8 @@ const width = Math.max(...rows.map(([l]) => l.length));
 process.stdout.write(`kvoff serve load test (loopback)\n`);
 for (const [l, v] of rows) process.stdout.write(`  ${l.padEnd(width)}  ${v}\n`);
 
-const dir = new URL('./results/', import.meta.url);
-mkdirSync(dir, { recursive: true });
-const stamp = new Date().toISOString().replace(/[:.]/g, '-');
-const file = new URL(`serve-load-${stamp}.json`, dir);
+mkdirSync(LATEST_DIR, { recursive: true });
+const file = path.join(LATEST_DIR, 'serve-load.json');
 writeFileSync(
   file,
   `${JSON.stringify(
@@ -77,7 +78,8 @@ writeFileSync(
     2,
   )}\n`,
 );
-process.stdout.write(`  wrote bench/results/serve-load-${stamp}.json\n`);
+process.stdout.write(`  wrote ${shownPath(file)}\n`);
+if (publishRequested()) process.stdout.write(`  published ${shownPath(publishResults(file))}\n`);
 
 const ok =
   result.errors === 0 &&

@@ -1,6 +1,8 @@
-// How big each benchmark runs in each mode. quick: under two minutes on 2
-// cores in total; full: more sizes, more repeats; smoke: seconds, only to keep
-// the harness from rotting (test/bench-smoke.test.ts).
+// How big each benchmark runs in each mode. quick: every target checked as
+// stated (1 and 3 writers, 256 MiB per copy figure, 5 scenario runs for the
+// event loop), a few minutes on a quiet 2-core machine (17 at a load average of
+// 50); full: more sizes, more repeats; smoke: seconds, only to keep the harness
+// from rotting (test/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
 import type { PlannerOptions } from './planner.js';
@@ -33,15 +35,23 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       workRequestsMax: 1024,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
-    designs: { shape: { requests: 32, chunks: 1024 }, writerCounts: [3], repeats: 5, batch: 64 },
+    designs: {
+      shape: { requests: 32, chunks: 1024 },
+      writerCounts: [1, 3],
+      repeats: 5,
+      batch: 64,
+      loadFraction: 0.5,
+    },
+    // 64 MiB arenas x 4 passes: 256 MiB timed per figure.
     copy: {
       blockBytes: [4 * KIB, 64 * KIB, MIB, 2 * MIB],
       threads: [1, 2],
-      arenaBytes: 32 * MIB,
-      passes: 2,
-      repeats: 3,
+      arenaBytes: 64 * MIB,
+      passes: 4,
+      repeats: 5,
     },
-    scenario: { repeats: 2 },
+    // Five repeats: the event-loop target asks for >= 5 runs and >= 10 s.
+    scenario: { repeats: 5 },
   },
   full: {
     planner: {
@@ -58,9 +68,10 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       writerCounts: [1, 2, 3],
       repeats: 5,
       batch: 64,
+      loadFraction: 0.5,
     },
-    copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 4, repeats: 5 },
-    scenario: { repeats: 3 },
+    copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
+    scenario: { repeats: 5 },
   },
   smoke: {
     planner: {
@@ -73,7 +84,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     snapshot: { requests: 4, writerCounts: [0, 3], durationMs: 20, repeats: 1 },
     designs: { shape: { requests: 4, chunks: 16 }, writerCounts: [3], repeats: 1, batch: 8 },
-    copy: { blockBytes: [64 * KIB], threads: [1], arenaBytes: MIB, passes: 1, repeats: 1 },
+    copy: { blockBytes: [64 * KIB], threads: [1, 2], arenaBytes: MIB, passes: 1, repeats: 1 },
     scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
   },
 };

@@ -210,7 +210,38 @@ export const ARRAYS = [
     publishedBy: '-',
     doc: 'pin count per GPU block; the allocator never reuses a pinned block',
   },
+  {
+    name: 'dirty',
+    writer: 'scheduler, hasher, allocator (set: Atomics.or) / store (clear: Atomics.exchange)',
+    publishedBy: '-',
+    doc: 'one bit per slot, 32 slots a word: raised after every publication the store must react to, so an idle pass reads one word per 32 slots',
+  },
 ] as const;
+
+/**
+ * Slots per word of the dirty bitmap. The bitmap is the one place several
+ * roles write the same word, and only with read-modify-write operations:
+ * a writer role raises its slot's bit with one Atomics.or after the data and
+ * count it publishes, and the store takes a whole word with Atomics.exchange
+ * before it snapshots the slots whose bits were set. A publication that lands
+ * after the exchange raises the bit again, so nothing the store must see is
+ * lost; one that lands before it is visible to the snapshot that follows.
+ */
+export const DIRTY_SLOTS_PER_WORD = 32;
+
+/** Words of the dirty bitmap for `maxRequests` slots. */
+export function dirtyWordCount(maxRequests: number): number {
+  return Math.ceil(maxRequests / DIRTY_SLOTS_PER_WORD);
+}
+
+/**
+ * Raises `slot`'s dirty bit: the last write of every role publication the
+ * store must react to (open, progress, tokens, preempt, finish, abort,
+ * release, hashes and keys, block appends and changes). One atomic operation.
+ */
+export function markDirty(dirty: Int32Array, slot: number): void {
+  Atomics.or(dirty, slot >>> 5, 1 << (slot & 31));
+}
 
 function f(name: string, writer: Role, perGroup: boolean, index: number, doc: string): FieldSpec {
   return { name, writer, perGroup, index, doc };
@@ -256,6 +287,8 @@ export interface SharedBuffers {
   readonly keys: SharedArrayBuffer;
   readonly blocks: SharedArrayBuffer;
   readonly pins: SharedArrayBuffer;
+  /** The dirty bitmap (see DIRTY_SLOTS_PER_WORD); in its own buffer, away from the slot lines. */
+  readonly dirty: SharedArrayBuffer;
 }
 
 export function bufferSizes(config: Config): Record<keyof SharedBuffers, number> {
@@ -268,5 +301,6 @@ export function bufferSizes(config: Config): Record<keyof SharedBuffers, number>
     keys: config.maxRequests * g * config.maxChunksPerRequest * 8,
     blocks: config.maxRequests * g * config.maxBlocksPerRequest * 4,
     pins: config.gpuBlocks * 4,
+    dirty: dirtyWordCount(config.maxRequests) * 4,
   };
 }

@@ -3,10 +3,17 @@
 // source blocks, build the job and advance cursors exactly as vLLM's store path
 // does after the fix: unchanged when the tier cannot allocate, to the window's
 // end otherwise. The steady-state pass with nothing ready allocates nothing.
+//
+// A pass visits only the slots whose dirty bit is set (see markDirty in
+// layout.ts): the writer roles raise it after every publication, the pass
+// takes 32 bits at a time with one Atomics.exchange. A visit that must come
+// back without a new publication (a busy seqlock, a full tier, an ended
+// request waiting for lagging keys) raises the bit again itself, so nothing
+// waits for an event that may never come.
 import type { Config } from './config.js';
 import { InvalidArgumentError, invariant } from './errors.js';
 import type { StoreChunk, StoreJob } from './job.js';
-import { SNAPSHOT_RETRIES_MAX, Status } from './layout.js';
+import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX, Status, markDirty } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
 import {
   alignmentChunks,
@@ -112,7 +119,11 @@ export interface PlannerCounters {
   chunksSkippedNull: number;
   /** Sliding-window chunks passed without a copy: no hit aligned to the full-attention chunk can use them (vLLM's alignment filter). */
   chunksUnreachable: number;
-  /** Chunk-passes where a chunk was token-ready but not ready (its key or blocks lagged). */
+  /**
+   * Chunk-visits where a chunk was token-ready but not ready (its key or blocks
+   * lagged). A pass visits a slot only after a publication (its dirty bit), so
+   * a chunk waiting on an idle slot is counted once per publication, not per pass.
+   */
   chunksDeferred: number;
   allocationFailures: number;
   chunksDroppedForCapacity: number;
@@ -158,6 +169,12 @@ export class StorePlanner {
   private nextJobId = 1;
   /** Jobs handed out and not completed (weak: a driver that completes jobs elsewhere leaks nothing). */
   private readonly issued = new WeakSet<StoreJob>();
+  /**
+   * The first pass visits every slot: a planner attached to state that
+   * already holds requests (or whose bits an earlier planner took) must not
+   * wait for their next publication.
+   */
+  private visitAllNext = true;
 
   constructor(state: SharedState, tier: OffloadTier, options: PlannerOptions = {}) {
     this.state = state;
@@ -168,10 +185,9 @@ export class StorePlanner {
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
     this.skipSettle = options.unsafeSkipSettle ?? false;
     this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
-    invariant(
-      Number.isInteger(this.finalWaitVisitsMax) && this.finalWaitVisitsMax >= 1,
-      'finalWaitVisitsMax is a positive integer',
-    );
+    if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
+      throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
+    }
     this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
@@ -210,13 +226,33 @@ export class StorePlanner {
   pass(onJob?: JobListener): StoreJob[] {
     this.counters.passes += 1;
     const jobs: StoreJob[] | undefined = onJob ? undefined : [];
-    for (let slot = 0; slot < this.config.maxRequests; slot += 1) {
-      const job = this.planSlot(slot);
-      if (job === undefined) continue;
-      if (onJob) onJob(job);
-      else jobs!.push(job);
+    const dirty = this.state.dirty;
+    const slots = this.config.maxRequests;
+    const all = this.visitAllNext;
+    this.visitAllNext = false;
+    for (let word = 0; word < dirty.length; word += 1) {
+      // A load first: the exchange (a write) only for words with bits set, so
+      // an idle pass writes nothing and the writers' cache lines stay theirs.
+      if (!all && Atomics.load(dirty, word) === 0) continue;
+      let bits = Atomics.exchange(dirty, word, 0);
+      if (all) bits = -1;
+      while (bits !== 0) {
+        const low = bits & -bits;
+        bits ^= low;
+        const slot = word * DIRTY_SLOTS_PER_WORD + 31 - Math.clz32(low);
+        if (slot >= slots) break;
+        const job = this.planSlot(slot);
+        if (job === undefined) continue;
+        if (onJob) onJob(job);
+        else jobs!.push(job);
+      }
     }
     return jobs ?? NO_JOBS;
+  }
+
+  /** Makes the next pass visit every slot (as a planner's first pass does). */
+  visitAll(): void {
+    this.visitAllNext = true;
   }
 
   /** Plans one slot; at most one job per request per pass. */
@@ -228,6 +264,7 @@ export class StorePlanner {
     }
     // A writer kept changing the slot under us: leave it for the next pass.
     this.counters.snapshotsGivenUp += 1;
+    this.revisit(slot);
     return undefined;
   }
 
@@ -318,10 +355,13 @@ export class StorePlanner {
     const settled = deferred === 0 || this.skipSettle || (snap.blocksSettled && !keysPending);
     if (candidateCount === 0 && !advances && (!ended || !settled)) {
       this.countDeferred(deferred);
-      // An ended request waits (bounded) for its last block IDs and keys instead of draining.
-      if (ended && this.finalWaitOver(slot, snap.generation)) {
-        this.dropUnready(deferred);
-        this.advanceAll(true);
+      // An ended request waits (bounded) for its last block IDs and keys instead of
+      // draining; the wait is counted in visits, so it comes back every pass until then.
+      if (ended) {
+        if (this.finalWaitOver(slot, snap.generation)) {
+          this.dropUnready(deferred);
+          this.advanceAll(true);
+        } else this.revisit(slot);
       }
       return undefined;
     }
@@ -371,6 +411,8 @@ export class StorePlanner {
     this.countDeferred(deferred);
     this.counters.chunksSkippedNull += nulls;
     const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
+    // Ended, not drained: what it waits for is looked for again at the next passes.
+    if (ended && !drain) this.revisit(slot);
     if (chunks.length === 0) {
       this.reportNulls(nullChunks);
       this.passUnreachable(unreachable, unreachableChunks);
@@ -392,6 +434,8 @@ export class StorePlanner {
         this.passUnreachable(unreachable, unreachableChunks);
         for (const c of chunks) this.report(c.group, c.chunk, 'dropped');
         this.advanceAll(true);
+      } else {
+        this.revisit(slot); // no publication will say the tier has room again
       }
       return undefined; // cursors unchanged: the same chunks are offered next pass
     }
@@ -431,6 +475,11 @@ export class StorePlanner {
     };
     this.issued.add(job);
     return job;
+  }
+
+  /** Raises the slot's dirty bit from the store side: the next pass visits it again. */
+  private revisit(slot: number): void {
+    markDirty(this.state.dirty, slot);
   }
 
   private advanceAll(ended: boolean): void {

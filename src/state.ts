@@ -16,6 +16,8 @@ export class SharedState {
   readonly keys: BigUint64Array;
   readonly blocks: Int32Array;
   readonly pins: Int32Array;
+  /** One bit per slot, raised by the writer roles (markDirty), taken by the store's pass. */
+  readonly dirty: Int32Array;
   readonly groupCount: number;
 
   private constructor(config: Config, buffers: SharedBuffers) {
@@ -41,6 +43,7 @@ export class SharedState {
     this.keys = new BigUint64Array(buffers.keys);
     this.blocks = new Int32Array(buffers.blocks);
     this.pins = new Int32Array(buffers.pins);
+    this.dirty = new Int32Array(buffers.dirty);
   }
 
   /** Lays out fresh, zeroed shared memory for `config`. */
@@ -53,6 +56,7 @@ export class SharedState {
       keys: new SharedArrayBuffer(sizes.keys),
       blocks: new SharedArrayBuffer(sizes.blocks),
       pins: new SharedArrayBuffer(sizes.pins),
+      dirty: new SharedArrayBuffer(sizes.dirty),
     };
     return new SharedState(config, buffers);
   }

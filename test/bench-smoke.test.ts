@@ -89,15 +89,24 @@ describe('bench harness (smoke)', () => {
       const ids = results.targets.map((t: { id: string }) => t.id);
       expect(ids).toEqual(
         expect.arrayContaining([
-          'designs-a-over-b',
-          'designs-a-over-c',
+          'designs-cpu-3w',
+          'designs-latency-3w',
           'planner-idle-ns',
           'planner-idle-heap',
           'copy-ratio',
+          'copy-scaling',
           'event-loop-p99',
+          'scenario-on-over-off',
+          'scenario-lookup-nonblocking',
           'scenario-holes',
         ]),
       );
+      // Every design row carries the CPU figure; every threaded one the latency at load.
+      for (const row of results.designs.rows) {
+        expect(row.eventsPerCpuSecond).toMatchObject(figureShape);
+        if (row.design !== 'd') expect(row.loadLatencyMsP99).toMatchObject(figureShape);
+      }
+      expect(results.copy.scaling.length).toBeGreaterThan(0);
     },
   );
 });

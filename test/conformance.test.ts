@@ -43,7 +43,7 @@ describe('seed regression: defer stores until block IDs are tracked', () => {
     expect(lo.cursor(h, 0)).toBe(3);
   });
 
-  it('counts the lagging chunk as deferred while it waits', async () => {
+  it('counts the lagging chunk as deferred at each visit of its slot while it waits', async () => {
     const lo = await local();
     const h = lo.open({ requestId: 1, promptTokens: tokens(12) });
     lo.hash(h);
@@ -51,8 +51,15 @@ describe('seed regression: defer stores until block IDs are tracked', () => {
     lo.progress(h, 0, 12);
     planAndComplete(lo);
     expect(lo.counters.chunksDeferred).toBe(1);
+    // Nothing published since: the pass does not visit the slot (its dirty bit is down).
+    planAndComplete(lo);
+    expect(lo.counters.chunksDeferred).toBe(1);
+    expect(lo.counters.requestsVisited).toBe(1);
+    // A publication that does not make the chunk ready: visited again, deferred again.
+    lo.progress(h, 0, 12);
     planAndComplete(lo);
     expect(lo.counters.chunksDeferred).toBe(2);
+    expect(lo.counters.requestsVisited).toBe(2);
   });
 });
 

@@ -173,6 +173,7 @@ describe('shared buffers', () => {
         keys: 5 * 3 * 6 * 8,
         blocks: 5 * 3 * 12 * 4,
         pins: 100 * 4,
+        dirty: 1 * 4, // 5 slots: one word of the dirty bitmap
       });
       const state = SharedState.create(config);
       for (const [name, bytes] of Object.entries(sizes)) {

@@ -5,7 +5,7 @@
 // (its own word), the final pass waits (bounded) for blocks and keys to
 // settle, an append after settle is refused, and what never came is counted.
 import { describe, expect, it } from 'vitest';
-import { BlocksSettledError, IllegalTransitionError } from '../src/errors.js';
+import { BlocksSettledError, IllegalTransitionError, InvalidArgumentError } from '../src/errors.js';
 import { fuzz } from '../src/sim/run.js';
 import { chunkIds, local, planAndComplete, tokens } from './helpers.js';
 import type { LocalOffload } from '../src/local.js';
@@ -71,6 +71,14 @@ describe('chunks lost when a request ends before its last block IDs are publishe
     lo.plan(); // the fifth visit of the ended request
     expect(lo.drained(h)).toBe(true);
     expect(lo.counters.chunksDroppedUnready).toBe(2);
+  });
+
+  it('a final wait bound that is not a positive integer is a typed error', async () => {
+    for (const bad of [0, -1, 1.5, Number.NaN]) {
+      await expect(local(undefined, { finalWaitVisitsMax: bad })).rejects.toBeInstanceOf(
+        InvalidArgumentError,
+      );
+    }
   });
 
   it('an append after settle is a typed error (KVOFF_BLOCKS_SETTLED) and changes nothing', async () => {

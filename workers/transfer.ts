@@ -1,12 +1,13 @@
-// piscina task file: copies one transfer task between the arenas handed over
-// once through workerData. No logic here: see src/runtime/transfer.ts.
+// piscina task file: each transfer thread runs one long-lived task that drains
+// its job ring, copying between the arenas handed over once through
+// workerData. No logic here: see src/runtime/transfer.ts.
 import { workerData } from 'piscina';
-import { attachArenas, runTransferTask } from '../src/runtime/transfer.js';
-import type { AttachedArenas, TransferArenas } from '../src/runtime/transfer.js';
+import { attachArenas, runTransferRing } from '../src/runtime/transfer.js';
+import type { AttachedArenas, TransferArenas, TransferRingSpec } from '../src/runtime/transfer.js';
 
 let arenas: AttachedArenas | undefined;
 
-export default function transfer(task: Int32Array): number {
+export default function transfer(spec: TransferRingSpec): number {
   arenas ??= attachArenas(workerData as TransferArenas);
-  return runTransferTask(arenas, task);
+  return runTransferRing(arenas, spec);
 }

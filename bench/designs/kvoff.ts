@@ -12,6 +12,7 @@ import type { Hashing } from '../../src/hashing.js';
 import type { StoreJob } from '../../src/job.js';
 import type { SharedBuffers } from '../../src/layout.js';
 import { StorePlanner } from '../../src/planner.js';
+import type { PlannerOptions } from '../../src/planner.js';
 import { AllocatorRole } from '../../src/roles/allocator.js';
 import type { RequestHandle } from '../../src/roles/handle.js';
 import { HasherRole } from '../../src/roles/hasher.js';
@@ -31,6 +32,7 @@ import {
   blockIdOf,
   checkDeadline,
   newBellBuffer,
+  paceRound,
   pubIndex,
   readyAtMs,
 } from './stream.js';
@@ -92,6 +94,8 @@ export function setupKvoffDesign(s: StreamShape): KvoffSetup {
 export interface KvoffWriterParams extends KvoffSetup {
   readonly shape: StreamShape;
   readonly sources: readonly Source[];
+  /** Offered load (see paceRound); absent: as fast as possible. */
+  readonly roundMs?: number;
 }
 
 /** The writer roles' side, shared by the threaded design and the single-thread one. */
@@ -140,8 +144,13 @@ export class KvoffStore {
   private readonly pub: Float64Array;
   private readonly onJob: (job: StoreJob) => void;
 
-  constructor(state: SharedState, pub: SharedArrayBuffer, shape: StreamShape) {
-    this.planner = new StorePlanner(state, new AcceptAllTier(shape.chunks));
+  constructor(
+    state: SharedState,
+    pub: SharedArrayBuffer,
+    shape: StreamShape,
+    options: PlannerOptions = {},
+  ) {
+    this.planner = new StorePlanner(state, new AcceptAllTier(shape.chunks), options);
     this.latency = new LatencyLog(shape.requests * shape.chunks);
     this.pub = new Float64Array(pub);
     this.onJob = (job) => {
@@ -185,6 +194,7 @@ export function kvoffWriterThread(p: KvoffWriterParams, round: Round, ready: () 
   round.waitGo();
   let events = 0;
   for (let c = 0; c < p.shape.chunks; c += 1) {
+    paceRound(round.startMs, p.roundMs, c);
     for (let r = 0; r < p.shape.requests; r += 1) {
       for (const source of p.sources) {
         writers.publish(r, c, source);

@@ -5,6 +5,7 @@
 // role classes, no planner, no tier, no pins. Every delta is structured-cloned
 // and crosses the store's event loop. (Design b runs kvoff's code behind the
 // same messages.)
+import { receiveMessageOnPort } from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 import { storeWindow, emptyWindow } from '../../src/ready.js';
 import { epochMs } from '../lib/clock.js';
@@ -16,7 +17,10 @@ import {
   SOURCE_KEYS,
   blockIdOf,
   checkDeadline,
+  STORE_PARK_MS,
+  attachBell,
   keyOf,
+  paceRound,
   pubIndex,
   readyAtMs,
 } from './stream.js';
@@ -29,7 +33,12 @@ export interface MessageWriterParams {
   readonly shape: StreamShape;
   readonly sources: readonly Source[];
   readonly port: MessagePort;
+  /** Deltas per message; above 1 a batch is a transferred Float64Array, also sent at the end of each round. */
   readonly batch: number;
+  /** Rung after each message, for a store that drains its ports with receiveMessageOnPort. */
+  readonly bell?: SharedArrayBuffer;
+  /** Offered load (see paceRound); absent: as fast as possible. */
+  readonly roundMs?: number;
 }
 
 export interface MessageStoreParams {
@@ -43,12 +52,20 @@ export function messageWriterThread(
   ready: () => void,
 ): number {
   const { shape, port } = p;
+  const bell = p.bell === undefined ? undefined : attachBell(p.bell);
   ready();
   round.waitGo();
   let events = 0;
   let buf = new Float64Array(p.batch * DELTA_WORDS);
   let fill = 0;
+  const flush = () => {
+    port.postMessage(buf.subarray(0, fill * DELTA_WORDS), [buf.buffer]);
+    buf = new Float64Array(p.batch * DELTA_WORDS);
+    fill = 0;
+    bell?.ring();
+  };
   for (let c = 0; c < shape.chunks; c += 1) {
+    paceRound(round.startMs, p.roundMs, c);
     for (let r = 0; r < shape.requests; r += 1) {
       for (const source of p.sources) {
         const value =
@@ -60,6 +77,7 @@ export function messageWriterThread(
         events += 1;
         if (p.batch === 1) {
           port.postMessage([source, r, c, value, epochMs()]);
+          bell?.ring();
           continue;
         }
         const at = fill * DELTA_WORDS;
@@ -69,15 +87,12 @@ export function messageWriterThread(
         buf[at + 3] = value;
         buf[at + 4] = epochMs();
         fill += 1;
-        if (fill === p.batch) {
-          port.postMessage(buf, [buf.buffer]);
-          buf = new Float64Array(p.batch * DELTA_WORDS);
-          fill = 0;
-        }
+        if (fill === p.batch) flush();
       }
     }
+    // The end of a round is a batch boundary too, as the shared-memory designs ring once per round.
+    if (fill > 0) flush();
   }
-  if (fill > 0) port.postMessage(buf.subarray(0, fill * DELTA_WORDS));
   return events;
 }
 
@@ -161,4 +176,109 @@ export function messageStoreThread(
     for (const port of p.ports) port.on('message', onMessage);
     ready();
   });
+}
+
+/**
+ * Design (b-lean-batched): the lean store above, written as a skilled engineer
+ * would batch it. Writers send transferred Float64Array batches (no clone of
+ * the payload) and ring a doorbell; the store drains every port with
+ * receiveMessageOnPort (no event-loop task per message), applies the deltas,
+ * then computes the window once per request the batch touched, and parks on
+ * the doorbell (bounded) when the ports are empty.
+ */
+export function leanBatchedStoreThread(
+  p: MessageStoreParams & { bell: SharedArrayBuffer },
+  round: Round,
+  ready: () => void,
+): StoreOutcome {
+  const { shape } = p;
+  const R = shape.requests;
+  const C = shape.chunks;
+  const total = R * C;
+  const tokenChunks = new Int32Array(R);
+  const keyCount = new Int32Array(R);
+  const blockCount = new Int32Array(R);
+  const cursor = new Int32Array(R);
+  const keys = new Float64Array(R * C);
+  const blocks = new Int32Array(R * C);
+  const pub = new Float64Array(R * C * SOURCES.length);
+  const touched = new Uint8Array(R);
+  const touchedList = new Int32Array(R);
+  const latency = new LatencyLog(total);
+  const window = emptyWindow();
+  const bell = attachBell(p.bell);
+  let dispatched = 0;
+  let messages = 0;
+  let drains = 0;
+  let touchedCount = 0;
+  ready();
+  round.waitGo();
+  while (dispatched < total) {
+    const seen = bell.read();
+    let got = 0;
+    for (const port of p.ports) {
+      for (let m = receiveMessageOnPort(port); m !== undefined; m = receiveMessageOnPort(port)) {
+        const d = m.message as Float64Array | number[];
+        got += 1;
+        for (let at = 0; at + DELTA_WORDS <= d.length; at += DELTA_WORDS) {
+          const source = d[at]!;
+          const r = d[at + 1]!;
+          const c = d[at + 2]!;
+          pub[pubIndex(shape, r, c, source as Source)] = d[at + 4]!;
+          if (source === 0) tokenChunks[r] = d[at + 3]!;
+          else if (source === 1) {
+            keys[r * C + c] = d[at + 3]!;
+            keyCount[r] = c + 1;
+          } else {
+            blocks[r * C + c] = d[at + 3]!;
+            blockCount[r] = c + 1;
+          }
+          if (touched[r] === 0) {
+            touched[r] = 1;
+            touchedList[touchedCount++] = r;
+          }
+        }
+      }
+    }
+    if (got === 0) {
+      bell.park(seen, STORE_PARK_MS);
+      checkDeadline(round.startMs, epochMs(), 'design b-lean-batched');
+      continue;
+    }
+    messages += got;
+    drains += 1;
+    const now = epochMs();
+    for (let i = 0; i < touchedCount; i += 1) {
+      const r = touchedList[i]!;
+      touched[r] = 0;
+      const w = storeWindow(
+        'ready-prefix',
+        tokenChunks[r]!,
+        keyCount[r]!,
+        blockCount[r]!,
+        cursor[r]!,
+        0,
+        1,
+        window,
+      );
+      if (w.end === w.start) continue;
+      const job: number[] = [];
+      for (let k = w.start; k < w.end; k += 1) {
+        job.push(keys[r * C + k]!, blocks[r * C + k]!);
+        latency.record(now - readyAtMs(pub, shape, r, k));
+      }
+      dispatched += w.end - w.start;
+      cursor[r] = w.advanceTo;
+    }
+    touchedCount = 0;
+  }
+  for (const port of p.ports) port.close();
+  const { p50, p99 } = latency.summary();
+  return {
+    dispatchedChunks: dispatched,
+    elapsedMs: epochMs() - round.startMs,
+    latencyMsP50: p50,
+    latencyMsP99: p99,
+    notes: { messages, drains },
+  };
 }

@@ -1,7 +1,7 @@
 // Design (c-lean): one lock around all state, written by hand with the least
 // work per event: no role classes, no planner, no tier, no pins. Writers take
-// the lock (SpinFutexLock) for every publication; the store takes it for a
-// whole pass over every request, computing windows with the same rule
+// the lock (SpinFutexLock) once per batch (their sources of one chunk index
+// over every request); the store takes it for a whole pass over every request, computing windows with the same rule
 // (storeWindow). State lives in a SharedArrayBuffer, read and written plainly
 // under the lock. Shows what kvoff's role and planner machinery costs per
 // event, next to the mechanism itself (design c runs kvoff's code under a lock).
@@ -20,6 +20,7 @@ import {
   checkDeadline,
   newBellBuffer,
   keyOf,
+  paceRound,
   pubIndex,
   readyAtMs,
 } from './stream.js';
@@ -66,7 +67,7 @@ class MutexState {
 }
 
 export function mutexWriterThread(
-  p: MutexSetup & { sources: readonly Source[] },
+  p: MutexSetup & { sources: readonly Source[]; roundMs?: number },
   round: Round,
   ready: () => void,
 ): number {
@@ -78,9 +79,10 @@ export function mutexWriterThread(
   round.waitGo();
   let events = 0;
   for (let c = 0; c < C; c += 1) {
+    paceRound(round.startMs, p.roundMs, c);
+    st.lock.lock(); // once per batch: this writer's sources of chunk c over every request
     for (let r = 0; r < shape.requests; r += 1) {
       for (const source of p.sources) {
-        st.lock.lock();
         st.pub[pubIndex(shape, r, c, source)] = epochMs();
         if (source === SOURCE_KEYS) {
           st.keys[r * C + c] = keyOf(shape, r, c);
@@ -91,10 +93,10 @@ export function mutexWriterThread(
         } else {
           st.fields[r * FIELDS] = c + 1;
         }
-        st.lock.unlock();
         events += 1;
       }
     }
+    st.lock.unlock();
     bell.ring();
   }
   return events;

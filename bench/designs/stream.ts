@@ -7,6 +7,7 @@
 // the store can report publication -> dispatch latency per chunk (from the
 // last of the three sources to the chunk's dispatch).
 import { Doorbell } from '../../src/runtime/doorbell.js';
+import { epochMs } from '../lib/clock.js';
 import { quantile, sortedCopy } from '../lib/stats.js';
 
 export const SOURCES = ['tokens', 'keys', 'blocks'] as const;
@@ -115,4 +116,27 @@ export function newBellBuffer(): SharedArrayBuffer {
 
 export function attachBell(buffer: SharedArrayBuffer): Doorbell {
   return new Doorbell(new Int32Array(buffer), 0);
+}
+
+/**
+ * Offered load. A paced writer publishes its round k (one chunk index over
+ * every request) no earlier than go + k * roundMs, so all writers together
+ * offer a fixed number of events per second; 0 or absent: as fast as it can.
+ * The wait is Atomics.wait (a bench worker thread, never the main thread).
+ */
+export function paceRound(startMs: number, roundMs: number | undefined, k: number): void {
+  if (roundMs === undefined || roundMs <= 0) return;
+  const due = startMs + k * roundMs;
+  for (let spins = 0; spins < 1_000_000; spins += 1) {
+    const waitMs = due - epochMs();
+    if (waitMs <= 0) return;
+    Atomics.wait(PACE_CELL, 0, 0, waitMs);
+  }
+}
+
+const PACE_CELL = new Int32Array(new SharedArrayBuffer(4));
+
+/** roundMs for a total offered load of `eventsPerSecond` over the stream's rounds. */
+export function roundMsFor(s: StreamShape, eventsPerSecond: number): number {
+  return ((s.requests * SOURCES.length) / eventsPerSecond) * 1000;
 }

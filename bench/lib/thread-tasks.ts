@@ -1,9 +1,14 @@
 // The thread functions a bench worker can run, by name. Each takes its params,
 // the round (go/stop words) and a ready callback to call once set up.
+import { memcpyThread } from '../copy.js';
 import { kvoffStoreThread, kvoffWriterThread } from '../designs/kvoff.js';
 import { lockedStoreThread, lockedWriterThread } from '../designs/kvoff-locked.js';
 import { messagedStoreThread } from '../designs/kvoff-message.js';
-import { messageStoreThread, messageWriterThread } from '../designs/lean-message.js';
+import {
+  leanBatchedStoreThread,
+  messageStoreThread,
+  messageWriterThread,
+} from '../designs/lean-message.js';
 import { mutexStoreThread, mutexWriterThread } from '../designs/lean-mutex.js';
 import { snapshotStoreThread, snapshotWriterThread } from '../snapshot.js';
 import type { Round } from './threads.js';
@@ -20,8 +25,10 @@ export const THREAD_TASKS = {
   'design-c-store': lockedStoreThread,
   'message-writer': messageWriterThread,
   'lean-message-store': messageStoreThread,
+  'lean-batched-message-store': leanBatchedStoreThread,
   'lean-mutex-writer': mutexWriterThread,
   'lean-mutex-store': mutexStoreThread,
+  memcpy: memcpyThread,
 } satisfies Record<string, ThreadFn>;
 
 export type ThreadKind = keyof typeof THREAD_TASKS;

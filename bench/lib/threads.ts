@@ -103,6 +103,14 @@ export class ThreadPool {
 
   /** Runs one task per thread (tasks.length <= size) and returns their results in order. */
   async run(tasks: readonly ThreadTask[], options: RoundOptions = {}): Promise<unknown[]> {
+    return (await this.runTimed(tasks, options)).results;
+  }
+
+  /** As run, also returning the epoch ms at which every thread was released. */
+  async runTimed(
+    tasks: readonly ThreadTask[],
+    options: RoundOptions = {},
+  ): Promise<{ results: unknown[]; startMs: number }> {
     if (tasks.length > this.workers.length) throw new Error('more tasks than bench threads');
     const timeoutMs = options.timeoutMs ?? ROUND_TIMEOUT_MS;
     const round = new Round();
@@ -124,7 +132,7 @@ export class ThreadPool {
       await sleepMs(options.durationMs);
       round.stop();
     }
-    return Promise.all(results);
+    return { results: await Promise.all(results), startMs: round.startMs };
   }
 
   async close(): Promise<void> {

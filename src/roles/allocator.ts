@@ -23,6 +23,7 @@ import {
   A_SETTLED_GENERATION,
   S_GENERATION,
   Status,
+  markDirty,
 } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
@@ -127,6 +128,7 @@ export class AllocatorRole {
       if (b !== 0) this.owner[b] = handle.slot + 1;
     }
     Atomics.store(control, countWord, n + blockIds.length);
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /**
@@ -149,6 +151,8 @@ export class AllocatorRole {
       this.state.allocatorWord(handle.slot, A_SETTLED_GENERATION),
       handle.generation,
     );
+    // The final pass waits for this mark: without the bit it would wait for a publication that never comes.
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /** True once `settle` ran for this handle's generation. */
@@ -193,6 +197,7 @@ export class AllocatorRole {
       this.disown(handle.slot, base, n);
     }
     this.writeEnd(handle.slot);
+    markDirty(this.state.dirty, handle.slot);
     return freed;
   }
 
@@ -221,6 +226,7 @@ export class AllocatorRole {
     this.state.blocks[index] = 0;
     this.writeEnd(handle.slot);
     if (old !== 0 && this.owner[old] === handle.slot + 1) this.owner[old] = 0;
+    markDirty(this.state.dirty, handle.slot);
     return old;
   }
 

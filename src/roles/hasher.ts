@@ -4,7 +4,7 @@
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { ROOT_SEED } from '../hashing.js';
-import { H_GENERATION, H_HASH_COUNT, H_KEY_COUNT, S_NUM_TOKENS } from '../layout.js';
+import { H_GENERATION, H_HASH_COUNT, H_KEY_COUNT, S_NUM_TOKENS, markDirty } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { checkHandle } from './handle.js';
 import type { RequestHandle } from './handle.js';
@@ -52,6 +52,7 @@ export class HasherRole {
     }
     Atomics.store(control, hashCountWord, target);
     this.publishKeys(slot, target);
+    markDirty(state.dirty, slot);
     return target - have;
   }
 

@@ -10,6 +10,7 @@ import {
 } from '../errors.js';
 import {
   NO_CAP,
+  markDirty,
   S_COMPUTED_TOKENS,
   S_GENERATION,
   S_HIT_CHUNKS,
@@ -140,6 +141,7 @@ export class SchedulerRole {
     // Publish last: a reader that sees the odd generation sees every field above.
     const generation = Atomics.load(control, w(S_GENERATION)) + 1;
     Atomics.store(control, w(S_GENERATION), generation);
+    markDirty(this.state.dirty, slot);
     return { slot, generation };
   }
 
@@ -163,6 +165,7 @@ export class SchedulerRole {
     const base = this.state.tokenBase(handle.slot) + n;
     for (let i = 0; i < newTokens.length; i += 1) tokens[base + i] = newTokens[i]!;
     Atomics.store(control, countWord, n + newTokens.length);
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /**
@@ -220,6 +223,7 @@ export class SchedulerRole {
     );
     Atomics.store(control, computedWord, computedTokens);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.running);
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /** Preemption (recompute): progress restarts from zero; the allocator clears the blocks. */
@@ -232,6 +236,7 @@ export class SchedulerRole {
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.preempted);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_COMPUTED_TOKENS), 0);
+    markDirty(this.state.dirty, handle.slot);
   }
 
   /** Normal finish: the store role takes one final pass with the finished horizon. */
@@ -264,6 +269,7 @@ export class SchedulerRole {
       this.state.schedulerWord(handle.slot, S_GENERATION),
       handle.generation + 1,
     );
+    markDirty(this.state.dirty, handle.slot);
     this.freeSlots.push(handle.slot);
   }
 
@@ -271,6 +277,8 @@ export class SchedulerRole {
     const { control } = this.state;
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), status);
+    // Without this bit an ended request would never get its final pass.
+    markDirty(this.state.dirty, handle.slot);
   }
 
   private expectLive(handle: RequestHandle, event: string): void {

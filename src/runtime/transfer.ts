@@ -12,6 +12,9 @@ import type { ArenaGeometry } from '../copy.js';
 import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { unpinBlocks } from '../pins.js';
+import { Doorbell } from './doorbell.js';
+import { PARK_MS_MAX } from './layout.js';
+import { SpscRing } from './rings.js';
 
 export const TASK_STORE = 0;
 export const TASK_LOAD = 1;
@@ -151,4 +154,127 @@ function runLoad(arenas: AttachedArenas, task: Int32Array): number {
     );
   }
   return count * geometry.wordsPerBlock * 4;
+}
+
+// ---------------------------------------------------------------------------
+// The job ring of one transfer thread. piscina keeps the threads; each runs one
+// long-lived task (runTransferRing) that drains its own ring of tasks and
+// publishes completions into its own completion ring, then rings the store's
+// doorbell. No message crosses per job, so a thread takes its next task the
+// moment it finished the last one, not after a round trip through the event
+// loop of the thread that submitted it.
+//
+// A job record:        [ticket, ...task]
+// A completion record: [ticket, ok, bytes (Float64, 2 words), doneAtEpochMs
+//                       (Float64, 2 words), errorLength, ...error char codes]
+// The ticket is the backend's own number for one submission (job IDs of stores
+// and loads come from different counters).
+
+/** Words of a transfer thread's control buffer: its bell, its stop flag, its ready flag. */
+export const RING_BELL = 0;
+export const RING_STOP = 16;
+export const RING_READY = 32;
+export const RING_WORDS_BYTES = 48 * 4;
+/** Longest error text carried back in a completion record. */
+export const RING_ERROR_CHARS_MAX = 240;
+export const COMPLETION_HEAD_WORDS = 7;
+
+/** What one transfer thread's long-lived task is given (structured-cloned: the buffers are shared). */
+export interface TransferRingSpec {
+  readonly jobs: SharedArrayBuffer;
+  readonly done: SharedArrayBuffer;
+  readonly words: SharedArrayBuffer;
+  /** The doorbell rung after completions are published (the store's, so its park ends). */
+  readonly completionBell: SharedArrayBuffer;
+  readonly completionBellIndex: number;
+}
+
+/**
+ * The long-lived task of a transfer thread: drains its job ring until the stop
+ * flag is raised, parking (bounded) on its bell when the ring is empty.
+ * Returns the tasks it ran.
+ */
+export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec): number {
+  const jobs = new SpscRing(spec.jobs);
+  const done = new SpscRing(spec.done);
+  const words = new Int32Array(spec.words);
+  const bell = new Doorbell(new Int32Array(spec.completionBell), spec.completionBellIndex);
+  const record = new Int32Array(COMPLETION_HEAD_WORDS + RING_ERROR_CHARS_MAX);
+  const f64 = new Float64Array(1);
+  const f64Words = new Int32Array(f64.buffer);
+  let tasks = 0;
+  let ticket = 0;
+  let ok = 1;
+  let bytes = 0;
+  let error = '';
+  const run = (payload: Int32Array) => {
+    ticket = payload[0]!;
+    try {
+      bytes = runTransferTask(arenas, payload.subarray(1));
+      ok = 1;
+    } catch (err) {
+      ok = 0;
+      bytes = 0;
+      error = err instanceof Error ? err.message : String(err);
+    }
+  };
+  Atomics.store(words, RING_READY, 1);
+  Atomics.notify(words, RING_READY);
+  while (Atomics.load(words, RING_STOP) === 0) {
+    const seen = Atomics.load(words, RING_BELL);
+    if (!jobs.pop(run)) {
+      Atomics.wait(words, RING_BELL, seen, PARK_MS_MAX);
+      continue;
+    }
+    tasks += 1;
+    record[0] = ticket;
+    record[1] = ok;
+    f64[0] = bytes;
+    record[2] = f64Words[0]!;
+    record[3] = f64Words[1]!;
+    f64[0] = performance.timeOrigin + performance.now();
+    record[4] = f64Words[0]!;
+    record[5] = f64Words[1]!;
+    let n = COMPLETION_HEAD_WORDS;
+    if (ok === 1) record[6] = 0;
+    else {
+      const text = error.slice(0, RING_ERROR_CHARS_MAX);
+      record[6] = text.length;
+      for (let i = 0; i < text.length; i += 1) record[n++] = text.charCodeAt(i);
+    }
+    // The backend bounds tasks in flight so completions fit; a full ring only
+    // means the store has not collected yet: wait for it (bounded, stop-aware).
+    while (!done.push(record.subarray(0, n))) {
+      bell.ring();
+      if (Atomics.load(words, RING_STOP) === 1) return tasks;
+      Atomics.wait(words, RING_BELL, Atomics.load(words, RING_BELL), 1);
+    }
+    bell.ring();
+  }
+  return tasks;
+}
+
+/** A decoded completion record (see runTransferRing). */
+export interface RingCompletion {
+  readonly ticket: number;
+  readonly ok: boolean;
+  readonly bytes: number;
+  readonly doneAtEpochMs: number;
+  readonly error: string;
+}
+
+const decodeF64 = new Float64Array(1);
+const decodeWords = new Int32Array(decodeF64.buffer);
+
+export function decodeCompletion(r: Int32Array): RingCompletion {
+  decodeWords[0] = r[2]!;
+  decodeWords[1] = r[3]!;
+  const bytes = decodeF64[0]!;
+  decodeWords[0] = r[4]!;
+  decodeWords[1] = r[5]!;
+  const doneAtEpochMs = decodeF64[0]!;
+  let error = '';
+  const n = r[6]!;
+  for (let i = 0; i < n; i += 1) error += String.fromCharCode(r[COMPLETION_HEAD_WORDS + i]!);
+  return { ticket: r[0]!, ok: r[1] === 1, bytes, doneAtEpochMs, error };
 }
