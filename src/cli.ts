@@ -2,6 +2,7 @@
 // The kvoff command. Each subcommand lives in src/commands/ and registers
 // itself here; this file only wires them and turns errors into one clear line
 // (with the stack only under --debug) and a documented exit code.
+import { existsSync, readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { KvoffError } from './errors.js';
 import { registerDemo } from './commands/demo.js';
@@ -12,13 +13,26 @@ import { registerFuzz } from './commands/fuzz.js';
 /** Exit codes: 0 success, 1 the run found a problem (violation, hole, crash policy), 2 bad usage or config, 3 internal error. */
 export const EXIT = { ok: 0, found: 1, usage: 2, internal: 3 } as const;
 
+/** The package's version, from the package.json above this file (src/ or dist/src/). */
+export function packageVersion(): string {
+  for (const rel of ['../package.json', '../../package.json']) {
+    const url = new URL(rel, import.meta.url);
+    if (!existsSync(url)) continue;
+    const pkg = JSON.parse(readFileSync(url, 'utf8')) as { name?: string; version?: string };
+    if (pkg.name === 'kvoff' && pkg.version) return pkg.version;
+  }
+  return 'unknown';
+}
+
 export function buildProgram(): Command {
   const program = new Command('kvoff')
     .description(
       'KV-cache offloading store path on worker_threads: only the ready prefix is ever stored',
     )
+    .version(packageVersion(), '-V, --version', 'print the version')
     .option('--debug', 'print stack traces of errors')
-    .showHelpAfterError()
+    // Usage errors are printed by main() as one line with a hint; commander stays quiet.
+    .configureOutput({ outputError: () => undefined })
     .exitOverride();
   registerSimulate(program);
   registerDemo(program);
@@ -34,7 +48,12 @@ async function main(argv: string[]): Promise<number> {
     return typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok;
   } catch (err) {
     if (err instanceof CommanderError) {
-      return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+      if (err.exitCode === 0) return EXIT.ok;
+      // `kvoff` alone (or an unknown command) shows the help, as `git` does.
+      if (err.code === 'commander.help' || err.code === 'commander.helpDisplayed')
+        return EXIT.usage;
+      process.stderr.write(`${usageLine(err.message, argv)}\n`);
+      return EXIT.usage;
     }
     const debug = argv.includes('--debug');
     if (err instanceof KvoffError) {
@@ -53,6 +72,24 @@ async function main(argv: string[]): Promise<number> {
     return EXIT.internal;
   }
 }
+
+/** `kvoff: unknown option '--foo' (see kvoff simulate --help)`: one line, with where to look. */
+export function usageLine(message: string, argv: readonly string[]): string {
+  const text = message
+    .replace(/^error:\s*/, '')
+    .replace(/\s*\n\s*/g, ' ')
+    .trim();
+  const names = buildProgram().commands.map((c) => c.name());
+  const command = argv.slice(2).find((a) => names.includes(a));
+  return `kvoff: ${text} (see kvoff ${command ? `${command} ` : ''}--help)`;
+}
+
+// A reader that went away (`kvoff simulate | head`) ends the output, not the
+// program with a stack trace.
+process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+  if (err.code !== 'EPIPE') throw err;
+  process.exit(typeof process.exitCode === 'number' ? process.exitCode : EXIT.ok);
+});
 
 main(process.argv).then(
   (code) => {

@@ -93,3 +93,26 @@ export type { ExternalRuntime } from './runtime/runtime.js';
 export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
 export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
 export type { TransferBackendModule } from './runtime/backend.js';
+export {
+  DEFER,
+  combineLevels,
+  loadPlan,
+  lookupHitTokens,
+  lookupOrder,
+  maximalPrefix,
+  slidingWindow,
+  touchRanges,
+} from './lookup.js';
+export type {
+  ChunkRange,
+  ChunkState,
+  ChunkStateOf,
+  CursorPolicy,
+  GroupLoad,
+  LookupGroup,
+  LookupRequest,
+  LookupResult,
+} from './lookup.js';
+export { promptKeys } from './lookup.js';
+export type { LoadChunk, LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
+export type { ExternalLoadResult, ExternalLookupAnswer } from './runtime/external-load.js';

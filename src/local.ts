@@ -6,6 +6,10 @@ import { IllegalTransitionError, InvalidArgumentError, invariant } from './error
 import type { Config, ConfigInput } from './config.js';
 import type { StoreJob } from './job.js';
 import { loadHashing } from './hashing.js';
+import type { Hashing } from './hashing.js';
+import { LoadPath } from './load-path.js';
+import type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
+import type { CursorPolicy } from './lookup.js';
 import { T_DRAINED_GENERATION } from './layout.js';
 import { StorePlanner } from './planner.js';
 import type { PlannerCounters, PlannerOptions } from './planner.js';
@@ -32,6 +36,8 @@ export interface GroupProgress {
 export interface LocalOffloadOptions extends PlannerOptions {
   /** A tier other than the default LRU host tier (capacity from the config). */
   tier?: OffloadTier;
+  /** Where a load leaves the store cursor: 'block-level' (default) or 'request-level'. */
+  cursorPolicy?: CursorPolicy;
 }
 
 export class LocalOffload {
@@ -44,11 +50,13 @@ export class LocalOffload {
   readonly tier: OffloadTier;
   private readonly reader: StoreRole;
   private readonly snap: RequestSnapshot;
+  private readonly loadPath: LoadPath;
 
   private constructor(
     config: Config,
     state: SharedState,
     hasher: HasherRole,
+    hashing: Hashing,
     options: LocalOffloadOptions,
   ) {
     this.config = config;
@@ -57,7 +65,21 @@ export class LocalOffload {
     this.hasher = hasher;
     this.allocator = new AllocatorRole(state);
     this.tier = options.tier ?? new HostTier(config.tierChunks);
-    this.planner = new StorePlanner(state, this.tier, options);
+    const loadPath = new LoadPath(state, this.tier, hashing, options.cursorPolicy ?? 'block-level');
+    this.loadPath = loadPath;
+    // The load path counts each request's chunks in flight from the planner itself,
+    // so passes run through `planner.pass()` directly count as well as plan().
+    const user = options.observer;
+    this.planner = new StorePlanner(state, this.tier, {
+      ...options,
+      observer: {
+        ...user,
+        chunk: (slot, generation, group, chunk, outcome) => {
+          if (outcome === 'stored') loadPath.storeDispatched(slot);
+          user?.chunk?.(slot, generation, group, chunk, outcome);
+        },
+      },
+    });
     this.reader = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
   }
@@ -68,8 +90,9 @@ export class LocalOffload {
   ): Promise<LocalOffload> {
     const config = resolveConfig(input);
     const state = SharedState.create(config);
-    const hasher = new HasherRole(state, await loadHashing());
-    return new LocalOffload(config, state, hasher, options);
+    const hashing = await loadHashing();
+    const hasher = new HasherRole(state, hashing);
+    return new LocalOffload(config, state, hasher, hashing, options);
   }
 
   open(req: OpenRequest): RequestHandle {
@@ -99,10 +122,12 @@ export class LocalOffload {
     return this.allocator.nullBlock(handle, group, position);
   }
   progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    this.loadPath.expectNotLoading(handle, 'set progress of');
     this.scheduler.progress(handle, computedTokens, scheduledTokens);
   }
   /** Preemption: progress restarts and the block tables are cleared; cursors stay. */
   preempt(handle: RequestHandle): number[] {
+    this.loadPath.expectNotLoading(handle, 'preempt');
     this.scheduler.preempt(handle);
     return this.allocator.clear(handle);
   }
@@ -120,6 +145,7 @@ export class LocalOffload {
    */
   release(handle: RequestHandle): number[] {
     checkHandle(this.state, handle);
+    this.loadPath.expectNotLoading(handle, 'release');
     // A plain read of the drained mark: a snapshot would adopt the store line (a write).
     const mark = Atomics.load(
       this.state.control,
@@ -143,6 +169,25 @@ export class LocalOffload {
    */
   complete(job: StoreJob, success = true): void {
     this.planner.complete(job, success);
+    this.loadPath.storeCompleted(job.slot, job.chunks.length);
+  }
+
+  /**
+   * vLLM's lookup for a prompt: how many tokens beyond `localHitTokens` can be
+   * loaded from the tier, or `{ deferred: true }` (ask again later) when an
+   * entry it needs is being written or read by another load, or when the
+   * re-admitted `handle` still has store jobs in flight. Touches the prompt's
+   * keys group by group. Open the request with `answer.hitChunks`.
+   */
+  lookup(promptTokens: ArrayLike<number>, options?: LookupOptions): LookupAnswer {
+    return this.loadPath.lookup(promptTokens, options);
+  }
+  /** Starts loading a hit into the request's appended blocks; copy each chunk, then completeLoad. */
+  load(handle: RequestHandle, answer: LookupAnswer): LoadJob {
+    return this.loadPath.load(handle, answer);
+  }
+  completeLoad(job: LoadJob): void {
+    this.loadPath.completeLoad(job);
   }
   get counters(): Readonly<PlannerCounters> {
     return this.planner.counters;

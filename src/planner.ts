@@ -125,6 +125,12 @@ export interface PlannerCounters {
    * a chunk waiting on an idle slot is counted once per publication, not per pass.
    */
   chunksDeferred: number;
+  /**
+   * Token-ready chunks the cursor moved past without storing them, because their
+   * key or blocks lagged: a legacy policy's holes (legacy-zip), never deferrals.
+   * Always 0 under ready-prefix.
+   */
+  chunksSkippedUnready: number;
   allocationFailures: number;
   chunksDroppedForCapacity: number;
   /**
@@ -160,6 +166,8 @@ export class StorePlanner {
   private readonly alignment: (number | null)[];
   /** Per group: first chunk deferred at this pass (the rest up to tokenChunks). */
   private readonly deferredFrom: Int32Array;
+  /** Per group: first chunk that waits at this pass (deferredFrom, or past it where the cursor skipped). */
+  private readonly waitingFrom: Int32Array;
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
   private readonly finalAttempts: Int32Array;
   private readonly finalAttemptGeneration: Int32Array;
@@ -195,6 +203,7 @@ export class StorePlanner {
     this.windows = state.config.groups.map(() => emptyWindow());
     this.alignment = state.config.groups.map((g) => alignmentChunks(g, state.config));
     this.deferredFrom = new Int32Array(state.groupCount);
+    this.waitingFrom = new Int32Array(state.groupCount);
     this.finalAttempts = new Int32Array(state.config.maxRequests);
     this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
     this.finalWaits = new Int32Array(state.config.maxRequests);
@@ -209,6 +218,7 @@ export class StorePlanner {
       chunksSkippedNull: 0,
       chunksUnreachable: 0,
       chunksDeferred: 0,
+      chunksSkippedUnready: 0,
       allocationFailures: 0,
       chunksDroppedForCapacity: 0,
       chunksTransferFailed: 0,
@@ -315,6 +325,7 @@ export class StorePlanner {
     const offloadable = offloadableTokens(snap, config);
     let candidateCount = 0;
     let deferred = 0;
+    let skipped = 0;
     let keysPending = false;
     let advances = false;
     for (let g = 0; g < this.state.groupCount; g += 1) {
@@ -341,6 +352,10 @@ export class StorePlanner {
       candidateCount += w.end - w.start;
       this.deferredFrom[g] = Math.max(w.ready, w.start);
       deferred += Math.max(0, w.tokenChunks - this.deferredFrom[g]!);
+      // Of those, the ones below advanceTo are passed by the cursor (skipped, a
+      // legacy policy's holes); only the rest wait for a later pass.
+      this.waitingFrom[g] = Math.min(w.tokenChunks, Math.max(this.deferredFrom[g]!, w.advanceTo));
+      skipped += this.waitingFrom[g]! - this.deferredFrom[g]!;
       // Keys of token-ready chunks the hasher has yet to publish (it hashes
       // every known token of an occupied slot, so these always come).
       if (
@@ -354,7 +369,7 @@ export class StorePlanner {
     // both its blocks and its keys are settled (what is missing never comes).
     const settled = deferred === 0 || this.skipSettle || (snap.blocksSettled && !keysPending);
     if (candidateCount === 0 && !advances && (!ended || !settled)) {
-      this.countDeferred(deferred);
+      this.countDeferred(deferred - skipped);
       // An ended request waits (bounded) for its last block IDs and keys instead of
       // draining; the wait is counted in visits, so it comes back every pass until then.
       if (ended) {
@@ -408,7 +423,8 @@ export class StorePlanner {
       return RETRY;
     }
 
-    this.countDeferred(deferred);
+    this.countDeferred(deferred - skipped);
+    this.counters.chunksSkippedUnready += skipped;
     this.counters.chunksSkippedNull += nulls;
     const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
     // Ended, not drained: what it waits for is looked for again at the next passes.
@@ -493,12 +509,13 @@ export class StorePlanner {
     }
   }
 
+  /** Counts the chunks that wait for a later pass (from waitingFrom; skipped ones are not deferred). */
   private countDeferred(deferred: number): void {
     this.counters.chunksDeferred += deferred;
     const hook = this.observer?.deferred;
     if (deferred === 0 || hook === undefined) return;
     for (let g = 0; g < this.state.groupCount; g += 1) {
-      const from = this.deferredFrom[g]!;
+      const from = this.waitingFrom[g]!;
       const to = this.windows[g]!.tokenChunks;
       if (to > from) hook(this.snap.slot, this.snap.generation, g, from, to);
     }

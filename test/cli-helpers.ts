@@ -54,4 +54,10 @@ export const SMALL_WORKLOAD = [
   '1',
   '--lag-jitter-ms',
   '4',
+  // Room for the workload's chunks without eviction, and small blocks: these
+  // runs check behaviour, side by side on a loaded box, not copy volume.
+  '--tier-chunks',
+  '2048',
+  '--block-bytes',
+  '256',
 ] as const;

@@ -108,6 +108,10 @@ describe('parseSimulateOptions', () => {
     [{ decodeTokens: '0' }, /--decode-tokens/],
     [{ abortRate: '2' }, /--abort-rate: must be a number in \[0, 1\], got 2/],
     [{ abortRate: 'often' }, /--abort-rate: "often" is not a number/],
+    // Regression (issue 13): a negative rate is out of range, not "not a number".
+    [{ abortRate: '-0.1' }, /--abort-rate: must be a number in \[0, 1\], got -0.1/],
+    [{ transferThreads: '65' }, /--transfer-threads: must be an integer in \[1, 64\], got 65/],
+    [{ blockBytes: '12' }, /--block-bytes: must be a multiple of 8, got 12/],
   ])('refuses %j with one line naming the option', (raw, message) => {
     const text = codeOf(() => parseSimulateOptions(raw));
     expect(text).toMatch(/^KVOFF_INVALID_ARGUMENT: /);

@@ -62,9 +62,12 @@ describe.concurrent('kvoff simulate', () => {
     });
     expect(run.code).toBe(1);
     expect(run.stdout + run.stderr).not.toContain('\u001b');
-    expect(run.stdout).toMatch(/requests completed\s+\d+ of 4/);
+    expect(run.stdout).toMatch(/requests completed ~\s+\d+ of 4/);
     const holes = Number(/^\s+holes\s+(\d+)$/m.exec(run.stdout)?.[1]);
     expect(holes).toBeGreaterThan(0);
+    // Regression (issue 13): the chunks legacy-zip passes are counted as skipped, not deferred.
+    const skipped = Number(/^\s+chunks skipped unready ~\s+(\d+) /m.exec(run.stdout)?.[1]);
+    expect(skipped).toBeGreaterThanOrEqual(holes);
     expect(run.stdout).toMatch(/byte mismatches\s+0\n/);
     expect(run.stdout).toContain(
       `${holes} chunks were passed by the cursor and never stored (holes).`,
@@ -72,14 +75,45 @@ describe.concurrent('kvoff simulate', () => {
     expect(run.stdout).toContain('This is legacy-zip');
   });
 
-  it('--policy legacy-assert shows the old crash as a clear message, exit 1', async () => {
-    const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--policy', 'legacy-assert']);
+  it('--policy legacy-assert shows the old crash as a clear message, exit 1; the report traces up to the crash', async () => {
+    const report = join(dir, 'crash.html');
+    const run = await runCli([
+      'simulate',
+      ...SMALL_WORKLOAD,
+      '--policy',
+      'legacy-assert',
+      '--report',
+      report,
+    ]);
     expect(run.code).toBe(1);
     expect(run.stdout).toMatch(
       /crashed: .*legacy-assert: group \d+: len\(offload_keys\)=\d+ != len\(block_ids\)=\d+/,
     );
     expect(run.stdout).toContain('The ready-prefix policy (the default) defers instead.');
     expect(run.stderr).not.toMatch(/\n\s+at /);
+    expect(run.stdout).toMatch(/tier entries verified\s+none \(the crash ended the run/);
+    // Regression (issue 13): a legacy-assert report had no timeline at all.
+    const html = readFileSync(report, 'utf8');
+    expect(html).not.toContain('No request was traced');
+    expect(html).toMatch(/Request \d+ <span class="status">running when the store crashed/);
+    expect(html).toContain('<svg class="chart"');
+  });
+
+  it('regression: a request that can never fit the GPU pool is a usage error, exit 2', async () => {
+    const run = await runCli([
+      'simulate',
+      '--gpu-tokens',
+      '64',
+      '--prompt-tokens',
+      '1000',
+      '--requests',
+      '1',
+    ]);
+    expect(run.code).toBe(2);
+    expect(run.stderr.trim()).toBe(
+      'kvoff: invalid argument: --gpu-tokens: a pool of 64 tokens (4 blocks) can never hold one request of ~1000 prompt tokens, ' +
+        'which needs at least 61 blocks; raise --gpu-tokens or lower --prompt-tokens',
+    );
   });
 
   it.each([

@@ -1,6 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import type { ReportData, ReportPass } from '../src/report/data.js';
-import { decimate, esc, passedFrom, renderReport, ticks } from '../src/report/render.js';
+import {
+  decimate,
+  esc,
+  passedFrom,
+  prefillRaceEndMs,
+  renderReport,
+  ticks,
+} from '../src/report/render.js';
 
 function pass(tMs: number, over: Partial<ReportPass> = {}): ReportPass {
   return {
@@ -14,6 +21,7 @@ function pass(tMs: number, over: Partial<ReportPass> = {}): ReportPass {
     cursorAfter: 3,
     stored: 0,
     deferred: 0,
+    skipped: 0,
     ...over,
   };
 }
@@ -160,6 +168,74 @@ describe('renderReport', () => {
 
   it('says so when nothing was traced', () => {
     expect(renderReport({ ...raceData(), requests: [] })).toContain('No request was traced');
+  });
+});
+
+describe('zoom on the prefill race (issue 13)', () => {
+  /** A 12-chunk prompt stored by 40 ms, then decode passes to 2 s. */
+  function longDecode(decodeUntilMs: number): ReportData {
+    const passes = [
+      pass(0, {
+        tokenChunks: 12,
+        keys: 4,
+        blockChunks: 12,
+        ready: 4,
+        cursorBefore: 0,
+        cursorAfter: 4,
+        stored: 4,
+        deferred: 8,
+      }),
+      pass(40, {
+        tokenChunks: 12,
+        keys: 12,
+        blockChunks: 12,
+        ready: 12,
+        cursorBefore: 4,
+        cursorAfter: 12,
+        stored: 8,
+      }),
+    ];
+    for (let t = 100; t <= decodeUntilMs; t += 100) {
+      passes.push(
+        pass(t, {
+          tokenChunks: 12,
+          keys: 12,
+          blockChunks: 12,
+          ready: 12,
+          cursorBefore: 12,
+          cursorAfter: 12,
+        }),
+      );
+    }
+    const data = raceData();
+    data.requests = [
+      {
+        requestId: 1,
+        status: 'finished',
+        promptTokens: 48,
+        groups: [{ group: 0, kind: 'full', tokensPerChunk: 4, passes }],
+      },
+    ];
+    return data;
+  }
+
+  it("finds where the race ended: the cursor at the prompt's last chunk", () => {
+    expect(prefillRaceEndMs(longDecode(2000).requests[0]!)).toBe(40);
+  });
+
+  it('draws a zoomed chart of the race above the whole request when decode dominates', () => {
+    const page = renderReport(longDecode(2000));
+    expect(page.match(/<svg class="chart" /g)).toHaveLength(2);
+    expect(page).toContain('zoom on the prefill race');
+    expect(page).toContain('class="zoomed"');
+    expect(page.match(/>chunks<\/text>/g)).toHaveLength(2);
+  });
+
+  it('draws one chart when the race is most of the request', () => {
+    const page = renderReport(longDecode(0));
+    expect(page.match(/<svg class="chart" /g)).toHaveLength(1);
+    expect(page).not.toContain('zoom on the prefill race');
+    expect(page).toContain('>chunks</text>');
   });
 });
 

@@ -1,6 +1,7 @@
 // The HTTP layer against a stand-in runtime: routes, 4xx handling, metrics and
 // drain, in-process and fast. The real runtime behind the real command is
 // exercised by serve-process.test.ts.
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { WorkerFailedError } from '../src/errors.js';
 import { KvoffServer } from '../src/serve/server.js';
@@ -51,6 +52,7 @@ class StandInRuntime implements EmbeddableRuntime {
       recordsRefused: 0,
       chunksStored: this.counters.stored,
       chunksDeferred: 1,
+      chunksSkippedUnready: 0,
       chunksDeferredThenStored: 1,
       allocationRetries: 0,
       tierHits: 0,
@@ -65,6 +67,7 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedForCapacity: 0,
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
+      lookupsDeferred: 0,
     };
   }
   close(): Promise<void> {
@@ -76,6 +79,8 @@ class StandInRuntime implements EmbeddableRuntime {
     return this;
   }
 }
+
+const JSON_TYPE = { 'content-type': 'application/json' };
 
 let runtime: StandInRuntime;
 let server: KvoffServer;
@@ -194,18 +199,33 @@ describe('POST /v1/requests', () => {
     expect((await errorOf(res)).code).toBe('body_too_large');
   });
 
-  it('judges the body, not its content type: a form body is invalid JSON', async () => {
-    const res = await post('promptLength=4', {
-      'content-type': 'application/x-www-form-urlencoded',
+  it('refuses a body that is not application/json with 415, before reading it', async () => {
+    const before = runtime.submitted.length;
+    for (const type of ['application/x-www-form-urlencoded', 'text/plain', 'application/jsonx']) {
+      const res = await post('{"promptLength":4}', { 'content-type': type });
+      expect(res.status).toBe(415);
+      expect((await errorOf(res)).code).toBe('unsupported_media_type');
+    }
+    const none = await fetch(`${base}/v1/requests`, {
+      method: 'POST',
+      body: new Blob(['{"promptLength":4}']),
     });
-    expect(res.status).toBe(400);
-    expect((await errorOf(res)).code).toBe('invalid_json');
-    const ok = await post('{"promptLength":4}', { 'content-type': 'text/plain' });
-    expect(ok.status).toBe(200);
+    expect(none.status).toBe(415);
+    await none.arrayBuffer();
+    const charset = await post('{"promptLength":4}', {
+      'content-type': 'Application/JSON; charset=utf-8',
+    });
+    expect(charset.status).toBe(200);
+    expect(runtime.submitted.length).toBe(before + 1);
   });
 
-  it('refuses the wrong method with 405 and an unknown route with 404', async () => {
-    expect((await fetch(`${base}/v1/requests`)).status).toBe(405);
+  it('refuses the wrong method with 405 and the Allow header, an unknown route with 404', async () => {
+    const get = await fetch(`${base}/v1/requests`);
+    expect(get.status).toBe(405);
+    expect(get.headers.get('allow')).toBe('POST');
+    const del = await fetch(`${base}/healthz`, { method: 'DELETE' });
+    expect(del.status).toBe(405);
+    expect(del.headers.get('allow')).toBe('GET, HEAD');
     const res = await fetch(`${base}/nope`);
     expect(res.status).toBe(404);
     expect((await errorOf(res)).code).toBe('not_found');
@@ -271,11 +291,15 @@ describe('limits and failures', () => {
     const s = new KvoffServer(rt, { inFlightMax: 1 });
     const { port } = await s.listen(0, '127.0.0.1');
     const url = `http://127.0.0.1:${port}/v1/requests`;
-    const first = fetch(url, { method: 'POST', body: '{"promptLength":8}' });
+    const first = fetch(url, { method: 'POST', headers: JSON_TYPE, body: '{"promptLength":8}' });
     for (let i = 0; i < 200 && rt.submitted.length === 0; i += 1) {
       await new Promise((r) => setTimeout(r, 5));
     }
-    const second = await fetch(url, { method: 'POST', body: '{"promptLength":8}' });
+    const second = await fetch(url, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: '{"promptLength":8}',
+    });
     expect(second.status).toBe(503);
     expect((await errorOf(second)).code).toBe('overloaded');
     expect(rt.submitted).toHaveLength(1);
@@ -290,7 +314,11 @@ describe('limits and failures', () => {
     const s = new KvoffServer(rt);
     const { port } = await s.listen(0, '127.0.0.1');
     const base = `http://127.0.0.1:${port}`;
-    const res = await fetch(`${base}/v1/requests`, { method: 'POST', body: '{"promptLength":8}' });
+    const res = await fetch(`${base}/v1/requests`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: '{"promptLength":8}',
+    });
     expect(res.status).toBe(503);
     expect(await errorOf(res)).toEqual({
       code: 'runtime_failed',
@@ -312,6 +340,7 @@ describe('drain', () => {
     const { port } = await s.listen(0, '127.0.0.1');
     const pending = fetch(`http://127.0.0.1:${port}/v1/requests`, {
       method: 'POST',
+      headers: JSON_TYPE,
       body: '{"promptLength":16}',
     });
     // Wait until the request reached the runtime.
@@ -324,9 +353,170 @@ describe('drain', () => {
     release();
     const res = await pending;
     expect(res.status).toBe(200);
-    expect(await drained).toEqual({ drained: true, abandoned: 0 });
+    expect(await drained).toEqual({ drained: true, abandoned: 0, refusedUnstarted: 0 });
     expect(rt.closed).toBe(1);
     await s.drain();
     expect(rt.closed).toBe(1);
+  });
+});
+
+/** A raw client: sends `text`, keeps the socket open, collects what comes back. */
+function rawClient(port: number, text: string): { received: () => string; closed: Promise<void> } {
+  const socket = connect(port, '127.0.0.1');
+  let received = '';
+  socket.setEncoding('utf8').on('data', (s: string) => (received += s));
+  socket.on('error', () => undefined);
+  socket.write(text);
+  return { received: () => received, closed: new Promise((r) => socket.once('close', () => r())) };
+}
+
+async function until(cond: () => boolean, what: string): Promise<void> {
+  for (let i = 0; i < 400; i += 1) {
+    if (cond()) return;
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+const STALLED_HEAD =
+  'POST /v1/requests HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"prompt';
+
+describe('drain against stalled and slow clients', () => {
+  it('a stalled client does not hold the drain: its unstarted request is refused at once', async () => {
+    const rt = new StandInRuntime();
+    const s = new KvoffServer(rt, { drainTimeoutMs: 30_000 });
+    const { port } = await s.listen(0, '127.0.0.1');
+    const stalled = rawClient(port, STALLED_HEAD);
+    await new Promise((r) => setTimeout(r, 50));
+    const t0 = Date.now();
+    const result = await s.drain();
+    expect(Date.now() - t0).toBeLessThan(2000);
+    expect(result).toEqual({ drained: true, abandoned: 0, refusedUnstarted: 1 });
+    await stalled.closed;
+    expect(stalled.received()).toMatch(/^HTTP\/1\.1 503/);
+    expect(stalled.received()).toContain('"draining"');
+    expect(rt.submitted).toHaveLength(0);
+    expect(rt.closed).toBe(1);
+  });
+
+  it('while draining, /healthz answers 503 draining and new work 503, until accepted requests end', async () => {
+    const rt = new StandInRuntime();
+    let release!: () => void;
+    rt.hold = new Promise<void>((r) => (release = r));
+    const s = new KvoffServer(rt, { drainTimeoutMs: 30_000 });
+    const { port } = await s.listen(0, '127.0.0.1');
+    const url = `http://127.0.0.1:${port}`;
+    const accepted = fetch(`${url}/v1/requests`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: '{"promptLength":16}',
+    });
+    await until(() => rt.submitted.length === 1, 'the request to reach the runtime');
+    const drained = s.drain();
+    const health = await fetch(`${url}/healthz`);
+    expect(health.status).toBe(503);
+    expect(health.headers.get('connection')).toBe('close');
+    expect(await health.json()).toEqual({ status: 'draining' });
+    const refused = await fetch(`${url}/v1/requests`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: '{"promptLength":16}',
+    });
+    expect(refused.status).toBe(503);
+    expect((await errorOf(refused)).code).toBe('draining');
+    expect(rt.submitted).toHaveLength(1);
+    expect(rt.closed).toBe(0);
+    release();
+    expect((await accepted).status).toBe(200);
+    expect(await drained).toEqual({ drained: true, abandoned: 0, refusedUnstarted: 0 });
+    expect(rt.closed).toBe(1);
+  });
+
+  it('bounds how long a client may take to send its request (requestTimeout)', async () => {
+    const rt = new StandInRuntime();
+    const s = new KvoffServer(rt, { headersTimeoutMs: 300, requestTimeoutMs: 400 });
+    const { port } = await s.listen(0, '127.0.0.1');
+    const stalled = rawClient(port, STALLED_HEAD);
+    const t0 = Date.now();
+    await stalled.closed;
+    // Checked every second by node: well under the old two minutes.
+    expect(Date.now() - t0).toBeLessThan(3000);
+    expect(stalled.received()).toMatch(/^HTTP\/1\.1 408/);
+    expect(s.stats().http.clientErrors).toBe(1);
+    expect(s.stats().http.serverErrors).toBe(0);
+    await s.drain();
+  });
+});
+
+describe('hostile bodies and disconnects (issue 10)', () => {
+  it('deeply nested JSON is refused while it arrives, without a long parse on the loop', async () => {
+    const rt = new StandInRuntime();
+    const s = new KvoffServer(rt, { bodyBytesMax: 1 << 20 });
+    const { port } = await s.listen(0, '127.0.0.1');
+    const depth = (1 << 20) / 2 - 8;
+    const nested = `${'['.repeat(depth)}${']'.repeat(depth)}`;
+    const res = await fetch(`http://127.0.0.1:${port}/v1/requests`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: nested,
+    });
+    expect(res.status).toBe(400);
+    expect(await errorOf(res)).toEqual({
+      code: 'body_too_complex',
+      message: 'the body nests deeper than 4 levels',
+    });
+    // A flat array longer than any prompt: refused by the element bound.
+    const wide = `{"promptTokens":[${'1,'.repeat(5000)}1]}`;
+    const res2 = await fetch(`http://127.0.0.1:${port}/v1/requests`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: wide,
+    });
+    expect(res2.status).toBe(400);
+    expect((await errorOf(res2)).message).toMatch(/more than 4112 elements/);
+    expect(rt.submitted).toHaveLength(0);
+    await s.drain();
+  });
+
+  it('client disconnects mid-body or after the headers count as client errors, not server errors', async () => {
+    const rt = new StandInRuntime();
+    const s = new KvoffServer(rt);
+    const { port } = await s.listen(0, '127.0.0.1');
+    for (let i = 0; i < 6; i += 1) {
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => undefined);
+      socket.write(i % 2 === 0 ? STALLED_HEAD : STALLED_HEAD.replace('{"prompt', ''));
+      await new Promise((r) => setTimeout(r, 20));
+      socket.destroy();
+    }
+    await until(() => s.stats().http.clientErrors === 6, 'six client errors');
+    expect(s.stats().http).toMatchObject({ clientErrors: 6, serverErrors: 0, served: 0 });
+    expect(rt.submitted).toHaveLength(0);
+    await s.drain();
+  });
+
+  it('/metrics carries the HTTP counters of /v1/stats', async () => {
+    const rt = new StandInRuntime();
+    const s = new KvoffServer(rt);
+    const { port } = await s.listen(0, '127.0.0.1');
+    const url = `http://127.0.0.1:${port}`;
+    const ok = await fetch(`${url}/v1/requests`, {
+      method: 'POST',
+      headers: JSON_TYPE,
+      body: '{"promptLength":8}',
+    });
+    expect(ok.status).toBe(200);
+    expect((await fetch(`${url}/nope`)).status).toBe(404);
+    const stats = (await (await fetch(`${url}/v1/stats`)).json()) as {
+      http: Record<string, number>;
+    };
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const metric = (name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1]);
+    expect(metric('kvoff_http_requests_served_total')).toBe(stats.http.served);
+    expect(metric('kvoff_http_client_errors_total')).toBe(stats.http.clientErrors);
+    expect(metric('kvoff_http_server_errors_total')).toBe(stats.http.serverErrors);
+    expect(metric('kvoff_http_client_disconnects_total')).toBe(stats.http.clientDisconnects);
+    expect(stats.http).toMatchObject({ served: 1, clientErrors: 1, serverErrors: 0 });
+    await s.drain();
   });
 });

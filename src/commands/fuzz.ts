@@ -3,10 +3,13 @@
 // budget ends), shrinks it and prints how to replay it. `--replay TOKEN` runs
 // one recorded schedule again, step for step.
 //
-// Exit codes: 0 no violation, 1 a violation was found, 2 bad usage.
+// Exit codes: 0 no violation, 1 a violation was found, 2 bad usage; stopped by
+// SIGINT or SIGTERM without a violation: 130 or 143 (128 + the signal), after
+// printing the seeds done and the summary so far.
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
+import { intOption } from './options.js';
 import { loadHashing } from '../hashing.js';
 import { parseStorePolicy } from '../ready.js';
 import { describeFailure, fuzz, runSchedule } from '../sim/run.js';
@@ -28,6 +31,7 @@ import type { TraceLine } from '../sim/trace.js';
 export const FUZZ_DEFAULT_SECONDS = 10;
 const SECONDS_MAX = 7 * 24 * 3600;
 const SCHEDULES_MAX = 1e12;
+const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
 
 interface FuzzFlags {
   policy?: string;
@@ -80,6 +84,11 @@ export function registerFuzz(program: Command): void {
       'do not stop at the first violation: count them all (the first is shown)',
     )
     .option('--trace', 'also print the full (unshrunk) trace of a failure')
+    .addHelpText(
+      'after',
+      '\nExit codes: 0 no violation; 1 a violation was found; 2 bad options;\n' +
+        '130/143 stopped by SIGINT/SIGTERM before the budget (the seeds done and the summary so far are printed).',
+    )
     .action(async (flags: FuzzFlags) => {
       if (flags.replay !== undefined) return replay(flags);
       return campaign(flags);
@@ -102,10 +111,8 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   if (flags.seconds !== undefined && flags.schedules !== undefined) {
     throw new InvalidArgumentError('--seconds/--schedules', 'give one budget, not both');
   }
-  const schedules =
-    flags.schedules !== undefined
-      ? Math.floor(positive('--schedules', flags.schedules, SCHEDULES_MAX))
-      : undefined;
+  // A count of schedules is a whole number: 2.5 is refused, not rounded.
+  const schedules = intOption('--schedules', flags.schedules, 1, SCHEDULES_MAX);
   const seconds =
     flags.seconds !== undefined
       ? positive('--seconds', flags.seconds, SECONDS_MAX)
@@ -124,6 +131,19 @@ async function campaign(flags: FuzzFlags): Promise<void> {
     throw new InvalidArgumentError('--no-revalidate', 'only with --target roles');
   }
   const bar = progressBar(schedules, seconds);
+  // SIGINT/SIGTERM end the campaign after the schedule running now; the summary so far is printed.
+  const stop = new AbortController();
+  let stoppedBy: NodeJS.Signals | undefined;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    stoppedBy ??= signal;
+    stop.abort();
+  };
+  for (const s of STOP_SIGNALS) process.on(s, onSignal);
+  if (!flags.json) {
+    process.stderr.write(
+      'kvoff fuzz: running; SIGINT (Ctrl-C) or SIGTERM stops it and prints the summary so far\n',
+    );
+  }
   let report: FuzzReport;
   try {
     report = await fuzz({
@@ -140,13 +160,20 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       ...(schedules !== undefined ? { schedules } : {}),
       ...(seconds !== undefined ? { seconds } : {}),
       onProgress: (done, ms) => bar?.update(schedules !== undefined ? done : ms / 1000, done),
+      signal: stop.signal,
     });
   } finally {
+    for (const s of STOP_SIGNALS) process.off(s, onSignal);
     bar?.stop();
   }
   if (report.violations > 0) process.exitCode = 1;
+  else if (report.interrupted && stoppedBy !== undefined) {
+    process.exitCode = 128 + (stoppedBy === 'SIGINT' ? 2 : 15);
+  }
   if (flags.json) {
-    process.stdout.write(`${JSON.stringify(jsonOf(report))}\n`);
+    process.stdout.write(
+      `${JSON.stringify({ ...jsonOf(report), ...(stoppedBy ? { interruptedBy: stoppedBy } : {}) })}\n`,
+    );
     return;
   }
   const out: string[] = [];
@@ -170,8 +197,13 @@ async function campaign(flags: FuzzFlags): Promise<void> {
       ],
     ]),
   );
+  if (report.interrupted) {
+    out.push(
+      `interrupted by ${stoppedBy ?? 'a signal'} after ${report.schedules} schedules (seeds ${seed}..${(seed + report.schedules - 1) >>> 0} done)`,
+    );
+  }
   if (report.first) out.push(failureText(report.first, flags.trace ?? false));
-  else out.push('no invariant violated');
+  else out.push(`no invariant violated${report.interrupted ? ' so far' : ''}`);
   process.stdout.write(`${out.join('\n')}\n`);
 }
 

@@ -3,6 +3,9 @@
 // breaks, and a bad one throws InvalidArgumentError (exit 2, one line).
 import { InvalidArgumentError } from '../errors.js';
 
+/** --transfer-threads on every command: the runtime's own limit (more threads than cores only queue). */
+export const TRANSFER_THREADS_MAX = 64;
+
 /** An integer option in [min, max]; `undefined` stays undefined (the default applies). */
 export function intOption(
   name: string,
@@ -41,7 +44,8 @@ export function numberOption(
 ): number | undefined {
   if (raw === undefined) return undefined;
   const text = raw.trim();
-  if (!/^\d+(\.\d+)?$|^\.\d+$/.test(text)) {
+  // Signs are part of the number: -0.1 is out of range, not "not a number".
+  if (!/^[-+]?(\d+(\.\d+)?|\.\d+)$/.test(text)) {
     throw new InvalidArgumentError(name, `"${raw}" is not a number`);
   }
   const value = Number(text);

@@ -1,14 +1,16 @@
 // `kvoff serve`: an HTTP server embedding one OffloadRuntime (see
-// src/serve/server.ts for the routes). Prints its bound address as one line,
-// serves until SIGTERM or SIGINT, then drains: requests in flight finish, the
-// runtime drains its copies and ends its workers, and the process exits 0
-// (1 if the drain ran out of time or the run left holes or mismatches).
+// src/serve/server.ts for the routes, docs/serve.md for the reference).
+// Prints its bound address as one line, serves until SIGTERM or SIGINT, then
+// drains: requests the runtime accepted finish, the runtime drains its copies
+// and ends its workers, and the process exits 0 — or 1 if the drain ran out of
+// time, the runtime failed, or the run left holes or mismatches.
+import { isIP } from 'node:net';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
 import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
-import { intOptionOr } from './options.js';
+import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
 
 interface ServeRawOptions {
   port: string;
@@ -32,7 +34,11 @@ export function registerServe(program: Command): void {
     .option('--port <n>', 'TCP port (0 picks a free one)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
-    .option('--transfer-threads <n>', 'piscina threads that copy chunks', '1')
+    .option(
+      '--transfer-threads <n>',
+      `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
+      '1',
+    )
     .option('--seed <n>', 'seed of the engine simulator and the lag', '1')
     .option(
       '--drain-timeout-ms <ms>',
@@ -45,11 +51,19 @@ export function registerServe(program: Command): void {
       '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
         '  or {"promptTokens": [1, 2, 3], "maxDecodeTokens": 8}; answers the offload summary when the request ends.\n' +
         'Errors are 4xx/5xx with {"error": {"code", "message"}}.\n' +
-        'Exit codes: 0 drained after SIGTERM/SIGINT; 1 drain timed out, holes or mismatches; 2 bad options.',
+        'Exit codes: 0 drained after SIGTERM/SIGINT; 1 drain timed out, runtime failed, holes or mismatches; 2 bad options.\n' +
+        'Under a supervisor run the server itself (node dist/src/cli.js serve, or exec node_modules/.bin/kvoff serve):\n' +
+        '`npx kvoff serve` / `npm exec` do not forward SIGTERM. See docs/serve.md.',
     )
     .action(async (raw: ServeRawOptions) => {
       const port = intOptionOr('--port', raw.port, 0, 65535, 8080);
-      const transferThreads = intOptionOr('--transfer-threads', raw.transferThreads, 1, 64, 1);
+      const transferThreads = intOptionOr(
+        '--transfer-threads',
+        raw.transferThreads,
+        1,
+        TRANSFER_THREADS_MAX,
+        1,
+      );
       const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 1);
       const drainTimeoutMs = intOptionOr(
         '--drain-timeout-ms',
@@ -58,7 +72,8 @@ export function registerServe(program: Command): void {
         3_600_000,
         60_000,
       );
-      if (raw.host.trim() === '') throw new InvalidArgumentError('--host', 'must not be empty');
+      const hostRule = checkHost(raw.host);
+      if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
       const policy = parseStorePolicy(raw.policy);
 
       const runtime = await OffloadRuntime.start({
@@ -75,8 +90,11 @@ export function registerServe(program: Command): void {
         addr = await server.listen(port, raw.host);
       } catch (err) {
         await runtime.close();
+        // Blame the option the error is about: a port in use or privileged, or an address not here.
+        const code = (err as NodeJS.ErrnoException).code;
+        const blamed = code === 'EADDRINUSE' || code === 'EACCES' ? '--port' : '--host';
         throw new InvalidArgumentError(
-          '--port',
+          blamed,
           `cannot listen on ${raw.host}:${port}: ${err instanceof Error ? err.message : String(err)}`,
         );
       }
@@ -96,11 +114,18 @@ export function registerServe(program: Command): void {
       if (!raw.json) process.stderr.write(`kvoff serve: ${signal}: draining\n`);
       const drain = await server.drain();
       const stats = runtime.stats();
-      const clean = drain.drained && stats.holes === 0 && stats.mismatches === 0;
+      // A supervisor must see a failed runtime: a clean exit is a clean run only.
+      const clean =
+        drain.drained &&
+        drain.runtimeFailure === undefined &&
+        stats.holes === 0 &&
+        stats.mismatches === 0;
       const report = {
         signal,
         drained: drain.drained,
         abandoned: drain.abandoned,
+        refusedUnstarted: drain.refusedUnstarted,
+        runtimeFailure: drain.runtimeFailure ?? null,
         completed: stats.completed,
         chunksStored: stats.chunksStored,
         holes: stats.holes,
@@ -108,11 +133,29 @@ export function registerServe(program: Command): void {
       };
       if (raw.json) process.stdout.write(`${JSON.stringify(report)}\n`);
       else {
+        const how =
+          drain.runtimeFailure !== undefined
+            ? `the runtime had failed (${drain.runtimeFailure})`
+            : drain.drained
+              ? 'drained'
+              : `drain timed out with ${drain.abandoned} requests in flight`;
         process.stderr.write(
-          `kvoff serve: ${drain.drained ? 'drained' : `drain timed out with ${drain.abandoned} requests in flight`}; ` +
+          `kvoff serve: ${how}; ` +
             `${stats.completed} requests completed, ${stats.chunksStored} chunks stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
         );
       }
       if (!clean) process.exitCode = 1;
     });
+}
+
+/** Why `host` cannot be bound, or undefined: an IP address or a DNS name. */
+export function checkHost(host: string): string | undefined {
+  const h = host.trim();
+  if (h === '') return 'must not be empty';
+  if (isIP(h) !== 0) return undefined;
+  // Digits and dots only is meant as IPv4: 999.1.1.1 is not one.
+  if (/^[\d.]+$/.test(h)) return `"${host}" is not an IPv4 address`;
+  const label = /^(?!-)[a-z\d-]{1,63}(?<!-)$/i;
+  if (h.length <= 253 && h.split('.').every((l) => label.test(l))) return undefined;
+  return `"${host}" is not an IP address or host name`;
 }

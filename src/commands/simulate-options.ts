@@ -1,13 +1,13 @@
 // `kvoff simulate` options: from commander's strings to a validated plan
 // (config, lag, engine and workload). Pure, so every rule is unit-tested
 // without starting a runtime.
-import { availableParallelism } from 'node:os';
+import { totalmem } from 'node:os';
 import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
 import { resolveConfig } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
-import { intOption, intOptionOr, numberOption } from './options.js';
+import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
 
 /** Named group layouts for --groups; anything else is parsed as a spec. */
 export const GROUP_PRESETS: Readonly<Record<string, GroupInput[]>> = {
@@ -39,10 +39,26 @@ export const SIMULATE_DEFAULTS = {
   seed: 7,
   traceRequests: 3,
   maxRequests: 32,
+  blockBytes: 4096,
 } as const;
+
+/**
+ * What one simulated block stands for, for --help and the result: the bytes
+ * are a pattern derived from the chunk's key (so every copy is verifiable),
+ * sized like one layer's K and V of a 16-token block for one fp16 head of 64
+ * dimensions (2 x 16 x 64 x 2 B = 4 KiB). A real model's block is that times
+ * layers x KV heads (MiB per block): too much to simulate on a shared box.
+ */
+export const BLOCK_BYTES_MEANING =
+  "bytes per GPU block: a key-derived pattern sized like one layer's K and V for 16 tokens of one 64-dim fp16 head (4096)";
+
+/** The simulated GPU pool plus the host tier may take at most this share of the machine's memory. */
+const MEMORY_SHARE_MAX = 0.25;
 
 /** Per request: prompt variation (±4%) plus decode plus EAGLE drafts, in tokens. */
 const PROMPT_SLACK = 1.05;
+/** The shortest prompt defaultWorkload draws, as a fraction of --prompt-tokens. */
+const PROMPT_SHORTEST = 0.96;
 const DECODE_SLACK_TOKENS = 64;
 
 /** What commander gives the action (all strings, camel-cased). */
@@ -67,6 +83,7 @@ export interface SimulateRawOptions {
   policy?: string;
   report?: string;
   traceRequests?: string;
+  blockBytes?: string;
   json?: boolean;
 }
 
@@ -95,6 +112,8 @@ export interface SimulatePlan {
     seed: number;
   };
   gpuTokens: number;
+  /** Bytes per simulated GPU block (the tier's chunks are blocksPerChunk of them). */
+  blockBytes: number;
   report?: string;
   traceRequests: number;
   json: boolean;
@@ -182,12 +201,11 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     promptTokens,
   );
   const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, SIMULATE_DEFAULTS.seed);
-  const threadsMax = Math.max(4, availableParallelism() * 2);
   const transferThreads = intOptionOr(
     '--transfer-threads',
     raw.transferThreads,
     1,
-    threadsMax,
+    TRANSFER_THREADS_MAX,
     SIMULATE_DEFAULTS.transferThreads,
   );
   const traceRequests = intOptionOr(
@@ -205,6 +223,16 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
   const jitter = intOption('--lag-jitter-ms', raw.lagJitterMs, 0, 1000);
   if (jitter !== undefined) lag.jitterMs = jitter;
   const abortRate = numberOption('--abort-rate', raw.abortRate, 0, 1);
+  const blockBytes = intOptionOr(
+    '--block-bytes',
+    raw.blockBytes,
+    8,
+    1 << 20,
+    SIMULATE_DEFAULTS.blockBytes,
+  );
+  if (blockBytes % 8 !== 0) {
+    throw new InvalidArgumentError('--block-bytes', `must be a multiple of 8, got ${blockBytes}`);
+  }
   if (raw.report !== undefined && raw.report.trim() === '') {
     throw new InvalidArgumentError('--report', 'needs a file name');
   }
@@ -220,6 +248,22 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
   const gpuBlocks = Math.floor(gpuTokens / tokensPerBlockMax);
   if (gpuBlocks < 2)
     throw new InvalidArgumentError('--gpu-tokens', 'the pool must hold at least 2 blocks');
+  // A request the pool can never hold would only be aborted: refuse the run up front.
+  // Lower bound: the shortest prompt drawn, plus one token, in every full-attention group.
+  const shortestPrompt = Math.floor(promptTokens * PROMPT_SHORTEST);
+  const blocksNeeded = Math.max(
+    0,
+    ...groups
+      .filter((g) => g.kind === 'full')
+      .map((g) => Math.ceil((shortestPrompt + 1) / g.tokensPerBlock)),
+  );
+  if (blocksNeeded > gpuBlocks) {
+    throw new InvalidArgumentError(
+      '--gpu-tokens',
+      `a pool of ${gpuTokens} tokens (${gpuBlocks} blocks) can never hold one request of ~${promptTokens} prompt tokens, ` +
+        `which needs at least ${blocksNeeded} blocks; raise --gpu-tokens or lower --prompt-tokens`,
+    );
+  }
   const config: ConfigInput = {
     groups,
     blocksPerChunk,
@@ -228,10 +272,19 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     maxBlocksPerRequest,
     gpuBlocks,
     tierChunks,
-    bytesPerBlock: 256,
+    bytesPerBlock: blockBytes,
   };
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);
+  const arenaBytes = (gpuBlocks + tierChunks * blocksPerChunk) * blockBytes;
+  const memoryMax = Math.floor(totalmem() * MEMORY_SHARE_MAX);
+  if (arenaBytes > memoryMax) {
+    throw new InvalidArgumentError(
+      '--block-bytes',
+      `the GPU pool and the tier would take ${mib(arenaBytes)} MiB of shared memory, over ${mib(memoryMax)} MiB ` +
+        `(a quarter of this machine's memory); lower --block-bytes, --gpu-tokens or --tier-chunks`,
+    );
+  }
   const workload: SimulatePlan['workload'] = {
     requests,
     promptTokens,
@@ -249,6 +302,7 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     seed,
     workload,
     gpuTokens,
+    blockBytes,
     traceRequests,
     offload: raw.offload !== false,
     json: raw.json === true,
@@ -256,6 +310,10 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
   if (raw.report !== undefined) plan.report = raw.report;
   if (abortRate !== undefined) plan.abortRate = abortRate;
   return plan;
+}
+
+function mib(bytes: number): number {
+  return Math.ceil(bytes / 2 ** 20);
 }
 
 function gcdAll(values: readonly number[]): number {

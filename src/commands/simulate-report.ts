@@ -4,7 +4,7 @@ import type { Config } from '../config.js';
 import type { ReportData, ReportPass, ReportRequestTrace } from '../report/data.js';
 import type { RequestTrace } from '../runtime/runtime.js';
 import type { SimulatePlan } from './simulate-options.js';
-import { fmtRate } from './simulate.js';
+import { TIMING_NOTE, fmtRate } from './simulate.js';
 import type { SimulateResult } from './simulate.js';
 
 export function buildReportData(
@@ -31,17 +31,39 @@ export function buildReportData(
     summary: [
       { label: 'requests completed', value: `${r.completed}/${r.requests}` },
       { label: 'preemptions', value: String(r.preemptions) },
-      { label: 'chunks stored', value: String(r.chunksStored) },
-      { label: 'chunks deferred (passes)', value: String(r.chunksDeferred) },
-      { label: 'deferred, later stored', value: String(r.chunksDeferredThenStored) },
-      { label: 'tier allocation retries', value: String(r.allocationRetries) },
-      { label: 'tier hits on reuse', value: String(r.tierHits) },
-      { label: 'GB/s copied', value: fmtRate(r.gbPerSecond) },
+      { label: 'chunks stored ~', value: String(r.chunksStored) },
+      { label: 'chunks deferred (passes) ~', value: String(r.chunksDeferred) },
+      { label: 'deferred, later stored ~', value: String(r.chunksDeferredThenStored) },
+      ...(r.policy !== 'ready-prefix' || r.chunksSkippedUnready > 0
+        ? [
+            {
+              label: 'chunks skipped unready (never stored) ~',
+              value: String(r.chunksSkippedUnready),
+              bad: r.chunksSkippedUnready > 0,
+            },
+          ]
+        : []),
+      { label: 'tier allocation retries ~', value: String(r.allocationRetries) },
+      { label: 'tier hits on reuse ~', value: String(r.tierHits) },
+      {
+        label: r.crashed ? 'tier entries verified (none: crashed)' : 'tier entries verified',
+        value: String(r.entriesVerified),
+      },
+      ...(r.chunksStored > r.entriesVerified && !r.crashed
+        ? [
+            {
+              label: 'stored, evicted before the check (unverifiable)',
+              value: String(r.chunksStored - r.entriesVerified),
+            },
+          ]
+        : []),
+      { label: `GB/s copied ~ (${r.workload.blockBytes} B blocks)`, value: fmtRate(r.gbPerSecond) },
       { label: 'holes', value: String(r.holes), bad: r.holes > 0 },
       { label: 'byte mismatches', value: String(r.mismatches), bad: r.mismatches > 0 },
       { label: 'wall time', value: `${r.wallSeconds.toFixed(1)} s` },
       ...(r.crashed ? [{ label: 'crashed', value: r.crashed, bad: true }] : []),
     ],
+    note: TIMING_NOTE,
     requests: [...traces]
       .sort((a, b) => a.requestId - b.requestId)
       .map((t) => toRequestTrace(t, config)),
@@ -68,8 +90,12 @@ function toRequestTrace(t: RequestTrace, config: Config): ReportRequestTrace {
       cursorBefore: p.cursorBefore,
       cursorAfter: p.cursor,
       stored: p.stored,
-      deferred: Math.max(0, p.tokenChunks - p.ready),
+      // Chunks past ready are deferred while the cursor waits below them, skipped once it passes them.
+      deferred: Math.max(0, p.tokenChunks - Math.max(p.ready, p.cursor)),
+      skipped: Math.max(0, Math.min(p.tokenChunks, p.cursor) - Math.max(p.ready, p.cursorBefore)),
     });
   }
-  return { requestId: t.requestId, status: t.status, promptTokens: t.promptTokens, groups };
+  // A trace still 'running' at the end is a request the store saw until it crashed.
+  const status = t.status === 'running' ? 'running when the store crashed' : t.status;
+  return { requestId: t.requestId, status, promptTokens: t.promptTokens, groups };
 }

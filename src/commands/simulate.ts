@@ -16,7 +16,13 @@ import { DEFAULT_ENGINE_OPTIONS } from '../runtime/engine-sim.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import type { LeakReport, RequestSummary, RuntimeStats } from '../runtime/runtime.js';
 import { buildReportData } from './simulate-report.js';
-import { GROUP_PRESETS, SIMULATE_DEFAULTS, parseSimulateOptions } from './simulate-options.js';
+import { TRANSFER_THREADS_MAX } from './options.js';
+import {
+  BLOCK_BYTES_MEANING,
+  GROUP_PRESETS,
+  SIMULATE_DEFAULTS,
+  parseSimulateOptions,
+} from './simulate-options.js';
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
 
@@ -32,6 +38,7 @@ type ReportedStats = Pick<
   | 'preemptions'
   | 'chunksStored'
   | 'chunksDeferred'
+  | 'chunksSkippedUnready'
   | 'chunksDeferredThenStored'
   | 'allocationRetries'
   | 'tierHits'
@@ -50,6 +57,7 @@ export interface SimulateResult extends ReportedStats {
     transferThreads: number;
     abortRate: number;
     offload: boolean;
+    blockBytes: number;
   };
   gbPerSecond: number;
   holes: number;
@@ -57,12 +65,18 @@ export interface SimulateResult extends ReportedStats {
   doubleStores: number;
   entriesVerified: number;
   wallSeconds: number;
+  /** Tier entries resident at the end (stored chunks evicted before that cannot be verified). */
+  tierUsed: number;
   /** Set when the run crashed (the legacy-assert policy's engine crash). */
   crashed?: string;
-  leaks?: LeakReport;
+  /** What close() found left over; null where a role crashed before reporting (unknown, not 0). */
+  leaks?: LeakFigures;
   /** True when nothing was wrong: no crash, no hole, no mismatch, no double store. */
   ok: boolean;
 }
+
+/** LeakReport with null where the figure is unknown. */
+export type LeakFigures = { [K in keyof LeakReport]: number | null };
 
 export interface SimulateHooks {
   /** Called every PROGRESS_TICK_MS while the workload runs. */
@@ -123,11 +137,12 @@ export async function runSimulate(
   let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0 };
   if (crashed === undefined) verify = await runtime.verify();
   const stats = runtime.stats();
-  const traces = crashed === undefined ? runtime.trace() : [];
   await runtime.close().catch((err: unknown) => {
     // A crashed runtime already stopped its workers; anything else is real.
     if (crashed === undefined) throw err;
   });
+  // After close: a crashed store's last traces (up to the crash) have arrived by now.
+  const traces = runtime.trace();
   const wallSeconds = (performance.now() - t0) / 1000;
   const holes = Math.max(stats.holes, verify.holes, sumHoles(summaries));
   const result: SimulateResult = {
@@ -139,6 +154,7 @@ export async function runSimulate(
       transferThreads: plan.transferThreads,
       abortRate: plan.abortRate ?? DEFAULT_ENGINE_OPTIONS.abortRunningRate,
       offload: plan.offload,
+      blockBytes: plan.blockBytes,
     },
     requests: requests.length,
     completed: stats.completed,
@@ -146,6 +162,7 @@ export async function runSimulate(
     preemptions: stats.preemptions,
     chunksStored: stats.chunksStored,
     chunksDeferred: stats.chunksDeferred,
+    chunksSkippedUnready: stats.chunksSkippedUnready,
     chunksDeferredThenStored: stats.chunksDeferredThenStored,
     allocationRetries: stats.allocationRetries,
     tierHits: stats.tierHits,
@@ -159,12 +176,18 @@ export async function runSimulate(
     mismatches: stats.mismatches,
     doubleStores: verify.doubleStores,
     entriesVerified: verify.entriesChecked,
+    tierUsed: stats.tierUsed,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
     ok: false,
   };
   if (crashed !== undefined) result.crashed = crashed;
   const leaks = runtime.leakReport();
-  if (leaks) result.leaks = leaks;
+  // The runtime says -1 when a role's final report never came (it crashed): unknown, so null.
+  if (leaks) {
+    result.leaks = Object.fromEntries(
+      Object.entries(leaks).map(([k, v]) => [k, v < 0 ? null : v]),
+    ) as LeakFigures;
+  }
   result.ok =
     crashed === undefined && holes === 0 && result.mismatches === 0 && result.doubleStores === 0;
   if (plan.report) {
@@ -194,30 +217,60 @@ function checkReportPath(path: string): void {
   }
 }
 
+/** Marks a figure that depends on thread timing (see TIMING_NOTE). */
+const TIMED = ' ~';
+
+/** Which figures a seed does not fix: the roles race on their own threads. */
+export const TIMING_NOTE =
+  '~ depends on thread timing: the hasher, allocator, store and copy threads race, so the same --seed can give other counts; ' +
+  'under ready-prefix, holes, byte mismatches and double stores must be 0 in every run.';
+
 export function formatResult(r: SimulateResult, color: boolean): string {
   const p = painter(color);
   const zero = (n: number) => (n === 0 ? p.green('0') : p.red(String(n)));
+  const unverified = r.chunksStored - r.entriesVerified;
   const rows: Array<[string, string]> = [
     ['policy', r.workload.offload ? r.policy : `${r.policy} (offloading off: baseline)`],
     [
-      'requests completed',
+      `requests completed${TIMED}`,
       `${r.completed} of ${r.requests} (${r.aborted} aborted, ${r.preemptions} preemptions)`,
     ],
-    ['chunks stored', String(r.chunksStored)],
-    ['chunks deferred (passes)', String(r.chunksDeferred)],
-    ['  deferred, later stored', String(r.chunksDeferredThenStored)],
-    ['tier allocation retries', String(r.allocationRetries)],
-    ['tier hits on reuse', `${r.tierHits} chunks`],
+    [`chunks stored${TIMED}`, `${r.chunksStored} (copies dispatched to the tier)`],
+    [`chunks deferred (passes)${TIMED}`, String(r.chunksDeferred)],
+    [`  deferred, later stored${TIMED}`, String(r.chunksDeferredThenStored)],
+  ];
+  if (r.policy !== 'ready-prefix' || r.chunksSkippedUnready > 0) {
+    // legacy-zip passes lagging chunks instead of deferring them: they are holes, not deferrals.
+    rows.push([
+      `chunks skipped unready${TIMED}`,
+      `${r.chunksSkippedUnready} (the cursor passed them unstored)`,
+    ]);
+  }
+  rows.push(
+    [`tier allocation retries${TIMED}`, String(r.allocationRetries)],
+    [`tier hits on reuse${TIMED}`, `${r.tierHits} chunks`],
     ['dropped for capacity', String(r.chunksDroppedForCapacity)],
     ['dropped, never ready', String(r.chunksDroppedUnready)],
     ['unreachable, not copied', String(r.chunksUnreachable)],
-    ['bytes copied', `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s)`],
-    ['tier entries verified', String(r.entriesVerified)],
+    [
+      `bytes copied${TIMED}`,
+      `${fmtBytes(r.bytesCopied)} (${fmtRate(r.gbPerSecond)} GB/s over the run, ${r.workload.blockBytes} B blocks)` +
+        (r.crashed ? '; copies still in flight at the crash never completed' : ''),
+    ],
+    [
+      'tier entries verified',
+      r.crashed
+        ? 'none (the crash ended the run before the check)'
+        : `${r.entriesVerified} (every resident entry, byte for byte)` +
+          (unverified > 0
+            ? `; ${unverified} stored chunks were evicted before the check and cannot be verified`
+            : ''),
+    ],
     ['holes', zero(r.holes)],
     ['byte mismatches', zero(r.mismatches)],
     ['double stores', zero(r.doubleStores)],
-    ['wall time', `${r.wallSeconds.toFixed(1)} s`],
-  ];
+    [`wall time${TIMED}`, `${r.wallSeconds.toFixed(1)} s`],
+  );
   const lines = [p.bold('kvoff simulate')];
   if (r.crashed) {
     // The crash is the news: say it first, then what the run did before it.
@@ -227,10 +280,14 @@ export function formatResult(r: SimulateResult, color: boolean): string {
       'boundary and asserts equal lengths. The ready-prefix policy (the default) defers instead.',
       'Before the crash:',
       table(rows),
+      p.dim(TIMING_NOTE),
     );
     return `${lines.join('\n')}\n`;
   }
-  lines.push(table(rows));
+  lines.push(table(rows), p.dim(TIMING_NOTE));
+  if (r.completed + r.aborted < r.requests) {
+    lines.push(p.red(`${r.requests - r.completed - r.aborted} requests never ended.`));
+  }
   if (r.holes > 0) {
     lines.push(
       p.red(`${r.holes} chunks were passed by the cursor and never stored (holes).`),
@@ -296,7 +353,7 @@ export function registerSimulate(program: Command): void {
     )
     .option(
       '--shared-prefix-tokens <n>',
-      'tokens each request shares with its prefix (default: 60% of the prompt)',
+      'tokens each request shares with its prefix (default: 30% of the prompt)',
     )
     .option(
       '--lag-hashes-per-wake <n>',
@@ -313,7 +370,12 @@ export function registerSimulate(program: Command): void {
     )
     .option('--no-offload', 'switch offloading off (the baseline: nothing stored, nothing loaded)')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
-    .option('--transfer-threads <n>', 'piscina threads that copy chunks', String(d.transferThreads))
+    .option(
+      '--transfer-threads <n>',
+      `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
+      String(d.transferThreads),
+    )
+    .option('--block-bytes <n>', BLOCK_BYTES_MEANING, String(d.blockBytes))
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))
     .option(
       '--report <file.html>',

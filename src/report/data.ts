@@ -22,8 +22,13 @@ export interface ReportPass {
   cursorAfter: number;
   /** Chunks dispatched to the transfer backend by this pass: [cursorBefore, cursorBefore + stored). */
   stored: number;
-  /** Token-ready chunks left for a later pass: tokenChunks - ready when positive. */
+  /** Token-ready chunks left for a later pass: tokenChunks - max(ready, cursorAfter) when positive. */
   deferred: number;
+  /**
+   * Token-ready, not ready chunks this pass moved the cursor past without
+   * storing them (a legacy policy's holes): [max(ready, cursorBefore), cursorAfter).
+   */
+  skipped: number;
 }
 
 export interface ReportGroupTrace {
@@ -55,5 +60,7 @@ export interface ReportData {
   /** Workload options as given (name -> value). */
   workload: Record<string, string | number | boolean>;
   summary: ReportSummaryRow[];
+  /** A line under the summary (which figures depend on thread timing). */
+  note?: string;
   requests: ReportRequestTrace[];
 }

@@ -7,6 +7,12 @@
 // block chunks — with the ready prefix (their minimum) and the cursor. Where
 // token chunks run ahead of ready, the gap is shaded: those chunks were
 // deferred. Each store is a green bar over the chunks it dispatched.
+//
+// The race happens early (prefill: keys and block IDs lag the tokens), then a
+// long flat decode follows. When the prefill race — until the cursor reaches
+// the prompt's last chunk in every group, and past every preemption — ends
+// well before the request does, each group gets a zoomed chart of it first
+// and the whole request below it.
 import type {
   ReportData,
   ReportGroupTrace,
@@ -19,6 +25,8 @@ import type {
 export const PASSES_DRAWN_MAX = 800;
 /** Deferral rows listed per request. */
 export const DEFERRAL_ROWS_MAX = 12;
+/** Zoom when the action ends before this share of the request's time span. */
+export const ZOOM_WHEN_ACTION_BELOW = 0.6;
 
 const CHART = { width: 1100, height: 190, left: 56, right: 16, top: 14, bottom: 28 } as const;
 
@@ -52,6 +60,7 @@ export function renderReport(data: ReportData): string {
     `<h1>${esc(data.title)}</h1>`,
     `<p class="meta">policy <b>${esc(data.policy)}</b> · generated ${esc(data.generatedAt)}</p>`,
     renderSummary(data.summary),
+    data.note ? `<p class="meta note">${esc(data.note)}</p>` : '',
     renderWorkload(data.workload),
     renderLegend(),
     data.requests.length === 0
@@ -114,13 +123,71 @@ function renderRequest(req: ReportRequestTrace): string {
   const head =
     `<h2>Request ${req.requestId} <span class="status">${esc(req.status)}</span></h2>` +
     `<p class="meta">${req.promptTokens} prompt tokens · ${stores} chunks stored · ${deferredPasses} passes with deferred chunks${pastReady > 0 ? ` · <b class="bad">${pastReady} passes moved the cursor past the ready prefix without storing</b>` : ''}</p>`;
-  const charts = req.groups.map((g) => renderGroup(g, t0, Math.max(t1, t0 + 1))).join('\n');
+  const end = Math.max(t1, t0 + 1);
+  const raceEnd = prefillRaceEndMs(req);
+  // Room after the race (a quarter of it), so its end is not drawn on the edge.
+  const zoomEnd = raceEnd === undefined ? end : Math.min(end, raceEnd + (raceEnd - t0) * 0.25 + 2);
+  const zoom = zoomEnd - t0 < ZOOM_WHEN_ACTION_BELOW * (end - t0);
+  const charts = req.groups
+    .map((g) =>
+      zoom
+        ? renderGroup(g, t0, zoomEnd, {
+            caption: `zoom on the prefill race: the first ${fmtMs(zoomEnd - t0)} after the first pass, until the cursor reached the prompt's last chunk`,
+            strip: true,
+          }) +
+          renderGroup(g, t0, end, {
+            caption: `the whole request (${fmtMs(end - t0)}, decode included); the zoomed span is shaded`,
+            strip: true,
+            shade: zoomEnd,
+            titled: false,
+          })
+        : renderGroup(g, t0, end, { strip: true }),
+    )
+    .join('\n');
   return `<section class="request">${head}\n${charts}\n${renderDeferrals(req)}</section>`;
 }
 
-function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
-  const passes = decimate(g.passes, PASSES_DRAWN_MAX);
-  const title = `<h3>group ${g.group} · ${esc(g.kind)} · ${g.tokensPerChunk} tokens per chunk · ${g.passes.length} passes</h3>`;
+/**
+ * When the prefill race ended: the first pass, after the last preemption, at
+ * which every group's cursor reached the prompt's last whole chunk (one less
+ * for the EAGLE tail). Undefined when some group never got there.
+ */
+export function prefillRaceEndMs(req: ReportRequestTrace): number | undefined {
+  let end: number | undefined;
+  for (const g of req.groups) {
+    const target = Math.max(1, Math.floor(req.promptTokens / g.tokensPerChunk) - 1);
+    let lastGeneration = 0;
+    for (let i = 1; i < g.passes.length; i += 1) {
+      if (g.passes[i]!.generation !== g.passes[i - 1]!.generation) lastGeneration = i;
+    }
+    const reached = g.passes.slice(lastGeneration).find((p) => p.cursorAfter >= target);
+    if (reached === undefined) return undefined;
+    if (end === undefined || reached.tMs > end) end = reached.tMs;
+  }
+  return end;
+}
+
+interface GroupChartOptions {
+  /** A line over the chart saying what span it shows. */
+  caption?: string;
+  /** Draw the deferral strip under the chart. */
+  strip: boolean;
+  /** Shade [t0, shade] (the span a zoomed chart above shows). */
+  shade?: number;
+  /** Print the group's heading (once per group). */
+  titled?: boolean;
+}
+
+function renderGroup(g: ReportGroupTrace, t0: number, t1: number, opts: GroupChartOptions): string {
+  const passes = decimate(
+    g.passes.filter((p) => p.tMs <= t1),
+    PASSES_DRAWN_MAX,
+  );
+  const heading =
+    opts.titled === false
+      ? ''
+      : `<h3>group ${g.group} · ${esc(g.kind)} · ${g.tokensPerChunk} tokens per chunk · ${g.passes.length} passes</h3>`;
+  const title = heading + (opts.caption ? `<p class="caption">${esc(opts.caption)}</p>` : '');
   if (passes.length === 0)
     return `<div class="group">${title}<p class="empty">no pass recorded</p></div>`;
   const yMax = Math.max(1, ...passes.map((p) => Math.max(p.tokenChunks, p.keys, p.blockChunks)));
@@ -148,16 +215,23 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
   parts.push(
     `<line class="axis" x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}"/>`,
     `<line class="axis" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`,
+    `<text class="axislabel" transform="translate(12 ${f(top + plotH / 2)}) rotate(-90)" text-anchor="middle">chunks</text>`,
   );
+  if (opts.shade !== undefined) {
+    parts.push(
+      `<rect class="zoomed" x="${left}" y="${top}" width="${f(Math.max(1, x(opts.shade) - left))}" height="${plotH}"/>`,
+    );
+  }
 
-  // Deferred bands: between ready and token chunks until the next pass.
+  // Deferred bands: the waiting chunks up to token chunks, until the next pass.
   for (let i = 0; i < passes.length; i += 1) {
     const p = passes[i]!;
     if (p.deferred <= 0) continue;
+    const from = p.tokenChunks - p.deferred;
     const xEnd = i + 1 < passes.length ? x(passes[i + 1]!.tMs) : x(p.tMs) + 2;
     const w = Math.max(1.5, xEnd - x(p.tMs));
     parts.push(
-      `<rect class="deferred" x="${f(x(p.tMs))}" y="${f(y(p.ready + p.deferred))}" width="${f(w)}" height="${f(Math.max(1, y(p.ready) - y(p.ready + p.deferred)))}"><title>${passTitle(p)}</title></rect>`,
+      `<rect class="deferred" x="${f(x(p.tMs))}" y="${f(y(p.tokenChunks))}" width="${f(w)}" height="${f(Math.max(1, y(from) - y(p.tokenChunks)))}"><title>${passTitle(p)}</title></rect>`,
     );
   }
   // The legacy-zip bug: a pass moved the cursor beyond the ready prefix
@@ -198,7 +272,7 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number): string {
     );
   }
   const svg = `<svg class="chart" viewBox="0 0 ${width} ${height}" width="${width}" height="${height}" role="img" aria-label="group ${g.group} timeline">${parts.join('')}</svg>`;
-  return `<div class="group">${title}${svg}${renderLagStrip(passes, x)}</div>`;
+  return `<div class="group">${title}${svg}${opts.strip ? renderLagStrip(passes, x) : ''}</div>`;
 }
 
 /**
@@ -256,7 +330,7 @@ function renderDeferrals(req: ReportRequestTrace): string {
         .filter(Boolean)
         .join(' + ');
       rows.push(
-        `<tr><td>${fmtMs(p.tMs)}</td><td>${g.group}</td><td>${p.tokenChunks}</td><td>${p.keys}</td><td>${p.blockChunks}</td><td>${p.ready}</td><td>${p.cursorBefore} → ${p.cursorAfter}</td><td>${p.stored}</td><td class="d">${p.ready}..${p.ready + p.deferred - 1}</td><td>${esc(lag || '-')}</td></tr>`,
+        `<tr><td>${fmtMs(p.tMs)}</td><td>${g.group}</td><td>${p.tokenChunks}</td><td>${p.keys}</td><td>${p.blockChunks}</td><td>${p.ready}</td><td>${p.cursorBefore} → ${p.cursorAfter}</td><td>${p.stored}</td><td class="d">${p.tokenChunks - p.deferred}..${p.tokenChunks - 1}</td><td>${esc(lag || '-')}</td></tr>`,
       );
     }
   }
@@ -327,7 +401,7 @@ function stepPath(
 
 function passTitle(p: ReportPass): string {
   return esc(
-    `${fmtMs(p.tMs)} gen ${p.generation}: token chunks ${p.tokenChunks}, keys ${p.keys}, block chunks ${p.blockChunks}, ready ${p.ready}, cursor ${p.cursorBefore}→${p.cursorAfter}, stored ${p.stored}, deferred ${p.deferred}`,
+    `${fmtMs(p.tMs)} gen ${p.generation}: token chunks ${p.tokenChunks}, keys ${p.keys}, block chunks ${p.blockChunks}, ready ${p.ready}, cursor ${p.cursorBefore}→${p.cursorAfter}, stored ${p.stored}, deferred ${p.deferred}, skipped ${p.skipped}`,
   );
 }
 
@@ -394,6 +468,10 @@ b.bad { color: #c62a2f; }
 .chart .lag { fill: #e5484d; fill-opacity: 0.75; }
 .chart .storetick { stroke: #1a9a5a; stroke-width: 1.2; }
 .chart .lane { font-size: 10px; fill: #888; }
+.chart .axislabel { font-size: 11px; fill: #556; }
+.chart .zoomed { fill: #2f6fd0; fill-opacity: 0.06; }
+.caption { font-size: 12px; color: #556; margin: 0 0 3px; }
+.note { font-size: 12px; }
 table.deferrals { border-collapse: collapse; margin-top: 10px; font-size: 12px; font-variant-numeric: tabular-nums; }
 table.deferrals caption { text-align: left; font-weight: 600; padding-bottom: 4px; }
 table.deferrals th, table.deferrals td { border: 1px solid #e1e5ea; padding: 2px 8px; text-align: right; }

@@ -19,6 +19,9 @@ import { gpuBlockMatches, writeComputedBlock } from '../copy.js';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { ROOT_SEED } from '../hashing.js';
+import { S_HIT_CHUNKS, T_CURSOR, T_GENERATION } from '../layout.js';
+import { loadPlan } from '../lookup.js';
+import type { GroupLoad } from '../lookup.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { RuntimeViews } from './buffers.js';
@@ -31,8 +34,8 @@ import {
   ANS_RELEASED,
   OP_ALLOC,
   OP_END,
+  LOOKUP_DEFERRED,
   OP_LOAD,
-  OP_LOOKUP,
   OP_NULL,
   OP_PREEMPT,
   OP_SUBMIT,
@@ -40,8 +43,8 @@ import {
   UNSET,
 } from './protocol.js';
 import { Random } from './random.js';
+import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
-import { pushKey } from './rings.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 
@@ -169,6 +172,10 @@ class SimRequest {
   reason: string | undefined;
   ending: 'finished' | 'aborted' = 'finished';
   awaiting = false;
+  /** Per group, what the tier hit loads (set when the hit is known). */
+  load: readonly GroupLoad[] = [];
+  /** When the first deferred lookup was answered (-1: never deferred). */
+  deferredSinceMs = -1;
 
   constructor(
     readonly id: number,
@@ -192,6 +199,8 @@ class SimRequest {
   }
 }
 
+/** How long a request's lookups may be deferred before it takes what is readable then. */
+export const LOOKUP_DEFER_MS_MAX = 5_000;
 /**
  * Refused allocations of the same request (the engine's accounting said the
  * blocks are free, but some still wait in quarantine for a copy to finish)
@@ -217,6 +226,7 @@ export class EngineSimulator {
   private readonly storeAnswers: SpscRing;
   private readonly toAllocator: Outbox;
   private readonly toStore: Outbox;
+  private readonly storeRecordWordsMax: number;
   private readonly eagle: boolean;
   private readonly maxTokensPerBlock: number;
   private readonly byId = new Map<number, SimRequest>();
@@ -274,7 +284,9 @@ export class EngineSimulator {
     this.allocAnswers = views.ring('allocAnswer');
     this.storeAnswers = views.ring('storeAnswer');
     this.toAllocator = new Outbox(views.ring('allocRequest'));
-    this.toStore = new Outbox(views.ring('storeRequest'));
+    const storeRequests = views.ring('storeRequest');
+    this.storeRecordWordsMax = storeRequests.recordWordsMax;
+    this.toStore = new Outbox(storeRequests);
     this.eagle = this.options.eagleDraftTokens > 0 && views.config.groups.some((g) => g.eagle);
     this.maxTokensPerBlock = Math.max(...views.config.groups.map((g) => g.tokensPerBlock));
     this.wake = wake;
@@ -700,31 +712,33 @@ export class EngineSimulator {
     this.live.push(r);
     const { config } = this.views;
     const tpc = config.groups[0]!.tokensPerChunk;
-    const lookupChunks = Math.min(
-      Math.floor((r.promptLength - 1) / tpc),
-      config.maxChunksPerRequest,
-    );
-    // A hit is counted in chunks common to every group: groups of different
-    // chunk sizes have none (the store would answer 0), and the keys of the
-    // larger chunks would not exist for lookupChunks chunks.
+    // A hit is counted in chunks common to every group: with groups of
+    // different chunk sizes the runtime loads nothing (the store would answer 0).
     const sameChunks = config.groups.every((g) => g.tokensPerChunk === tpc);
-    if (!this.options.loadFromTier || lookupChunks <= 0 || !sameChunks) {
+    // Every key of the prompt (as many as a ring record holds): the lookup decides how much may be loaded.
+    const numTokens = lookupTokensThatFit(config, r.promptLength, this.storeRecordWordsMax);
+    if (!this.options.loadFromTier || numTokens < tpc || !sameChunks) {
       this.open(r, 0);
       return;
     }
-    this.ensureKeys(r, lookupChunks * tpc);
-    const record = [OP_LOOKUP, r.id, lookupChunks];
-    for (let g = 0; g < config.groups.length; g += 1) {
-      for (let c = 0; c < lookupChunks; c += 1) pushKey(record, r.keys[g]![c]!);
-    }
+    this.ensureKeys(r, numTokens);
+    // A request deferred for too long takes what is readable now (the wait is bounded).
+    const force = r.deferredSinceMs >= 0 && this.now() - r.deferredSinceMs > LOOKUP_DEFER_MS_MAX;
     r.phase = 'lookup';
     this.outstanding += 1;
-    this.toStore.send(record);
+    this.toStore.send(encodeLookup(config, r.id, numTokens, force, (g, c) => r.keys[g]![c]!));
   }
 
   private open(r: SimRequest, hit: number): void {
     const groups = this.views.config.groups.length;
     r.hit = hit;
+    if (hit > 0) {
+      r.load = loadPlan(
+        this.views.config.groups,
+        0,
+        hit * this.views.config.groups[0]!.tokensPerChunk,
+      );
+    }
     r.handle = this.scheduler.open({
       requestId: r.id,
       promptTokens: r.tokens.subarray(0, r.numTokens),
@@ -762,7 +776,7 @@ export class EngineSimulator {
     const bpc = config.blocksPerChunk;
     const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
     for (const g of config.groups) {
-      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      const lo = r.load[g.index]!.firstChunk;
       r.wanted[g.index] = (r.hit - lo) * bpc;
       record.push(lo * bpc, r.wanted[g.index]!);
     }
@@ -776,6 +790,14 @@ export class EngineSimulator {
     this.outstanding -= 1;
     if (a[0] === ANS_LOOKED_UP) {
       invariant(r.phase === 'lookup', 'lookup answer while looking up');
+      if (a[2] === LOOKUP_DEFERRED) {
+        // Ask again at a later step (vLLM's "None"): back to the head of the queue, no slot taken.
+        if (r.deferredSinceMs < 0) r.deferredSinceMs = this.now();
+        r.phase = 'queued';
+        this.live.splice(this.live.indexOf(r), 1);
+        this.queue.unshift(r);
+        return;
+      }
       this.open(r, a[2]!);
     } else {
       invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
@@ -800,7 +822,7 @@ export class EngineSimulator {
     const bpc = config.blocksPerChunk;
     for (const g of config.groups) {
       const blocks = r.blocks[g.index]!;
-      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      const lo = r.load[g.index]!.firstChunk;
       for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
         const key = r.keys[g.index]![Math.floor(p / bpc)]!;
         if (!gpuBlockMatches(gpu, geometry, blocks[p]!, key, p)) this.counters.loadMismatches += 1;
@@ -851,7 +873,7 @@ export class EngineSimulator {
     const record = [OP_LOAD, r.id];
     let at = 0;
     for (const g of config.groups) {
-      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
+      const lo = r.load[g.index]!.firstChunk;
       const blocks = r.blocks[g.index]!;
       for (let p = 0; p < lo * bpc; p += 1) blocks.push(0);
       for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
@@ -993,6 +1015,10 @@ export class EngineSimulator {
       const to = Math.min(
         Math.max(0, Math.floor((r.computed - windowTokens) / g.tokensPerBlock)),
         r.blocks[g.index]!.length,
+        // The fence: a block the store has not passed yet stays until it has
+        // (vLLM offers a chunk in the step that computes it and fences its
+        // blocks; here the store runs beside the engine, so the engine waits).
+        this.storeCursor(h, g.index) * config.blocksPerChunk,
       );
       const from = r.nulledTo[g.index]!;
       if (to <= from) continue;
@@ -1006,6 +1032,15 @@ export class EngineSimulator {
       r.nulledTo[g.index] = to;
       this.toAllocator.send([OP_NULL, h.slot, h.generation, g.index, from, to]);
     }
+  }
+
+  /** The store's cursor of a group of this request; the hit until the store adopted the generation. */
+  private storeCursor(h: RequestHandle, group: number): number {
+    const { state } = this.views;
+    if (Atomics.load(state.control, state.storeWord(h.slot, T_GENERATION)) !== h.generation) {
+      return Atomics.load(state.control, state.schedulerWord(h.slot, S_HIT_CHUNKS + group));
+    }
+    return Atomics.load(state.control, state.storeWord(h.slot, T_CURSOR + group));
   }
 
   // --- ending ---

@@ -29,6 +29,8 @@ import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
 import { RuntimeViews } from './buffers.js';
+import { ExternalLoadPath } from './external-load.js';
+import type { ExternalLoadResult, ExternalLookupAnswer } from './external-load.js';
 import type { RuntimeBuffers } from './buffers.js';
 
 export interface ExternalRoles {
@@ -105,6 +107,7 @@ export class ExternalHost {
   readonly roles: ExternalRoles;
   /** The host's block pool over the shared pin counts (pinned blocks wait in quarantine). */
   readonly pool: GpuBlockPool;
+  private readonly loadPath: ExternalLoadPath;
 
   constructor(config: Config, buffers: RuntimeBuffers) {
     const views = new RuntimeViews(config, buffers);
@@ -114,6 +117,34 @@ export class ExternalHost {
     const pool = this.pool;
     // The allocator view refuses block IDs this pool did not hand out.
     this.roles = attachExternal(config, buffers, { handedOut: (b) => pool.isAllocated(b) });
+    this.loadPath = new ExternalLoadPath(config, buffers, () => this.roles.wake());
+  }
+
+  /**
+   * Asks the store role for a prompt's tier hit (vLLM's lookup; see
+   * docs/embedding-lookup.md): `{ deferred: true }` means ask again later. A
+   * hit is protected from eviction until load() or cancel(). Only this host
+   * (one thread) may use the lookup and load API.
+   */
+  lookup(
+    promptTokens: ArrayLike<number>,
+    options?: { force?: boolean; timeoutMs?: number },
+  ): Promise<ExternalLookupAnswer> {
+    return this.loadPath.lookup(promptTokens, options);
+  }
+
+  /** Has the store role copy a hit into the request's appended blocks; checks every block against its key. */
+  load(
+    handle: RequestHandle,
+    answer: ExternalLookupAnswer,
+    timeoutMs?: number,
+  ): Promise<ExternalLoadResult> {
+    return this.loadPath.load(handle, answer, timeoutMs);
+  }
+
+  /** Gives up a hit without loading it. */
+  cancel(answer: ExternalLookupAnswer): void {
+    this.loadPath.cancel(answer);
   }
 
   get scheduler(): SchedulerRole {

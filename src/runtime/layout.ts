@@ -67,6 +67,11 @@ export const STATS = [
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
   {
+    name: 'chunksSkippedUnready',
+    writer: 'store',
+    doc: 'token-ready chunks the cursor passed unstored (a legacy policy; 0 under ready-prefix)',
+  },
+  {
     name: 'chunksDeferred',
     writer: 'store',
     doc: 'chunk-passes where a token-ready chunk was not ready',
@@ -112,6 +117,11 @@ export const STATS = [
     doc: 'chunks dispatched twice in one request generation',
   },
   { name: 'storePasses', writer: 'store', doc: 'planner passes' },
+  {
+    name: 'lookupsDeferred',
+    writer: 'store',
+    doc: 'lookups answered "ask again later" (an entry they need was being written or read)',
+  },
   // allocator
   { name: 'blocksInUse', writer: 'allocator', doc: 'GPU blocks allocated' },
   {

@@ -22,7 +22,7 @@ export const ANS_ALLOCATED = 20;
 export const ANS_RELEASED = 21;
 
 // storeRequest ring (scheduler -> store)
-/** [LOOKUP, tag, chunkCount, (key lo, key hi) per chunk per group (group-major)] */
+/** [LOOKUP, tag, numTokens, force, (key lo, key hi) per chunk per group (group-major)]: see lookup-record.ts */
 export const OP_LOOKUP = 30;
 /** [LOAD, tag, hitChunks, (block) per loaded chunk position ...] see store-loop */
 export const OP_LOAD = 31;
@@ -30,8 +30,9 @@ export const OP_LOAD = 31;
 export const OP_UNLOCK = 32;
 
 // storeAnswer ring (store -> scheduler)
-/** [LOOKED_UP, tag, hitChunks] */
+/** [LOOKED_UP, tag, hitChunks]; hitChunks is LOOKUP_DEFERRED when a pending entry decides it (ask again later). */
 export const ANS_LOOKED_UP = 40;
+export const LOOKUP_DEFERRED = -1;
 /** [LOADED, tag, ok] */
 export const ANS_LOADED = 41;
 

@@ -54,6 +54,7 @@ export type RoleMessage =
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
+  | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string };
 
 export class InjectedFault extends Error {
@@ -250,6 +251,9 @@ async function runStore(
       if (err instanceof TransferFailedError) {
         post({ type: 'failed', role: 'transfer', cause: err.message });
       }
+      // The report traces requests up to the failure (a legacy-assert crash).
+      const traces = loop.takeLiveTraces();
+      if (traces.length > 0) post({ type: 'traces', traces });
       throw err;
     }
   };

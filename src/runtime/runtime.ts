@@ -91,7 +91,10 @@ export interface SimRequest {
   /** Explicit prompt; otherwise one is drawn from the fields below. */
   promptTokens?: number[];
   promptLength?: number;
-  /** Requests with the same prefixId share their first sharedPrefixTokens tokens. */
+  /**
+   * Requests with the same prefixId share their first sharedPrefixTokens
+   * tokens (the whole prompt when sharedPrefixTokens is not given).
+   */
   prefixId?: number;
   sharedPrefixTokens?: number;
   maxDecodeTokens?: number;
@@ -235,6 +238,11 @@ export class OffloadRuntime {
     });
   }
 
+  /** The worker failure that stopped this runtime, if any: submit() and verify() then reject with it. */
+  get failedWith(): WorkerFailedError | undefined {
+    return this.failure;
+  }
+
   /** A synchronous snapshot of the shared counters. */
   stats(): RuntimeStats {
     const s = readAllStats(this.views.stats);
@@ -245,6 +253,7 @@ export class OffloadRuntime {
       preemptions: s.preemptions,
       chunksStored: s.chunksStored,
       chunksDeferred: s.chunksDeferred,
+      chunksSkippedUnready: s.chunksSkippedUnready,
       chunksDeferredThenStored: s.chunksDeferredThenStored,
       allocationRetries: s.allocationRetries,
       tierHits: s.tierHits,
@@ -258,8 +267,9 @@ export class OffloadRuntime {
       mismatches: s.loadMismatches + s.verifyMismatches,
       chunksDroppedForCapacity: s.chunksDroppedForCapacity,
       chunksDroppedUnready: s.chunksDroppedUnready,
-      recordsRefused: s.recordsRefused,
       chunksUnreachable: s.chunksUnreachable,
+      lookupsDeferred: s.lookupsDeferred,
+      recordsRefused: s.recordsRefused,
     };
   }
 
@@ -433,6 +443,12 @@ export class OffloadRuntime {
       case 'final':
         this.finals.set(m.role, m.report);
         return;
+      case 'traces':
+        // Traced requests the store saw before it failed, up to the failure.
+        for (const t of m.traces) {
+          if (this.traces.length < (this.options.traceSlots ?? 0)) this.traces.push(t);
+        }
+        return;
       case 'failed':
         this.fail(m.role, m.cause);
         return;
@@ -493,7 +509,8 @@ export class OffloadRuntime {
       requestId,
       length,
       req.prefixId ?? UNSET,
-      req.sharedPrefixTokens ?? 0,
+      // A prefixId alone shares the whole prompt: the same id and length give the same prompt.
+      req.sharedPrefixTokens ?? (req.prefixId !== undefined ? length : 0),
       req.maxDecodeTokens ?? UNSET,
       req.abortAfterTokens ?? UNSET,
     ];

@@ -25,6 +25,8 @@ export interface RuntimeStats {
   preemptions: number;
   chunksStored: number;
   chunksDeferred: number;
+  /** Token-ready chunks the cursor passed unstored (legacy-zip's holes); 0 under ready-prefix. */
+  chunksSkippedUnready: number;
   chunksDeferredThenStored: number;
   /** Store offers the tier could not allocate; the same chunks were offered again on a later pass. */
   allocationRetries: number;
@@ -40,8 +42,10 @@ export interface RuntimeStats {
   chunksDroppedForCapacity: number;
   /** Token-ready chunks of ended requests whose keys or block IDs never came (counted, never silent). */
   chunksDroppedUnready: number;
-  /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
-  recordsRefused: number;
   /** Sliding-window chunks never copied because no aligned hit can use them (vLLM's alignment filter; never a hole). */
   chunksUnreachable: number;
+  /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
+  lookupsDeferred: number;
+  /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
+  recordsRefused: number;
 }

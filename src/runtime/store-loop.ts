@@ -9,6 +9,8 @@ import { tierChunkMatches } from '../copy.js';
 import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
+import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import type { ChunkState } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
 import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
 import { offloadableTokens, tokenChunks } from '../ready.js';
@@ -18,8 +20,15 @@ import { HostTier } from '../tier/host-tier.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
-import { ANS_LOADED, ANS_LOOKED_UP, OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
-import { readKey } from './rings.js';
+import { decodeLookup } from './lookup-record.js';
+import {
+  ANS_LOADED,
+  ANS_LOOKED_UP,
+  LOOKUP_DEFERRED,
+  OP_LOAD,
+  OP_LOOKUP,
+  OP_UNLOCK,
+} from './protocol.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
@@ -44,12 +53,10 @@ export interface StoreLoopOptions {
   /**
    * Test-only: a lookup counts tier entries still being written as hits and
    * loads them at once, so a load overlaps the store writing the same chunks.
-   * Exists so the runtime fuzzer can show what the wait for in-flight copies
+   * Exists so the runtime fuzzer can show what deferring on pending entries
    * prevents; never turn it on otherwise.
    */
   unsafeLoadWhileWriting?: boolean;
-  /** The clock lookups wait by (ms); a single-thread driver passes a virtual one. */
-  now?: () => number;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
 }
@@ -133,8 +140,6 @@ const STORED = 2;
 const DEFERRED = 4;
 
 const RECORDS_PER_STEP_MAX = 64;
-/** A lookup waits at most this long for in-flight copies of the prefix it would hit. */
-export const LOOKUP_WAIT_MS_MAX = 5_000;
 
 export class StoreLoop {
   readonly tier: HostTier;
@@ -149,13 +154,14 @@ export class StoreLoop {
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
-  private readonly now: () => number;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
-  /** Lookups waiting for copies in flight; bounded by the scheduler's lookups (one per admission). */
-  private readonly waitingLookups: { record: Int32Array; sinceMs: number }[] = [];
+  /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
+  private readonly beingLoaded = new Map<bigint, number>();
+  private lookupsDeferred = 0;
+  private readonly loadingRequests = new Set<number>();
   private readonly readable = new Map<bigint, Readable>();
   /** Positions of keys being written, until their job completes. */
   private readonly writing = new Map<bigint, Readable>();
@@ -191,7 +197,6 @@ export class StoreLoop {
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
     this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
     this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
-    this.now = options.now ?? Date.now;
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -241,7 +246,6 @@ export class StoreLoop {
     let did = this.answers.flush() > 0;
     if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
     if (this.collect()) did = true;
-    if (this.waitingLookups.length > 0 && this.retryLookups()) did = true;
     if (this.stores.size < this.jobsInFlightMax) {
       const before = this.planner.counters.jobs;
       this.planner.pass((job) => this.dispatch(job));
@@ -291,6 +295,11 @@ export class StoreLoop {
   }
 
   private dispatch(job: StoreJob): void {
+    // One load xor stores per request (vLLM's §7.6): a loading request has computed nothing to store.
+    invariant(
+      !this.loadingRequests.has(job.requestId),
+      `request ${job.requestId} stores while it loads`,
+    );
     const keys: bigint[] = [];
     const bpc = this.views.config.blocksPerChunk;
     for (const c of job.chunks) {
@@ -355,123 +364,79 @@ export class StoreLoop {
   }
 
   /**
-   * The prompt's tier prefix hit, in chunks common to every group: the longest
-   * prefix whose full-attention chunks are all readable and whose windowed
-   * groups have every chunk of their window at the boundary. Only whole chunks
-   * count (every block position present). Hit entries are protected from
-   * eviction until loaded or unlocked. Groups must share tokensPerChunk.
-   *
-   * A prefix still being written is not a miss: the answer waits (bounded by
-   * LOOKUP_WAIT_MS_MAX) until those copies complete, so hits do not depend on
-   * how fast the copy threads run.
+   * Answers a lookup with the one lookup decision (src/lookup.ts): the hit in
+   * chunks, or LOOKUP_DEFERRED when an entry it depends on is still being
+   * written or is being read by another request's load (the scheduler asks
+   * again later, so hits never depend on how fast the copy threads ran). Only
+   * whole chunks count (every block position stored). Every lookup touches
+   * the request's keys, group by group; hit entries are protected from
+   * eviction until loaded or unlocked. The runtime loads whole chunks from a
+   * chunk boundary, so groups must share tokensPerChunk and the hit is
+   * rounded down to a chunk.
    */
   private lookup(r: Int32Array): void {
-    const record = Int32Array.from(r);
-    if (!this.tryLookup(record, false)) this.waitingLookups.push({ record, sinceMs: this.now() });
-  }
-
-  private retryLookups(): boolean {
-    let did = false;
-    for (let i = 0; i < this.waitingLookups.length;) {
-      const w = this.waitingLookups[i]!;
-      if (this.tryLookup(w.record, this.now() - w.sinceMs > LOOKUP_WAIT_MS_MAX)) {
-        this.waitingLookups.splice(i, 1);
-        did = true;
-      } else i += 1;
-    }
-    return did;
-  }
-
-  /** Answers the lookup unless copies of a longer hit are in flight (and `force` is off). */
-  private tryLookup(r: Int32Array, force: boolean): boolean {
-    const tag = r[1]!;
-    const count = r[2]!;
     const { config } = this.views;
     const groups = config.groups;
-    const bpc = config.blocksPerChunk;
-    const key = (g: number, c: number) => readKey(r, 3 + 2 * (g * count + c));
-    const readable = (k: bigint) => this.readable.get(k)?.positions.length === bpc;
-    const writing = (k: bigint) => readable(k) || this.writing.get(k)?.positions.length === bpc;
-    if (this.loadWhileWriting) return this.lookupWhileWriting(tag, count, key, writing);
-    if (!force && this.prefixHit(count, key, writing) > this.prefixHit(count, key, readable)) {
-      return false;
+    const { tag, numTokens, force, keys } = decodeLookup(config, r);
+    const tpc = groups[0]!.tokensPerChunk;
+    const result = groups.every((g) => g.tokensPerChunk === tpc)
+      ? lookupHitTokens(groups, { numTokens, keys }, (k) => this.chunkState(k, force))
+      : 0;
+    const hitTokens = result === DEFER ? 0 : Math.floor(result / tpc) * tpc;
+    for (const t of touchRanges(
+      groups,
+      keys.map((k) => k.length),
+      hitTokens,
+    )) {
+      if (t.to > t.from) this.tier.touch(keys[t.group]!.slice(t.from, t.to));
     }
-    const hit = this.prefixHit(count, key, readable);
+    if (result === DEFER) {
+      this.lookupsDeferred += 1;
+      this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
+      return;
+    }
+    const hit = hitTokens / tpc;
     if (hit > 0) {
-      const keys: bigint[] = [];
+      const locked: bigint[] = [];
       const chunks: { group: number; chunk: number }[] = [];
-      for (const g of groups) {
-        const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
-        for (let c = from; c < hit; c += 1) {
-          keys.push(key(g.index, c));
-          chunks.push({ group: g.index, chunk: c });
+      for (const plan of loadPlan(groups, 0, hitTokens)) {
+        for (let c = plan.firstChunk; c < plan.endChunk; c += 1) {
+          locked.push(keys[plan.group]![c]!);
+          chunks.push({ group: plan.group, chunk: c });
         }
       }
-      const slots = this.tier.prepareLoad(keys);
-      this.locks.set(tag, { keys, slots, chunks, hit });
+      const { keys: prepared, slots } = this.protect(locked);
+      for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
+      this.locks.set(tag, { keys: prepared, slots, chunks, hit });
     }
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
-    return true;
   }
 
-  /** Test-only (unsafeLoadWhileWriting): entries being written count as hits and are loaded unprotected. */
-  private lookupWhileWriting(
-    tag: number,
-    count: number,
-    key: (g: number, c: number) => bigint,
-    present: (k: bigint) => boolean,
-  ): boolean {
-    const hit = this.prefixHit(count, key, present);
-    if (hit > 0) {
-      const keys: bigint[] = [];
-      const slots: number[] = [];
-      const chunks: { group: number; chunk: number }[] = [];
-      for (const g of this.views.config.groups) {
-        const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
-        for (let c = from; c < hit; c += 1) {
-          const k = key(g.index, c);
-          const w = this.writing.get(k);
-          if (w !== undefined) slots.push(w.slot);
-          else {
-            keys.push(k);
-            slots.push(this.tier.prepareLoad([k])[0]!);
-          }
-          chunks.push({ group: g.index, chunk: c });
-        }
+  /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
+  private protect(keys: bigint[]): { keys: bigint[]; slots: number[] } {
+    if (!this.loadWhileWriting) return { keys, slots: this.tier.prepareLoad(keys) };
+    const prepared: bigint[] = [];
+    const slots: number[] = [];
+    for (const k of keys) {
+      const w = this.writing.get(k);
+      if (w !== undefined) slots.push(w.slot);
+      else {
+        prepared.push(k);
+        slots.push(this.tier.prepareLoad([k])[0]!);
       }
-      this.locks.set(tag, { keys, slots, chunks, hit });
     }
-    this.answers.send([ANS_LOOKED_UP, tag, hit]);
-    return true;
+    return { keys: prepared, slots };
   }
 
-  private prefixHit(
-    count: number,
-    key: (g: number, c: number) => bigint,
-    present: (k: bigint) => boolean,
-  ): number {
-    const groups = this.views.config.groups;
-    if (!groups.every((g) => g.tokensPerChunk === groups[0]!.tokensPerChunk)) return 0;
-    let hit = count;
-    for (const g of groups) {
-      if (g.windowChunks !== null) continue;
-      let n = 0;
-      while (n < hit && present(key(g.index, n))) n += 1;
-      hit = n;
+  /** A key's state for lookups: whole and readable, being written or read (pending), or missing. */
+  private chunkState(k: bigint, force: boolean): ChunkState {
+    const bpc = this.views.config.blocksPerChunk;
+    if (this.loadWhileWriting && this.writing.get(k)?.positions.length === bpc) return 'hit';
+    if (this.readable.get(k)?.positions.length === bpc) {
+      return !force && this.beingLoaded.has(k) ? 'pending' : 'hit';
     }
-    // Shrink until every windowed group has its whole window (bounded by hit * window).
-    while (hit > 0) {
-      let ok = true;
-      for (const g of groups) {
-        if (g.windowChunks === null) continue;
-        for (let c = Math.max(0, hit - g.windowChunks); c < hit && ok; c += 1) {
-          if (!present(key(g.index, c))) ok = false;
-        }
-      }
-      if (ok) break;
-      hit -= 1;
-    }
-    return hit;
+    if (this.writing.get(k)?.positions.length === bpc) return force ? 'miss' : 'pending';
+    return 'miss';
   }
 
   /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
@@ -488,8 +453,12 @@ export class StoreLoop {
         entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block: r[2 + i * bpc + p]! });
       }
     }
+    for (const s of this.stores.values()) {
+      invariant(s.job.requestId !== tag, `request ${tag} loads while its stores are in flight`);
+    }
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
+    this.loadingRequests.add(tag);
     this.backend.submit(encodeLoadTask(jobId, entries, 0));
   }
 
@@ -497,7 +466,8 @@ export class StoreLoop {
     const load = this.loads.get(c.jobId);
     invariant(load !== undefined, `load job ${c.jobId} was in flight`);
     this.loads.delete(c.jobId);
-    this.tier.completeLoad(load.lock.keys);
+    this.loadingRequests.delete(load.tag);
+    this.release(load.lock);
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
@@ -505,7 +475,16 @@ export class StoreLoop {
     const lock = this.locks.get(tag);
     if (lock === undefined) return;
     this.locks.delete(tag);
+    this.release(lock);
+  }
+
+  private release(lock: HitLock): void {
     this.tier.completeLoad(lock.keys);
+    for (const k of lock.keys) {
+      const n = this.beingLoaded.get(k)!;
+      if (n <= 1) this.beingLoaded.delete(k);
+      else this.beingLoaded.set(k, n - 1);
+    }
   }
 
   // --- planner observer: this thread only ---
@@ -612,11 +591,17 @@ export class StoreLoop {
     });
   }
 
+  /** Traces of the traced requests not yet ended, up to now (the store is failing). */
+  takeLiveTraces(): TracedRequest[] {
+    return this.recorder?.takeLive() ?? [];
+  }
+
   private publishStats(): void {
     const s = this.views.stats;
     const c = this.planner.counters;
     publishStat(s, 'chunksStored', c.chunksStored);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
+    publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
     publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);
     publishStat(s, 'allocationRetries', c.allocationFailures);
     publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
@@ -630,5 +615,6 @@ export class StoreLoop {
     publishStat(s, 'holes', this.holes);
     publishStat(s, 'doubleStores', this.doubleStores);
     publishStat(s, 'storePasses', c.passes);
+    publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
   }
 }

@@ -136,6 +136,17 @@ export class TraceRecorder {
     return live.trace;
   }
 
+  /**
+   * Removes and returns the traces of requests that have not ended, each up
+   * to its last pass (status 'running'): what the store saw before it failed.
+   */
+  takeLive(): TracedRequest[] {
+    this.endPass();
+    const out = [...this.live.values()].map((l) => l.trace);
+    this.live.clear();
+    return out;
+  }
+
   private flush(slot: number): void {
     const p = this.pending[slot];
     if (p === undefined) return;

@@ -19,6 +19,11 @@ const COUNTERS = [
     'chunk-passes where a token-ready chunk was not ready yet',
   ],
   [
+    'chunksSkippedUnready',
+    'kvoff_chunks_skipped_unready_total',
+    'token-ready chunks the cursor passed unstored (a legacy policy; 0 under ready-prefix)',
+  ],
+  [
     'chunksDeferredThenStored',
     'kvoff_chunks_deferred_then_stored_total',
     'stored chunks that had been deferred before',
@@ -67,11 +72,36 @@ const JOB_LATENCY_BUCKETS_S = [
   0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
 ];
 
+/** The HTTP layer's counters, as /v1/stats reports them under `http`. */
+export interface HttpCounterSnapshot {
+  inFlight: number;
+  served: number;
+  clientErrors: number;
+  serverErrors: number;
+  clientDisconnects: number;
+}
+
 export interface ServerGauges {
   /** Event-loop delay percentiles of the serving thread, in milliseconds. */
   eventLoopDelayMs(): { p50: number; p99: number; max: number };
-  httpInFlight(): number;
+  http(): HttpCounterSnapshot;
 }
+
+/** HTTP counters exported as Prometheus counters, named after their /v1/stats field. */
+const HTTP_COUNTERS = [
+  ['served', 'kvoff_http_requests_served_total', 'POST /v1/requests answered 200'],
+  [
+    'clientErrors',
+    'kvoff_http_client_errors_total',
+    '4xx answers, malformed HTTP and clients gone before their body arrived',
+  ],
+  ['serverErrors', 'kvoff_http_server_errors_total', '5xx answers'],
+  [
+    'clientDisconnects',
+    'kvoff_http_client_disconnects_total',
+    'connections closed by the client before its answer was sent',
+  ],
+] as const satisfies readonly (readonly [keyof HttpCounterSnapshot, string, string])[];
 
 export interface RuntimeMetrics {
   readonly registry: Registry;
@@ -132,12 +162,24 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
   void loopDelay;
   new Gauge({
     name: 'kvoff_http_requests_in_flight',
-    help: 'POST /v1/requests being served',
+    help: 'POST /v1/requests accepted by the runtime and not yet answered',
     registers: [registry],
     collect() {
-      this.set(server.httpInFlight());
+      this.set(server.http().inFlight);
     },
   });
+  // These live in this process and only grow: set the counter to the total.
+  for (const [field, name, help] of HTTP_COUNTERS) {
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(server.http()[field]);
+      },
+    });
+  }
 
   return {
     registry,

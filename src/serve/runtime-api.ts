@@ -10,5 +10,7 @@ export interface EmbeddableRuntime {
   submit(req: SimRequest): Promise<RequestSummary>;
   stats(): RuntimeStats;
   close(): Promise<void>;
+  /** The failure that stopped the runtime (a worker died), if any. */
+  readonly failedWith?: Error | undefined;
   on(event: 'job', fn: (e: JobEvent) => void): unknown;
 }

@@ -3,20 +3,26 @@
 //   POST /v1/requests  submit a simulated inference request; answers when it ends
 //   GET  /v1/stats     runtime counters + event-loop delay + HTTP counters (JSON)
 //   GET  /metrics      Prometheus exposition (prom-client)
-//   GET  /healthz      200 while serving, 503 while draining
+//   GET  /healthz      200 while serving, 503 while draining or after a runtime failure
 //
 // A bad request gets a 4xx with {error:{code,message}} and touches nothing:
-// the body is size-limited, parsed and validated before the runtime sees it.
-// The content type is not checked (curl -d sends form-urlencoded): the body
-// must parse as JSON, whatever it claims to be.
-// drain() stops accepting, waits for the requests in flight (bounded), then
-// closes the runtime, which drains its transfer jobs.
+// the content type is checked (415), the body is size-, depth- and
+// element-limited while it arrives, then parsed and validated before the
+// runtime sees it. docs/serve.md is the reference for routes and codes.
+//
+// drain() keeps the listener open so /healthz can say 503 draining and new
+// work gets 503; it ends idle connections and requests whose body has not
+// arrived at once (they are not started work), waits (bounded) for the
+// requests the runtime accepted, then closes every connection and the
+// runtime, which drains its transfer jobs.
 import { createServer } from 'node:http';
 import type { IncomingMessage, Server, ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { IntervalHistogram } from 'node:perf_hooks';
 import { KvoffError } from '../errors.js';
+import { ClientGoneError, readJsonBody } from './body.js';
+import type { BodyRead } from './body.js';
 import { createMetrics } from './metrics.js';
 import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
@@ -25,31 +31,61 @@ import { HttpError, parseSimRequest } from './validate.js';
 export interface ServeOptions {
   /** Largest request body accepted, in bytes. */
   bodyBytesMax?: number;
-  /** POST /v1/requests served at once; more get 503 (the runtime's queue is bounded too). */
+  /** Deepest JSON nesting accepted in a body (a valid request nests 2 deep). */
+  bodyDepthMax?: number;
+  /** POST /v1/requests served at once (bodies being read included); more get 503. */
   inFlightMax?: number;
-  /** How long drain() waits for requests in flight before closing anyway. */
+  /** How long drain() waits for the requests the runtime accepted before closing anyway. */
   drainTimeoutMs?: number;
+  /** A client must send its request headers within this time (node's headersTimeout). */
+  headersTimeoutMs?: number;
+  /** A client must send its whole request, body included, within this time (node's requestTimeout). */
+  requestTimeoutMs?: number;
 }
 
 export const SERVE_DEFAULTS = {
   bodyBytesMax: 1 << 20,
+  bodyDepthMax: 4,
   inFlightMax: 1024,
   drainTimeoutMs: 60_000,
+  headersTimeoutMs: 10_000,
+  requestTimeoutMs: 30_000,
 } as const;
 
 /** Sampling interval of the event-loop delay monitor. */
 const LOOP_DELAY_RESOLUTION_MS = 10;
+/** How often node checks the header and request timeouts (its default is 30 s). */
+const TIMEOUT_CHECK_INTERVAL_MS = 1_000;
+/** Commas a valid body can hold beyond its prompt tokens (one per other field). */
+const BODY_FIELDS_SLACK = 16;
+
+export interface HttpCounters {
+  /** POST /v1/requests accepted by the runtime and not yet answered. */
+  inFlight: number;
+  /** POST /v1/requests answered 200. */
+  served: number;
+  /** 4xx answers, malformed HTTP and client disconnects. */
+  clientErrors: number;
+  /** 5xx answers. */
+  serverErrors: number;
+  /** Clients that closed the connection before their answer (counted in clientErrors when before the body ended). */
+  clientDisconnects: number;
+}
 
 export interface ServeStats {
   eventLoopDelayMs: { p50: number; p99: number; max: number };
-  http: { inFlight: number; served: number; clientErrors: number; serverErrors: number };
+  http: HttpCounters;
 }
 
 export interface DrainResult {
-  /** True when every request in flight ended before the timeout. */
+  /** True when every request the runtime accepted ended before the timeout. */
   drained: boolean;
-  /** Requests still in flight when the runtime was closed. */
+  /** Accepted requests still in flight when the runtime was closed. */
   abandoned: number;
+  /** Requests whose body had not arrived when the drain began: answered 503, never started. */
+  refusedUnstarted: number;
+  /** Set when the runtime failed (a worker died): the message of that failure. */
+  runtimeFailure?: string;
 }
 
 export class KvoffServer {
@@ -58,13 +94,18 @@ export class KvoffServer {
   private readonly metrics: RuntimeMetrics;
   private readonly loopDelay: IntervalHistogram;
   private readonly options: Required<ServeOptions>;
-  private inFlight = 0;
-  private served = 0;
-  private clientErrors = 0;
-  private serverErrors = 0;
+  private readonly counters: HttpCounters = {
+    inFlight: 0,
+    served: 0,
+    clientErrors: 0,
+    serverErrors: 0,
+    clientDisconnects: 0,
+  };
+  /** Bodies being read, with their answers: not started work, so a drain refuses them at once. */
+  private readonly reading = new Map<BodyRead, ServerResponse>();
   private draining: Promise<DrainResult> | undefined;
-  /** Set once the runtime reported a failed worker: every later request would fail too. */
-  private runtimeFailure: string | undefined;
+  /** Set once a submit reported a failed worker (the runtime may report it too). */
+  private submitFailure: string | undefined;
   private idleWaiters: Array<() => void> = [];
 
   constructor(runtime: EmbeddableRuntime, options: ServeOptions = {}) {
@@ -74,14 +115,25 @@ export class KvoffServer {
     this.loopDelay.enable();
     this.metrics = createMetrics(runtime, {
       eventLoopDelayMs: () => this.eventLoopDelayMs(),
-      httpInFlight: () => this.inFlight,
+      http: () => ({ ...this.counters }),
     });
-    this.http = createServer((req, res) => {
-      this.handle(req, res).catch((err: unknown) => this.fail(res, err));
-    });
-    // Bound how long a slow client may hold a socket.
-    this.http.headersTimeout = 10_000;
-    this.http.requestTimeout = 120_000;
+    // Bound how long a slow client may hold a socket: headers, then the whole request.
+    this.http = createServer(
+      {
+        headersTimeout: this.options.headersTimeoutMs,
+        requestTimeout: this.options.requestTimeoutMs,
+        connectionsCheckingInterval: TIMEOUT_CHECK_INTERVAL_MS,
+      },
+      (req, res) => {
+        res.once('close', () => {
+          if (!res.writableFinished) this.counters.clientDisconnects += 1;
+        });
+        this.handle(req, res).catch((err: unknown) => this.fail(res, err));
+      },
+    );
+    this.http.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) =>
+      this.onClientError(err, socket),
+    );
   }
 
   /** Starts listening; resolves with the bound address (port 0 picks a free port). */
@@ -102,22 +154,21 @@ export class KvoffServer {
     return this.draining !== undefined;
   }
 
+  /** The runtime's failure (a worker died), from the runtime or from a failed submit. */
+  get runtimeFailure(): string | undefined {
+    return this.runtime.failedWith?.message ?? this.submitFailure;
+  }
+
   stats(): ServeStats {
-    return {
-      eventLoopDelayMs: this.eventLoopDelayMs(),
-      http: {
-        inFlight: this.inFlight,
-        served: this.served,
-        clientErrors: this.clientErrors,
-        serverErrors: this.serverErrors,
-      },
-    };
+    return { eventLoopDelayMs: this.eventLoopDelayMs(), http: { ...this.counters } };
   }
 
   /**
-   * Stops accepting connections, lets requests in flight finish (at most
-   * drainTimeoutMs), then closes the runtime (which drains its jobs and ends
-   * its workers). Calling it again returns the same promise.
+   * Starts the drain: keeps answering (/healthz 503 draining, new work 503),
+   * refuses the requests whose body has not arrived, ends idle connections,
+   * waits for the requests the runtime accepted (at most drainTimeoutMs),
+   * then closes every connection and the runtime. Calling it again returns
+   * the same promise.
    */
   drain(): Promise<DrainResult> {
     this.draining ??= this.doDrain();
@@ -125,22 +176,29 @@ export class KvoffServer {
   }
 
   private async doDrain(): Promise<DrainResult> {
-    const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
+    const unstarted = [...this.reading];
+    // Their 503 is written by fail(); it must reach the client before the socket is closed.
+    const answered = Promise.all(unstarted.map(([, res]) => responseDone(res)));
+    for (const [read] of unstarted) read.cancel(draining());
     this.http.closeIdleConnections();
     let timer: NodeJS.Timeout | undefined;
-    const idle = new Promise<boolean>((resolve) => {
-      if (this.inFlight === 0) return resolve(true);
+    const drained = await new Promise<boolean>((resolve) => {
+      if (this.counters.inFlight === 0) return resolve(true);
       this.idleWaiters.push(() => resolve(true));
       timer = setTimeout(() => resolve(false), this.options.drainTimeoutMs);
     });
-    const drained = await idle;
     if (timer) clearTimeout(timer);
-    const abandoned = this.inFlight;
+    const abandoned = this.counters.inFlight;
+    await answered;
+    const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeAllConnections();
     await closed;
     await this.runtime.close();
     this.loopDelay.disable();
-    return { drained, abandoned };
+    const result: DrainResult = { drained, abandoned, refusedUnstarted: unstarted.length };
+    const failure = this.runtimeFailure;
+    if (failure !== undefined) result.runtimeFailure = failure;
+    return result;
   }
 
   private eventLoopDelayMs(): { p50: number; p99: number; max: number } {
@@ -154,59 +212,72 @@ export class KvoffServer {
 
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const path = (req.url ?? '/').split('?')[0];
-    if (this.draining) res.setHeader('connection', 'close');
     switch (path) {
       case '/v1/requests':
-        if (req.method !== 'POST') throw methodNotAllowed('POST');
+        allow(req, res, 'POST');
         return this.submit(req, res);
       case '/v1/stats':
-        if (req.method !== 'GET') throw methodNotAllowed('GET');
+        allow(req, res, 'GET');
         return this.json(res, 200, { ...this.runtime.stats(), ...this.stats() });
       case '/metrics': {
-        if (req.method !== 'GET') throw methodNotAllowed('GET');
+        allow(req, res, 'GET');
         const text = await this.metrics.render();
+        this.closeIfDraining(res);
         res.writeHead(200, { 'content-type': this.metrics.registry.contentType });
         res.end(text);
         return;
       }
-      case '/healthz':
-        if (req.method !== 'GET') throw methodNotAllowed('GET');
-        if (this.runtimeFailure !== undefined) {
-          return this.json(res, 503, { status: 'failed', error: this.runtimeFailure });
-        }
+      case '/healthz': {
+        allow(req, res, 'GET');
+        const failure = this.runtimeFailure;
+        if (failure !== undefined) return this.json(res, 503, { status: 'failed', error: failure });
         return this.draining
           ? this.json(res, 503, { status: 'draining' })
           : this.json(res, 200, { status: 'ok' });
+      }
       default:
         throw new HttpError(404, 'not_found', `no route ${path ?? ''}`);
     }
   }
 
   private async submit(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    if (this.draining) throw new HttpError(503, 'draining', 'the server is shutting down');
-    if (this.inFlight >= this.options.inFlightMax) {
+    if (this.draining) throw draining();
+    if (!isJson(req.headers['content-type'])) {
+      throw new HttpError(
+        415,
+        'unsupported_media_type',
+        'send the body as Content-Type: application/json',
+      );
+    }
+    if (this.counters.inFlight + this.reading.size >= this.options.inFlightMax) {
       throw new HttpError(
         503,
         'overloaded',
         `${this.options.inFlightMax} requests already in flight`,
       );
     }
-    this.inFlight += 1;
+    const read = readJsonBody(req, {
+      bytesMax: this.options.bodyBytesMax,
+      depthMax: this.options.bodyDepthMax,
+      elementsMax: this.runtime.config.maxTokensPerRequest + BODY_FIELDS_SLACK,
+    });
+    this.reading.set(read, res);
+    let body: unknown;
     try {
-      const raw = await readBody(req, this.options.bodyBytesMax);
-      let body: unknown;
-      try {
-        body = JSON.parse(raw) as unknown;
-      } catch {
-        throw new HttpError(400, 'invalid_json', 'the body is not valid JSON');
-      }
-      const simReq = parseSimRequest(body, this.runtime.config);
+      body = await read.value;
+    } finally {
+      this.reading.delete(read);
+    }
+    const simReq = parseSimRequest(body, this.runtime.config);
+    // From here the runtime has the request: a drain waits for its answer.
+    this.counters.inFlight += 1;
+    try {
       const summary = await this.runtime.submit(simReq);
-      this.served += 1;
+      this.counters.served += 1;
       this.json(res, 200, summary);
     } finally {
-      this.inFlight -= 1;
-      if (this.inFlight === 0) {
+      this.counters.inFlight -= 1;
+      if (this.counters.inFlight === 0) {
         const waiters = this.idleWaiters;
         this.idleWaiters = [];
         for (const w of waiters) w();
@@ -218,6 +289,12 @@ export class KvoffServer {
     let status = 500;
     let code = 'internal';
     let message = err instanceof Error ? err.message : String(err);
+    if (err instanceof ClientGoneError) {
+      // Nobody to answer; the client's doing, not ours.
+      this.counters.clientErrors += 1;
+      res.destroy();
+      return;
+    }
     if (err instanceof HttpError) {
       status = err.status;
       code = err.code;
@@ -231,7 +308,7 @@ export class KvoffServer {
         code = 'draining';
       } else if (err.code === 'KVOFF_WORKER_FAILED') {
         // The runtime cannot serve anyone now; say so on /healthz as well.
-        this.runtimeFailure ??= err.message;
+        this.submitFailure ??= err.message;
         status = 503;
         code = 'runtime_failed';
       } else {
@@ -240,17 +317,43 @@ export class KvoffServer {
     } else {
       message = 'internal error';
     }
-    if (status >= 500) this.serverErrors += 1;
-    else this.clientErrors += 1;
+    if (status >= 500) this.counters.serverErrors += 1;
+    else this.counters.clientErrors += 1;
     if (res.headersSent) {
       res.destroy();
       return;
     }
+    // An answer before the body was read (415, 413, 503): do not keep a
+    // connection whose unread bytes would be taken for the next request.
+    if (!res.req.complete) res.setHeader('connection', 'close');
     this.json(res, status, { error: { code, message } });
+  }
+
+  /** Malformed HTTP or a header/request timeout: node's answer, counted as the client's error. */
+  private onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
+    if (err.code === 'ECONNRESET' || err.code === 'HPE_INVALID_EOF_STATE' || !socket.writable) {
+      // The client left (reset, or closed mid-request); a request it had begun counts itself (ClientGoneError).
+      socket.destroy();
+      return;
+    }
+    this.counters.clientErrors += 1;
+    const status =
+      err.code === 'ERR_HTTP_REQUEST_TIMEOUT'
+        ? '408 Request Timeout'
+        : err.code === 'HPE_HEADER_OVERFLOW'
+          ? '431 Request Header Fields Too Large'
+          : '400 Bad Request';
+    socket.end(`HTTP/1.1 ${status}\r\nconnection: close\r\ncontent-length: 0\r\n\r\n`);
+  }
+
+  private closeIfDraining(res: ServerResponse): void {
+    // While draining, no connection is kept for a next request.
+    if (this.draining) res.setHeader('connection', 'close');
   }
 
   private json(res: ServerResponse, status: number, value: unknown): void {
     const text = JSON.stringify(value);
+    this.closeIfDraining(res);
     res.writeHead(status, {
       'content-type': 'application/json; charset=utf-8',
       'content-length': Buffer.byteLength(text),
@@ -259,43 +362,33 @@ export class KvoffServer {
   }
 }
 
-function methodNotAllowed(allowed: string): HttpError {
-  return new HttpError(405, 'method_not_allowed', `use ${allowed}`);
+/** Refuses any other method with 405 and the Allow header (RFC 9110 §15.5.6). */
+function allow(req: IncomingMessage, res: ServerResponse, method: 'GET' | 'POST'): void {
+  if (req.method === method || (method === 'GET' && req.method === 'HEAD')) return;
+  res.setHeader('allow', method === 'GET' ? 'GET, HEAD' : method);
+  throw new HttpError(405, 'method_not_allowed', `use ${method}`);
 }
 
-/** Reads the body as UTF-8, refusing more than `bytesMax` (413) before buffering it. */
-function readBody(req: IncomingMessage, bytesMax: number): Promise<string> {
-  const declared = Number(req.headers['content-length'] ?? NaN);
-  if (Number.isFinite(declared) && declared > bytesMax) {
-    req.resume();
-    return Promise.reject(tooLarge(bytesMax));
-  }
-  return new Promise((resolve, reject) => {
-    const parts: Buffer[] = [];
-    let size = 0;
-    let failed = false;
-    req.on('data', (chunk: Buffer) => {
-      if (failed) return;
-      size += chunk.length;
-      if (size > bytesMax) {
-        failed = true;
-        reject(tooLarge(bytesMax));
-        return;
-      }
-      parts.push(chunk);
-    });
-    req.on('end', () => {
-      if (!failed) resolve(Buffer.concat(parts).toString('utf8'));
-    });
-    req.on('error', (err) => {
-      if (!failed) reject(err);
-      failed = true;
-    });
+/** application/json, any parameters (charset), any case. */
+function isJson(contentType: string | undefined): boolean {
+  if (contentType === undefined) return false;
+  return contentType.split(';')[0]!.trim().toLowerCase() === 'application/json';
+}
+
+/** Resolves once the answer was handed to the socket or the connection closed (at most 1 s). */
+function responseDone(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, 1000);
+    const done = (): void => {
+      clearTimeout(timer);
+      resolve();
+    };
+    res.once('finish', done).once('close', done);
   });
 }
 
-function tooLarge(bytesMax: number): HttpError {
-  return new HttpError(413, 'body_too_large', `the body is over ${bytesMax} bytes`);
+function draining(): HttpError {
+  return new HttpError(503, 'draining', 'the server is shutting down');
 }
 
 function round3(n: number): number {

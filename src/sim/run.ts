@@ -107,6 +107,8 @@ export interface FuzzOptions {
   readonly shrink?: boolean;
   /** Called every few schedules with the count so far. */
   readonly onProgress?: (schedules: number, elapsedMs: number) => void;
+  /** Stop early (SIGINT/SIGTERM): checked every few schedules; the report says interrupted. */
+  readonly signal?: AbortSignal;
 }
 
 export interface FailureReport {
@@ -142,6 +144,8 @@ export interface FuzzReport {
   readonly jobs: number;
   readonly elapsedMs: number;
   readonly schedulesPerSecond: number;
+  /** True when `signal` stopped the campaign before its budget. */
+  readonly interrupted?: boolean;
   readonly first?: FailureReport;
 }
 
@@ -190,7 +194,10 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
       const elapsedMs = performance.now() - t0;
       options.onProgress?.(schedules, elapsedMs);
       if (elapsedMs >= deadline) break;
+      // Let a signal handler run (the loop is otherwise synchronous), then honour it.
+      if (options.signal !== undefined) await new Promise<void>((r) => setImmediate(r));
     }
+    if (options.signal?.aborted) break;
   }
   const elapsedMs = performance.now() - t0;
   options.onProgress?.(schedules, elapsedMs);
@@ -212,6 +219,7 @@ export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
     jobs,
     elapsedMs,
     schedulesPerSecond: elapsedMs > 0 ? (schedules * 1000) / elapsedMs : 0,
+    ...(options.signal?.aborted ? { interrupted: true } : {}),
   };
   if (failed === undefined) return report;
   return { ...report, first: describeFailure(hashing, failed.spec, options.shrink ?? true) };

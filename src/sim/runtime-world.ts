@@ -227,7 +227,6 @@ export class RuntimeWorld {
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
-        now,
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );

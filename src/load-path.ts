@@ -1,0 +1,278 @@
+// The facade's load path: vLLM's get_num_new_matched_tokens and
+// update_state_after_alloc for a host engine that drives every role from one
+// thread (LocalOffload). The decisions come from src/lookup.ts; this class
+// keeps what they need across calls: which requests have store jobs in flight
+// and which have a load in flight (one load xor stores per request), and which
+// tier entries loads are reading (a second request that needs one is
+// deferred, then hits once the first load completed).
+import type { Config } from './config.js';
+import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
+import type { Hashing } from './hashing.js';
+import { DEFER, loadPlan, lookupHitTokens, promptKeys, touchRanges } from './lookup.js';
+import type { ChunkState, CursorPolicy } from './lookup.js';
+import { checkHandle } from './roles/handle.js';
+import type { RequestHandle } from './roles/handle.js';
+import { RequestSnapshot, StoreRole } from './roles/store.js';
+import type { SharedState } from './state.js';
+import type { OffloadTier } from './tier/types.js';
+import { S_NUM_TOKENS } from './layout.js';
+
+export interface LookupOptions {
+  /** A request being admitted again (after preemption): deferred while its store jobs are in flight. */
+  handle?: RequestHandle;
+  /** Tokens the engine already holds for this prompt (a GPU prefix-cache hit); 0 by default. */
+  localHitTokens?: number;
+  /** Cap on the tokens this load may bring in. */
+  maxLoadTokens?: number;
+  /** The request does not read the cache: the answer is a hit of 0 (keys are still touched). */
+  skipReadingPrefixCache?: boolean;
+}
+
+/** A lookup's answer: ask again later, or the hit (possibly 0). */
+export type LookupAnswer =
+  | { readonly deferred: true }
+  | {
+      readonly deferred: false;
+      readonly localHitTokens: number;
+      /** Tokens to load beyond the local ones (0: nothing to load). */
+      readonly hitTokens: number;
+      /** Per group, where the store cursor starts: pass as `hitChunks` to open(). */
+      readonly hitChunks: readonly number[];
+      /** Per group, the prompt's offload keys the answer was computed from. */
+      readonly keys: readonly (readonly bigint[])[];
+    };
+
+/** One chunk a load copies: the tier slot to read and the GPU blocks to write. */
+export interface LoadChunk {
+  readonly group: number;
+  readonly chunk: number;
+  readonly key: bigint;
+  readonly tierSlot: number;
+  /** Positions in the group's block table (the first chunk may be partial) and their block IDs. */
+  readonly positions: readonly number[];
+  readonly blocks: readonly number[];
+}
+
+/** A load in flight: the host copies each chunk, then calls completeLoad. */
+export interface LoadJob {
+  readonly loadId: number;
+  readonly slot: number;
+  readonly generation: number;
+  readonly hitTokens: number;
+  readonly chunks: readonly LoadChunk[];
+}
+
+export class LoadPath {
+  private readonly config: Config;
+  private readonly state: SharedState;
+  private readonly tier: OffloadTier;
+  private readonly hashing: Hashing;
+  private readonly policy: CursorPolicy;
+  private readonly store: StoreRole;
+  private readonly snap: RequestSnapshot;
+  /** Per slot: chunks of store jobs handed out and not completed. */
+  private readonly storesInFlight: Int32Array;
+  private readonly loads = new Map<number, LoadJob>();
+  /** Keys read by loads in flight, with how many loads read each. */
+  private readonly beingLoaded = new Map<bigint, number>();
+  private nextLoadId = 1;
+
+  constructor(state: SharedState, tier: OffloadTier, hashing: Hashing, policy: CursorPolicy) {
+    this.config = state.config;
+    this.state = state;
+    this.tier = tier;
+    this.hashing = hashing;
+    this.policy = policy;
+    this.store = new StoreRole(state);
+    this.snap = new RequestSnapshot(state.groupCount);
+    this.storesInFlight = new Int32Array(state.config.maxRequests);
+  }
+
+  lookup(promptTokens: ArrayLike<number>, options: LookupOptions = {}): LookupAnswer {
+    if (
+      promptTokens === null ||
+      typeof promptTokens !== 'object' ||
+      typeof promptTokens.length !== 'number'
+    ) {
+      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+    }
+    const local = tokenCount('localHitTokens', options.localHitTokens ?? 0, promptTokens.length);
+    const cap =
+      options.maxLoadTokens === undefined
+        ? undefined
+        : tokenCount('maxLoadTokens', options.maxLoadTokens, Number.MAX_SAFE_INTEGER);
+    if (options.handle !== undefined) {
+      checkHandle(this.state, options.handle);
+      // vLLM defers a request with jobs in flight before any lookup (no touch either).
+      if (this.storesInFlight[options.handle.slot]! > 0) return { deferred: true };
+      if (this.loads.has(options.handle.slot)) {
+        throw new IllegalTransitionError('look up', 'loading');
+      }
+    }
+    const keys = promptKeys(this.config, this.hashing, promptTokens);
+    const result = lookupHitTokens(
+      this.config.groups,
+      {
+        numTokens: promptTokens.length,
+        keys,
+        localHitTokens: local,
+        ...(cap !== undefined ? { maxLoadTokens: cap } : {}),
+        skipReadingPrefixCache: options.skipReadingPrefixCache === true,
+      },
+      (k) => this.chunkState(k),
+    );
+    const hit = result === DEFER ? 0 : result;
+    // One touch per group, in group order, at every lookup (vLLM's §7.4).
+    for (const t of touchRanges(
+      this.config.groups,
+      keys.map((k) => k.length),
+      local + hit,
+    )) {
+      this.tier.touch(keys[t.group]!.slice(t.from, t.to));
+    }
+    if (result === DEFER) return { deferred: true };
+    const hitChunks = this.config.groups.map((g) => {
+      if (this.policy === 'request-level' || hit === 0) return 0;
+      return Math.ceil((local + hit) / g.tokensPerChunk);
+    });
+    return { deferred: false, localHitTokens: local, hitTokens: hit, hitChunks, keys };
+  }
+
+  /**
+   * Starts the load of a hit into the request's blocks: only the blocks not
+   * computed locally, and for a windowed group only its window. The blocks
+   * must be appended first (null below a window). The loaded keys must be the
+   * request's own (hashed from its tokens) and readable in the tier; otherwise
+   * a typed error and nothing changes. Block-level policy moves the store
+   * cursors to the hit's end.
+   */
+  load(handle: RequestHandle, answer: LookupAnswer): LoadJob {
+    checkHandle(this.state, handle);
+    if (answer.deferred || answer.hitTokens <= 0) {
+      throw new InvalidArgumentError('answer', 'must be a lookup answer with a positive hit');
+    }
+    const slot = handle.slot;
+    if (this.storesInFlight[slot]! > 0) throw new IllegalTransitionError('load', 'storing');
+    if (this.loads.has(slot)) throw new IllegalTransitionError('load', 'loading');
+    const taken = this.store.snapshot(slot, this.snap);
+    invariant(taken === 'ok', `slot ${slot} of a checked handle reads ${taken}`);
+    const numTokens = Atomics.load(
+      this.state.control,
+      this.state.schedulerWord(slot, S_NUM_TOKENS),
+    );
+    const base = this.state.tokenBase(slot);
+    const own = promptKeys(
+      this.config,
+      this.hashing,
+      this.state.tokens.subarray(base, base + numTokens),
+    );
+    const plans = loadPlan(
+      this.config.groups,
+      answer.localHitTokens,
+      answer.hitTokens,
+      this.policy,
+    );
+    const keys: bigint[] = [];
+    const partial: Omit<LoadChunk, 'tierSlot'>[] = [];
+    const bpc = this.config.blocksPerChunk;
+    for (const p of plans) {
+      if (this.snap.blockCount[p.group]! < p.endBlock) {
+        throw new InvalidArgumentError(
+          'handle',
+          `group ${p.group} needs ${p.endBlock} blocks appended before the load (has ${this.snap.blockCount[p.group]})`,
+        );
+      }
+      for (let c = p.firstChunk; c < p.endChunk; c += 1) {
+        const key = answer.keys[p.group]?.[c];
+        if (key === undefined || own[p.group]![c] !== key) {
+          throw new InvalidArgumentError(
+            'answer',
+            `the key of group ${p.group} chunk ${c} is not the request's own (another prompt's lookup?)`,
+          );
+        }
+        const positions: number[] = [];
+        const blocks: number[] = [];
+        for (
+          let q = Math.max(c * bpc, p.firstBlock);
+          q < Math.min((c + 1) * bpc, p.endBlock);
+          q += 1
+        ) {
+          const b = this.store.block(this.snap, p.group, q);
+          if (b === 0) {
+            throw new InvalidArgumentError(
+              'handle',
+              `group ${p.group} block ${q} is null but loaded`,
+            );
+          }
+          positions.push(q);
+          blocks.push(b);
+        }
+        keys.push(key);
+        partial.push({ group: p.group, chunk: c, key, positions, blocks });
+      }
+    }
+    // Throws (changing nothing) if an entry was evicted since the lookup.
+    const slots = this.tier.prepareLoad(keys);
+    for (const k of keys) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
+    for (const p of plans) {
+      if (p.cursor !== null && p.cursor > this.snap.cursor[p.group]!) {
+        this.store.advanceCursor(this.snap, p.group, p.cursor);
+      }
+    }
+    const job: LoadJob = {
+      loadId: this.nextLoadId++,
+      slot,
+      generation: handle.generation,
+      hitTokens: answer.hitTokens,
+      chunks: partial.map((c, i) => ({ ...c, tierSlot: slots[i]! })),
+    };
+    this.loads.set(slot, job);
+    return job;
+  }
+
+  /** Ends a load: its tier entries may be evicted again and other requests hit them. */
+  completeLoad(job: LoadJob): void {
+    if (this.loads.get(job.slot) !== job) {
+      throw new InvalidArgumentError('job', 'is not a load in flight');
+    }
+    this.loads.delete(job.slot);
+    const keys = job.chunks.map((c) => c.key);
+    this.tier.completeLoad(keys);
+    for (const k of keys) {
+      const n = this.beingLoaded.get(k)!;
+      if (n <= 1) this.beingLoaded.delete(k);
+      else this.beingLoaded.set(k, n - 1);
+    }
+  }
+
+  loading(slot: number): boolean {
+    return this.loads.has(slot);
+  }
+
+  /** Refuses a change that would mix a load with stores (or free the blocks a load writes). */
+  expectNotLoading(handle: RequestHandle, event: string): void {
+    if (this.loads.has(handle.slot)) throw new IllegalTransitionError(event, 'loading');
+  }
+
+  /** One more chunk of `slot` dispatched for store (the planner's observer calls this). */
+  storeDispatched(slot: number): void {
+    invariant(!this.loads.has(slot), `slot ${slot} stores while it loads`);
+    this.storesInFlight[slot]! += 1;
+  }
+
+  storeCompleted(slot: number, chunks: number): void {
+    invariant(this.storesInFlight[slot]! >= chunks, `slot ${slot} has ${chunks} chunks in flight`);
+    this.storesInFlight[slot]! -= chunks;
+  }
+
+  private chunkState(k: bigint): ChunkState {
+    return this.beingLoaded.has(k) ? 'pending' : this.tier.state(k);
+  }
+}
+
+function tokenCount(field: string, value: unknown, max: number): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > max) {
+    throw new InvalidArgumentError(field, `must be an integer in [0, ${max}]`);
+  }
+  return value;
+}

@@ -1,0 +1,286 @@
+// The load-path decisions, as pure functions beside the one rule (ready.ts):
+// how many prompt tokens a request may load from a tier (vLLM's lookup, §7.2
+// of the reference), which tier entries to keep warm (touch, §7.4), and which
+// chunks a load copies and where the store cursor goes after it (§7.3). The
+// facade, the runtime's store role, external hosts and tier levels all call
+// these; nothing else decides a hit.
+//
+// A tier answers one question per offload key: `ChunkState`. 'pending' means
+// present but not readable yet (being stored) or being read by another
+// request's load: the request is deferred ("ask again later") rather than
+// missing, so whether a prompt is reused never depends on how fast a copy ran.
+import type { Config } from './config.js';
+import { invariant } from './errors.js';
+import type { Hashing } from './hashing.js';
+import { chainHashes } from './hashing.js';
+import type { LookupState } from './tier/types.js';
+
+/** A tier's answer for one offload key (the same type as OffloadTier.state's). */
+export type ChunkState = LookupState;
+
+/** What a tier level answers per key (HostTier.state, a disk or Redis level alike). */
+export type ChunkStateOf = (key: bigint) => ChunkState;
+
+/** Lookup's answer when a pending entry decides the hit: ask again later. */
+export const DEFER = 'defer';
+
+/** Hit tokens beyond the local (GPU) prefix, or DEFER. */
+export type LookupResult = number | typeof DEFER;
+
+/** What lookup needs to know about a group (GroupConfig satisfies it). */
+export interface LookupGroup {
+  readonly tokensPerChunk: number;
+  /** Chunks a sliding-window/mamba position depends on; null for full attention. */
+  readonly windowChunks: number | null;
+  readonly eagle: boolean;
+}
+
+export interface LookupRequest {
+  /** Tokens of the request (its prompt at admission). */
+  readonly numTokens: number;
+  /** Per group, the request's offload keys in chunk order (as many as its hashes give). */
+  readonly keys: readonly (readonly bigint[])[];
+  /** Tokens already computed locally (a GPU prefix-cache hit); 0 by default. */
+  readonly localHitTokens?: number;
+  /** Cap on the tokens one load may bring in (vLLM's max_load_tokens); none by default. */
+  readonly maxLoadTokens?: number;
+  /** The request opts out of reading the cache (skip_reading_prefix_cache): always 0. */
+  readonly skipReadingPrefixCache?: boolean;
+}
+
+/** Combines tier levels (fastest first): a hit at any level hits; else pending anywhere defers. */
+export function combineLevels(levels: readonly ChunkStateOf[]): ChunkStateOf {
+  return (key) => {
+    let pending = false;
+    for (const level of levels) {
+      const s = level(key);
+      if (s === 'hit') return 'hit';
+      if (s === 'pending') pending = true;
+    }
+    return pending ? 'pending' : 'miss';
+  };
+}
+
+/**
+ * Full-attention groups in config order, then windowed groups by window,
+ * widest first (vLLM's lookup_groups): the cheap maximal prefix bounds the
+ * hit before the windowed scans run.
+ */
+export function lookupOrder(groups: readonly LookupGroup[]): number[] {
+  const full: number[] = [];
+  const windowed: number[] = [];
+  groups.forEach((g, i) => (g.windowChunks === null ? full : windowed).push(i));
+  windowed.sort((a, b) => groups[b]!.windowChunks! - groups[a]!.windowChunks! || a - b);
+  return [...full, ...windowed];
+}
+
+/**
+ * Full attention: hits counted left to right until the first miss. A pending
+ * entry before that miss counts and defers (the hit may grow once it lands).
+ */
+export function maximalPrefix(states: readonly ChunkState[]): LookupResult {
+  let n = 0;
+  let defer = false;
+  for (const s of states) {
+    if (s === 'miss') break;
+    if (s === 'pending') defer = true;
+    n += 1;
+  }
+  return defer ? DEFER : n;
+}
+
+/**
+ * Sliding window of `w` chunks: scanning right to left, the exclusive end of
+ * the rightmost run of `w` hits; without one, the leading run of hits (a
+ * prefix shorter than the window needs nothing before it). A pending entry
+ * met before the answer counts toward its run and defers.
+ */
+export function slidingWindow(states: readonly ChunkState[], w: number): LookupResult {
+  invariant(Number.isInteger(w) && w >= 1, `window ${w} is a positive chunk count`);
+  let run = 0;
+  let defer = false;
+  for (let i = states.length - 1; i >= 0; i -= 1) {
+    const s = states[i]!;
+    if (s === 'miss') {
+      run = 0;
+      continue;
+    }
+    if (s === 'pending') defer = true;
+    run += 1;
+    if (run === w) return defer ? DEFER : i + w;
+  }
+  return defer ? DEFER : run;
+}
+
+/**
+ * vLLM's lookup: hit tokens beyond `localHitTokens`, a multiple of the
+ * deciding groups' chunk size, or DEFER.
+ *
+ * - With any windowed group the last token is always recomputed (its logits
+ *   are needed and a window cannot be rebuilt from a prefix alone).
+ * - Full attention: the maximal prefix of hits. Windowed: the rightmost full
+ *   window, else the leading run. An EAGLE group not yet verified queries one
+ *   chunk more (its window one wider) and drops its last hit chunk: the draft
+ *   head's KV for that chunk was computed from tokens that follow it.
+ * - Each group can only shorten the hit; when one shortens it, the windowed
+ *   groups (and, after a deferral, every group) are asked again at the new
+ *   length, until all agree.
+ */
+export function lookupHitTokens(
+  groups: readonly LookupGroup[],
+  request: LookupRequest,
+  state: ChunkStateOf,
+): LookupResult {
+  if (request.skipReadingPrefixCache === true) return 0;
+  const computed = request.localHitTokens ?? 0;
+  const order = lookupOrder(groups);
+  const windowed = order.filter((g) => groups[g]!.windowChunks !== null);
+  let maxHit = request.numTokens;
+  if (windowed.length > 0) maxHit -= 1;
+  if (request.maxLoadTokens !== undefined)
+    maxHit = Math.min(maxHit, computed + request.maxLoadTokens);
+  let numHit = 0;
+  let defer = false;
+  const verified = new Set<number>();
+  let todo = order;
+  // Every re-run follows a strictly shorter hit, so this ends; the bound is a guard.
+  for (let rounds = 0; todo.length > 0; rounds += 1) {
+    invariant(rounds <= request.numTokens + order.length, 'lookup rounds are bounded');
+    let lookedUpWindow = false;
+    const groupsNow = todo;
+    todo = [];
+    for (const g of groupsNow) {
+      const group = groups[g]!;
+      const keys = request.keys[g]!;
+      const tpc = group.tokensPerChunk;
+      const unverifiedEagle = group.eagle && !verified.has(g);
+      maxHit = Math.min(maxHit, keys.length * tpc);
+      if (maxHit - computed < tpc) return 0;
+      const queryMax = unverifiedEagle ? Math.min(maxHit + tpc, keys.length * tpc) : maxHit;
+      const n = Math.min(Math.ceil(queryMax / tpc), keys.length);
+      const start = Math.floor(computed / tpc);
+      const states: ChunkState[] = [];
+      for (let c = start; c < n; c += 1) states.push(state(keys[c]!));
+      let hits =
+        group.windowChunks === null
+          ? maximalPrefix(states)
+          : slidingWindow(states, group.windowChunks + (unverifiedEagle ? 1 : 0));
+      if (hits === 0) return 0;
+      if (hits === DEFER) defer = true;
+      else {
+        if (unverifiedEagle) {
+          hits -= 1; // the volatile tail
+          verified.add(g);
+        }
+        maxHit = Math.min(maxHit, tpc * (start + hits));
+      }
+      const newHit = maxHit - computed;
+      if (newHit < tpc) return 0;
+      if (newHit < numHit) {
+        if (!group.eagle) verified.clear();
+        if (defer) {
+          defer = false; // what deferred may lie beyond the shorter hit: ask everyone again
+          todo = order;
+        } else if (lookedUpWindow && todo.length === 0) {
+          todo = windowed;
+        }
+      }
+      if (group.windowChunks !== null) lookedUpWindow = true;
+      numHit = newHit;
+    }
+  }
+  return defer ? DEFER : numHit;
+}
+
+/** Chunk range [from, to) of one group. */
+export interface ChunkRange {
+  readonly group: number;
+  readonly from: number;
+  readonly to: number;
+}
+
+/**
+ * What to touch after a lookup, one range per group in config order: every
+ * key of a full-attention group; for a windowed group only the last W chunks
+ * below the hit and what follows (what a later request with this prompt needs).
+ */
+export function touchRanges(
+  groups: readonly LookupGroup[],
+  keyCounts: readonly number[],
+  cachedTokens: number,
+): ChunkRange[] {
+  return groups.map((g, i) => {
+    const to = keyCounts[i]!;
+    if (g.windowChunks === null) return { group: i, from: 0, to };
+    const hitChunks = Math.floor(cachedTokens / g.tokensPerChunk);
+    return { group: i, from: Math.min(to, Math.max(0, hitChunks - g.windowChunks)), to };
+  });
+}
+
+/** vLLM's offloading policy: where the store cursor goes after a load. */
+export type CursorPolicy = 'block-level' | 'request-level';
+
+/** One group's share of a load (§7.3). */
+export interface GroupLoad {
+  readonly group: number;
+  /** Chunks whose keys are read: [firstChunk, endChunk). */
+  readonly firstChunk: number;
+  readonly endChunk: number;
+  /** GPU block positions written: [firstBlock, endBlock); the first chunk may be partial. */
+  readonly firstBlock: number;
+  readonly endBlock: number;
+  /** Store cursor after the load: the hit's end (block-level) or unchanged (request-level: the tier dedups). */
+  readonly cursor: number | null;
+}
+
+/**
+ * The blocks a load fills: only what is not already computed locally, and for
+ * a windowed group only the chunks inside the window that ends at the hit
+ * (nothing before it is ever read again).
+ */
+export function loadPlan(
+  groups: readonly (LookupGroup & { readonly tokensPerBlock: number })[],
+  localHitTokens: number,
+  hitTokens: number,
+  policy: CursorPolicy = 'block-level',
+): GroupLoad[] {
+  invariant(hitTokens > 0, 'a load follows a positive hit');
+  const cached = localHitTokens + hitTokens;
+  return groups.map((g, i) => {
+    const bpc = g.tokensPerChunk / g.tokensPerBlock;
+    const endChunk = Math.ceil(cached / g.tokensPerChunk);
+    const endBlock = Math.ceil(cached / g.tokensPerBlock);
+    let firstBlock = Math.floor(localHitTokens / g.tokensPerBlock);
+    if (g.windowChunks !== null) {
+      firstBlock = Math.max(firstBlock, (endChunk - g.windowChunks) * bpc);
+    }
+    firstBlock = Math.min(firstBlock, endBlock);
+    return {
+      group: i,
+      firstChunk: Math.floor(firstBlock / bpc),
+      endChunk: firstBlock === endBlock ? Math.floor(firstBlock / bpc) : endChunk,
+      firstBlock,
+      endBlock,
+      cursor: policy === 'block-level' ? endChunk : null,
+    };
+  });
+}
+
+/** Every offload key of a prompt, per group: one per whole chunk (what a lookup queries). */
+export function promptKeys(
+  config: Config,
+  hashing: Hashing,
+  tokens: ArrayLike<number>,
+): bigint[][] {
+  const hashes = chainHashes(
+    hashing,
+    Int32Array.from(tokens).subarray(0, config.maxHashesPerRequest * config.tokensPerHash),
+    config.tokensPerHash,
+  );
+  return config.groups.map((g) => {
+    const n = Math.min(Math.floor(hashes.length / g.hashesPerChunk), config.maxChunksPerRequest);
+    return Array.from({ length: n }, (_, c) =>
+      hashing.offloadKey(hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index),
+    );
+  });
+}

@@ -1,0 +1,223 @@
+// The load path for a host engine in external mode: the host asks the store
+// role (which owns the tier) for a prompt's hit and has it load the hit into
+// the request's blocks, over the same ring records the built-in engine uses,
+// so both get the same decision (src/lookup.ts). The host is the only
+// producer of the storeRequest ring and the only consumer of the storeAnswer
+// ring in external mode; main never waits on shared memory, it polls on a
+// timer, and every wait is bounded.
+import type { Config } from '../config.js';
+import { gpuBlockMatches } from '../copy.js';
+import { InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
+import type { Hashing } from '../hashing.js';
+import { loadHashing } from '../hashing.js';
+import { A_BLOCK_COUNT } from '../layout.js';
+import { loadPlan, promptKeys } from '../lookup.js';
+import { checkHandle } from '../roles/handle.js';
+import type { RequestHandle } from '../roles/handle.js';
+import { RuntimeViews } from './buffers.js';
+import type { RuntimeBuffers } from './buffers.js';
+import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
+import { Outbox } from './outbox.js';
+import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, OP_LOAD, OP_UNLOCK } from './protocol.js';
+import type { SpscRing } from './rings.js';
+
+/** The store role's answer to a host's lookup. */
+export type ExternalLookupAnswer =
+  | { readonly deferred: true }
+  | {
+      readonly deferred: false;
+      /** Names the hit's protection in the store role until load() or cancel(). */
+      readonly tag: number;
+      readonly hitTokens: number;
+      /** Per group, where the store cursor starts: pass as `hitChunks` to scheduler.open(). */
+      readonly hitChunks: readonly number[];
+      /** Per group, the prompt's offload keys. */
+      readonly keys: readonly (readonly bigint[])[];
+    };
+
+export interface ExternalLoadResult {
+  readonly ok: boolean;
+  readonly blocksLoaded: number;
+  /** Loaded blocks whose bytes are not the expansion of their chunk's key (0 when the load is sound). */
+  readonly mismatches: number;
+}
+
+const POLL_MS = 1;
+const ANSWERS_PER_PUMP_MAX = 256;
+/** Tags are positive int32s; they wrap long before an outstanding one could be reused. */
+const TAG_MAX = 0x7fffffff;
+
+export class ExternalLoadPath {
+  private readonly config: Config;
+  private readonly views: RuntimeViews;
+  private readonly toStore: Outbox;
+  private readonly storeRecordWordsMax: number;
+  private readonly answers: SpscRing;
+  private readonly waiting = new Map<number, (record: Int32Array) => void>();
+  /** Hits looked up and neither loaded nor cancelled: tag -> answer. */
+  private readonly open = new Map<number, ExternalLookupAnswer & { deferred: false }>();
+  private readonly ring: () => void;
+  private hashing: Hashing | undefined;
+  private nextTag = 1;
+
+  constructor(config: Config, buffers: RuntimeBuffers, ring: () => void) {
+    this.config = config;
+    this.views = new RuntimeViews(config, buffers);
+    const storeRequests = this.views.ring('storeRequest');
+    this.storeRecordWordsMax = storeRequests.recordWordsMax;
+    this.toStore = new Outbox(storeRequests);
+    this.answers = this.views.ring('storeAnswer');
+    this.ring = ring;
+  }
+
+  async lookup(
+    promptTokens: ArrayLike<number>,
+    options: { force?: boolean; timeoutMs?: number } = {},
+  ): Promise<ExternalLookupAnswer> {
+    if (
+      promptTokens === null ||
+      typeof promptTokens !== 'object' ||
+      typeof promptTokens.length !== 'number'
+    ) {
+      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+    }
+    this.hashing ??= await loadHashing();
+    const keys = promptKeys(this.config, this.hashing, promptTokens);
+    const tag = this.takeTag();
+    const record = encodeLookup(
+      this.config,
+      tag,
+      lookupTokensThatFit(this.config, promptTokens.length, this.storeRecordWordsMax),
+      options.force === true,
+      (g, c) => keys[g]![c]!,
+    );
+    const answer = await this.ask(tag, record, ANS_LOOKED_UP, options.timeoutMs);
+    const hit = answer[2]!;
+    if (hit === LOOKUP_DEFERRED) return { deferred: true };
+    const tpc = this.config.groups[0]!.tokensPerChunk;
+    const out = {
+      deferred: false as const,
+      tag,
+      hitTokens: hit * tpc,
+      hitChunks: this.config.groups.map(() => hit),
+      keys,
+    };
+    if (hit > 0) this.open.set(tag, out);
+    return out;
+  }
+
+  /**
+   * Loads a hit into the request's blocks: the host appended them first (null
+   * below a windowed group's window, as the load plan says). Resolves once the
+   * copy is done, with every loaded block checked against its chunk's key.
+   */
+  async load(
+    handle: RequestHandle,
+    answer: ExternalLookupAnswer,
+    timeoutMs?: number,
+  ): Promise<ExternalLoadResult> {
+    const { state } = this.views;
+    checkHandle(state, handle);
+    if (answer.deferred || !this.open.has(answer.tag)) {
+      throw new InvalidArgumentError(
+        'answer',
+        'must be a hit looked up and not yet loaded or cancelled',
+      );
+    }
+    const plans = loadPlan(this.config.groups, 0, answer.hitTokens);
+    const bpc = this.config.blocksPerChunk;
+    const record = [OP_LOAD, answer.tag];
+    const checks: { block: number; key: bigint; position: number }[] = [];
+    for (const p of plans) {
+      const count = Atomics.load(
+        state.control,
+        state.allocatorWord(handle.slot, A_BLOCK_COUNT + p.group),
+      );
+      if (count < p.endBlock) {
+        throw new InvalidArgumentError(
+          'handle',
+          `group ${p.group} needs ${p.endBlock} blocks appended before the load (has ${count})`,
+        );
+      }
+      const base = state.blockBase(handle.slot, p.group);
+      for (let q = p.firstChunk * bpc; q < p.endChunk * bpc; q += 1) {
+        const block = state.blocks[base + q]!;
+        if (block === 0) {
+          throw new InvalidArgumentError(
+            'handle',
+            `group ${p.group} block ${q} is null but loaded`,
+          );
+        }
+        record.push(block);
+        checks.push({ block, key: answer.keys[p.group]![Math.floor(q / bpc)]!, position: q });
+      }
+    }
+    this.open.delete(answer.tag);
+    const done = await this.ask(answer.tag, record, ANS_LOADED, timeoutMs);
+    const { gpu, geometry } = this.views;
+    let mismatches = 0;
+    for (const c of checks)
+      if (!gpuBlockMatches(gpu, geometry, c.block, c.key, c.position)) mismatches += 1;
+    return { ok: done[2] === 1, blocksLoaded: checks.length, mismatches };
+  }
+
+  /** Gives up a looked-up hit without loading it: the store role releases its protection. */
+  cancel(answer: ExternalLookupAnswer): void {
+    if (answer.deferred || !this.open.delete(answer.tag)) return;
+    this.toStore.send([OP_UNLOCK, answer.tag]);
+    this.pump();
+  }
+
+  private takeTag(): number {
+    for (let i = 0; i < TAG_MAX; i += 1) {
+      const tag = this.nextTag;
+      this.nextTag = tag >= TAG_MAX ? 1 : tag + 1;
+      if (!this.waiting.has(tag) && !this.open.has(tag)) return tag;
+    }
+    invariant(false, 'a free lookup tag');
+  }
+
+  private ask(
+    tag: number,
+    record: number[],
+    answerOp: number,
+    timeoutMs = 10_000,
+  ): Promise<Int32Array> {
+    return new Promise<Int32Array>((resolve, reject) => {
+      const deadline = Date.now() + timeoutMs;
+      this.waiting.set(tag, (a) => {
+        invariant(a[0] === answerOp, `answer ${a[0]} to tag ${tag} is ${answerOp}`);
+        resolve(a);
+      });
+      this.toStore.send(record);
+      const check = () => {
+        this.pump();
+        if (!this.waiting.has(tag)) return;
+        if (Date.now() > deadline) {
+          this.waiting.delete(tag);
+          reject(new TimeoutError(answerOp === ANS_LOOKED_UP ? 'lookup' : 'load', timeoutMs));
+          return;
+        }
+        setTimeout(check, POLL_MS);
+      };
+      check();
+    });
+  }
+
+  /** Sends what waits and takes every answer there is. */
+  private pump(): void {
+    this.toStore.flush();
+    this.ring();
+    this.answers.drain((a) => {
+      const tag = a[1]!;
+      const resolve = this.waiting.get(tag);
+      if (resolve !== undefined) {
+        this.waiting.delete(tag);
+        resolve(Int32Array.from(a));
+      } else if (a[0] === ANS_LOOKED_UP && a[2]! > 0) {
+        // A lookup that timed out was answered with a hit after all: release it.
+        this.toStore.send([OP_UNLOCK, tag]);
+      }
+    }, ANSWERS_PER_PUMP_MAX);
+  }
+}
