@@ -212,7 +212,7 @@ export async function runScenarioBench(options: ScenarioOptions): Promise<Scenar
       ),
       chunksDeferred: figure(
         s((r) => r.stats.chunksDeferred),
-        'chunk-passes',
+        'chunk-visits',
       ),
       chunksDeferredThenStored: figure(
         s((r) => r.stats.chunksDeferredThenStored),

@@ -74,7 +74,7 @@ export const STATS = [
   {
     name: 'chunksDeferred',
     writer: 'store',
-    doc: 'chunk-passes where a token-ready chunk was not ready',
+    doc: 'chunk-visits where a token-ready chunk was not ready (a pass visits a slot after a publication)',
   },
   {
     name: 'chunksDeferredThenStored',

@@ -16,7 +16,7 @@ const COUNTERS = [
   [
     'chunksDeferred',
     'kvoff_chunks_deferred_total',
-    'chunk-passes where a token-ready chunk was not ready yet',
+    'chunk-visits where a token-ready chunk was not ready yet',
   ],
   [
     'chunksSkippedUnready',
