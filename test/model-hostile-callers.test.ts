@@ -22,6 +22,8 @@ import type { SharedState } from '../src/state.js';
 const LONG = process.env.KVOFF_LONG === '1';
 const RUNS = LONG ? 20_000 : 300;
 const COMMANDS_MAX = LONG ? 60 : 40;
+/** 20,000 sequences take most of an hour on a loaded 2-core box. */
+const TIMEOUT_MS = LONG ? 4 * 3_600_000 : 600_000;
 
 const CONFIG = {
   groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
@@ -446,162 +448,180 @@ function drainAll(m: Model, lo: LocalOffload): void {
 }
 
 describe('model: hostile call sequences', () => {
-  it(`facade: ${RUNS} sequences; refused calls change nothing, accepted ones keep the invariants, nothing leaks`, async () => {
-    const base = await LocalOffload.create(CONFIG); // loads the hashing module once
-    expect(base.config.gpuBlocks).toBe(CONFIG.gpuBlocks);
-    await fc.assert(
-      fc.asyncProperty(
-        fc.commands(facadeCommands, { maxCommands: COMMANDS_MAX, size: 'max' }),
-        async (cmds) => {
-          const lo = await LocalOffload.create(CONFIG);
-          const m: Model = { reqs: [], jobs: [], stored: new Set(), cursors: new Map() };
-          fc.modelRun(() => ({ model: m, real: { lo } }), cmds);
-          drainAll(m, lo);
-        },
-      ),
-      { numRuns: RUNS },
-    );
-    expect(tally.refused).toBeGreaterThan(RUNS);
-    expect(tally.accepted).toBeGreaterThan(RUNS);
-    expect(tally.jobs).toBeGreaterThan(RUNS / 10);
-    expect(tally.drainedFinished).toBeGreaterThan(0);
-  }, 600_000);
-
-  it(`external host views: ${RUNS} sequences of pool, allocator and scheduler calls`, async () => {
-    const config = resolveConfig(CONFIG);
-    await fc.assert(
-      fc.property(
-        fc.array(
-          fc.oneof(
-            fc.record({ op: fc.constant('open' as const), n: fc.integer({ min: 0, max: 16 }) }),
-            fc.record({ op: fc.constant('allocate' as const), n: fc.integer({ min: 0, max: 6 }) }),
-            fc.record({ op: fc.constant('append' as const), i: fc.nat(), ids }),
-            fc.record({
-              op: fc.constant('appendPool' as const),
-              i: fc.nat(),
-              k: fc.nat(),
-              n: fc.integer({ min: 1, max: 3 }),
-            }),
-            fc.record({
-              op: fc.constant('progress' as const),
-              i: fc.nat(),
-              c: fc.integer({ min: 0, max: 24 }),
-            }),
-            fc.record({ op: fc.constant('end' as const), i: fc.nat() }),
-            fc.record({ op: fc.constant('clear' as const), i: fc.nat() }),
-            fc.record({ op: fc.constant('release' as const), i: fc.nat() }),
-          ),
-          { maxLength: COMMANDS_MAX },
+  it(
+    `facade: ${RUNS} sequences; refused calls change nothing, accepted ones keep the invariants, nothing leaks`,
+    async () => {
+      const base = await LocalOffload.create(CONFIG); // loads the hashing module once
+      expect(base.config.gpuBlocks).toBe(CONFIG.gpuBlocks);
+      await fc.assert(
+        fc.asyncProperty(
+          fc.commands(facadeCommands, { maxCommands: COMMANDS_MAX, size: 'max' }),
+          async (cmds) => {
+            const lo = await LocalOffload.create(CONFIG);
+            const m: Model = { reqs: [], jobs: [], stored: new Set(), cursors: new Map() };
+            fc.modelRun(() => ({ model: m, real: { lo } }), cmds);
+            drainAll(m, lo);
+          },
         ),
-        (ops) => {
-          // No hasher or store threads: the host's own calls are the only writers.
-          const host = new ExternalHost(config, createRuntimeBuffers(config));
-          const state = host.roles.state;
-          const handed: number[] = [];
-          const reqs: { h: RequestHandle; known: number; blocks: number[]; live: boolean }[] = [];
-          const pool = () => ({ inUse: host.pool.inUse, handed });
-          for (const op of ops) {
-            const q = 'i' in op && reqs.length > 0 ? reqs[op.i % reqs.length] : undefined;
-            const h = q?.h ?? STALE;
-            const heldBy = (b: number) => reqs.some((x) => x.blocks.includes(b));
-            switch (op.op) {
-              case 'open': {
-                let got: RequestHandle | undefined;
-                if (
-                  attempt(
-                    state,
-                    pool,
-                    () =>
-                      (got = host.scheduler.open({ requestId: 1, promptTokens: tokens(op.n, 3) })),
-                    false,
-                    'open',
+        { numRuns: RUNS },
+      );
+      expect(tally.refused).toBeGreaterThan(RUNS);
+      expect(tally.accepted).toBeGreaterThan(RUNS);
+      expect(tally.jobs).toBeGreaterThan(RUNS / 10);
+      expect(tally.drainedFinished).toBeGreaterThan(0);
+    },
+    TIMEOUT_MS,
+  );
+
+  it(
+    `external host views: ${RUNS} sequences of pool, allocator and scheduler calls`,
+    async () => {
+      const config = resolveConfig(CONFIG);
+      await fc.assert(
+        fc.property(
+          fc.array(
+            fc.oneof(
+              fc.record({ op: fc.constant('open' as const), n: fc.integer({ min: 0, max: 16 }) }),
+              fc.record({
+                op: fc.constant('allocate' as const),
+                n: fc.integer({ min: 0, max: 6 }),
+              }),
+              fc.record({ op: fc.constant('append' as const), i: fc.nat(), ids }),
+              fc.record({
+                op: fc.constant('appendPool' as const),
+                i: fc.nat(),
+                k: fc.nat(),
+                n: fc.integer({ min: 1, max: 3 }),
+              }),
+              fc.record({
+                op: fc.constant('progress' as const),
+                i: fc.nat(),
+                c: fc.integer({ min: 0, max: 24 }),
+              }),
+              fc.record({ op: fc.constant('end' as const), i: fc.nat() }),
+              fc.record({ op: fc.constant('clear' as const), i: fc.nat() }),
+              fc.record({ op: fc.constant('release' as const), i: fc.nat() }),
+            ),
+            { maxLength: COMMANDS_MAX },
+          ),
+          (ops) => {
+            // No hasher or store threads: the host's own calls are the only writers.
+            const host = new ExternalHost(config, createRuntimeBuffers(config));
+            const state = host.roles.state;
+            const handed: number[] = [];
+            const reqs: { h: RequestHandle; known: number; blocks: number[]; live: boolean }[] = [];
+            const pool = () => ({ inUse: host.pool.inUse, handed });
+            for (const op of ops) {
+              const q = 'i' in op && reqs.length > 0 ? reqs[op.i % reqs.length] : undefined;
+              const h = q?.h ?? STALE;
+              const heldBy = (b: number) => reqs.some((x) => x.blocks.includes(b));
+              switch (op.op) {
+                case 'open': {
+                  let got: RequestHandle | undefined;
+                  if (
+                    attempt(
+                      state,
+                      pool,
+                      () =>
+                        (got = host.scheduler.open({
+                          requestId: 1,
+                          promptTokens: tokens(op.n, 3),
+                        })),
+                      false,
+                      'open',
+                    )
                   )
-                )
-                  reqs.push({ h: got!, known: op.n, blocks: [], live: true });
-                break;
-              }
-              case 'allocate': {
-                const got = host.pool.allocate(op.n);
-                if (got) handed.push(...got);
-                break;
-              }
-              case 'append': {
-                const nonNull = op.ids.filter((b) => b !== 0);
-                const bad =
-                  new Set(nonNull).size !== nonNull.length ||
-                  nonNull.some((b) => heldBy(b) || !handed.includes(b));
-                if (
-                  attempt(
-                    state,
-                    pool,
-                    () => host.allocator.appendBlocks(h, 0, op.ids),
-                    q !== undefined && bad,
-                    'append',
-                  )
-                )
-                  q!.blocks.push(...nonNull);
-                break;
-              }
-              case 'appendPool': {
-                const free = handed.filter((b) => !heldBy(b));
-                const pickIds = free.slice(op.k % Math.max(1, free.length)).slice(0, op.n);
-                if (
-                  attempt(
-                    state,
-                    pool,
-                    () => host.allocator.appendBlocks(h, 0, pickIds),
-                    false,
-                    'appendPool',
-                  )
-                )
-                  q!.blocks.push(...pickIds);
-                break;
-              }
-              case 'progress':
-                attempt(
-                  state,
-                  pool,
-                  () => host.scheduler.progress(h, op.c),
-                  q !== undefined && q.live && op.c > q.known,
-                  'progress',
-                );
-                break;
-              case 'end':
-                if (
-                  attempt(
-                    state,
-                    pool,
-                    () => host.scheduler.abort(h),
-                    q !== undefined && !q.live,
-                    'end',
-                  )
-                )
-                  q!.live = false;
-                break;
-              case 'clear': {
-                let freed: number[] = [];
-                if (attempt(state, pool, () => (freed = host.allocator.clear(h)), false, 'clear')) {
-                  expect(freed.sort((a, b) => a - b)).toEqual([...q!.blocks].sort((a, b) => a - b));
-                  q!.blocks = [];
-                  host.pool.release(freed);
-                  for (const b of freed) handed.splice(handed.indexOf(b), 1);
+                    reqs.push({ h: got!, known: op.n, blocks: [], live: true });
+                  break;
                 }
-                break;
+                case 'allocate': {
+                  const got = host.pool.allocate(op.n);
+                  if (got) handed.push(...got);
+                  break;
+                }
+                case 'append': {
+                  const nonNull = op.ids.filter((b) => b !== 0);
+                  const bad =
+                    new Set(nonNull).size !== nonNull.length ||
+                    nonNull.some((b) => heldBy(b) || !handed.includes(b));
+                  if (
+                    attempt(
+                      state,
+                      pool,
+                      () => host.allocator.appendBlocks(h, 0, op.ids),
+                      q !== undefined && bad,
+                      'append',
+                    )
+                  )
+                    q!.blocks.push(...nonNull);
+                  break;
+                }
+                case 'appendPool': {
+                  const free = handed.filter((b) => !heldBy(b));
+                  const pickIds = free.slice(op.k % Math.max(1, free.length)).slice(0, op.n);
+                  if (
+                    attempt(
+                      state,
+                      pool,
+                      () => host.allocator.appendBlocks(h, 0, pickIds),
+                      false,
+                      'appendPool',
+                    )
+                  )
+                    q!.blocks.push(...pickIds);
+                  break;
+                }
+                case 'progress':
+                  attempt(
+                    state,
+                    pool,
+                    () => host.scheduler.progress(h, op.c),
+                    q !== undefined && q.live && op.c > q.known,
+                    'progress',
+                  );
+                  break;
+                case 'end':
+                  if (
+                    attempt(
+                      state,
+                      pool,
+                      () => host.scheduler.abort(h),
+                      q !== undefined && !q.live,
+                      'end',
+                    )
+                  )
+                    q!.live = false;
+                  break;
+                case 'clear': {
+                  let freed: number[] = [];
+                  if (
+                    attempt(state, pool, () => (freed = host.allocator.clear(h)), false, 'clear')
+                  ) {
+                    expect(freed.sort((a, b) => a - b)).toEqual(
+                      [...q!.blocks].sort((a, b) => a - b),
+                    );
+                    q!.blocks = [];
+                    host.pool.release(freed);
+                    for (const b of freed) handed.splice(handed.indexOf(b), 1);
+                  }
+                  break;
+                }
+                case 'release':
+                  // Nothing drains without a store: release is always refused here.
+                  attempt(state, pool, () => host.release(h), q !== undefined, 'release');
+                  break;
               }
-              case 'release':
-                // Nothing drains without a store: release is always refused here.
-                attempt(state, pool, () => host.release(h), q !== undefined, 'release');
-                break;
+              // The pool and the tables agree: no block in two tables, every table block handed out.
+              const all = reqs.flatMap((x) => x.blocks);
+              expect(new Set(all).size).toBe(all.length);
+              for (const b of all) expect(host.pool.isAllocated(b)).toBe(true);
+              expect(host.pool.inUse).toBe(handed.length);
             }
-            // The pool and the tables agree: no block in two tables, every table block handed out.
-            const all = reqs.flatMap((x) => x.blocks);
-            expect(new Set(all).size).toBe(all.length);
-            for (const b of all) expect(host.pool.isAllocated(b)).toBe(true);
-            expect(host.pool.inUse).toBe(handed.length);
-          }
-        },
-      ),
-      { numRuns: RUNS },
-    );
-  }, 600_000);
+          },
+        ),
+        { numRuns: RUNS },
+      );
+    },
+    TIMEOUT_MS,
+  );
 });
