@@ -118,8 +118,12 @@ describe('disk tier', () => {
     const dir = freshDir();
     const valueBytes = VALUE_HEADER_BYTES + PAYLOAD;
     const a = await open(dir, { bytesMax: 3 * valueBytes });
-    for (const k of [1n, 2n, 3n]) a.store(k, encodeValue(FP, k, payloadOf(k)));
-    await settle(a);
+    // One at a time: an entry becomes most recent when its write completes, and
+    // concurrent writes may complete in any order.
+    for (const k of [1n, 2n, 3n]) {
+      a.store(k, encodeValue(FP, k, payloadOf(k)));
+      await settle(a);
+    }
     // Key 1 becomes the most recent by a hit; key 2 is now the LRU one.
     expect(await a.load(1n)).toBeDefined();
     a.store(4n, encodeValue(FP, 4n, payloadOf(4n)));
