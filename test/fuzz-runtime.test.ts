@@ -290,3 +290,23 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
     });
   }
 });
+
+// Regression: the store crashed ("key … is not readable in the tier") when a
+// hybrid prompt's lookup found an unaligned hit (max hit = tokens − 1) and the
+// runtime rounded it down to whole chunks afterwards: the sliding-window
+// group's window moved onto chunks the lookup never checked, and the load
+// plan asked for one that was never stored. Found by --target runtime; these
+// are the two schedules that crashed on the committed code.
+describe('regression: a hybrid lookup rounded down to whole chunks after the fact loaded an unchecked window', () => {
+  for (const token of [
+    'kvf1.ready-prefix.random.pins.20030415.trt',
+    'kvf1.ready-prefix.pct.pins.30005772.trt',
+  ]) {
+    it(`${token} runs with nothing violated`, () => {
+      const spec = decodeReplayToken(token);
+      expect(spec.target).toBe('runtime');
+      const out = runSchedule(hashing, spec);
+      expect(out.violation).toBeUndefined();
+    });
+  }
+});

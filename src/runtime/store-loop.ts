@@ -415,9 +415,23 @@ export class StoreLoop {
     const groups = config.groups;
     const { tag, numTokens, force, keys } = decodeLookup(config, r);
     const tpc = groups[0]!.tokensPerChunk;
+    // The runtime loads whole chunks, so the lookup itself must only consider
+    // hits that end on a chunk boundary: rounding an unaligned hit down after
+    // the fact would move a sliding-window group's window onto chunks that
+    // were never checked (the store then threw on a key it could not load).
+    const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const request = {
+      numTokens,
+      keys,
+      maxLoadTokens: Math.floor((numTokens - (anyWindow ? 1 : 0)) / tpc) * tpc,
+    };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, { numTokens, keys }, (k) => this.chunkState(k, force))
+      ? lookupHitTokens(groups, request, (k) => this.chunkState(k, force))
       : 0;
+    invariant(
+      result === DEFER || result % tpc === 0,
+      'a runtime lookup hit ends on a chunk boundary',
+    );
     const hitTokens = result === DEFER ? 0 : Math.floor(result / tpc) * tpc;
     for (const t of touchRanges(
       groups,
@@ -430,9 +444,7 @@ export class StoreLoop {
     const asked = Math.min(...keys.map((k) => k.length));
     if (result !== DEFER && this.lower && !force && hitTokens / tpc < asked) {
       const prefixHit = (present: (k: bigint) => boolean) => {
-        const t = lookupHitTokens(groups, { numTokens, keys }, (k) =>
-          present(k) ? 'hit' : 'miss',
-        );
+        const t = lookupHitTokens(groups, request, (k) => (present(k) ? 'hit' : 'miss'));
         return t === DEFER ? 0 : Math.floor(t / tpc);
       };
       const view = { count: asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
