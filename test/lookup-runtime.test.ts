@@ -71,13 +71,7 @@ describe('the runtime loops from one thread', () => {
       lag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
       now: () => now,
     });
-    const backend = new InlineTransferBackend({
-      gpuArena: views.buffers.gpuArena,
-      tierArena: views.buffers.tierArena,
-      pins: views.buffers.state.pins,
-      wordsPerBlock: views.geometry.wordsPerBlock,
-      blocksPerChunk: views.geometry.blocksPerChunk,
-    });
+    const backend = new InlineTransferBackend(views.transferArenas());
     const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
     const runUntil = (done: () => boolean) => {
       for (let round = 0; round < 100_000 && !done(); round += 1) {

@@ -47,13 +47,7 @@ async function runInline(
     lag: { publishDelayMs: 1, jitterMs: 1, seed: 1 },
     now: () => now,
   });
-  const backend = new InlineTransferBackend({
-    gpuArena: views.buffers.gpuArena,
-    tierArena: views.buffers.tierArena,
-    pins: views.buffers.state.pins,
-    wordsPerBlock: views.geometry.wordsPerBlock,
-    blocksPerChunk: views.geometry.blocksPerChunk,
-  });
+  const backend = new InlineTransferBackend(views.transferArenas());
   const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
   prompts.forEach((promptLength, i) =>
     engine.add({

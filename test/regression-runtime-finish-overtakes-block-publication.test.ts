@@ -90,13 +90,7 @@ async function runLoops(unsafeSkipSettle: boolean): Promise<DrainedRequest[]> {
     lag: { publishDelayMs: 20, jitterMs: 0, seed: 5 },
     now: () => now,
   });
-  const backend = new InlineTransferBackend({
-    gpuArena: views.buffers.gpuArena,
-    tierArena: views.buffers.tierArena,
-    pins: views.buffers.state.pins,
-    wordsPerBlock: views.geometry.wordsPerBlock,
-    blocksPerChunk: views.geometry.blocksPerChunk,
-  });
+  const backend = new InlineTransferBackend(views.transferArenas());
   const store = new StoreLoop(
     views,
     backend,

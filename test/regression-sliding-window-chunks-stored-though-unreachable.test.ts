@@ -169,13 +169,7 @@ describe('sliding-window chunks stored though no hit can reach them (runtime loo
       lag: { publishDelayMs: 0, jitterMs: 0, seed: 11 },
       now: () => now,
     });
-    const backend = new InlineTransferBackend({
-      gpuArena: views.buffers.gpuArena,
-      tierArena: views.buffers.tierArena,
-      pins: views.buffers.state.pins,
-      wordsPerBlock: views.geometry.wordsPerBlock,
-      blocksPerChunk: views.geometry.blocksPerChunk,
-    });
+    const backend = new InlineTransferBackend(views.transferArenas());
     const store = new StoreLoop(views, backend, {
       jobs: () => {},
       drained: (r) => drained.push(r),

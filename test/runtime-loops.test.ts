@@ -85,13 +85,7 @@ describe('every role loop from one thread', () => {
       lag: { publishDelayMs: 2, jitterMs: 3, seed: 3 },
       now: () => now,
     });
-    const backend = new InlineTransferBackend({
-      gpuArena: views.buffers.gpuArena,
-      tierArena: views.buffers.tierArena,
-      pins: views.buffers.state.pins,
-      wordsPerBlock: views.geometry.wordsPerBlock,
-      blocksPerChunk: views.geometry.blocksPerChunk,
-    });
+    const backend = new InlineTransferBackend(views.transferArenas());
     const store = new StoreLoop(views, backend, {
       jobs: () => {},
       drained: (r) => drained.push(r),

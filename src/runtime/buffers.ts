@@ -6,6 +6,7 @@ import type { Config } from '../config.js';
 import type { SharedBuffers } from '../layout.js';
 import { SharedState } from '../state.js';
 import type { ArenaGeometry } from '../copy.js';
+import type { TransferArenas } from './transfer.js';
 import { Doorbell } from './doorbell.js';
 import {
   CONTROL_BUFFER_BYTES,
@@ -86,6 +87,16 @@ export class RuntimeViews {
     this.control = new Int32Array(buffers.control);
     this.tierStats = new BigInt64Array(buffers.tierStats);
     this.bellWords = new Int32Array(buffers.doorbells);
+  }
+  /** What a transfer backend attaches to: both arenas, the pin counts and the copy geometry. */
+  transferArenas(): TransferArenas {
+    return {
+      gpuArena: this.buffers.gpuArena,
+      tierArena: this.buffers.tierArena,
+      pins: this.buffers.state.pins,
+      wordsPerBlock: this.geometry.wordsPerBlock,
+      blocksPerChunk: this.geometry.blocksPerChunk,
+    };
   }
 
   doorbell(name: DoorbellName): Doorbell {

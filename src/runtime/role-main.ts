@@ -207,13 +207,7 @@ async function runStore(
   port: MessagePort,
   fault: number,
 ): Promise<void> {
-  const arenas = {
-    gpuArena: views.buffers.gpuArena,
-    tierArena: views.buffers.tierArena,
-    pins: views.buffers.state.pins,
-    wordsPerBlock: views.geometry.wordsPerBlock,
-    blocksPerChunk: views.geometry.blocksPerChunk,
-  };
+  const arenas = views.transferArenas();
   const threads = { threads: data.store.transferThreads };
   const backend =
     data.store.transferBackendModule === undefined

@@ -219,13 +219,7 @@ export class RuntimeWorld {
       now,
     });
     this.backend = new StepTransferBackend(
-      {
-        gpuArena: buffers.gpuArena,
-        tierArena: buffers.tierArena,
-        pins: buffers.state.pins,
-        wordsPerBlock: views.geometry.wordsPerBlock,
-        blocksPerChunk: views.geometry.blocksPerChunk,
-      },
+      views.transferArenas(),
       failing,
       scenario.events.some((e) => e.kind === 'load-fail'),
     );
