@@ -20,11 +20,12 @@ import {
   emptyWindow,
   keysExpected,
   offloadableTokens,
+  readyPrefix,
   storeReachable,
   storeWindow,
   tokenChunks,
 } from './ready.js';
-import type { StorePolicy, StoreWindow } from './ready.js';
+import type { RequestFacts, StorePolicy, StoreWindow } from './ready.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
 import type { SharedState } from './state.js';
 import type { OffloadTier } from './tier/types.js';
@@ -93,6 +94,21 @@ export interface PlannerOptions {
    * Exists so the fuzzer can show it finds that loss; never turn it off otherwise.
    */
   unsafeSkipSettle?: boolean;
+  /**
+   * Test-only (failure class F2, vLLM #46971): apply the EAGLE trailing-chunk
+   * exclusion when choosing the chunks to store but not when moving the
+   * cursor, so the cursor passes the held-back chunk and it is never stored.
+   * Exists so the failure-class tests and `kvoff fuzz --broken f02` can show
+   * the oracle catches it; never turn it on otherwise.
+   */
+  unsafeEagleCursorUnexcluded?: boolean;
+  /**
+   * Test-only (failure class F4, vLLM #54288): count a finished request's last
+   * sampled token as offloadable, so a chunk ending with it (whose KV was never
+   * computed) is stored. Exists so the failure-class tests and
+   * `kvoff fuzz --broken f04` can show it is caught; never turn it on otherwise.
+   */
+  unsafeStoreLastSampledToken?: boolean;
   /** Visits an ended request waits for its blocks and keys to settle (default FINAL_WAIT_VISITS_MAX). */
   finalWaitVisitsMax?: number;
   /**
@@ -157,6 +173,8 @@ export class StorePlanner {
   private readonly skipPins: boolean;
   private readonly skipRevalidate: boolean;
   private readonly skipSettle: boolean;
+  private readonly eagleCursorUnexcluded: boolean;
+  private readonly storeLastSampled: boolean;
   private readonly finalWaitVisitsMax: number;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
@@ -192,6 +210,8 @@ export class StorePlanner {
     this.skipPins = options.unsafeSkipPins ?? false;
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
     this.skipSettle = options.unsafeSkipSettle ?? false;
+    this.eagleCursorUnexcluded = options.unsafeEagleCursorUnexcluded ?? false;
+    this.storeLastSampled = options.unsafeStoreLastSampledToken ?? false;
     this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
     if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
       throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
@@ -322,7 +342,10 @@ export class StorePlanner {
     if (ended && snap.drained) return undefined;
     this.counters.requestsVisited += 1;
     const bpc = config.blocksPerChunk;
-    const offloadable = offloadableTokens(snap, config);
+    const offloadable =
+      this.storeLastSampled && snap.status === Status.finished
+        ? lastSampledCounted(snap, config)
+        : offloadableTokens(snap, config);
     let candidateCount = 0;
     let deferred = 0;
     let skipped = 0;
@@ -340,6 +363,16 @@ export class StorePlanner {
         bpc,
         windows[g]!,
       );
+      if (this.eagleCursorUnexcluded && group.eagle) {
+        // The broken variant: the cursor moves to the ready prefix without the exclusion.
+        const all = readyPrefix(
+          Math.floor(offloadable / group.tokensPerChunk),
+          snap.keyCount[g]!,
+          snap.blockCount[g]!,
+          bpc,
+        );
+        if (all > w.advanceTo) w.advanceTo = all;
+      }
       // The old length assertion, kept after the ready bound as a guard: both
       // slices have exactly end - start entries whatever the policy.
       // Tested before the message is built: this runs for every request-group of every pass.
@@ -590,6 +623,33 @@ export class StorePlanner {
     this.finalAttempts[slot]! += 1;
     return this.finalAttempts[slot]! >= FINAL_STORE_ATTEMPTS_MAX;
   }
+}
+
+/**
+ * The broken variant of F4 (unsafeStoreLastSampledToken): a finished request's
+ * tokens up to and including the last sampled one, as if all were computed.
+ */
+function lastSampledCounted(snap: Readonly<RequestSnapshot>, config: Config): number {
+  return offloadableTokens(
+    {
+      ...snapFacts(snap),
+      status: Status.running,
+      computedTokens: snap.numTokens,
+      scheduledTokens: 0,
+    },
+    config,
+  );
+}
+
+function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
+  return {
+    status: snap.status,
+    promptTokens: snap.promptTokens,
+    numTokens: snap.numTokens,
+    computedTokens: snap.computedTokens,
+    scheduledTokens: snap.scheduledTokens,
+    maxOffloadTokens: snap.maxOffloadTokens,
+  };
 }
 
 const RETRY = Symbol('retry');

@@ -49,6 +49,10 @@ export interface StoreLoopOptions {
   unsafeSkipRevalidate?: boolean;
   /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
   unsafeSkipSettle?: boolean;
+  /** Test-only: failure class F2 re-created (see PlannerOptions.unsafeEagleCursorUnexcluded). */
+  unsafeEagleCursorUnexcluded?: boolean;
+  /** Test-only: failure class F4 re-created (see PlannerOptions.unsafeStoreLastSampledToken). */
+  unsafeStoreLastSampledToken?: boolean;
   /** Test knob: every transfer task sleeps this long before copying. */
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
@@ -240,6 +244,8 @@ export class StoreLoop {
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
+      ...(options.unsafeEagleCursorUnexcluded ? { unsafeEagleCursorUnexcluded: true } : {}),
+      ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {

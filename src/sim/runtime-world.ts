@@ -63,8 +63,16 @@ import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
 import type { WorldOutcome } from './world.js';
 
-/** Test-only switches of the runtime that re-create known bugs (the safe code has none on). */
-export const RUNTIME_SWITCHES = ['load-while-writing'] as const;
+/**
+ * Test-only switches that re-create known bugs (the safe code has none on).
+ * load-while-writing exists in the runtime's store loop only; the others are
+ * the planner's, so the roles world (src/sim/world.ts) takes them as well.
+ */
+export const RUNTIME_SWITCHES = [
+  'load-while-writing',
+  'eagle-cursor-unexcluded',
+  'store-last-sampled-token',
+] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
 
 export interface RuntimeWorldOptions {
@@ -233,6 +241,8 @@ export class RuntimeWorld {
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
+        ...(switches.has('eagle-cursor-unexcluded') ? { unsafeEagleCursorUnexcluded: true } : {}),
+        ...(switches.has('store-last-sampled-token') ? { unsafeStoreLastSampledToken: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
