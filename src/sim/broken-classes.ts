@@ -108,7 +108,7 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
 
 /** `F1`, `f1`, `F01`, `f01` -> 'f01'; InvalidArgumentError (flag `what`) for anything else. */
 export function parseFailureClass(text: string, what = '--broken'): FailureClassId {
-  const m = /^[fF]0?(\d{1,2})$/.exec(typeof text === 'string' ? text.trim() : '');
+  const m = /^[fF](\d{1,2})$/.exec(typeof text === 'string' ? text.trim() : '');
   const id = m ? `f${m[1]!.padStart(2, '0')}` : undefined;
   if (id === undefined || !(FAILURE_CLASSES as readonly string[]).includes(id)) {
     throw new InvalidArgumentError(
