@@ -63,7 +63,7 @@ export function registerFuzz(program: Command): void {
     )
     .option(
       '--switch <switches>',
-      'with --target runtime: test-only switches that re-create known bugs (comma-separated): load-while-writing',
+      'with --target runtime: test-only switches that re-create known bugs (comma-separated): load-while-writing, evict-in-use, leak-on-load-failure, ack-on-alloc-failure, drop-deferred',
     )
     .option('--policy <policy>', 'store policy: ready-prefix (default), legacy-assert, legacy-zip')
     .option('--strategy <strategy>', 'scheduling strategy: random (default) or pct')

@@ -64,7 +64,13 @@ import type { TraceLine } from './trace.js';
 import type { WorldOutcome } from './world.js';
 
 /** Test-only switches of the runtime that re-create known bugs (the safe code has none on). */
-export const RUNTIME_SWITCHES = ['load-while-writing'] as const;
+export const RUNTIME_SWITCHES = [
+  'load-while-writing',
+  'evict-in-use',
+  'leak-on-load-failure',
+  'ack-on-alloc-failure',
+  'drop-deferred',
+] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
 
 export interface RuntimeWorldOptions {
@@ -233,6 +239,10 @@ export class RuntimeWorld {
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
+        ...(switches.has('evict-in-use') ? { unsafeEvictInUse: true } : {}),
+        ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
+        ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
+        ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
