@@ -68,6 +68,18 @@ export interface StoreLoopOptions {
    * prevents; never turn it on otherwise.
    */
   unsafeLoadWhileWriting?: boolean;
+  /** Test-only: the host tier evicts entries being written or read (HostTierOptions.unsafeEvictInUse, class F7). */
+  unsafeEvictInUse?: boolean;
+  /**
+   * Test-only: a failed load keeps its tier read references (and its lock), so
+   * the entries it read are never evictable again (class F8). Exists so the
+   * runtime fuzzer can show the release on failure is load-bearing.
+   */
+  unsafeLeakOnLoadFailure?: boolean;
+  /** Test-only: PlannerOptions.unsafeAckOnAllocFailure (class F9). */
+  unsafeAckOnAllocFailure?: boolean;
+  /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
+  unsafeDropDeferred?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
@@ -169,10 +181,13 @@ export class StoreLoop {
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
+  private readonly leakOnLoadFailure: boolean;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
+  /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
+  private readonly leaked: HitLock[] = [];
   /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
   private readonly beingLoaded = new Map<bigint, number>();
   private lookupsDeferred = 0;
@@ -211,7 +226,11 @@ export class StoreLoop {
     this.backend = backend;
     this.events = events;
     const { config } = views;
-    this.tier = new HostTier(config.tierChunks);
+    this.tier = new HostTier(
+      config.tierChunks,
+      options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {},
+    );
+    this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
@@ -246,6 +265,8 @@ export class StoreLoop {
       ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
       ...(options.unsafeEagleCursorUnexcluded ? { unsafeEagleCursorUnexcluded: true } : {}),
       ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
+      ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
+      ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {
@@ -542,7 +563,9 @@ export class StoreLoop {
     invariant(load !== undefined, `load job ${c.jobId} was in flight`);
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
-    this.release(load.lock);
+    // The unsafe variant parks the failed load's lock where nothing ever releases it.
+    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    else this.release(load.lock);
     this.hostBytesRead += c.bytes;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }

@@ -65,15 +65,27 @@ import type { WorldOutcome } from './world.js';
 
 /**
  * Test-only switches that re-create known bugs (the safe code has none on).
- * load-while-writing exists in the runtime's store loop only; the others are
- * the planner's, so the roles world (src/sim/world.ts) takes them as well.
+ * The ones in RUNTIME_ONLY_SWITCHES live in the runtime's store loop; the
+ * others are the planner's, so the roles world (src/sim/world.ts) takes them
+ * as well.
  */
 export const RUNTIME_SWITCHES = [
   'load-while-writing',
   'eagle-cursor-unexcluded',
   'store-last-sampled-token',
+  'evict-in-use',
+  'leak-on-load-failure',
+  'ack-on-alloc-failure',
+  'drop-deferred',
 ] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
+
+/** Switches only the runtime's store loop has: the roles world refuses them rather than ignore them. */
+export const RUNTIME_ONLY_SWITCHES: readonly RuntimeSwitch[] = [
+  'load-while-writing',
+  'evict-in-use',
+  'leak-on-load-failure',
+];
 
 export interface RuntimeWorldOptions {
   readonly policy: StorePolicy;
@@ -243,6 +255,10 @@ export class RuntimeWorld {
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
         ...(switches.has('eagle-cursor-unexcluded') ? { unsafeEagleCursorUnexcluded: true } : {}),
         ...(switches.has('store-last-sampled-token') ? { unsafeStoreLastSampledToken: true } : {}),
+        ...(switches.has('evict-in-use') ? { unsafeEvictInUse: true } : {}),
+        ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
+        ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
+        ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
