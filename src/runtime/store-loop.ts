@@ -433,24 +433,33 @@ export class StoreLoop {
    * again later, so hits never depend on how fast the copy threads ran). Only
    * whole chunks count (every block position stored). Every lookup touches
    * the request's keys, group by group; hit entries are protected from
-   * eviction until loaded or unlocked. The runtime loads whole chunks from a
-   * chunk boundary, so groups must share tokensPerChunk and the hit is
-   * rounded down to a chunk.
+   * eviction until loaded or unlocked. The request's own limits apply: a
+   * maxLoadTokens cap (rounded down to whole chunks) and skipReadingPrefixCache
+   * (a hit of 0 that never defers; the keys are still touched, and the request
+   * still stores, as in vLLM). The runtime loads whole chunks from a chunk
+   * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
+   * refuses other configs with the load path on; here they hit 0) and the hit
+   * is a whole number of chunks.
    */
   private lookup(r: Int32Array): void {
     const { config } = this.views;
     const groups = config.groups;
-    const { tag, numTokens, force, keys } = decodeLookup(config, r);
+    const { tag, numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decodeLookup(
+      config,
+      r,
+    );
     const tpc = groups[0]!.tokensPerChunk;
     // The runtime loads whole chunks, so the lookup itself must only consider
     // hits that end on a chunk boundary: rounding an unaligned hit down after
     // the fact would move a sliding-window group's window onto chunks that
     // were never checked (the store then threw on a key it could not load).
     const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
     const request = {
       numTokens,
       keys,
-      maxLoadTokens: Math.floor((numTokens - (anyWindow ? 1 : 0)) / tpc) * tpc,
+      maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
+      skipReadingPrefixCache,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
       ? lookupHitTokens(groups, request, (k) => this.chunkState(k, force))
@@ -459,7 +468,11 @@ export class StoreLoop {
       result === DEFER || result % tpc === 0,
       'a runtime lookup hit ends on a chunk boundary',
     );
-    const hitTokens = result === DEFER ? 0 : Math.floor(result / tpc) * tpc;
+    invariant(
+      result === DEFER || result <= request.maxLoadTokens,
+      'a runtime lookup hit is within the cap',
+    );
+    const hitTokens = result === DEFER ? 0 : result;
     for (const t of touchRanges(
       groups,
       keys.map((k) => k.length),
@@ -467,9 +480,22 @@ export class StoreLoop {
     )) {
       if (t.to > t.from) this.tier.touch(keys[t.group]!.slice(t.from, t.to));
     }
-    // Below a host prefix shorter than asked: the lower levels resolve (and promote) first; ask again meanwhile.
-    const asked = Math.min(...keys.map((k) => k.length));
-    if (result !== DEFER && this.lower && !force && hitTokens / tpc < asked) {
+    // Below a host prefix shorter than asked: the lower levels resolve (and
+    // promote) first; ask again meanwhile. Not for a request that reads
+    // nothing; a capped request asks up to its cap (and the EAGLE tail chunk
+    // a widened query reads).
+    const capChunks =
+      maxLoadTokens === undefined
+        ? Infinity
+        : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
+    const asked = Math.min(capChunks, ...keys.map((k) => k.length));
+    if (
+      result !== DEFER &&
+      this.lower &&
+      !force &&
+      !skipReadingPrefixCache &&
+      hitTokens / tpc < asked
+    ) {
       const prefixHit = (present: (k: bigint) => boolean) => {
         const t = lookupHitTokens(groups, request, (k) => (present(k) ? 'hit' : 'miss'));
         return t === DEFER ? 0 : Math.floor(t / tpc);
