@@ -233,7 +233,7 @@ describe('F9 allocation failure treated as success: the threaded runtime', () =>
     await rt.close();
     const s = rt.stats();
     // Distinct prompts: each request's chunks up to (not including) its last sampled token.
-    const tokensPerChunk = 16 * config.blocksPerChunk;
+    const tokensPerChunk = rt.config.groups[0]!.tokensPerChunk;
     const chunks = requests * Math.floor((promptLength + maxDecodeTokens - 1) / tokensPerChunk);
     expect(s.chunksStored + s.chunksDroppedForCapacity + s.chunksDroppedUnready).toBe(chunks);
     expect(s).toMatchObject({ holes: 0, mismatches: 0, pinsOutstanding: 0 });
