@@ -181,7 +181,7 @@ export function scenarioTargets(s: ScenarioResults): TargetCheck[] {
       `median of per-run p99 ${fmt(p99)} ms, worst run ${fmt(worstP99)} ms, over ${repeats} runs, ${fmt(seconds, 1)} s, ${samples} samples (offloading off: ${fmt(off)} ms; no runtime: ${fmt(idle)} ms)`,
       p99 < 2 && enough,
       p99 < 2 ? 'too short a measurement' : `${fmt(p99 - 2)} ms over`,
-      "The host's main thread does almost nothing during the run (see 'loop busy %'), so the delay is the OS not scheduling it: the no-runtime row is the machine's own level at the time, and with more runnable threads than cores every thread waits for time slices. The store now parks after every step and the transfer threads run at niceIncrement 5, so at idle the runtime keeps fewer threads runnable.",
+      "The host's main thread does almost nothing during the run (see 'loop busy %'), so the delay is the OS not scheduling it: the no-runtime row is the machine's own level at the time, and with more runnable threads than cores every thread waits for time slices. The store parks after every step (after one that did work too, unless it left work no doorbell announces) and the transfer threads run at niceIncrement 5, so at idle the runtime keeps fewer threads runnable.",
       'Park the hasher and the allocator on their doorbells instead of their lag loops, run the role workers at a lower priority than the host, or give the host a core of its own.',
     ),
     check(
