@@ -109,6 +109,28 @@ export interface PlannerOptions {
    * `kvoff fuzz --broken f04` can show it is caught; never turn it on otherwise.
    */
   unsafeStoreLastSampledToken?: boolean;
+  /**
+   * Test-only: a chunk of a job completed with success = false keeps its
+   * source blocks pinned (a reference never dropped: failure class F8). Exists
+   * so a test can show that the unpin of failed copies is what frees them;
+   * never turn it on otherwise.
+   */
+  unsafeSkipUnpinOnFailure?: boolean;
+  /**
+   * Test-only: an offer the tier refused (cannot-allocate) is treated as
+   * stored: the cursor moves over its chunks and they count as stored
+   * (failure class F9). Exists so a test can show that a refusal must leave
+   * the cursor where it was; never turn it on otherwise.
+   */
+  unsafeAckOnAllocFailure?: boolean;
+  /**
+   * Test-only: chunks deferred at a pass (token-ready, keys or blocks not yet
+   * published) are acknowledged at deferral: counted as deferred, and the
+   * cursor moves over them, so no later pass stores them (failure class F10).
+   * Exists so a test can show that the cursor must stay below deferred
+   * chunks; never turn it on otherwise.
+   */
+  unsafeDropDeferred?: boolean;
   /** Visits an ended request waits for its blocks and keys to settle (default FINAL_WAIT_VISITS_MAX). */
   finalWaitVisitsMax?: number;
   /**
@@ -175,6 +197,9 @@ export class StorePlanner {
   private readonly skipSettle: boolean;
   private readonly eagleCursorUnexcluded: boolean;
   private readonly storeLastSampled: boolean;
+  private readonly skipUnpinOnFailure: boolean;
+  private readonly ackOnAllocFailure: boolean;
+  private readonly dropDeferred: boolean;
   private readonly finalWaitVisitsMax: number;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
@@ -212,6 +237,9 @@ export class StorePlanner {
     this.skipSettle = options.unsafeSkipSettle ?? false;
     this.eagleCursorUnexcluded = options.unsafeEagleCursorUnexcluded ?? false;
     this.storeLastSampled = options.unsafeStoreLastSampledToken ?? false;
+    this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
+    this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
+    this.dropDeferred = options.unsafeDropDeferred ?? false;
     this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
     if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
       throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
@@ -329,7 +357,8 @@ export class StorePlanner {
       job.chunks.map((c) => c.key),
       success,
     );
-    if (!this.skipPins) for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
+    if (this.skipPins || (!success && this.skipUnpinOnFailure)) return;
+    for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
   }
 
   private tryPlan(slot: number): StoreJob | undefined | typeof RETRY {
@@ -396,6 +425,8 @@ export class StorePlanner {
         snap.keyCount[g]! < Math.min(w.tokenChunks, keysExpected(snap.numTokens, group, config))
       )
         keysPending = true;
+      // The unsafe variant acknowledges deferred chunks: counted above as deferred, passed by the cursor.
+      if (this.dropDeferred && w.tokenChunks > w.advanceTo) w.advanceTo = w.tokenChunks;
       if (w.advanceTo > snap.cursor[g]!) advances = true;
     }
     // An ended request is final once nothing token-ready is missing, or once
@@ -475,6 +506,14 @@ export class StorePlanner {
     if (!out.ok) {
       this.counters.allocationFailures += 1;
       if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
+      if (this.ackOnAllocFailure) {
+        // The unsafe variant: the refused chunks count as stored and the cursor moves on (no copy is dispatched).
+        this.counters.chunksStored += chunks.length;
+        this.reportNulls(nullChunks);
+        this.passUnreachable(unreachable, unreachableChunks);
+        this.advanceAll(drain);
+        return undefined;
+      }
       if (ended && this.finalAttemptFailed(slot, snap.generation)) {
         // Visible, counted, never silent: the tier could not take these even after retries.
         this.counters.chunksDroppedForCapacity += chunks.length;

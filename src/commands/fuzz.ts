@@ -26,7 +26,7 @@ import {
 import { formatScenario } from '../sim/scenario.js';
 import { BROKEN_CLASSES, brokenClass, brokenFuzzOptions } from '../sim/broken-classes.js';
 import type { BrokenClass } from '../sim/broken-classes.js';
-import { RUNTIME_SWITCHES } from '../sim/runtime-world.js';
+import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../sim/runtime-world.js';
 import { formatTrace } from '../sim/trace.js';
 import type { TraceLine } from '../sim/trace.js';
 
@@ -67,7 +67,7 @@ export function registerFuzz(program: Command): void {
     )
     .option(
       '--switch <switches>',
-      `test-only switches that re-create known bugs (comma-separated): ${RUNTIME_SWITCHES.join(', ')} (load-while-writing needs --target runtime)`,
+      `test-only switches that re-create known bugs (comma-separated): ${RUNTIME_SWITCHES.join(', ')} (${RUNTIME_ONLY_SWITCHES.join(', ')} need --target runtime)`,
     )
     .option(
       '--broken <class>',
@@ -134,8 +134,9 @@ async function campaign(given: FuzzFlags): Promise<void> {
   const watch = flags.watch?.split(',').map((x) => parseInvariant(x.trim()));
   const target = parseFuzzTarget(flags.target ?? 'roles');
   const switches = flags.switch?.split(',').map((x) => parseRuntimeSwitch(x.trim()));
-  if (switches?.includes('load-while-writing') && target !== 'runtime') {
-    throw new InvalidArgumentError('--switch', 'load-while-writing needs --target runtime');
+  const runtimeOnly = switches?.find((x) => RUNTIME_ONLY_SWITCHES.includes(x));
+  if (runtimeOnly !== undefined && target !== 'runtime') {
+    throw new InvalidArgumentError('--switch', `${runtimeOnly} needs --target runtime`);
   }
   const bar = progressBar(schedules, seconds);
   // SIGINT/SIGTERM end the campaign after the schedule running now; the summary so far is printed.

@@ -35,7 +35,7 @@ import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
-import { validateSimRequest } from './request-rules.js';
+import { checkLoadableGroups, validateSimRequest } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -109,6 +109,16 @@ export interface SimRequest {
   maxDecodeTokens?: number;
   /** Abort once this many tokens are computed. */
   abortAfterTokens?: number;
+  /**
+   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
+   * down to whole chunks; 0 loads nothing. No cap by default.
+   */
+  maxLoadTokens?: number;
+  /**
+   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
+   * its hit is 0 even when its prefix is stored. It still stores its chunks.
+   */
+  skipReadingPrefixCache?: boolean;
 }
 
 export interface RequestSummary {
@@ -206,7 +216,10 @@ export class OffloadRuntime {
     if (options.transferBackendModule !== undefined) {
       await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
     }
-    if (!options.external) resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
+    if (!options.external) {
+      const engine = resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
+      if (engine.loadFromTier) checkLoadableGroups(config);
+    }
     const rt = new OffloadRuntime(config, options);
     await rt.spawnAll();
     return rt;
@@ -541,6 +554,9 @@ export class OffloadRuntime {
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
+    if (req.maxLoadTokens !== undefined || req.skipReadingPrefixCache === true) {
+      record.push(req.maxLoadTokens ?? UNSET, req.skipReadingPrefixCache === true ? 1 : 0);
+    }
     return record;
   }
 

@@ -81,6 +81,7 @@ import {
   requestSpecs,
 } from './scenario.js';
 import type { Scenario, ScenarioEvent } from './scenario.js';
+import { RUNTIME_ONLY_SWITCHES } from './runtime-world.js';
 import type { RuntimeSwitch } from './runtime-world.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
@@ -203,13 +204,17 @@ export class World {
       unsafeIgnorePins: !options.pins,
     });
     const switches = new Set(options.switches ?? []);
-    if (switches.has('load-while-writing')) {
-      throw new InvalidArgumentError('switches', 'load-while-writing needs --target runtime');
+    for (const only of RUNTIME_ONLY_SWITCHES) {
+      if (switches.has(only)) {
+        throw new InvalidArgumentError('switches', `${only} needs --target runtime`);
+      }
     }
     this.planner = new StorePlanner(this.state, this.tier, {
       policy: options.policy,
       unsafeEagleCursorUnexcluded: switches.has('eagle-cursor-unexcluded'),
       unsafeStoreLastSampledToken: switches.has('store-last-sampled-token'),
+      unsafeAckOnAllocFailure: switches.has('ack-on-alloc-failure'),
+      unsafeDropDeferred: switches.has('drop-deferred'),
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
       unsafeSkipSettle: options.settle === false,
