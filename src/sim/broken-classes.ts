@@ -101,7 +101,7 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
     id: 'f08',
     title: 'a reference taken and never dropped',
     variant:
-      'switch leak-on-load-failure (runtime target: a failed load keeps its read references)',
+      'switch leak-on-load-failure (runtime target: a failed load keeps its tier read references)',
     target: 'runtime',
     switches: ['leak-on-load-failure'],
     watch: ['leak'],
@@ -109,7 +109,8 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
   {
     id: 'f09',
     title: 'allocation failure treated as success',
-    variant: 'switch ack-on-alloc-failure (an offer the tier refused counts as stored)',
+    variant:
+      'switch ack-on-alloc-failure (an offer the tier refused counts as stored; the cursor moves on)',
     switches: ['ack-on-alloc-failure'],
     watch: ['hole'],
   },
