@@ -50,7 +50,8 @@ import { OP_SUBMIT } from '../runtime/protocol.js';
 import { Random } from '../runtime/random.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop, TransferFailedError } from '../runtime/store-loop.js';
-import type { DrainedRequest } from '../runtime/store-loop.js';
+import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
+import { lookupAnswerViolation } from './lookup-oracle.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -234,6 +235,7 @@ export class RuntimeWorld {
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
+        onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
       },
     );
     const cells = config.maxRequests * config.groups.length;
@@ -624,6 +626,12 @@ export class RuntimeWorld {
   }
 
   // ------------------------------------------------------------------ oracle
+
+  /** Oracle 7 at the moment of each lookup answer (see lookup-oracle.ts). */
+  private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
+    const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
+    if (v !== undefined) this.flag(v.invariant, v.message);
+  }
 
   private onEnded(summary: EngineSummary): void {
     const p = this.pending.get(summary.requestId);
