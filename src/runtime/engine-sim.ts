@@ -187,6 +187,8 @@ class SimRequest {
   lookupRetryAtMs = -Infinity;
   /** The last back-off after a deferred lookup (0: none yet); doubles up to LOOKUP_RETRY_MS_MAX. */
   lookupBackoffMs = 0;
+  /** When its pending admission lookup was sent (-1: none pending). */
+  lookupSentMs = -1;
 
   constructor(
     readonly id: number,
@@ -254,12 +256,17 @@ export class EngineSimulator {
   private live: SimRequest[] = [];
   private admitted = 0;
   /**
-   * Answers the current step waits for: allocations, tier lookups and loads.
-   * The next step is planned only when all arrived, so the logical schedule
-   * (how many requests overlap, hence preemption) does not depend on how fast
-   * the other threads answer (a synchronous-load model of the connector).
+   * Answers the current step waits for: allocations and loads. The next step
+   * is planned only when all arrived, so the logical schedule (how many
+   * requests overlap, hence preemption) does not depend on how fast the other
+   * threads answer (a synchronous-load model of the connector). Admission
+   * lookups are not among them: a request waits in 'lookup' while the engine
+   * keeps stepping the others (vLLM's scheduler skips a request whose
+   * connector answers "not yet"), so a slow store never holds a step back.
    */
   private outstanding = 0;
+  /** Admission lookups sent and not answered. */
+  private lookupsPending = 0;
   /** Requests scheduled in the current step, in plan order; they commit together. */
   private stepRequests: SimRequest[] = [];
   /** Blocks held by live requests and reserved by outstanding allocations (engine's view). */
@@ -280,6 +287,8 @@ export class EngineSimulator {
     tierHits: 0,
     loadMismatches: 0,
     recordsRefused: 0,
+    lookupWaitMsMax: 0,
+    stepsPlannedDuringLookups: 0,
   };
   /** Notified after every publish so lagging roles wake. */
   private readonly wake: () => void;
@@ -334,6 +343,7 @@ export class EngineSimulator {
     ) {
       // One engine step: plan the batch; its allocations commit together.
       this.lastPlanMs = this.now();
+      if (this.lookupsPending > 0) this.counters.stepsPlannedDuringLookups += 1;
       did = this.plan() || did;
     }
     this.publishStats();
@@ -766,7 +776,8 @@ export class EngineSimulator {
     // A request deferred for too long takes what is readable now (the wait is bounded).
     const force = r.deferredSinceMs >= 0 && this.now() - r.deferredSinceMs > LOOKUP_DEFER_MS_MAX;
     r.phase = 'lookup';
-    this.outstanding += 1;
+    r.lookupSentMs = this.now();
+    this.lookupsPending += 1;
     this.toStore.send(
       encodeLookup(config, r.id, numTokens, force, (g, c) => r.keys[g]![c]!, r.limits),
     );
@@ -827,9 +838,12 @@ export class EngineSimulator {
   private onStoreAnswer(a: Int32Array): void {
     const r = this.byId.get(a[1]!);
     invariant(r !== undefined, `store answer for a known request ${a[1]}`);
-    this.outstanding -= 1;
     if (a[0] === ANS_LOOKED_UP) {
-      invariant(r.phase === 'lookup', 'lookup answer while looking up');
+      invariant(r.phase === 'lookup' && this.lookupsPending > 0, 'lookup answer while looking up');
+      this.lookupsPending -= 1;
+      const waitMs = this.now() - r.lookupSentMs;
+      r.lookupSentMs = -1;
+      if (waitMs > this.counters.lookupWaitMsMax) this.counters.lookupWaitMsMax = waitMs;
       if (a[2] === LOOKUP_DEFERRED) {
         // Ask again at a later step (vLLM's "None"): back to the head of the queue, no slot taken,
         // after a back-off on the engine's clock (others behind it are admitted meanwhile).
@@ -848,6 +862,7 @@ export class EngineSimulator {
       this.open(r, a[2]!);
     } else {
       invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
+      this.outstanding -= 1;
       if (a[2] !== 1) {
         // The copy failed: its blocks hold whatever they held. Never serve them
         // as a hit (F11): recompute from zero into the same blocks.

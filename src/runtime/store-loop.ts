@@ -50,6 +50,10 @@ export interface StoreLoopOptions {
   unsafeSkipRevalidate?: boolean;
   /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
   unsafeSkipSettle?: boolean;
+  /** Test-only: failure class F2 re-created (see PlannerOptions.unsafeEagleCursorUnexcluded). */
+  unsafeEagleCursorUnexcluded?: boolean;
+  /** Test-only: failure class F4 re-created (see PlannerOptions.unsafeStoreLastSampledToken). */
+  unsafeStoreLastSampledToken?: boolean;
   /** Test knob: every transfer task sleeps this long before copying. */
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
@@ -65,6 +69,18 @@ export interface StoreLoopOptions {
    * prevents; never turn it on otherwise.
    */
   unsafeLoadWhileWriting?: boolean;
+  /** Test-only: the host tier evicts entries being written or read (HostTierOptions.unsafeEvictInUse, class F7). */
+  unsafeEvictInUse?: boolean;
+  /**
+   * Test-only: a failed load keeps its tier read references (and its lock), so
+   * the entries it read are never evictable again (class F8). Exists so the
+   * runtime fuzzer can show the release on failure is load-bearing.
+   */
+  unsafeLeakOnLoadFailure?: boolean;
+  /** Test-only: PlannerOptions.unsafeAckOnAllocFailure (class F9). */
+  unsafeAckOnAllocFailure?: boolean;
+  /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
+  unsafeDropDeferred?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
@@ -191,10 +207,13 @@ export class StoreLoop {
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
+  private readonly leakOnLoadFailure: boolean;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
+  /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
+  private readonly leaked: HitLock[] = [];
   /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
   private readonly beingLoaded = new Map<bigint, number>();
   private lookupsDeferred = 0;
@@ -233,7 +252,11 @@ export class StoreLoop {
     this.backend = backend;
     this.events = events;
     const { config } = views;
-    this.tier = new HostTier(config.tierChunks);
+    this.tier = new HostTier(
+      config.tierChunks,
+      options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {},
+    );
+    this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
@@ -267,6 +290,10 @@ export class StoreLoop {
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
+      ...(options.unsafeEagleCursorUnexcluded ? { unsafeEagleCursorUnexcluded: true } : {}),
+      ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
+      ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
+      ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {
@@ -605,7 +632,9 @@ export class StoreLoop {
     invariant(load !== undefined, `load job ${c.jobId} was in flight`);
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
-    this.release(load.lock);
+    // The unsafe variant parks the failed load's lock where nothing ever releases it.
+    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    else this.release(load.lock);
     this.hostBytesRead += c.bytes;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
