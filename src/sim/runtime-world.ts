@@ -47,7 +47,7 @@ import { EngineSimulator } from '../runtime/engine-sim.js';
 import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/layout.js';
-import { OP_SUBMIT } from '../runtime/protocol.js';
+import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
 import { Random } from '../runtime/random.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop, TransferFailedError } from '../runtime/store-loop.js';
@@ -397,6 +397,10 @@ export class RuntimeWorld {
         s.maxDecodeTokens,
         s.abortAfterTokens,
         0,
+        // The load limits, as submit() encodes them (trailing, only when given).
+        ...(s.maxLoadTokens !== undefined || s.skipReadingPrefixCache === true
+          ? [s.maxLoadTokens ?? UNSET, s.skipReadingPrefixCache === true ? 1 : 0]
+          : []),
       ]);
       this.backlogRetryMs = this.nowMs;
     }
