@@ -78,7 +78,7 @@ describe('disk tier', () => {
     await a.close(1000);
 
     // A temp left by a dead writer (pid 2^22+1 is above Linux's pid_max default) and one of ours.
-    const sub = join(dir, hex16(FP), '00', '00');
+    const sub = join(dir, hex16(FP), '00');
     mkdirSync(sub, { recursive: true });
     writeFileSync(join(sub, `0000000000000999.kv.tmp.${(1 << 22) + 1}.1`), 'partial');
     const b = await open(dir);
