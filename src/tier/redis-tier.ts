@@ -27,7 +27,7 @@ export interface RedisTierOptions {
   readonly urls: readonly string[];
   /** Per-command timeout; default 2,000 ms. */
   readonly timeoutMs?: number;
-  /** SETs awaiting their reply; beyond this stores are dropped; default 1,024. */
+  /** SETs awaiting their reply; beyond this stores are dropped; default 4,096. */
   readonly storesInFlightMax?: number;
   /** Bytes of SETs awaiting their reply; beyond this stores are dropped; default 64 MiB. */
   readonly storeBytesInFlightMax?: number;
@@ -39,9 +39,16 @@ export interface RedisTierOptions {
   readonly fingerprint: bigint;
 }
 
+// Stores in flight: the default `kvoff simulate` publishes about 18,000 16 KiB
+// chunks in 5-15 s; with 1,024 SETs awaiting replies a loaded 2-core box
+// (load average 18) dropped 11-13% of them, with 4,096 none, with no command
+// timing out. At 16 KiB the byte bound (64 MiB, about 4,085 values) and the
+// count bound meet; for larger chunks the byte bound decides. A deeper bound
+// would let commands wait in the client's queue long enough to hit their
+// timeout and open the circuit.
 export const REDIS_DEFAULTS = {
   timeoutMs: 2_000,
-  storesInFlightMax: 1024,
+  storesInFlightMax: 4_096,
   storeBytesInFlightMax: 64 << 20,
   failuresMax: 5,
   openMs: 1_000,
