@@ -15,6 +15,7 @@
 //                                  control and speed; writes bench/results/latest/fuzz-power-runtime.json)
 //   KVOFF_BENCH_PUBLISH=1 npm run bench:fuzz   (also refreshes the committed copy in bench/results/)
 import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { Bench } from 'tinybench';
@@ -298,6 +299,9 @@ async function main(): Promise<void> {
     benchmark: 'fuzz-power',
     date: new Date().toISOString(),
     node: process.version,
+    // Schedules per second depend on what else the machine runs.
+    cpus: cpus().length,
+    loadAverage: loadavg().map((x) => Math.round(x * 100) / 100),
     quick: QUICK,
     seeds: SEEDS,
     simBudget: SIM_BUDGET,

@@ -125,3 +125,5 @@ export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
 export type { PerTierCounters } from './tier/tier-stats.js';
 export { checkValue, encodeValue, layoutFingerprint } from './tier/value.js';
+export type { ExternalLookupOptions } from './runtime/external-load.js';
+export type { LookupLimits } from './runtime/lookup-record.js';

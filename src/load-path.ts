@@ -76,8 +76,16 @@ export class LoadPath {
   /** Keys read by loads in flight, with how many loads read each. */
   private readonly beingLoaded = new Map<bigint, number>();
   private nextLoadId = 1;
+  private readonly loadWhileStoring: boolean;
 
-  constructor(state: SharedState, tier: OffloadTier, hashing: Hashing, policy: CursorPolicy) {
+  constructor(
+    state: SharedState,
+    tier: OffloadTier,
+    hashing: Hashing,
+    policy: CursorPolicy,
+    options: { unsafeLoadWhileStoring?: boolean } = {},
+  ) {
+    this.loadWhileStoring = options.unsafeLoadWhileStoring ?? false;
     this.config = state.config;
     this.state = state;
     this.tier = tier;
@@ -104,7 +112,9 @@ export class LoadPath {
     if (options.handle !== undefined) {
       checkHandle(this.state, options.handle);
       // vLLM defers a request with jobs in flight before any lookup (no touch either).
-      if (this.storesInFlight[options.handle.slot]! > 0) return { deferred: true };
+      if (this.storesInFlight[options.handle.slot]! > 0 && !this.loadWhileStoring) {
+        return { deferred: true };
+      }
       if (this.loads.has(options.handle.slot)) {
         throw new IllegalTransitionError('look up', 'loading');
       }
@@ -152,7 +162,9 @@ export class LoadPath {
       throw new InvalidArgumentError('answer', 'must be a lookup answer with a positive hit');
     }
     const slot = handle.slot;
-    if (this.storesInFlight[slot]! > 0) throw new IllegalTransitionError('load', 'storing');
+    if (this.storesInFlight[slot]! > 0 && !this.loadWhileStoring) {
+      throw new IllegalTransitionError('load', 'storing');
+    }
     if (this.loads.has(slot)) throw new IllegalTransitionError('load', 'loading');
     const taken = this.store.snapshot(slot, this.snap);
     invariant(taken === 'ok', `slot ${slot} of a checked handle reads ${taken}`);

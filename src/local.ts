@@ -38,6 +38,13 @@ export interface LocalOffloadOptions extends PlannerOptions {
   tier?: OffloadTier;
   /** Where a load leaves the store cursor: 'block-level' (default) or 'request-level'. */
   cursorPolicy?: CursorPolicy;
+  /**
+   * Test-only (failure class F5, vLLM #46014): a re-admitted request's lookup
+   * is not deferred, and its load not refused, while its store jobs are in
+   * flight, so a load and stores of one request overlap. Exists so the
+   * failure-class test can show what the deferral prevents; never turn it on otherwise.
+   */
+  unsafeLoadWhileStoring?: boolean;
 }
 
 export class LocalOffload {
@@ -65,7 +72,13 @@ export class LocalOffload {
     this.hasher = hasher;
     this.allocator = new AllocatorRole(state);
     this.tier = options.tier ?? new HostTier(config.tierChunks);
-    const loadPath = new LoadPath(state, this.tier, hashing, options.cursorPolicy ?? 'block-level');
+    const loadPath = new LoadPath(
+      state,
+      this.tier,
+      hashing,
+      options.cursorPolicy ?? 'block-level',
+      options.unsafeLoadWhileStoring ? { unsafeLoadWhileStoring: true } : {},
+    );
     this.loadPath = loadPath;
     // The load path counts each request's chunks in flight from the planner itself,
     // so passes run through `planner.pass()` directly count as well as plan().

@@ -20,11 +20,12 @@ import {
   emptyWindow,
   keysExpected,
   offloadableTokens,
+  readyPrefix,
   storeReachable,
   storeWindow,
   tokenChunks,
 } from './ready.js';
-import type { StorePolicy, StoreWindow } from './ready.js';
+import type { RequestFacts, StorePolicy, StoreWindow } from './ready.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
 import type { SharedState } from './state.js';
 import type { OffloadTier } from './tier/types.js';
@@ -93,6 +94,43 @@ export interface PlannerOptions {
    * Exists so the fuzzer can show it finds that loss; never turn it off otherwise.
    */
   unsafeSkipSettle?: boolean;
+  /**
+   * Test-only (failure class F2, vLLM #46971): apply the EAGLE trailing-chunk
+   * exclusion when choosing the chunks to store but not when moving the
+   * cursor, so the cursor passes the held-back chunk and it is never stored.
+   * Exists so the failure-class tests and `kvoff fuzz --broken f02` can show
+   * the oracle catches it; never turn it on otherwise.
+   */
+  unsafeEagleCursorUnexcluded?: boolean;
+  /**
+   * Test-only (failure class F4, vLLM #54288): count a finished request's last
+   * sampled token as offloadable, so a chunk ending with it (whose KV was never
+   * computed) is stored. Exists so the failure-class tests and
+   * `kvoff fuzz --broken f04` can show it is caught; never turn it on otherwise.
+   */
+  unsafeStoreLastSampledToken?: boolean;
+  /**
+   * Test-only: a chunk of a job completed with success = false keeps its
+   * source blocks pinned (a reference never dropped: failure class F8). Exists
+   * so a test can show that the unpin of failed copies is what frees them;
+   * never turn it on otherwise.
+   */
+  unsafeSkipUnpinOnFailure?: boolean;
+  /**
+   * Test-only: an offer the tier refused (cannot-allocate) is treated as
+   * stored: the cursor moves over its chunks and they count as stored
+   * (failure class F9). Exists so a test can show that a refusal must leave
+   * the cursor where it was; never turn it on otherwise.
+   */
+  unsafeAckOnAllocFailure?: boolean;
+  /**
+   * Test-only: chunks deferred at a pass (token-ready, keys or blocks not yet
+   * published) are acknowledged at deferral: counted as deferred, and the
+   * cursor moves over them, so no later pass stores them (failure class F10).
+   * Exists so a test can show that the cursor must stay below deferred
+   * chunks; never turn it on otherwise.
+   */
+  unsafeDropDeferred?: boolean;
   /** Visits an ended request waits for its blocks and keys to settle (default FINAL_WAIT_VISITS_MAX). */
   finalWaitVisitsMax?: number;
   /**
@@ -157,6 +195,11 @@ export class StorePlanner {
   private readonly skipPins: boolean;
   private readonly skipRevalidate: boolean;
   private readonly skipSettle: boolean;
+  private readonly eagleCursorUnexcluded: boolean;
+  private readonly storeLastSampled: boolean;
+  private readonly skipUnpinOnFailure: boolean;
+  private readonly ackOnAllocFailure: boolean;
+  private readonly dropDeferred: boolean;
   private readonly finalWaitVisitsMax: number;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
@@ -192,6 +235,11 @@ export class StorePlanner {
     this.skipPins = options.unsafeSkipPins ?? false;
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
     this.skipSettle = options.unsafeSkipSettle ?? false;
+    this.eagleCursorUnexcluded = options.unsafeEagleCursorUnexcluded ?? false;
+    this.storeLastSampled = options.unsafeStoreLastSampledToken ?? false;
+    this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
+    this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
+    this.dropDeferred = options.unsafeDropDeferred ?? false;
     this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
     if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
       throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
@@ -309,7 +357,8 @@ export class StorePlanner {
       job.chunks.map((c) => c.key),
       success,
     );
-    if (!this.skipPins) for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
+    if (this.skipPins || (!success && this.skipUnpinOnFailure)) return;
+    for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
   }
 
   private tryPlan(slot: number): StoreJob | undefined | typeof RETRY {
@@ -322,7 +371,10 @@ export class StorePlanner {
     if (ended && snap.drained) return undefined;
     this.counters.requestsVisited += 1;
     const bpc = config.blocksPerChunk;
-    const offloadable = offloadableTokens(snap, config);
+    const offloadable =
+      this.storeLastSampled && snap.status === Status.finished
+        ? lastSampledCounted(snap, config)
+        : offloadableTokens(snap, config);
     let candidateCount = 0;
     let deferred = 0;
     let skipped = 0;
@@ -340,6 +392,16 @@ export class StorePlanner {
         bpc,
         windows[g]!,
       );
+      if (this.eagleCursorUnexcluded && group.eagle) {
+        // The broken variant: the cursor moves to the ready prefix without the exclusion.
+        const all = readyPrefix(
+          Math.floor(offloadable / group.tokensPerChunk),
+          snap.keyCount[g]!,
+          snap.blockCount[g]!,
+          bpc,
+        );
+        if (all > w.advanceTo) w.advanceTo = all;
+      }
       // The old length assertion, kept after the ready bound as a guard: both
       // slices have exactly end - start entries whatever the policy.
       // Tested before the message is built: this runs for every request-group of every pass.
@@ -363,6 +425,8 @@ export class StorePlanner {
         snap.keyCount[g]! < Math.min(w.tokenChunks, keysExpected(snap.numTokens, group, config))
       )
         keysPending = true;
+      // The unsafe variant acknowledges deferred chunks: counted above as deferred, passed by the cursor.
+      if (this.dropDeferred && w.tokenChunks > w.advanceTo) w.advanceTo = w.tokenChunks;
       if (w.advanceTo > snap.cursor[g]!) advances = true;
     }
     // An ended request is final once nothing token-ready is missing, or once
@@ -442,6 +506,14 @@ export class StorePlanner {
     if (!out.ok) {
       this.counters.allocationFailures += 1;
       if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
+      if (this.ackOnAllocFailure) {
+        // The unsafe variant: the refused chunks count as stored and the cursor moves on (no copy is dispatched).
+        this.counters.chunksStored += chunks.length;
+        this.reportNulls(nullChunks);
+        this.passUnreachable(unreachable, unreachableChunks);
+        this.advanceAll(drain);
+        return undefined;
+      }
       if (ended && this.finalAttemptFailed(slot, snap.generation)) {
         // Visible, counted, never silent: the tier could not take these even after retries.
         this.counters.chunksDroppedForCapacity += chunks.length;
@@ -590,6 +662,33 @@ export class StorePlanner {
     this.finalAttempts[slot]! += 1;
     return this.finalAttempts[slot]! >= FINAL_STORE_ATTEMPTS_MAX;
   }
+}
+
+/**
+ * The broken variant of F4 (unsafeStoreLastSampledToken): a finished request's
+ * tokens up to and including the last sampled one, as if all were computed.
+ */
+function lastSampledCounted(snap: Readonly<RequestSnapshot>, config: Config): number {
+  return offloadableTokens(
+    {
+      ...snapFacts(snap),
+      status: Status.running,
+      computedTokens: snap.numTokens,
+      scheduledTokens: 0,
+    },
+    config,
+  );
+}
+
+function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
+  return {
+    status: snap.status,
+    promptTokens: snap.promptTokens,
+    numTokens: snap.numTokens,
+    computedTokens: snap.computedTokens,
+    scheduledTokens: snap.scheduledTokens,
+    maxOffloadTokens: snap.maxOffloadTokens,
+  };
 }
 
 const RETRY = Symbol('retry');

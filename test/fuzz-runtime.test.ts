@@ -5,8 +5,10 @@ import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import { UNSET } from '../src/runtime/protocol.js';
 import { fuzz, runSchedule } from '../src/sim/run.js';
+import { runtimeHangAfterMs } from '../src/sim/runtime-scenario.js';
 import type { RuntimeScenario, RuntimeSubmission } from '../src/sim/runtime-scenario.js';
 import { RuntimeWorld } from '../src/sim/runtime-world.js';
+import { TRANSFER } from '../src/sim/scenario.js';
 import { DecisionListStrategy, RandomStrategy } from '../src/sim/strategy.js';
 import { decodeReplayToken, encodeReplayToken } from '../src/sim/token.js';
 import type { ReplaySpec } from '../src/sim/token.js';
@@ -309,4 +311,74 @@ describe('regression: a hybrid lookup rounded down to whole chunks after the fac
       expect(out.violation).toBeUndefined();
     });
   }
+});
+
+// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt) was
+// reported as a hang. The copy threads were stalled for 200 virtual ms while a
+// second request's tier lookup was deferred on the first one's entries, still
+// being written; the engine asked again at every step and the store deferred
+// again, about a hundred decisions per virtual ms. The schedule would have
+// ended once the stall did, but the driver's bound was a fixed step count
+// (60 x the scenario's estimate, 18,560 here), spent at 166 virtual ms. A hang
+// is now judged on the virtual clock: the last timed event, plus every stall,
+// plus a settle allowance per request; the step count is only a backstop that
+// covers the fastest spin over that whole budget.
+describe('regression: a copy stall of 200 virtual ms under a deferred lookup, re-asked every engine step, was reported as a hang', () => {
+  const stalledCopies = (forMs: number) =>
+    scenario({
+      stepMs: [0.01, 0.01, 0.01, 0.01, 0.01],
+      events: [request(1, 0), request(2, 3), { kind: 'stall', actor: TRANSFER, atMs: 0, forMs }],
+    });
+
+  it('kvf1.ready-prefix.pct.pins.1028744.trt runs to its end with nothing violated', () => {
+    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt'));
+    expect(out.violation).toBeUndefined();
+  });
+
+  it('a lookup waits out a 200 ms copy stall, then loads: no hang, whatever the step count', () => {
+    const world = new RuntimeWorld(stalledCopies(200), {
+      policy: 'ready-prefix',
+      pins: true,
+      hashing,
+      strategy: new DecisionListStrategy([]),
+      record: true,
+    });
+    const out = world.run();
+    expect(out.violation).toBeUndefined();
+    // The second request's load ran once the copies were back, after the stall.
+    const load = out.lines.find((l) => l.text.startsWith('transfer load'));
+    expect(load).toBeDefined();
+    expect(Number(/@([\d.]+)ms$/.exec(load!.text)![1])).toBeGreaterThanOrEqual(200);
+    // The budget covers the stall, and the step backstop covers spinning at the
+    // fastest step time through the whole budget.
+    expect(world.hangAfterMs).toBeGreaterThan(200 + 3);
+    expect(world.stepsMax * 0.01).toBeGreaterThanOrEqual(world.hangAfterMs);
+  });
+
+  it('the stalls are in the budget: each one adds its length', () => {
+    const base = runtimeHangAfterMs(stalledCopies(2));
+    expect(runtimeHangAfterMs(stalledCopies(202))).toBe(base + 200);
+  });
+
+  it('a wait longer than the budget is still a hang, reported in virtual ms', () => {
+    const out = new RuntimeWorld(stalledCopies(200), {
+      policy: 'ready-prefix',
+      pins: true,
+      hashing,
+      strategy: new DecisionListStrategy([]),
+      hangAfterMs: 50,
+    }).run();
+    expect(out.violation?.invariant).toBe('hang');
+    expect(out.violation?.message).toMatch(/no end after 50\.\d+ virtual ms \(budget 50 ms\)/);
+  });
+});
+
+describe('copy completions and the store doorbell', () => {
+  it('with the bell (the default backend) and without it (a backend module), a schedule ends clean', () => {
+    for (const completionBell of [true, false]) {
+      const out = runBenign(scenario({ completionBell, events: [request(1, 0), request(2, 40)] }));
+      expect(out.violation).toBeUndefined();
+      expect(out.lines.some((l) => l.text.startsWith('transfer load'))).toBe(true);
+    }
+  });
 });

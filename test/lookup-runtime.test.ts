@@ -192,19 +192,32 @@ describe('the lookup record', () => {
     const config = resolveConfig(SMALL_HYBRID); // 2 groups, 8-token chunks of 2 blocks
     const ring = SpscRing.create(64);
     const tokens = lookupTokensThatFit(config, 400, ring.recordWordsMax);
-    // 31 words: 4 header words + 6 chunks x 2 groups x 2 words; a load of 6 chunks is 2 + 24 words.
+    // 31 words: 5 header words + 6 chunks x 2 groups x 2 words; a load of 6 chunks is 2 + 24 words.
     expect(tokens).toBe(49);
     expect(lookupTokensThatFit(config, 30, ring.recordWordsMax)).toBe(30);
-    const record = encodeLookup(config, 9, tokens, true, (g, c) => BigInt(g * 100 + c));
+    const keys = [0, 1].map((g) => [0, 1, 2, 3, 4, 5].map((c) => BigInt(g * 100 + c)));
+    const record = encodeLookup(config, 9, tokens, true, (g, c) => keys[g]![c]!);
     expect(record.length).toBeLessThanOrEqual(ring.recordWordsMax);
     expect(ring.push(record)).toBe(true);
-    ring.pop((r) => {
-      expect(decodeLookup(config, r)).toEqual({
+    // The request's load limits travel with it.
+    const limited = { maxLoadTokens: 24, skipReadingPrefixCache: true };
+    expect(
+      ring.push(encodeLookup(config, 10, tokens, false, (g, c) => keys[g]![c]!, limited)),
+    ).toBe(true);
+    const decoded: unknown[] = [];
+    while (ring.pop((r) => decoded.push(decodeLookup(config, r)))) {
+      /* drain */
+    }
+    expect(decoded).toEqual([
+      {
         tag: 9,
         numTokens: 49,
         force: true,
-        keys: [0, 1].map((g) => [0, 1, 2, 3, 4, 5].map((c) => BigInt(g * 100 + c))),
-      });
-    });
+        maxLoadTokens: undefined,
+        skipReadingPrefixCache: false,
+        keys,
+      },
+      { tag: 10, numTokens: 49, force: false, ...limited, keys },
+    ]);
   });
 });

@@ -41,12 +41,8 @@ export function lockedWriterThread(
     paceRound(round.startMs, p.roundMs, c);
     lock.lock();
     try {
-      for (let r = 0; r < p.shape.requests; r += 1) {
-        for (const source of p.sources) {
-          writers.publish(r, c, source);
-          events += 1;
-        }
-      }
+      writers.publishRound(c, p.sources);
+      events += p.shape.requests * p.sources.length;
     } finally {
       lock.unlock();
     }

@@ -4,7 +4,8 @@
 // each round) and ring a doorbell; the store thread owns the whole state
 // privately, drains every port with receiveMessageOnPort (no event-loop task
 // per message), applies each delta through the same role code as design (a)
-// to its own copy of the layout, then runs one planner pass (the same
+// to its own copy of the layout (one role batch call per source and
+// message, as design (a)'s writers make one per source and round), then runs one planner pass (the same
 // StorePlanner; its dirty bits make it visit only the requests the batch
 // touched). When the ports are empty it parks on the doorbell (bounded).
 import { receiveMessageOnPort } from 'node:worker_threads';
@@ -44,12 +45,9 @@ export function messagedStoreThread(
         const d = m.message as Float64Array;
         got += 1;
         for (let at = 0; at + DELTA_WORDS <= d.length; at += DELTA_WORDS) {
-          const source = d[at]! as Source;
-          const r = d[at + 1]!;
-          const c = d[at + 2]!;
-          pub[pubIndex(shape, r, c, source)] = d[at + 4]!;
-          writers.apply(r, c, source);
+          pub[pubIndex(shape, d[at + 1]!, d[at + 2]!, d[at]! as Source)] = d[at + 4]!;
         }
+        writers.applyDeltas(d, DELTA_WORDS);
       }
     }
     if (got === 0) {

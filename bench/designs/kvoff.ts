@@ -98,13 +98,21 @@ export interface KvoffWriterParams extends KvoffSetup {
   readonly roundMs?: number;
 }
 
-/** The writer roles' side, shared by the threaded design and the single-thread one. */
+/**
+ * The writer roles' side, shared by every design that runs role code. Writers
+ * publish a batch at a time (one round: a chunk index over every request, or
+ * one message's deltas): the scheduler and allocator roles take one batch
+ * call per source (their claim checked once, each handle once); the hasher
+ * role has no claim and hashes per handle.
+ */
 export class KvoffWriters {
   private readonly scheduler: SchedulerRole;
   private readonly hasher: HasherRole;
   private readonly allocator: AllocatorRole;
   private readonly pub: Float64Array;
-  private readonly one = new Int32Array(1);
+  /** One batch of one source (at most one entry per request), reused. */
+  private readonly batchHandles: RequestHandle[] = [];
+  private readonly batchValues: Int32Array;
 
   constructor(
     state: SharedState,
@@ -116,25 +124,58 @@ export class KvoffWriters {
     this.hasher = new HasherRole(state, CHEAP_HASHING);
     this.allocator = new AllocatorRole(state);
     this.pub = new Float64Array(pub);
+    this.batchValues = new Int32Array(shape.requests);
   }
 
-  /** Stamps the publication time, then publishes. */
-  publish(r: number, c: number, source: Source): void {
-    this.pub[pubIndex(this.shape, r, c, source)] = epochMs();
-    this.apply(r, c, source);
-  }
-
-  /** Publishes one event through the role it belongs to. */
-  apply(r: number, c: number, source: Source): void {
-    const h = this.handles[r]!;
-    if (source === SOURCE_TOKENS) this.scheduler.progress(h, (c + 1) * TOKENS_PER_CHUNK, 0);
-    else if (source === SOURCE_KEYS) this.hasher.hash(h, 1);
-    else {
-      this.one[0] = blockIdOf(this.shape, r, c);
-      this.allocator.appendBlocks(h, 0, this.one);
+  /** One round: chunk `c` of every request from each of `sources`; publication times are stamped first. */
+  publishRound(c: number, sources: readonly Source[]): void {
+    for (const source of sources) {
+      const now = epochMs();
+      for (let r = 0; r < this.shape.requests; r += 1) {
+        this.pub[pubIndex(this.shape, r, c, source)] = now;
+        this.add(source, r, c);
+      }
+      this.flush(source);
     }
   }
+
+  /**
+   * Applies the deltas in `d` (`words` words each: source, request, chunk
+   * first), one batch per source. Each names a request at most once per
+   * source (a message holds deltas of one round).
+   */
+  applyDeltas(d: Float64Array, words: number): void {
+    const n = Math.floor(d.length / words);
+    for (const source of ALL_SOURCES) {
+      for (let at = 0; at < n * words; at += words) {
+        if (d[at] === source) this.add(source, d[at + 1]!, d[at + 2]!);
+      }
+      this.flush(source);
+    }
+  }
+
+  private add(source: Source, r: number, c: number): void {
+    const h = this.handles[r]!;
+    if (source === SOURCE_KEYS) {
+      this.hasher.hash(h, 1);
+      return;
+    }
+    this.batchValues[this.batchHandles.length] =
+      source === SOURCE_TOKENS ? (c + 1) * TOKENS_PER_CHUNK : blockIdOf(this.shape, r, c);
+    this.batchHandles.push(h);
+  }
+
+  private flush(source: Source): void {
+    const k = this.batchHandles.length;
+    if (k === 0) return;
+    const values = this.batchValues.subarray(0, k);
+    if (source === SOURCE_TOKENS) this.scheduler.progressBatch(this.batchHandles, values);
+    else this.allocator.appendBlocksBatch(this.batchHandles, 0, values);
+    this.batchHandles.length = 0;
+  }
 }
+
+const ALL_SOURCES: readonly Source[] = [SOURCE_TOKENS, SOURCE_KEYS, SOURCE_BLOCKS];
 
 /** The store side: the real planner plus latency accounting per dispatched chunk. */
 export class KvoffStore {
@@ -195,12 +236,8 @@ export function kvoffWriterThread(p: KvoffWriterParams, round: Round, ready: () 
   let events = 0;
   for (let c = 0; c < p.shape.chunks; c += 1) {
     paceRound(round.startMs, p.roundMs, c);
-    for (let r = 0; r < p.shape.requests; r += 1) {
-      for (const source of p.sources) {
-        writers.publish(r, c, source);
-        events += 1;
-      }
-    }
+    writers.publishRound(c, p.sources);
+    events += p.shape.requests * p.sources.length;
     bell.ring();
   }
   return events;
@@ -235,11 +272,7 @@ export function runSingleThreadDesign(s: StreamShape): StoreOutcome {
   const store = new KvoffStore(state, setup.pub, s);
   const startMs = epochMs();
   for (let c = 0; c < s.chunks; c += 1) {
-    for (let r = 0; r < s.requests; r += 1) {
-      writers.publish(r, c, SOURCE_TOKENS);
-      writers.publish(r, c, SOURCE_KEYS);
-      writers.publish(r, c, SOURCE_BLOCKS);
-    }
+    writers.publishRound(c, ALL_SOURCES);
     store.pass();
   }
   store.pass();

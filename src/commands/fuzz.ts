@@ -24,6 +24,9 @@ import {
   parseSeed,
 } from '../sim/token.js';
 import { formatScenario } from '../sim/scenario.js';
+import { BROKEN_CLASSES, brokenClass, brokenFuzzOptions } from '../sim/broken-classes.js';
+import type { BrokenClass } from '../sim/broken-classes.js';
+import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../sim/runtime-world.js';
 import { formatTrace } from '../sim/trace.js';
 import type { TraceLine } from '../sim/trace.js';
 
@@ -49,6 +52,7 @@ interface FuzzFlags {
   keepGoing?: boolean;
   target?: string;
   switch?: string;
+  broken?: string;
 }
 
 export function registerFuzz(program: Command): void {
@@ -63,7 +67,11 @@ export function registerFuzz(program: Command): void {
     )
     .option(
       '--switch <switches>',
-      'with --target runtime: test-only switches that re-create known bugs (comma-separated): load-while-writing',
+      `test-only switches that re-create known bugs (comma-separated): ${RUNTIME_SWITCHES.join(', ')} (${RUNTIME_ONLY_SWITCHES.join(', ')} need --target runtime)`,
+    )
+    .option(
+      '--broken <class>',
+      `re-create a failure class of docs/failure-classes.md with its test-only switch: ${BROKEN_CLASSES.map((r) => r.id).join(', ')} (F1 or f01 form); it sets the policy, variant, target and watched invariants`,
     )
     .option('--policy <policy>', 'store policy: ready-prefix (default), legacy-assert, legacy-zip')
     .option('--strategy <strategy>', 'scheduling strategy: random (default) or pct')
@@ -103,7 +111,9 @@ function positive(flag: string, text: string, max: number): number {
   return n;
 }
 
-async function campaign(flags: FuzzFlags): Promise<void> {
+async function campaign(given: FuzzFlags): Promise<void> {
+  const broken = given.broken !== undefined ? brokenClass(given.broken) : undefined;
+  const flags = broken !== undefined ? brokenFlags(given, broken) : given;
   const policy = parseStorePolicy(flags.policy ?? 'ready-prefix');
   // Random is the default: in the benchmark it finds every target in as few or fewer
   // schedules than PCT (see bench/results/fuzz-power.json).
@@ -124,8 +134,9 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   const watch = flags.watch?.split(',').map((x) => parseInvariant(x.trim()));
   const target = parseFuzzTarget(flags.target ?? 'roles');
   const switches = flags.switch?.split(',').map((x) => parseRuntimeSwitch(x.trim()));
-  if (switches !== undefined && target !== 'runtime') {
-    throw new InvalidArgumentError('--switch', 'needs --target runtime');
+  const runtimeOnly = switches?.find((x) => RUNTIME_ONLY_SWITCHES.includes(x));
+  if (runtimeOnly !== undefined && target !== 'runtime') {
+    throw new InvalidArgumentError('--switch', `${runtimeOnly} needs --target runtime`);
   }
   const bar = progressBar(schedules, seconds);
   // SIGINT/SIGTERM end the campaign after the schedule running now; the summary so far is printed.
@@ -169,11 +180,16 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   }
   if (flags.json) {
     process.stdout.write(
-      `${JSON.stringify({ ...jsonOf(report), ...(stoppedBy ? { interruptedBy: stoppedBy } : {}) })}\n`,
+      `${JSON.stringify({ ...(broken ? { broken: broken.id } : {}), ...jsonOf(report), ...(stoppedBy ? { interruptedBy: stoppedBy } : {}) })}\n`,
     );
     return;
   }
   const out: string[] = [];
+  if (broken) {
+    out.push(
+      `kvoff fuzz --broken ${broken.id}: ${broken.title}; broken variant: ${broken.variant}`,
+    );
+  }
   out.push(
     `kvoff fuzz${target === 'runtime' ? ' --target runtime' : ''}${switches ? ` (switches ${switches.join(',')})` : ''}: policy ${policy}, strategy ${strategy}, pins ${flags.pins ? 'on' : 'OFF (unsafe variant)'}${flags.revalidate ? '' : ', re-validation OFF (unsafe variant)'}${flags.settle ? '' : ', settle protocol OFF (unsafe variant)'}, seeds ${seed}..${(seed + report.schedules - 1) >>> 0}`,
   );
@@ -204,6 +220,35 @@ async function campaign(flags: FuzzFlags): Promise<void> {
   process.stdout.write(`${out.join('\n')}\n`);
 }
 
+/**
+ * `--broken <class>`: the flags of the class's row (src/sim/broken-classes.ts).
+ * The row fixes the policy, the variant, the target, the switches and the
+ * watched invariants; giving one of those as well is refused, so a run says
+ * exactly what it tested.
+ */
+function brokenFlags(flags: FuzzFlags, row: BrokenClass): FuzzFlags {
+  for (const f of ['policy', 'target', 'switch', 'watch'] as const) {
+    if (flags[f] !== undefined) {
+      throw new InvalidArgumentError(`--${f}`, `--broken ${row.id} sets it; drop it`);
+    }
+  }
+  for (const f of ['pins', 'revalidate', 'settle'] as const) {
+    if (!flags[f])
+      throw new InvalidArgumentError(`--no-${f}`, `--broken ${row.id} sets it; drop it`);
+  }
+  const o = brokenFuzzOptions(row);
+  return {
+    ...flags,
+    policy: o.policy,
+    pins: o.pins,
+    revalidate: o.revalidate !== false,
+    settle: o.settle !== false,
+    ...(o.target !== undefined ? { target: o.target } : {}),
+    ...(o.switches !== undefined ? { switch: o.switches.join(',') } : {}),
+    ...(o.watch !== undefined ? { watch: o.watch.join(',') } : {}),
+  };
+}
+
 async function replay(flags: FuzzFlags): Promise<void> {
   for (const f of [
     'policy',
@@ -215,6 +260,7 @@ async function replay(flags: FuzzFlags): Promise<void> {
     'keepGoing',
     'target',
     'switch',
+    'broken',
   ] as const) {
     if (flags[f] !== undefined) {
       throw new InvalidArgumentError(`--${f}`, 'the replay token already fixes it; drop it');

@@ -27,7 +27,7 @@ import {
 } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
-import { checkHandle, statusName, statusOf } from './handle.js';
+import { SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export interface AllocatorRoleOptions {
@@ -49,12 +49,17 @@ export class AllocatorRole {
   /** Per block ID: the append call that last saw it (finds duplicates within one call). */
   private readonly seen: Uint32Array;
   private call = 0;
+  /** appendBlocksBatch refuses a slot named twice. */
+  private readonly named: SlotMarks;
+  /** appendBlocksBatch's per-entry counts before the batch (reused between batches). */
+  private batchCounts = new Int32Array(0);
 
   constructor(state: SharedState, options: AllocatorRoleOptions = {}) {
     this.state = state;
     this.handedOut = options.handedOut;
     this.owner = new Int32Array(state.config.gpuBlocks);
     this.seen = new Uint32Array(state.config.gpuBlocks);
+    this.named = new SlotMarks(state.config.maxRequests);
     // A view that takes the role over from another learns the tables it left.
     this.claim = new RoleClaim(state, 'allocator', () => this.findOwners());
   }
@@ -90,44 +95,103 @@ export class AllocatorRole {
    */
   appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
     this.claim.check();
-    checkHandle(this.state, handle);
     this.checkGroup(group);
-    const { config, control, blocks } = this.state;
-    if (blockIds === null || typeof blockIds !== 'object' || typeof blockIds.length !== 'number') {
-      throw new InvalidArgumentError('blockIds', 'must be an array of block IDs');
-    }
-    for (let i = 0; i < blockIds.length; i += 1) {
-      const id = blockIds[i];
-      if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= config.gpuBlocks) {
-        throw new InvalidArgumentError(
-          `blockIds[${i}]`,
-          `must be a block ID in [0, ${config.gpuBlocks})`,
-        );
+    checkBlockIdArray(blockIds, this.state.config.gpuBlocks);
+    this.newCall();
+    const n = this.checkAppend(handle, group, blockIds, 0, blockIds.length);
+    this.claim.take();
+    this.writeAppend(handle, group, blockIds, 0, blockIds.length, n);
+  }
+
+  /**
+   * `appendBlocks` for many requests of one group in one call: entry i
+   * appends `counts[i]` IDs (1 each when `counts` is absent) to `handles[i]`,
+   * taken in order from `blockIds`. The claim is checked and taken once per
+   * batch and each handle is checked once; every entry is validated before
+   * the first write (a block given twice anywhere in the batch, a slot named
+   * twice, or any refusal of appendBlocks), so a refused batch changes nothing.
+   */
+  appendBlocksBatch(
+    handles: readonly RequestHandle[],
+    group: number,
+    blockIds: ArrayLike<number>,
+    counts?: ArrayLike<number>,
+  ): void {
+    this.claim.check();
+    this.checkGroup(group);
+    const n = batchLength(handles, { counts });
+    checkBlockIdArray(blockIds, this.state.config.gpuBlocks);
+    let total = 0;
+    for (let i = 0; i < n; i += 1) {
+      const k = counts === undefined ? 1 : counts[i]!;
+      if (!Number.isInteger(k) || k < 0) {
+        throw new InvalidArgumentError(`counts[${i}]`, 'must be a non-negative integer');
       }
+      total += k;
     }
-    if (this.settled(handle)) throw new BlocksSettledError(handle.slot, handle.generation);
-    this.checkOwners(handle, blockIds);
+    if (total !== blockIds.length) {
+      throw new InvalidArgumentError('blockIds', `must hold the ${total} IDs the counts add up to`);
+    }
+    this.newCall();
+    this.named.begin();
+    const before = this.batchCounts.length >= n ? this.batchCounts : new Int32Array(n);
+    for (let i = 0, at = 0; i < n; i += 1) {
+      const k = counts === undefined ? 1 : counts[i]!;
+      before[i] = this.checkAppend(handles[i]!, group, blockIds, at, at + k);
+      this.named.once(handles[i]!.slot, i);
+      at += k;
+    }
+    this.batchCounts = before;
+    this.claim.take();
+    for (let i = 0, at = 0; i < n; i += 1) {
+      const k = counts === undefined ? 1 : counts[i]!;
+      this.writeAppend(handles[i]!, group, blockIds, at, at + k, before[i]!);
+      at += k;
+    }
+  }
+
+  /** Every check of an append of `ids[from, to)`; reads only. Returns the group's count now. */
+  private checkAppend(
+    handle: RequestHandle,
+    group: number,
+    ids: ArrayLike<number>,
+    from: number,
+    to: number,
+  ): number {
+    checkHandle(this.state, handle);
+    if (this.settledChecked(handle)) {
+      throw new BlocksSettledError(handle.slot, handle.generation);
+    }
+    this.checkOwners(handle, ids, from, to);
     // Validate against this generation's count (0 before adoption) before any write,
     // so a rejected call changes nothing, not even the lazy adoption.
-    const n = this.count(handle, group);
-    if (n + blockIds.length > config.maxBlocksPerRequest) {
-      throw new RequestCapacityError(
-        'blocks per request per group',
-        config.maxBlocksPerRequest,
-        n + blockIds.length,
-      );
+    const n = this.countChecked(handle, group);
+    const max = this.state.config.maxBlocksPerRequest;
+    if (n + to - from > max) {
+      throw new RequestCapacityError('blocks per request per group', max, n + to - from);
     }
-    this.claim.take();
+    return n;
+  }
+
+  private writeAppend(
+    handle: RequestHandle,
+    group: number,
+    ids: ArrayLike<number>,
+    from: number,
+    to: number,
+    n: number,
+  ): void {
+    const { control, blocks } = this.state;
     this.adopt(handle);
     const countWord = this.state.allocatorWord(handle.slot, A_BLOCK_COUNT + group);
     invariant(Atomics.load(control, countWord) === n, 'block count unchanged by adoption');
-    const base = this.state.blockBase(handle.slot, group);
-    for (let i = 0; i < blockIds.length; i += 1) {
-      const b = blockIds[i]!;
-      blocks[base + i + n] = b;
+    const base = this.state.blockBase(handle.slot, group) + n - from;
+    for (let i = from; i < to; i += 1) {
+      const b = ids[i]!;
+      blocks[base + i] = b;
       if (b !== 0) this.owner[b] = handle.slot + 1;
     }
-    Atomics.store(control, countWord, n + blockIds.length);
+    Atomics.store(control, countWord, n + to - from);
     markDirty(this.state.dirty, handle.slot);
   }
 
@@ -158,6 +222,11 @@ export class AllocatorRole {
   /** True once `settle` ran for this handle's generation. */
   settled(handle: RequestHandle): boolean {
     checkHandle(this.state, handle);
+    return this.settledChecked(handle);
+  }
+
+  /** `settled` for a handle checked already. */
+  private settledChecked(handle: RequestHandle): boolean {
     return (
       Atomics.load(
         this.state.control,
@@ -234,6 +303,11 @@ export class AllocatorRole {
   count(handle: RequestHandle, group: number): number {
     checkHandle(this.state, handle);
     this.checkGroup(group);
+    return this.countChecked(handle, group);
+  }
+
+  /** `count` for a handle and group checked already. */
+  private countChecked(handle: RequestHandle, group: number): number {
     if (
       Atomics.load(this.state.control, this.state.allocatorWord(handle.slot, A_GENERATION)) !==
       handle.generation
@@ -251,14 +325,23 @@ export class AllocatorRole {
     }
   }
 
-  /** Refuses duplicate, foreign or never handed out block IDs; writes nothing. */
-  private checkOwners(handle: RequestHandle, blockIds: ArrayLike<number>): void {
+  /** Starts a new call for checkOwners: a block may appear once per call (a batch is one call). */
+  private newCall(): void {
     this.call = (this.call + 1) >>> 0;
     if (this.call === 0) {
       this.seen.fill(0);
       this.call = 1;
     }
-    for (let i = 0; i < blockIds.length; i += 1) {
+  }
+
+  /** Refuses duplicate, foreign or never handed out block IDs in `blockIds[from, to)`; writes nothing. */
+  private checkOwners(
+    handle: RequestHandle,
+    blockIds: ArrayLike<number>,
+    from: number,
+    to: number,
+  ): void {
+    for (let i = from; i < to; i += 1) {
       const b = blockIds[i]!;
       if (b === 0) continue; // null positions repeat freely
       if (this.seen[b] === this.call) {
@@ -329,5 +412,18 @@ export class AllocatorRole {
 
   private writeEnd(slot: number): void {
     Atomics.add(this.state.control, this.state.allocatorWord(slot, A_SEQ), 1); // even: stable
+  }
+}
+
+/** An array of integer block IDs in [0, gpuBlocks); checked before anything indexes by them. */
+function checkBlockIdArray(blockIds: ArrayLike<number>, gpuBlocks: number): void {
+  if (blockIds === null || typeof blockIds !== 'object' || typeof blockIds.length !== 'number') {
+    throw new InvalidArgumentError('blockIds', 'must be an array of block IDs');
+  }
+  for (let i = 0; i < blockIds.length; i += 1) {
+    const id = blockIds[i];
+    if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= gpuBlocks) {
+      throw new InvalidArgumentError(`blockIds[${i}]`, `must be a block ID in [0, ${gpuBlocks})`);
+    }
   }
 }

@@ -39,3 +39,51 @@ export function statusOf(state: SharedState, slot: number): StatusCode {
 export function statusName(status: number): string {
   return STATUS_NAMES[status] ?? `unknown(${status})`;
 }
+
+/**
+ * The entry count of a role batch: `handles` and each array in `values` (an
+ * absent one is allowed) must have one entry per handle.
+ */
+export function batchLength(
+  handles: readonly RequestHandle[],
+  values: Readonly<Record<string, ArrayLike<number> | undefined>>,
+): number {
+  if (!Array.isArray(handles)) throw new InvalidArgumentError('handles', 'must be an array');
+  const n = handles.length;
+  for (const [name, v] of Object.entries(values)) {
+    if (v === undefined) continue;
+    if (v === null || typeof v !== 'object' || v.length !== n) {
+      throw new InvalidArgumentError(name, `must be an array with one entry per handle (${n})`);
+    }
+  }
+  return n;
+}
+
+/** Per slot, whether the current batch named it already (an epoch per batch, no clearing). */
+export class SlotMarks {
+  private readonly mark: Uint32Array;
+  private epoch = 0;
+
+  constructor(slots: number) {
+    this.mark = new Uint32Array(slots);
+  }
+
+  begin(): void {
+    this.epoch = (this.epoch + 1) >>> 0;
+    if (this.epoch === 0) {
+      this.mark.fill(0);
+      this.epoch = 1;
+    }
+  }
+
+  /** Throws InvalidArgumentError if `slot` (a checked handle's) was named before in this batch. */
+  once(slot: number, entry: number): void {
+    if (this.mark[slot] === this.epoch) {
+      throw new InvalidArgumentError(
+        `handles[${entry}]`,
+        `slot ${slot} is named twice in one batch`,
+      );
+    }
+    this.mark[slot] = this.epoch;
+  }
+}

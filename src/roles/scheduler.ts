@@ -25,7 +25,7 @@ import {
 import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
-import { checkHandle, statusName, statusOf } from './handle.js';
+import { SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export interface OpenRequest {
@@ -44,13 +44,35 @@ export class SchedulerRole {
   private readonly freeSlots: number[];
   /** The scheduler role's owner word: this view writes only while it holds it. */
   private readonly claim: RoleClaim;
+  /** progressBatch refuses a slot named twice. */
+  private readonly named: SlotMarks;
+  /**
+   * What this view knows of the live requests it wrote, valid only while it
+   * holds the claim without a break (no other view writes the scheduler line
+   * then): per slot the live generation (0: nothing known), the computed and
+   * the known tokens. A handle that matches is checked with plain reads of
+   * this view's own memory; any other goes through checkHandle and the
+   * shared words, as before. Dropped at hand-off and when the role is taken.
+   */
+  private readonly liveGeneration: Int32Array;
+  private readonly ownComputed: Int32Array;
+  private readonly ownKnown: Int32Array;
 
   constructor(state: SharedState) {
     this.state = state;
+    const slots = state.config.maxRequests;
+    this.named = new SlotMarks(slots);
+    this.liveGeneration = new Int32Array(slots);
+    this.ownComputed = new Int32Array(slots);
+    this.ownKnown = new Int32Array(slots);
     this.freeSlots = [];
     this.findFreeSlots();
-    // A view that takes the role over from another finds the free slots again.
-    this.claim = new RoleClaim(state, 'scheduler', () => this.findFreeSlots());
+    // A view that takes the role over from another finds the free slots
+    // again, and knows nothing of the requests the other one wrote.
+    this.claim = new RoleClaim(state, 'scheduler', () => {
+      this.liveGeneration.fill(0);
+      this.findFreeSlots();
+    });
   }
 
   /**
@@ -58,7 +80,21 @@ export class SchedulerRole {
    * another thread) can take it over; it may take it back later if free.
    */
   handOff(): void {
+    this.liveGeneration.fill(0);
     this.claim.handOff();
+  }
+
+  /** True when `handle` is a live request this view wrote (see liveGeneration); reads no shared word. */
+  private known(handle: RequestHandle): boolean {
+    return (
+      typeof handle === 'object' &&
+      handle !== null &&
+      Number.isInteger(handle.slot) &&
+      handle.slot >= 0 &&
+      handle.slot < this.liveGeneration.length &&
+      handle.generation !== 0 &&
+      this.liveGeneration[handle.slot] === handle.generation
+    );
   }
 
   private findFreeSlots(): void {
@@ -142,6 +178,9 @@ export class SchedulerRole {
     const generation = Atomics.load(control, w(S_GENERATION)) + 1;
     Atomics.store(control, w(S_GENERATION), generation);
     markDirty(this.state.dirty, slot);
+    this.liveGeneration[slot] = generation;
+    this.ownComputed[slot] = 0;
+    this.ownKnown[slot] = prompt.length;
     return { slot, generation };
   }
 
@@ -166,6 +205,7 @@ export class SchedulerRole {
     for (let i = 0; i < newTokens.length; i += 1) tokens[base + i] = newTokens[i]!;
     Atomics.store(control, countWord, n + newTokens.length);
     markDirty(this.state.dirty, handle.slot);
+    if (this.known(handle)) this.ownKnown[handle.slot] = n + newTokens.length;
   }
 
   /**
@@ -177,53 +217,89 @@ export class SchedulerRole {
    */
   progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
     this.claim.check();
-    checkHandle(this.state, handle);
-    this.expectLive(handle, 'set progress of');
-    if (
-      !Number.isInteger(computedTokens) ||
-      computedTokens < 0 ||
-      computedTokens > this.state.config.maxTokensPerRequest
-    ) {
-      throw new InvalidArgumentError(
-        'computedTokens',
-        `must be an integer in [0, ${this.state.config.maxTokensPerRequest}]`,
-      );
+    this.checkProgress(handle, computedTokens, scheduledTokens);
+    this.claim.take();
+    this.writeProgress(handle, computedTokens, scheduledTokens);
+  }
+
+  /**
+   * `progress` for many requests in one call: entry i sets `handles[i]` to
+   * `computedTokens[i]` (and `scheduledTokens[i]`, 0 when absent). The role's
+   * claim is checked and taken once per batch and each handle is checked
+   * once; every entry is validated before the first write, so a refused batch
+   * (any bad entry, or a slot named twice) changes nothing.
+   */
+  progressBatch(
+    handles: readonly RequestHandle[],
+    computedTokens: ArrayLike<number>,
+    scheduledTokens?: ArrayLike<number>,
+  ): void {
+    this.claim.check();
+    const n = batchLength(handles, { computedTokens, scheduledTokens });
+    this.named.begin();
+    for (let i = 0; i < n; i += 1) {
+      const h = handles[i]!;
+      this.checkProgress(h, computedTokens[i]!, scheduledTokens?.[i] ?? 0);
+      // Entries are checked against the published words: a slot named twice
+      // would be checked against a value its own first entry replaces.
+      this.named.once(h.slot, i);
     }
-    if (
-      !Number.isInteger(scheduledTokens) ||
-      scheduledTokens < 0 ||
-      scheduledTokens > this.state.config.maxTokensPerRequest
-    ) {
-      throw new InvalidArgumentError(
-        'scheduledTokens',
-        `must be an integer in [0, ${this.state.config.maxTokensPerRequest}]`,
-      );
+    this.claim.take();
+    for (let i = 0; i < n; i += 1) {
+      this.writeProgress(handles[i]!, computedTokens[i]!, scheduledTokens?.[i] ?? 0);
+    }
+  }
+
+  /** Every check of `progress`; reads only. */
+  private checkProgress(handle: RequestHandle, computedTokens: number, scheduledTokens: number) {
+    const own = this.known(handle);
+    if (!own) {
+      checkHandle(this.state, handle);
+      this.expectLive(handle, 'set progress of');
+    }
+    const max = this.state.config.maxTokensPerRequest;
+    if (!Number.isInteger(computedTokens) || computedTokens < 0 || computedTokens > max) {
+      throw new InvalidArgumentError('computedTokens', `must be an integer in [0, ${max}]`);
+    }
+    if (!Number.isInteger(scheduledTokens) || scheduledTokens < 0 || scheduledTokens > max) {
+      throw new InvalidArgumentError('scheduledTokens', `must be an integer in [0, ${max}]`);
     }
     const { control } = this.state;
-    const computedWord = this.state.schedulerWord(handle.slot, S_COMPUTED_TOKENS);
-    const before = Atomics.load(control, computedWord);
+    const slot = handle.slot;
+    const before = own
+      ? this.ownComputed[slot]!
+      : Atomics.load(control, this.state.schedulerWord(slot, S_COMPUTED_TOKENS));
     if (computedTokens < before) {
       throw new InvalidArgumentError(
         'computedTokens',
         `must not go back (${before} -> ${computedTokens}) except by preempt`,
       );
     }
-    const known = Atomics.load(control, this.state.schedulerWord(handle.slot, S_NUM_TOKENS));
+    const known = own
+      ? this.ownKnown[slot]!
+      : Atomics.load(control, this.state.schedulerWord(slot, S_NUM_TOKENS));
     if (computedTokens > known) {
       throw new InvalidArgumentError(
         'computedTokens',
         `must not exceed the ${known} tokens the request holds`,
       );
     }
-    this.claim.take();
-    Atomics.store(
-      control,
-      this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS),
-      scheduledTokens,
-    );
-    Atomics.store(control, computedWord, computedTokens);
-    Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), Status.running);
-    markDirty(this.state.dirty, handle.slot);
+  }
+
+  /** Writes a checked progress; the claim is held, so this view now knows the request. */
+  private writeProgress(handle: RequestHandle, computedTokens: number, scheduledTokens: number) {
+    const { control } = this.state;
+    const slot = handle.slot;
+    Atomics.store(control, this.state.schedulerWord(slot, S_SCHEDULED_TOKENS), scheduledTokens);
+    Atomics.store(control, this.state.schedulerWord(slot, S_COMPUTED_TOKENS), computedTokens);
+    Atomics.store(control, this.state.schedulerWord(slot, S_STATUS), Status.running);
+    markDirty(this.state.dirty, slot);
+    if (!this.known(handle)) {
+      // Learned once per request and claim: read while the claim is held, so they stay true.
+      this.ownKnown[slot] = Atomics.load(control, this.state.schedulerWord(slot, S_NUM_TOKENS));
+      this.liveGeneration[slot] = handle.generation;
+    }
+    this.ownComputed[slot] = computedTokens;
   }
 
   /** Preemption (recompute): progress restarts from zero; the allocator clears the blocks. */
@@ -237,6 +313,7 @@ export class SchedulerRole {
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_COMPUTED_TOKENS), 0);
     markDirty(this.state.dirty, handle.slot);
+    this.ownComputed[handle.slot] = 0;
   }
 
   /** Normal finish: the store role takes one final pass with the finished horizon. */
@@ -270,11 +347,13 @@ export class SchedulerRole {
       handle.generation + 1,
     );
     markDirty(this.state.dirty, handle.slot);
+    this.liveGeneration[handle.slot] = 0;
     this.freeSlots.push(handle.slot);
   }
 
   private end(handle: RequestHandle, status: StatusCode): void {
     const { control } = this.state;
+    this.liveGeneration[handle.slot] = 0; // ended: no longer live for progress
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_SCHEDULED_TOKENS), 0);
     Atomics.store(control, this.state.schedulerWord(handle.slot, S_STATUS), status);
     // Without this bit an ended request would never get its final pass.

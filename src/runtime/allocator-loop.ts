@@ -30,6 +30,12 @@ export interface AllocatorLoopOptions {
   lag: AllocatorLag;
   /** Test-only: hand out pinned blocks (see GpuBlockPool.unsafeIgnorePins). */
   unsafeIgnorePins?: boolean;
+  /**
+   * false when the runtime runs no store (offloading off): nothing will ever
+   * mark a generation drained, and nothing copies from its blocks, so a
+   * request's blocks are freed as soon as it ends. Default true.
+   */
+  awaitDrained?: boolean;
   now?: () => number;
 }
 
@@ -62,6 +68,7 @@ export class AllocatorLoop {
   private readonly pending = new Map<number, PendingPublish[]>();
   private readonly ends: PendingEnd[] = [];
   private publishLagMsMax = 0;
+  private readonly awaitDrained: boolean;
 
   constructor(views: RuntimeViews, options: AllocatorLoopOptions) {
     this.views = views;
@@ -73,6 +80,7 @@ export class AllocatorLoop {
     this.lag = options.lag;
     this.random = new Random(options.lag.seed ^ 0xa11c);
     this.now = options.now ?? (() => performance.now());
+    this.awaitDrained = options.awaitDrained ?? true;
   }
 
   /** Work left that needs a timely wake-up even with no new records. */
@@ -199,11 +207,8 @@ export class AllocatorLoop {
     const control = this.views.state.control;
     for (let i = this.ends.length - 1; i >= 0; i -= 1) {
       const e = this.ends[i]!;
-      const drained = Atomics.load(
-        control,
-        this.views.state.storeWord(e.handle.slot, T_DRAINED_GENERATION),
-      );
-      if (drained !== e.handle.generation) continue;
+      const slotWord = this.views.state.storeWord(e.handle.slot, T_DRAINED_GENERATION);
+      if (this.awaitDrained && Atomics.load(control, slotWord) !== e.handle.generation) continue;
       this.pool.release(this.role.clear(e.handle));
       this.answers.send([ANS_RELEASED, e.tag, e.handle.slot, e.handle.generation]);
       this.ends.splice(i, 1);

@@ -44,6 +44,7 @@ import {
 } from './protocol.js';
 import { Random } from './random.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
+import type { LookupLimits } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
@@ -107,6 +108,10 @@ export interface EngineSubmission {
   maxDecodeTokens: number;
   abortAfterTokens: number;
   promptTokens?: ArrayLike<number>;
+  /** Cap on the tokens its tier hit may load (vLLM's max_load_tokens); UNSET or absent: none. */
+  maxLoadTokens?: number;
+  /** It reads nothing from the tier (vLLM's skip_reading_prefix_cache); it still stores. */
+  skipReadingPrefixCache?: boolean;
 }
 
 export interface EngineSummary {
@@ -137,6 +142,8 @@ class SimRequest {
   readonly promptLength: number;
   readonly maxDecode: number;
   readonly abortAfter: number;
+  /** The request's own load limits, sent with every lookup. */
+  limits: LookupLimits = {};
   /** Tokens whose KV is computed (engine's view). */
   computed = 0;
   /** Horizon last published: computed + scheduled. */
@@ -176,6 +183,12 @@ class SimRequest {
   load: readonly GroupLoad[] = [];
   /** When the first deferred lookup was answered (-1: never deferred). */
   deferredSinceMs = -1;
+  /** After a deferred lookup: not asked again before this time (engine clock). */
+  lookupRetryAtMs = -Infinity;
+  /** The last back-off after a deferred lookup (0: none yet); doubles up to LOOKUP_RETRY_MS_MAX. */
+  lookupBackoffMs = 0;
+  /** When its pending admission lookup was sent (-1: none pending). */
+  lookupSentMs = -1;
 
   constructor(
     readonly id: number,
@@ -201,6 +214,14 @@ class SimRequest {
 
 /** How long a request's lookups may be deferred before it takes what is readable then. */
 export const LOOKUP_DEFER_MS_MAX = 5_000;
+/**
+ * A deferred lookup is asked again after a back-off that starts at one engine
+ * step (at least LOOKUP_RETRY_MS_MIN) and doubles up to LOOKUP_RETRY_MS_MAX:
+ * a copy that lands at once costs one step, a long wait costs a few dozen
+ * lookups instead of one per step (the store role answers every one).
+ */
+export const LOOKUP_RETRY_MS_MIN = 1;
+export const LOOKUP_RETRY_MS_MAX = 64;
 /**
  * Refused allocations of the same request (the engine's accounting said the
  * blocks are free, but some still wait in quarantine for a copy to finish)
@@ -235,12 +256,17 @@ export class EngineSimulator {
   private live: SimRequest[] = [];
   private admitted = 0;
   /**
-   * Answers the current step waits for: allocations, tier lookups and loads.
-   * The next step is planned only when all arrived, so the logical schedule
-   * (how many requests overlap, hence preemption) does not depend on how fast
-   * the other threads answer (a synchronous-load model of the connector).
+   * Answers the current step waits for: allocations and loads. The next step
+   * is planned only when all arrived, so the logical schedule (how many
+   * requests overlap, hence preemption) does not depend on how fast the other
+   * threads answer (a synchronous-load model of the connector). Admission
+   * lookups are not among them: a request waits in 'lookup' while the engine
+   * keeps stepping the others (vLLM's scheduler skips a request whose
+   * connector answers "not yet"), so a slow store never holds a step back.
    */
   private outstanding = 0;
+  /** Admission lookups sent and not answered. */
+  private lookupsPending = 0;
   /** Requests scheduled in the current step, in plan order; they commit together. */
   private stepRequests: SimRequest[] = [];
   /** Blocks held by live requests and reserved by outstanding allocations (engine's view). */
@@ -261,6 +287,8 @@ export class EngineSimulator {
     tierHits: 0,
     loadMismatches: 0,
     recordsRefused: 0,
+    lookupWaitMsMax: 0,
+    stepsPlannedDuringLookups: 0,
   };
   /** Notified after every publish so lagging roles wake. */
   private readonly wake: () => void;
@@ -315,6 +343,7 @@ export class EngineSimulator {
     ) {
       // One engine step: plan the batch; its allocations commit together.
       this.lastPlanMs = this.now();
+      if (this.lookupsPending > 0) this.counters.stepsPlannedDuringLookups += 1;
       did = this.plan() || did;
     }
     this.publishStats();
@@ -341,10 +370,18 @@ export class EngineSimulator {
     };
     const explicit = r[7]!;
     if (explicit > 0) s.promptTokens = r.subarray(8, 8 + explicit);
+    if (r.length === 8 + explicit + 2) {
+      s.maxLoadTokens = r[8 + explicit]!;
+      s.skipReadingPrefixCache = r[9 + explicit] === 1;
+    }
     this.add(s);
   }
 
-  /** [SUBMIT, id, length, prefixId, shared, decode, abortAfter, explicit, ...tokens] within range. */
+  /**
+   * [SUBMIT, id, length, prefixId, shared, decode, abortAfter, explicit,
+   * ...tokens, (maxLoadTokens, skipReading)?] within range; the two load
+   * limits are optional (a record without them has none).
+   */
   private wellFormed(r: Int32Array): boolean {
     if (r.length < 8 || r[0] !== OP_SUBMIT) return false;
     const [, id, length, prefixId, shared, decode, abortAfter, explicit] = r as unknown as number[];
@@ -354,10 +391,14 @@ export class EngineSimulator {
     if (prefixId! < UNSET || shared! < 0 || shared! > max) return false;
     if (decode !== UNSET && (decode! < 1 || decode! > max)) return false;
     if (abortAfter! < UNSET) return false;
-    if (explicit! < 0 || r.length !== 8 + explicit! || (explicit! > 0 && explicit !== length)) {
-      return false;
+    if (explicit! < 0 || (explicit! > 0 && explicit !== length)) return false;
+    const tokensEnd = 8 + explicit!;
+    if (r.length !== tokensEnd && r.length !== tokensEnd + 2) return false;
+    for (let i = 8; i < tokensEnd; i += 1) if (r[i]! < 0) return false;
+    if (r.length === tokensEnd + 2) {
+      if (r[tokensEnd]! < UNSET) return false;
+      if (r[tokensEnd + 1] !== 0 && r[tokensEnd + 1] !== 1) return false;
     }
-    for (let i = 8; i < r.length; i += 1) if (r[i]! < 0) return false;
     return true;
   }
 
@@ -376,6 +417,12 @@ export class EngineSimulator {
       s.abortAfterTokens,
       config.groups.length,
     );
+    if (s.maxLoadTokens !== undefined && s.maxLoadTokens !== UNSET) {
+      req.limits = { ...req.limits, maxLoadTokens: s.maxLoadTokens };
+    }
+    if (s.skipReadingPrefixCache === true) {
+      req.limits = { ...req.limits, skipReadingPrefixCache: true };
+    }
     this.byId.set(req.id, req);
     this.counters.requests += 1;
     const least = poolBlocksLeast(config, prompt.length);
@@ -503,8 +550,10 @@ export class EngineSimulator {
       } else waiting = true;
     }
     // Admissions, in arrival order, behind any preempted request: a slot, room
-    // under maxRunning, and room for its first prefill chunk.
+    // under maxRunning, and room for its first prefill chunk. A request whose
+    // lookup was deferred waits out its back-off; the ones behind it go ahead.
     let admitBlocks = 0;
+    const now = this.now();
     while (
       !waiting &&
       this.queue.length > 0 &&
@@ -512,14 +561,16 @@ export class EngineSimulator {
       this.activeCount() < this.options.maxRunning &&
       this.scheduler.freeSlotCount > this.lookupsInFlight()
     ) {
-      const r = this.queue[0]!;
+      const at = this.queue.findIndex((q) => q.lookupRetryAtMs <= now);
+      if (at < 0) break;
+      const r = this.queue[at]!;
       const first = Math.min(r.promptLength, budget);
       const alone = this.heldBlocks === 0 && this.reservedBlocks === 0 && admitBlocks === 0;
       const need = this.blocksForTokens(first) + (alone ? 0 : this.watermarkBlocks());
       // Alone it is admitted whatever its size: the running pass fits its
       // prefill chunks to the pool, or ends it if not even one token fits.
       if (!alone && need > this.freeBlocks() - admitBlocks) break;
-      this.queue.shift();
+      this.queue.splice(at, 1);
       // Its first prefill chunk is part of this step's budget (it runs once the lookup answers).
       budget -= first;
       admitBlocks += need;
@@ -725,8 +776,11 @@ export class EngineSimulator {
     // A request deferred for too long takes what is readable now (the wait is bounded).
     const force = r.deferredSinceMs >= 0 && this.now() - r.deferredSinceMs > LOOKUP_DEFER_MS_MAX;
     r.phase = 'lookup';
-    this.outstanding += 1;
-    this.toStore.send(encodeLookup(config, r.id, numTokens, force, (g, c) => r.keys[g]![c]!));
+    r.lookupSentMs = this.now();
+    this.lookupsPending += 1;
+    this.toStore.send(
+      encodeLookup(config, r.id, numTokens, force, (g, c) => r.keys[g]![c]!, r.limits),
+    );
   }
 
   private open(r: SimRequest, hit: number): void {
@@ -761,13 +815,10 @@ export class EngineSimulator {
     r.allocFailures = 0;
   }
 
+  /** Blocks the hit's load fills, over all groups (the load plan's, as the store loads it). */
   private hitBlocks(r: SimRequest): number {
-    const bpc = this.views.config.blocksPerChunk;
     let n = 0;
-    for (const g of this.views.config.groups) {
-      const lo = g.windowChunks === null ? 0 : Math.max(0, r.hit - g.windowChunks);
-      n += (r.hit - lo) * bpc;
-    }
+    for (const p of r.load) n += p.endBlock - p.firstBlock;
     return n;
   }
 
@@ -787,12 +838,22 @@ export class EngineSimulator {
   private onStoreAnswer(a: Int32Array): void {
     const r = this.byId.get(a[1]!);
     invariant(r !== undefined, `store answer for a known request ${a[1]}`);
-    this.outstanding -= 1;
     if (a[0] === ANS_LOOKED_UP) {
-      invariant(r.phase === 'lookup', 'lookup answer while looking up');
+      invariant(r.phase === 'lookup' && this.lookupsPending > 0, 'lookup answer while looking up');
+      this.lookupsPending -= 1;
+      const waitMs = this.now() - r.lookupSentMs;
+      r.lookupSentMs = -1;
+      if (waitMs > this.counters.lookupWaitMsMax) this.counters.lookupWaitMsMax = waitMs;
       if (a[2] === LOOKUP_DEFERRED) {
-        // Ask again at a later step (vLLM's "None"): back to the head of the queue, no slot taken.
-        if (r.deferredSinceMs < 0) r.deferredSinceMs = this.now();
+        // Ask again at a later step (vLLM's "None"): back to the head of the queue, no slot taken,
+        // after a back-off on the engine's clock (others behind it are admitted meanwhile).
+        const now = this.now();
+        if (r.deferredSinceMs < 0) r.deferredSinceMs = now;
+        r.lookupBackoffMs =
+          r.lookupBackoffMs === 0
+            ? Math.max(this.options.stepMs, LOOKUP_RETRY_MS_MIN)
+            : Math.min(2 * r.lookupBackoffMs, LOOKUP_RETRY_MS_MAX);
+        r.lookupRetryAtMs = now + r.lookupBackoffMs;
         r.phase = 'queued';
         this.live.splice(this.live.indexOf(r), 1);
         this.queue.unshift(r);
@@ -801,6 +862,7 @@ export class EngineSimulator {
       this.open(r, a[2]!);
     } else {
       invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
+      this.outstanding -= 1;
       if (a[2] !== 1) {
         // The copy failed: its blocks hold whatever they held. Never serve them
         // as a hit (F11): recompute from zero into the same blocks.

@@ -16,7 +16,9 @@ import { checkHandle } from '../roles/handle.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
+import { encodeLookup, lookupTokensThatFit, validateLookupLimits } from './lookup-record.js';
+import type { LookupLimits } from './lookup-record.js';
+import { checkLoadableGroups } from './request-rules.js';
 import { Outbox } from './outbox.js';
 import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, OP_LOAD, OP_UNLOCK } from './protocol.js';
 import type { SpscRing } from './rings.js';
@@ -34,6 +36,12 @@ export type ExternalLookupAnswer =
       /** Per group, the prompt's offload keys. */
       readonly keys: readonly (readonly bigint[])[];
     };
+
+export interface ExternalLookupOptions extends LookupLimits {
+  /** The request was deferred for too long: pending entries count as what they are now. */
+  readonly force?: boolean;
+  readonly timeoutMs?: number;
+}
 
 export interface ExternalLoadResult {
   readonly ok: boolean;
@@ -72,7 +80,7 @@ export class ExternalLoadPath {
 
   async lookup(
     promptTokens: ArrayLike<number>,
-    options: { force?: boolean; timeoutMs?: number } = {},
+    options: ExternalLookupOptions = {},
   ): Promise<ExternalLookupAnswer> {
     if (
       promptTokens === null ||
@@ -81,6 +89,8 @@ export class ExternalLoadPath {
     ) {
       throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
     }
+    const limits = validateLookupLimits(options.maxLoadTokens, options.skipReadingPrefixCache);
+    checkLoadableGroups(this.config);
     this.hashing ??= await loadHashing();
     const keys = promptKeys(this.config, this.hashing, promptTokens);
     const tag = this.takeTag();
@@ -90,6 +100,7 @@ export class ExternalLoadPath {
       lookupTokensThatFit(this.config, promptTokens.length, this.storeRecordWordsMax),
       options.force === true,
       (g, c) => keys[g]![c]!,
+      limits,
     );
     const answer = await this.ask(tag, record, ANS_LOOKED_UP, options.timeoutMs);
     const hit = answer[2]!;

@@ -30,7 +30,11 @@ import { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
 import { RuntimeViews } from './buffers.js';
 import { ExternalLoadPath } from './external-load.js';
-import type { ExternalLoadResult, ExternalLookupAnswer } from './external-load.js';
+import type {
+  ExternalLoadResult,
+  ExternalLookupAnswer,
+  ExternalLookupOptions,
+} from './external-load.js';
 import type { RuntimeBuffers } from './buffers.js';
 
 export interface ExternalRoles {
@@ -128,7 +132,7 @@ export class ExternalHost {
    */
   lookup(
     promptTokens: ArrayLike<number>,
-    options?: { force?: boolean; timeoutMs?: number },
+    options?: ExternalLookupOptions,
   ): Promise<ExternalLookupAnswer> {
     return this.loadPath.lookup(promptTokens, options);
   }

@@ -64,6 +64,16 @@ export const STATS = [
     writer: 'scheduler',
     doc: 'malformed submit-ring records refused (nothing was started for them)',
   },
+  {
+    name: 'lookupWaitMsMax',
+    writer: 'scheduler',
+    doc: 'longest wait of an admission lookup for its answer (ms; the engine keeps stepping meanwhile)',
+  },
+  {
+    name: 'stepsPlannedDuringLookups',
+    writer: 'scheduler',
+    doc: 'engine steps planned while at least one admission lookup was unanswered',
+  },
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
   {

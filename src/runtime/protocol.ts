@@ -2,7 +2,7 @@
 // first word is its opcode; the rest is documented beside each constant.
 
 // submit ring (main -> scheduler)
-/** [SUBMIT, requestId, promptLength, prefixId, sharedPrefixTokens, maxDecodeTokens, abortAfterTokens, explicitCount, ...tokens] (-1 = unset) */
+/** [SUBMIT, requestId, promptLength, prefixId, sharedPrefixTokens, maxDecodeTokens, abortAfterTokens, explicitCount, ...tokens, (maxLoadTokens, skipReadingPrefixCache 0|1)?] (-1 = unset; the last two words may be absent: no load limits) */
 export const OP_SUBMIT = 1;
 
 // allocRequest ring (scheduler -> allocator)
@@ -22,7 +22,7 @@ export const ANS_ALLOCATED = 20;
 export const ANS_RELEASED = 21;
 
 // storeRequest ring (scheduler -> store)
-/** [LOOKUP, tag, numTokens, force, (key lo, key hi) per chunk per group (group-major)]: see lookup-record.ts */
+/** [LOOKUP, tag, numTokens, flags (force, skip reading), maxLoadTokens or UNSET, (key lo, key hi) per chunk per group (group-major)]: see lookup-record.ts */
 export const OP_LOOKUP = 30;
 /** [LOAD, tag, hitChunks, (block) per loaded chunk position ...] see store-loop */
 export const OP_LOAD = 31;

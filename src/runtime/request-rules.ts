@@ -3,7 +3,8 @@
 // validateSimRequest, so what one accepts the other accepts. A refused request
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
-import { InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { validateLookupLimits } from './lookup-record.js';
 import type { SimRequest } from './runtime.js';
 
 /** What the rules need from the config; the pool check runs only when the pool is known. */
@@ -21,6 +22,8 @@ const FIELDS: ReadonlySet<string> = new Set([
   'sharedPrefixTokens',
   'maxDecodeTokens',
   'abortAfterTokens',
+  'maxLoadTokens',
+  'skipReadingPrefixCache',
 ]);
 export const TOKEN_ID_MAX = 2 ** 31 - 1;
 const PREFIX_ID_MAX = 2 ** 31 - 1;
@@ -87,6 +90,11 @@ export function validateSimRequest(body: unknown, limits: RequestLimits): SimReq
   if (obj.abortAfterTokens !== undefined) {
     out.abortAfterTokens = int('abortAfterTokens', obj.abortAfterTokens, 0, max + 1);
   }
+  const load = validateLookupLimits(obj.maxLoadTokens, obj.skipReadingPrefixCache);
+  if (load.maxLoadTokens !== undefined) out.maxLoadTokens = load.maxLoadTokens;
+  if (load.skipReadingPrefixCache !== undefined) {
+    out.skipReadingPrefixCache = load.skipReadingPrefixCache;
+  }
   if (limits.gpuBlocks !== undefined && limits.groups !== undefined) {
     const least = poolBlocksLeast(limits, promptTokens);
     if (least > limits.gpuBlocks - 1) {
@@ -118,4 +126,24 @@ function int(field: string, value: unknown, lo: number, hi: number): number {
   }
   if (value < lo || value > hi) throw new InvalidArgumentError(field, `must be in [${lo}, ${hi}]`);
   return value;
+}
+
+/**
+ * The runtime's load path answers a hit as one chunk count for every group and
+ * loads whole chunks from a chunk boundary, so it needs every group to have
+ * the same tokensPerChunk (vLLM itself allows different ones; LocalOffload
+ * does too). Throws ConfigError otherwise: OffloadRuntime.start() with the
+ * built-in engine's tier loads on, and the external host's lookup().
+ */
+export function checkLoadableGroups(config: {
+  readonly groups: readonly { readonly tokensPerChunk: number }[];
+}): void {
+  const sizes = [...new Set(config.groups.map((g) => g.tokensPerChunk))];
+  if (sizes.length > 1) {
+    throw new ConfigError(
+      'groups',
+      `the runtime loads from the tier only when every group has the same tokensPerChunk (got ${sizes.join(', ')}); ` +
+        'give every group the same tokensPerBlock, or set simulator.loadFromTier to false to run the store path alone',
+    );
+  }
 }

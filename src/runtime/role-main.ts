@@ -42,7 +42,8 @@ export interface RoleWorkerData {
   config: Config;
   buffers: RuntimeBuffers;
   hasher: { hashesPerWake: number; jitterMs: number; seed: number };
-  allocator: AllocatorLag & { unsafeIgnorePins: boolean };
+  /** awaitDrained false: the runtime runs no store (offloading off). */
+  allocator: AllocatorLag & { unsafeIgnorePins: boolean; awaitDrained: boolean };
   store: StoreLoopOptions & { transferThreads: number; transferBackendModule?: string };
   simulator: Partial<EngineOptions>;
   policy: StorePolicy;
@@ -128,6 +129,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
     const loop = new AllocatorLoop(views, {
       lag: data.allocator,
       unsafeIgnorePins: data.allocator.unsafeIgnorePins,
+      awaitDrained: data.allocator.awaitDrained,
     });
     post({ type: 'ready', role: data.role });
     syncLoop(

@@ -35,7 +35,7 @@ import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
-import { validateSimRequest } from './request-rules.js';
+import { checkLoadableGroups, validateSimRequest } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -94,6 +94,14 @@ export interface RuntimeOptions {
    * Redis Cluster that engine instances share. Host only by default.
    */
   tiers?: TiersOptions;
+  /**
+   * false: offloading off, the baseline an engine without kvoff would be. No
+   * store worker and no transfer pool start; the engine opens every request
+   * with maxOffloadTokens 0 and asks for no tier prefix, and the allocator
+   * frees a request's blocks as soon as it ends (no drained mark to wait for).
+   * verify() is then unavailable. Default true.
+   */
+  offload?: boolean;
 }
 
 export interface SimRequest {
@@ -109,6 +117,16 @@ export interface SimRequest {
   maxDecodeTokens?: number;
   /** Abort once this many tokens are computed. */
   abortAfterTokens?: number;
+  /**
+   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
+   * down to whole chunks; 0 loads nothing. No cap by default.
+   */
+  maxLoadTokens?: number;
+  /**
+   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
+   * its hit is 0 even when its prefix is stored. It still stores its chunks.
+   */
+  skipReadingPrefixCache?: boolean;
 }
 
 export interface RequestSummary {
@@ -193,7 +211,11 @@ export class OffloadRuntime {
     this.buffers = createRuntimeBuffers(config);
     this.views = new RuntimeViews(config, this.buffers);
     this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
-    this.roles = options.external ? ['hasher', 'store'] : ROLES;
+    this.roles = options.external
+      ? ['hasher', 'store']
+      : options.offload === false
+        ? ROLES.filter((r) => r !== 'store')
+        : ROLES;
   }
 
   /** Lays out shared memory and starts every role worker; resolves once all are attached. */
@@ -206,7 +228,10 @@ export class OffloadRuntime {
     if (options.transferBackendModule !== undefined) {
       await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
     }
-    if (!options.external) resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
+    if (!options.external) {
+      const engine = resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
+      if (engine.loadFromTier) checkLoadableGroups(config);
+    }
     const rt = new OffloadRuntime(config, options);
     await rt.spawnAll();
     return rt;
@@ -278,6 +303,8 @@ export class OffloadRuntime {
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
       lookupsDeferred: s.lookupsDeferred,
+      lookupWaitMsMax: s.lookupWaitMsMax,
+      stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
       tiers: readTierStats(this.views.tierStats),
     };
@@ -292,6 +319,11 @@ export class OffloadRuntime {
   verify(): Promise<VerifyReport> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    if (this.options.offload === false) {
+      return Promise.reject(
+        new InvalidArgumentError('verify', 'not available with offload: false (no store runs)'),
+      );
+    }
     const store = this.workers.get('store');
     if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
     const id = this.nextVerifyId++;
@@ -373,6 +405,7 @@ export class OffloadRuntime {
         jitterMs: lag.jitterMs ?? 1,
         seed,
         unsafeIgnorePins: this.options.unsafeSkipPins ?? false,
+        awaitDrained: this.options.offload !== false,
       },
       store: {
         transferThreads: this.options.transferThreads ?? 1,
@@ -383,7 +416,12 @@ export class OffloadRuntime {
           ? { transferBackendModule: backendModuleHref(this.options.transferBackendModule) }
           : {}),
       },
-      simulator: { seed, ...this.options.simulator },
+      simulator: {
+        seed,
+        ...this.options.simulator,
+        // No store answers lookups or stores chunks: the engine asks for neither.
+        ...(this.options.offload === false ? { offload: false, loadFromTier: false } : {}),
+      },
       policy: this.options.policy ?? 'ready-prefix',
       ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
@@ -435,7 +473,8 @@ export class OffloadRuntime {
         const p = this.pending.get(m.summary.requestId);
         if (p === undefined) return;
         p.engine = m.summary;
-        if (!m.summary.opened) {
+        // With no store running no drained message comes: the engine's word is the last.
+        if (!m.summary.opened || this.options.offload === false) {
           this.settle(m.summary.requestId, p);
           return;
         }
@@ -541,6 +580,9 @@ export class OffloadRuntime {
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
+    if (req.maxLoadTokens !== undefined || req.skipReadingPrefixCache === true) {
+      record.push(req.maxLoadTokens ?? UNSET, req.skipReadingPrefixCache === true ? 1 : 0);
+    }
     return record;
   }
 
@@ -659,7 +701,8 @@ export class OffloadRuntime {
     const alloc = this.external
       ? { inUse: this.external.pool.inUse, quarantined: this.external.pool.quarantined }
       : this.finals.get('allocator');
-    const store = this.finals.get('store');
+    // No store ran (offload: false): it cannot have left tier entries or jobs.
+    const store = this.options.offload === false ? noStoreFinal : this.finals.get('store');
     return {
       blocksInUse: alloc?.inUse ?? -1,
       blocksQuarantined: alloc?.quarantined ?? -1,
@@ -673,6 +716,8 @@ export class OffloadRuntime {
 }
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
+
+const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, jobsInFlight: 0 };
 
 interface PendingVerify {
   resolve: (r: VerifyReport) => void;
@@ -688,6 +733,28 @@ function validateOptions(o: RuntimeOptions): void {
     }
   };
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
+  if (o.offload !== undefined && typeof o.offload !== 'boolean') {
+    throw new InvalidArgumentError('offload', 'must be a boolean');
+  }
+  if (o.offload === false) {
+    // Each of these needs the store role, which offload: false does not start.
+    if (o.external)
+      throw new InvalidArgumentError('offload', 'false cannot be combined with external: true');
+    if (o.tiers !== undefined)
+      throw new InvalidArgumentError('offload', 'false cannot be combined with tiers');
+    if (o.transferBackendModule !== undefined) {
+      throw new InvalidArgumentError(
+        'offload',
+        'false cannot be combined with transferBackendModule',
+      );
+    }
+    if (o.simulator?.offload === true || o.simulator?.loadFromTier === true) {
+      throw new InvalidArgumentError(
+        'offload',
+        'false cannot be combined with simulator.offload or simulator.loadFromTier true',
+      );
+    }
+  }
   int('transferThreads', o.transferThreads, 1, 64);
   int('traceSlots', o.traceSlots, 0, 1 << 16);
   int('transferDelayMs', o.transferDelayMs, 0, 10_000);

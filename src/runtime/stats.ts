@@ -49,6 +49,10 @@ export interface RuntimeStats {
   lookupsDeferred: number;
   /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
   recordsRefused: number;
+  /** Longest an admission lookup waited for the store's answer (ms); the engine keeps stepping meanwhile. */
+  lookupWaitMsMax?: number;
+  /** Engine steps planned while at least one admission lookup was unanswered (the lookup did not hold them back). */
+  stepsPlannedDuringLookups?: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
   tiers: PerTierCounters;
 }

@@ -49,6 +49,10 @@ export interface StoreLoopOptions {
   unsafeSkipRevalidate?: boolean;
   /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
   unsafeSkipSettle?: boolean;
+  /** Test-only: failure class F2 re-created (see PlannerOptions.unsafeEagleCursorUnexcluded). */
+  unsafeEagleCursorUnexcluded?: boolean;
+  /** Test-only: failure class F4 re-created (see PlannerOptions.unsafeStoreLastSampledToken). */
+  unsafeStoreLastSampledToken?: boolean;
   /** Test knob: every transfer task sleeps this long before copying. */
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
@@ -64,6 +68,18 @@ export interface StoreLoopOptions {
    * prevents; never turn it on otherwise.
    */
   unsafeLoadWhileWriting?: boolean;
+  /** Test-only: the host tier evicts entries being written or read (HostTierOptions.unsafeEvictInUse, class F7). */
+  unsafeEvictInUse?: boolean;
+  /**
+   * Test-only: a failed load keeps its tier read references (and its lock), so
+   * the entries it read are never evictable again (class F8). Exists so the
+   * runtime fuzzer can show the release on failure is load-bearing.
+   */
+  unsafeLeakOnLoadFailure?: boolean;
+  /** Test-only: PlannerOptions.unsafeAckOnAllocFailure (class F9). */
+  unsafeAckOnAllocFailure?: boolean;
+  /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
+  unsafeDropDeferred?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
@@ -165,10 +181,13 @@ export class StoreLoop {
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
+  private readonly leakOnLoadFailure: boolean;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
+  /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
+  private readonly leaked: HitLock[] = [];
   /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
   private readonly beingLoaded = new Map<bigint, number>();
   private lookupsDeferred = 0;
@@ -207,7 +226,11 @@ export class StoreLoop {
     this.backend = backend;
     this.events = events;
     const { config } = views;
-    this.tier = new HostTier(config.tierChunks);
+    this.tier = new HostTier(
+      config.tierChunks,
+      options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {},
+    );
+    this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
@@ -240,6 +263,10 @@ export class StoreLoop {
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
+      ...(options.unsafeEagleCursorUnexcluded ? { unsafeEagleCursorUnexcluded: true } : {}),
+      ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
+      ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
+      ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {
@@ -406,24 +433,33 @@ export class StoreLoop {
    * again later, so hits never depend on how fast the copy threads ran). Only
    * whole chunks count (every block position stored). Every lookup touches
    * the request's keys, group by group; hit entries are protected from
-   * eviction until loaded or unlocked. The runtime loads whole chunks from a
-   * chunk boundary, so groups must share tokensPerChunk and the hit is
-   * rounded down to a chunk.
+   * eviction until loaded or unlocked. The request's own limits apply: a
+   * maxLoadTokens cap (rounded down to whole chunks) and skipReadingPrefixCache
+   * (a hit of 0 that never defers; the keys are still touched, and the request
+   * still stores, as in vLLM). The runtime loads whole chunks from a chunk
+   * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
+   * refuses other configs with the load path on; here they hit 0) and the hit
+   * is a whole number of chunks.
    */
   private lookup(r: Int32Array): void {
     const { config } = this.views;
     const groups = config.groups;
-    const { tag, numTokens, force, keys } = decodeLookup(config, r);
+    const { tag, numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decodeLookup(
+      config,
+      r,
+    );
     const tpc = groups[0]!.tokensPerChunk;
     // The runtime loads whole chunks, so the lookup itself must only consider
     // hits that end on a chunk boundary: rounding an unaligned hit down after
     // the fact would move a sliding-window group's window onto chunks that
     // were never checked (the store then threw on a key it could not load).
     const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
     const request = {
       numTokens,
       keys,
-      maxLoadTokens: Math.floor((numTokens - (anyWindow ? 1 : 0)) / tpc) * tpc,
+      maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
+      skipReadingPrefixCache,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
       ? lookupHitTokens(groups, request, (k) => this.chunkState(k, force))
@@ -432,7 +468,11 @@ export class StoreLoop {
       result === DEFER || result % tpc === 0,
       'a runtime lookup hit ends on a chunk boundary',
     );
-    const hitTokens = result === DEFER ? 0 : Math.floor(result / tpc) * tpc;
+    invariant(
+      result === DEFER || result <= request.maxLoadTokens,
+      'a runtime lookup hit is within the cap',
+    );
+    const hitTokens = result === DEFER ? 0 : result;
     for (const t of touchRanges(
       groups,
       keys.map((k) => k.length),
@@ -440,9 +480,22 @@ export class StoreLoop {
     )) {
       if (t.to > t.from) this.tier.touch(keys[t.group]!.slice(t.from, t.to));
     }
-    // Below a host prefix shorter than asked: the lower levels resolve (and promote) first; ask again meanwhile.
-    const asked = Math.min(...keys.map((k) => k.length));
-    if (result !== DEFER && this.lower && !force && hitTokens / tpc < asked) {
+    // Below a host prefix shorter than asked: the lower levels resolve (and
+    // promote) first; ask again meanwhile. Not for a request that reads
+    // nothing; a capped request asks up to its cap (and the EAGLE tail chunk
+    // a widened query reads).
+    const capChunks =
+      maxLoadTokens === undefined
+        ? Infinity
+        : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
+    const asked = Math.min(capChunks, ...keys.map((k) => k.length));
+    if (
+      result !== DEFER &&
+      this.lower &&
+      !force &&
+      !skipReadingPrefixCache &&
+      hitTokens / tpc < asked
+    ) {
       const prefixHit = (present: (k: bigint) => boolean) => {
         const t = lookupHitTokens(groups, request, (k) => (present(k) ? 'hit' : 'miss'));
         return t === DEFER ? 0 : Math.floor(t / tpc);
@@ -536,7 +589,9 @@ export class StoreLoop {
     invariant(load !== undefined, `load job ${c.jobId} was in flight`);
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
-    this.release(load.lock);
+    // The unsafe variant parks the failed load's lock where nothing ever releases it.
+    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    else this.release(load.lock);
     this.hostBytesRead += c.bytes;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }

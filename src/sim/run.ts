@@ -58,6 +58,7 @@ export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false):
     ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
     ...(spec.revalidate === false ? { revalidate: false } : {}),
     ...(spec.settle === false ? { settle: false } : {}),
+    ...(spec.switches !== undefined ? { switches: spec.switches } : {}),
   });
   return { ...world.run(), spec, scenario };
 }

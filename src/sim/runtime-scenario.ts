@@ -57,6 +57,13 @@ export interface RuntimeScenario {
   readonly ringWords: number;
   /** Copy threads: a transfer step runs one of the this-many oldest queued tasks. */
   readonly transferThreads: number;
+  /**
+   * True (and when absent): a completed copy rings the store's doorbell, as the
+   * default backend's copy rings do. False: the completion waits for the store
+   * to wake on its own (its park times out), as with a backend module of the
+   * embedder's own (RuntimeOptions.transferBackendModule), which has no bell.
+   */
+  readonly completionBell?: boolean;
   /** Virtual ms one step of each role takes (index: actor id). */
   readonly stepMs: readonly number[];
   readonly events: readonly RuntimeEvent[];
@@ -159,6 +166,8 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     transferThreads: rng.between(1, 3),
     stepMs,
     events,
+    // Drawn last, so every earlier draw of a seed stays what it was.
+    completionBell: rng.chance(0.75),
   };
 }
 
@@ -184,4 +193,39 @@ export function estimateRuntimeSteps(s: RuntimeScenario): number {
   let n = 40;
   for (const r of runtimeRequestEvents(s)) n += 12 + 3 * (r.promptLength + r.maxDecodeTokens);
   return n;
+}
+
+/**
+ * Virtual ms a schedule may take, per request and once, beyond its last timed
+ * event and its stalls, before it counts as a hang. Calibrated on clean
+ * schedules (see docs/fuzzing-runtime.md, "Hangs"): the most any of them
+ * needed was well under a tenth of this.
+ */
+export const RUNTIME_SETTLE_MS_PER_REQUEST = 500;
+export const RUNTIME_SETTLE_MS_BASE = 1_000;
+/** Virtual time limit of any schedule, whatever its events. */
+export const RUNTIME_VIRTUAL_MS_MAX = 120_000;
+
+/**
+ * The virtual time by which a schedule of `s` has ended, or it hangs: its last
+ * timed event (a submission, close()), plus every stall (a stalled role can
+ * hold every other one up for as long: a copy thread stalled for 200 ms keeps
+ * a deferred lookup waiting, and the engine asking again, for 200 ms), plus
+ * the settle allowance. A bound in virtual time, not in steps: how many steps
+ * a wait takes depends on how fast the waiting roles spin, not on whether the
+ * wait ends.
+ */
+export function runtimeHangAfterMs(s: RuntimeScenario): number {
+  let lastMs = 0;
+  let stallMs = 0;
+  let requests = 0;
+  for (const e of s.events) {
+    if (e.kind === 'request') requests += 1;
+    if (e.kind === 'request' || e.kind === 'close') lastMs = Math.max(lastMs, e.atMs);
+    else if (e.kind === 'stall') stallMs += e.forMs;
+  }
+  return Math.min(
+    RUNTIME_VIRTUAL_MS_MAX,
+    lastMs + stallMs + RUNTIME_SETTLE_MS_BASE + requests * RUNTIME_SETTLE_MS_PER_REQUEST,
+  );
 }

@@ -20,6 +20,7 @@
 // request neither stored nor counted as dropped (hole); a cursor moving back
 // (cursor-monotonic); anything held after close() (leak).
 import { resolveConfig } from '../config.js';
+import { invariant } from '../errors.js';
 import type { Config } from '../config.js';
 import type { Hashing } from '../hashing.js';
 import {
@@ -54,7 +55,7 @@ import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
-import { estimateRuntimeSteps, scenarioRingWords } from './runtime-scenario.js';
+import { runtimeHangAfterMs, scenarioRingWords } from './runtime-scenario.js';
 import type { RuntimeScenario, RuntimeSubmission } from './runtime-scenario.js';
 import { ACTORS, ALLOCATOR, HASHER, SCHEDULER, STORE, TRANSFER } from './scenario.js';
 import { StepTransferBackend } from './step-backend.js';
@@ -63,9 +64,29 @@ import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
 import type { WorldOutcome } from './world.js';
 
-/** Test-only switches of the runtime that re-create known bugs (the safe code has none on). */
-export const RUNTIME_SWITCHES = ['load-while-writing'] as const;
+/**
+ * Test-only switches that re-create known bugs (the safe code has none on).
+ * The ones in RUNTIME_ONLY_SWITCHES live in the runtime's store loop; the
+ * others are the planner's, so the roles world (src/sim/world.ts) takes them
+ * as well.
+ */
+export const RUNTIME_SWITCHES = [
+  'load-while-writing',
+  'eagle-cursor-unexcluded',
+  'store-last-sampled-token',
+  'evict-in-use',
+  'leak-on-load-failure',
+  'ack-on-alloc-failure',
+  'drop-deferred',
+] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
+
+/** Switches only the runtime's store loop has: the roles world refuses them rather than ignore them. */
+export const RUNTIME_ONLY_SWITCHES: readonly RuntimeSwitch[] = [
+  'load-while-writing',
+  'evict-in-use',
+  'leak-on-load-failure',
+];
 
 export interface RuntimeWorldOptions {
   readonly policy: StorePolicy;
@@ -80,12 +101,20 @@ export interface RuntimeWorldOptions {
   readonly strategy: Strategy;
   readonly record?: boolean;
   readonly watch?: ReadonlySet<InvariantName>;
+  /** Virtual ms past which the schedule hangs; default runtimeHangAfterMs(scenario). */
+  readonly hangAfterMs?: number;
 }
 
-/** Schedule length limit, as a multiple of the scenario's estimate. */
-export const RUNTIME_STEPS_FACTOR_MAX = 60;
-/** Virtual time limit of a schedule: past it the schedule hangs. */
-export const VIRTUAL_MS_MAX = 120_000;
+/**
+ * Decisions a schedule may take per smallest step time of its virtual budget.
+ * Every top-level step moves the clock by its role's step time (the smallest
+ * is stepMsMin) and every clock jump moves it to a later wake-up, so a
+ * schedule inside its virtual budget takes about budget / stepMsMin
+ * decisions (clean schedules take at most 1.5x that); the rest covers the
+ * nested decisions inside store passes and the jumps. A schedule that reaches
+ * this bound before its virtual budget ran a clock that stopped moving.
+ */
+export const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
 /** role-main's idle parks (see syncLoop's idleParkMs there). */
 const ENGINE_BUSY_PARK_MS = 2;
 const ALLOCATOR_BUSY_PARK_MS = 1;
@@ -139,7 +168,10 @@ export class RuntimeWorld {
   private readonly strategy: Strategy;
   private readonly record: boolean;
   private readonly watched: ReadonlySet<InvariantName> | undefined;
-  private readonly stepsMax: number;
+  /** Virtual time by which the schedule has ended, or it hangs. */
+  readonly hangAfterMs: number;
+  /** Backstop on decisions, from hangAfterMs (see RUNTIME_DECISIONS_PER_STEP_MS_MAX). */
+  readonly stepsMax: number;
   private nowMs = 0;
   private phase: Phase = 'running';
   private closing = false;
@@ -222,6 +254,7 @@ export class RuntimeWorld {
       views.transferArenas(),
       failing,
       scenario.events.some((e) => e.kind === 'load-fail'),
+      scenario.completionBell === false ? undefined : this.bells[STORE],
     );
     this.store = new StoreLoop(
       views,
@@ -233,13 +266,32 @@ export class RuntimeWorld {
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
+        ...(switches.has('eagle-cursor-unexcluded') ? { unsafeEagleCursorUnexcluded: true } : {}),
+        ...(switches.has('store-last-sampled-token') ? { unsafeStoreLastSampledToken: true } : {}),
+        ...(switches.has('evict-in-use') ? { unsafeEvictInUse: true } : {}),
+        ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
+        ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
+        ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
     const cells = config.maxRequests * config.groups.length;
     this.cursorSeen = new Int32Array(cells);
     this.cursorGen = new Int32Array(cells);
-    this.stepsMax = RUNTIME_STEPS_FACTOR_MAX * estimateRuntimeSteps(scenario) + 500;
+    this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
+    invariant(
+      scenario.stepMs.length === ACTORS.length && scenario.stepMs.every((ms) => ms > 0),
+      'every role step takes some virtual time (else the clock can stop)',
+    );
+    const stepMsMin = Math.min(...scenario.stepMs);
+    this.stepsMax = Math.ceil(
+      (RUNTIME_DECISIONS_PER_STEP_MS_MAX * this.hangAfterMs) / stepMsMin + 1000,
+    );
+  }
+
+  /** The virtual clock, in ms since the schedule began. */
+  get virtualMs(): number {
+    return this.nowMs;
   }
 
   // ---------------------------------------------------------------- driving
@@ -247,12 +299,22 @@ export class RuntimeWorld {
   run(): WorldOutcome {
     const enabled: number[] = [];
     while (this.violation === undefined && this.phase !== 'done') {
-      if (this.decision >= this.stepsMax) {
-        this.stop('hang', `no end after ${this.decision} steps: ${this.describeWaits()}`);
+      // A hang is judged on the virtual clock, which every wait of the loops
+      // reads: a role spinning while another is stalled (a lookup re-asked
+      // every engine step while a copy thread is descheduled) takes many
+      // steps but no more virtual time than the stall.
+      if (this.nowMs > this.hangAfterMs) {
+        this.stop(
+          'hang',
+          `no end after ${this.nowMs.toFixed(2)} virtual ms (budget ${this.hangAfterMs} ms): ${this.describeWaits()}`,
+        );
         break;
       }
-      if (this.nowMs > VIRTUAL_MS_MAX) {
-        this.stop('hang', `no end after ${VIRTUAL_MS_MAX} virtual ms: ${this.describeWaits()}`);
+      if (this.decision >= this.stepsMax) {
+        this.stop(
+          'hang',
+          `${this.decision} decisions in ${this.nowMs.toFixed(2)} virtual ms: the clock stopped moving: ${this.describeWaits()}`,
+        );
         break;
       }
       this.mainThread();

@@ -1,12 +1,16 @@
 // The runtime fuzzer's transfer backend: tasks queue on submit and each one runs
 // (copies, unpins) only when the strategy picks the transfer role, so a copy can
-// be overtaken by anything the other roles do. Its completion is then waiting
-// for the store role's next step, as a piscina completion is; like piscina, it
-// rings no doorbell. With more than one copy thread, any of the oldest tasks
-// may run first. A task chosen to fail runs the real copy code's cleanup
+// be overtaken by anything the other roles do. Its completion then waits for
+// the store role's next step. Given the store's doorbell it rings it, as the
+// default backend's copy rings do (PiscinaTransferBackend's completionBell);
+// without one, the store finds the completion when it next wakes on its own, as
+// with a backend module of the embedder's own, which has no bell. With more
+// than one copy thread, any of the oldest tasks may run first. A task chosen
+// to fail runs the real copy code's cleanup
 // (a failed store task still unpins every source block, as runTransferTask's
 // `finally` does) and completes with ok = false.
 import type { TransferBackend, TransferCompletion } from '../runtime/backend.js';
+import type { Doorbell } from '../runtime/doorbell.js';
 import { unpinBlocks } from '../pins.js';
 import {
   attachArenas,
@@ -36,11 +40,19 @@ export class StepTransferBackend implements TransferBackend {
 
   /** Every load task fails. */
   private readonly failLoads: boolean;
+  /** Rung after each completion (the store's doorbell); undefined: no bell. */
+  private readonly completionBell: Doorbell | undefined;
 
-  constructor(arenas: TransferArenas, failing: ReadonlySet<number> = new Set(), failLoads = false) {
+  constructor(
+    arenas: TransferArenas,
+    failing: ReadonlySet<number> = new Set(),
+    failLoads = false,
+    completionBell?: Doorbell,
+  ) {
     this.arenas = attachArenas(arenas);
     this.failing = failing;
     this.failLoads = failLoads;
+    this.completionBell = completionBell;
   }
 
   get inFlight(): number {
@@ -77,10 +89,12 @@ export class StepTransferBackend implements TransferBackend {
         latencyMs: 0,
         error: new Error(`injected transfer failure (${t.kind} task ${t.index})`),
       });
-      return t;
+    } else {
+      const bytes = runTransferTask(this.arenas, t.words);
+      this.done.push({ jobId: t.jobId, kind: t.kind, ok: true, bytes, latencyMs: 0 });
     }
-    const bytes = runTransferTask(this.arenas, t.words);
-    this.done.push({ jobId: t.jobId, kind: t.kind, ok: true, bytes, latencyMs: 0 });
+    // As runTransferRing does: the completion is published, then the bell rung.
+    this.completionBell?.ring();
     return t;
   }
 

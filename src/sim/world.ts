@@ -17,7 +17,7 @@ import { resolveConfig } from '../config.js';
 import type { Config } from '../config.js';
 import { copyChunkToTier, tierChunkMatches, writeComputedBlock } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
-import { LegacyAssertionError } from '../errors.js';
+import { InvalidArgumentError, LegacyAssertionError } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
 import type { Hashing } from '../hashing.js';
 import type { StoreJob } from '../job.js';
@@ -81,6 +81,8 @@ import {
   requestSpecs,
 } from './scenario.js';
 import type { Scenario, ScenarioEvent } from './scenario.js';
+import { RUNTIME_ONLY_SWITCHES } from './runtime-world.js';
+import type { RuntimeSwitch } from './runtime-world.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
@@ -102,6 +104,8 @@ export interface WorldOptions {
    * hasher's last publications must surface as a hole.
    */
   readonly settle?: boolean;
+  /** Test-only planner switches that re-create known bugs (load-while-writing is the runtime's only). */
+  readonly switches?: readonly RuntimeSwitch[];
   readonly hashing: Hashing;
   /** Picks every step (top level and inside planning passes); absent for external drivers. */
   readonly strategy?: Strategy;
@@ -199,8 +203,18 @@ export class World {
     this.pool = new GpuBlockPool(config.gpuBlocks, this.state.pins, {
       unsafeIgnorePins: !options.pins,
     });
+    const switches = new Set(options.switches ?? []);
+    for (const only of RUNTIME_ONLY_SWITCHES) {
+      if (switches.has(only)) {
+        throw new InvalidArgumentError('switches', `${only} needs --target runtime`);
+      }
+    }
     this.planner = new StorePlanner(this.state, this.tier, {
       policy: options.policy,
+      unsafeEagleCursorUnexcluded: switches.has('eagle-cursor-unexcluded'),
+      unsafeStoreLastSampledToken: switches.has('store-last-sampled-token'),
+      unsafeAckOnAllocFailure: switches.has('ack-on-alloc-failure'),
+      unsafeDropDeferred: switches.has('drop-deferred'),
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
       unsafeSkipSettle: options.settle === false,

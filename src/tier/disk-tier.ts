@@ -31,7 +31,7 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError } from '../errors.js';
 import { Limiter } from './limiter.js';
-import type { LowerTier, TierCounters } from './lower.js';
+import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { VALUE_HEADER_BYTES, checkValue, hex16 } from './value.js';
@@ -118,9 +118,11 @@ export class DiskTier implements LowerTier {
   private statfsAtMs = -Infinity;
   private writtenSinceStatfs = 0;
   private closed = false;
+  private readonly switches: LowerTierSwitches;
 
-  private constructor(options: Required<DiskTierOptions>) {
+  private constructor(options: Required<DiskTierOptions>, switches: LowerTierSwitches) {
     this.options = options;
+    this.switches = switches;
     this.root = join(options.dir, hex16(options.fingerprint));
     this.valueBytes = VALUE_HEADER_BYTES + options.payloadBytes;
     this.writes = new Limiter(options.writesInFlightMax, options.writesQueuedMax);
@@ -128,7 +130,11 @@ export class DiskTier implements LowerTier {
   }
 
   /** Opens the level and rebuilds its index from the directory. An unusable directory still opens (every store then fails and is counted). */
-  static async open(options: DiskTierOptions): Promise<DiskTier> {
+  static async open(
+    options: DiskTierOptions,
+    /** Test-only: see LowerTierSwitches. */
+    switches: LowerTierSwitches = {},
+  ): Promise<DiskTier> {
     const full: Required<DiskTierOptions> = { ...DISK_DEFAULTS, fdatasync: false, ...options };
     if (typeof full.dir !== 'string' || full.dir.length === 0) {
       throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
@@ -145,7 +151,7 @@ export class DiskTier implements LowerTier {
     positive('writesQueuedBytesMax', full.writesQueuedBytesMax, 1);
     positive('readsInFlightMax', full.readsInFlightMax, 1);
     positive('payloadBytes', full.payloadBytes, 1);
-    const tier = new DiskTier(full);
+    const tier = new DiskTier(full, switches);
     await tier.rebuild();
     return tier;
   }
@@ -198,11 +204,22 @@ export class DiskTier implements LowerTier {
       return;
     }
     if (!this.makeRoom(value.length)) {
+      if (this.switches.unsafeAckOnAllocFailure) {
+        // The unsafe variant: refused, yet indexed as a readable entry and counted as stored.
+        this.index.set(key, { bytes: value.length, writing: false, readers: 0 });
+        this.bytesUsed += value.length;
+        this.counters.storedChunks += 1;
+        return;
+      }
       this.counters.fullChunks += 1;
       this.counters.droppedChunks += 1;
       return;
     }
-    const entry: Entry = { bytes: value.length, writing: true, readers: 0 };
+    const entry: Entry = {
+      bytes: value.length,
+      writing: !this.switches.unsafePublishBeforeComplete,
+      readers: 0,
+    };
     const t0 = performance.now();
     const write = this.writes.tryRun(() => this.write(key, value));
     if (write === undefined) {
@@ -225,8 +242,14 @@ export class DiskTier implements LowerTier {
           this.samples.push(performance.now() - t0);
         },
         (err: unknown) => {
-          this.forget(key, entry);
           this.counters.errors += 1;
+          if (this.switches.unsafeAckOnAllocFailure) {
+            // The unsafe variant: the failed write stays indexed as readable and counts as stored.
+            entry.writing = false;
+            this.counters.storedChunks += 1;
+            return;
+          }
+          this.forget(key, entry);
           this.counters.droppedChunks += 1;
           if (isFullError(err)) this.counters.fullChunks += 1;
         },
@@ -253,7 +276,13 @@ export class DiskTier implements LowerTier {
         this.counters.missChunks += 1;
         return undefined;
       }
-      const check = checkValue(value, this.options.fingerprint, key, this.options.payloadBytes);
+      const check = checkValue(
+        value,
+        this.options.fingerprint,
+        key,
+        this.options.payloadBytes,
+        this.switches.unsafeSkipChecksum,
+      );
       if (!check.ok) {
         // Never served: counted, deleted, a miss.
         this.counters.errors += 1;
@@ -306,6 +335,17 @@ export class DiskTier implements LowerTier {
       await mkdir(dir, { recursive: true });
       this.madeDirs.add(dir);
     }
+    if (this.switches.unsafePublishBeforeComplete) {
+      // The unsafe variant: written in place under the final name, visible while it grows.
+      const fh = await open(final, 'w');
+      try {
+        await fh.write(value, 0, value.length, 0);
+        if (this.options.fdatasync) await fh.datasync();
+      } finally {
+        await fh.close();
+      }
+      return;
+    }
     const temp = `${final}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
     let fh: FileHandle | undefined;
     try {
@@ -351,7 +391,7 @@ export class DiskTier implements LowerTier {
     let freed = 0;
     for (const [key, e] of this.index) {
       if (this.bytesUsed - freed + bytes <= this.options.bytesMax) break;
-      if (e.writing || e.readers > 0) continue;
+      if ((e.writing || e.readers > 0) && !this.switches.unsafeEvictInUse) continue;
       victims.push([key, e]);
       freed += e.bytes;
     }

@@ -3,6 +3,9 @@
 // lookups, never evicted), 0 when readable and idle (the only evictable state),
 // and > 0 while loads read it (never evicted). prepareStore is atomic: it
 // either reserves every slot it needs or changes nothing.
+//
+// Two test-only switches (HostTierOptions) re-create the bugs these rules
+// prevent, so the failure-class tests can show each rule is load-bearing.
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type {
   LookupState,
@@ -19,6 +22,22 @@ interface Entry {
 
 const WRITING = -1;
 
+export interface HostTierOptions {
+  /**
+   * Test-only: eviction picks victims among entries being written or read
+   * too (LMCache's "evicted outside the lock": failure class F7). Exists so a
+   * test can show the refCount rule is what protects them; never turn it on
+   * otherwise.
+   */
+  unsafeEvictInUse?: boolean;
+  /**
+   * Test-only: an entry is readable from prepareStore on, before its copy ran
+   * (publish before complete: failure class F12). Exists so a test can show
+   * that only completeStore may publish; never turn it on otherwise.
+   */
+  unsafePublishBeforeComplete?: boolean;
+}
+
 export class HostTier implements OffloadTier {
   readonly capacityChunks: number;
   /** Insertion order is recency order: first = least recently used. */
@@ -33,12 +52,16 @@ export class HostTier implements OffloadTier {
   private storeCount = 0;
   private evictionCount = 0;
   private allocationFailureCount = 0;
+  private readonly evictInUse: boolean;
+  private readonly publishBeforeComplete: boolean;
 
-  constructor(capacityChunks: number) {
+  constructor(capacityChunks: number, options: HostTierOptions = {}) {
     if (!Number.isInteger(capacityChunks) || capacityChunks < 1) {
       throw new InvalidArgumentError('capacityChunks', 'must be a positive integer');
     }
     this.capacityChunks = capacityChunks;
+    this.evictInUse = options.unsafeEvictInUse ?? false;
+    this.publishBeforeComplete = options.unsafePublishBeforeComplete ?? false;
   }
 
   lookup(keys: readonly bigint[]): number {
@@ -81,7 +104,8 @@ export class HostTier implements OffloadTier {
     const needed = keysToStore.length - free;
     let evicted: bigint[] = [];
     if (needed > 0) {
-      const victims = needed <= this.evictableCount ? this.pickVictims(needed, seen) : undefined;
+      const candidates = this.evictInUse ? this.entries.size : this.evictableCount;
+      const victims = needed <= candidates ? this.pickVictims(needed, seen) : undefined;
       if (victims === undefined) {
         this.allocationFailureCount += 1;
         return { ok: false, reason: 'cannot-allocate', needed, evictable: this.evictableCount };
@@ -95,8 +119,15 @@ export class HostTier implements OffloadTier {
     for (const key of keysToStore) {
       const slot = this.freeSlots.pop() ?? this.nextFreshSlot++;
       invariant(slot < this.capacityChunks, 'tier slot within capacity');
-      this.entries.set(key, { slot, refCount: WRITING });
-      this.writingCount += 1;
+      if (this.publishBeforeComplete) {
+        // The unsafe variant: readable before a byte is copied (completeStore then finds nothing to publish).
+        this.entries.set(key, { slot, refCount: 0 });
+        this.evictableCount += 1;
+        this.storeCount += 1;
+      } else {
+        this.entries.set(key, { slot, refCount: WRITING });
+        this.writingCount += 1;
+      }
       slots.push(slot);
     }
     return { ok: true, keysToStore, slots, evicted };
@@ -148,6 +179,8 @@ export class HostTier implements OffloadTier {
   completeLoad(keys: readonly bigint[]): void {
     for (const key of keys) {
       const e = this.entries.get(key);
+      // The unsafe variant evicted it mid-read (or its slot went to a new write): silently nothing to end.
+      if (this.evictInUse && (e === undefined || e.refCount <= 0)) continue;
       invariant(e !== undefined && e.refCount > 0, 'completeLoad of a key being read');
       e.refCount -= 1;
       if (e.refCount === 0) {
@@ -185,16 +218,21 @@ export class HostTier implements OffloadTier {
     const victims: bigint[] = [];
     for (const [key, e] of this.entries) {
       if (victims.length === n) break;
-      if (e.refCount === 0 && !protectedKeys.has(key)) victims.push(key);
+      if ((e.refCount === 0 || this.evictInUse) && !protectedKeys.has(key)) victims.push(key);
     }
     return victims.length === n ? victims : undefined;
   }
 
   private remove(key: bigint): void {
     const e = this.entries.get(key);
-    invariant(e !== undefined && e.refCount === 0, 'only idle entries are evicted');
+    invariant(
+      e !== undefined && (e.refCount === 0 || this.evictInUse),
+      'only idle entries are evicted',
+    );
     this.entries.delete(key);
-    this.evictableCount -= 1;
+    if (e.refCount === 0) this.evictableCount -= 1;
+    else if (e.refCount === WRITING) this.writingCount -= 1;
+    else this.readingCount -= 1;
     this.freeSlots.push(e.slot);
   }
 }

@@ -87,3 +87,24 @@ export class SampleBuffer {
     return out;
   }
 }
+
+/**
+ * Test-only switches of the lower levels, each re-creating a failure class
+ * its rule prevents, so the failure-class tests (test/failure-classes/) can
+ * show the rule is load-bearing. All off by default; never turn one on
+ * otherwise. A level ignores the ones that do not apply to it.
+ */
+export interface LowerTierSwitches {
+  /** F7 (disk): the byte cap evicts entries being written or read too. */
+  readonly unsafeEvictInUse?: boolean;
+  /** F9: a store the level could not take (full, failed, OOM) is marked stored and counted as stored. */
+  readonly unsafeAckOnAllocFailure?: boolean;
+  /** F11: a value's CRC-32 is not checked before it is served. */
+  readonly unsafeSkipChecksum?: boolean;
+  /**
+   * F12: an entry is visible before its write completed (disk: written in
+   * place under its final name and readable at once; Redis: a key whose SET
+   * is in flight answers 'hit').
+   */
+  readonly unsafePublishBeforeComplete?: boolean;
+}

@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { RESP_TYPES, createCluster } from 'redis';
 import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
-import type { LowerTier, TierCounters } from './lower.js';
+import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { checkValue, hex16 } from './value.js';
@@ -90,8 +90,11 @@ export class RedisTier implements LowerTier {
   private connecting: Promise<Connection | undefined> | undefined;
   private closed = false;
 
-  private constructor(options: Required<RedisTierOptions>) {
+  private readonly switches: LowerTierSwitches;
+
+  private constructor(options: Required<RedisTierOptions>, switches: LowerTierSwitches) {
     this.options = options;
+    this.switches = switches;
     this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
     this.prefix = `kvoff:v1:${hex16(options.fingerprint)}:`;
   }
@@ -100,7 +103,11 @@ export class RedisTier implements LowerTier {
    * Connects (bounded by the timeout). A cluster that cannot be reached does
    * not fail the start: the circuit opens and later probes reconnect.
    */
-  static async open(options: RedisTierOptions): Promise<RedisTier> {
+  static async open(
+    options: RedisTierOptions,
+    /** Test-only: see LowerTierSwitches. */
+    switches: LowerTierSwitches = {},
+  ): Promise<RedisTier> {
     const full: Required<RedisTierOptions> = { ...REDIS_DEFAULTS, ...options };
     if (!Array.isArray(full.urls) || full.urls.length === 0) {
       throw new InvalidArgumentError('tiers.redis.urls', 'must name at least one node');
@@ -123,7 +130,7 @@ export class RedisTier implements LowerTier {
     int('storeBytesInFlightMax', full.storeBytesInFlightMax, 1, Number.MAX_SAFE_INTEGER);
     int('failuresMax', full.failuresMax, 1, 1 << 20);
     int('openMs', full.openMs, 1, 3_600_000);
-    const tier = new RedisTier(full);
+    const tier = new RedisTier(full, switches);
     if ((await tier.connect()) === undefined) tier.breaker.failure(false);
     // A failed first connect opens the circuit at once, not after failuresMax lookups.
     for (let i = 1; i < full.failuresMax && tier.conn === undefined; i += 1) {
@@ -150,7 +157,16 @@ export class RedisTier implements LowerTier {
     for (let at = 0; at < keys.length; at += EXISTS_BATCH) {
       const batch = keys.slice(at, at + EXISTS_BATCH);
       const answers = await this.op(async (c) =>
-        Promise.all(batch.map((k) => (this.writing.has(k) ? -1 : c.exists(this.keyOf(k))))),
+        Promise.all(
+          batch.map((k) =>
+            this.writing.has(k)
+              ? // The unsafe variant answers a key whose SET is in flight as present.
+                this.switches.unsafePublishBeforeComplete
+                ? 1
+                : -1
+              : c.exists(this.keyOf(k)),
+          ),
+        ),
       );
       if (answers === undefined) {
         this.ownCounters.missChunks += 1;
@@ -187,13 +203,15 @@ export class RedisTier implements LowerTier {
     const done = this.op(
       (c) => c.set(this.keyOf(key), value),
       (err) => {
+        // The unsafe variant counts the failed store as stored (below) instead.
+        if (this.switches.unsafeAckOnAllocFailure) return;
         this.ownCounters.droppedChunks += 1;
         if (isOutOfMemory(err)) this.ownCounters.fullChunks += 1;
       },
     ).then((reply) => {
       this.writing.delete(key);
       this.bytesInFlight -= value.length;
-      if (reply === undefined) return;
+      if (reply === undefined && !this.switches.unsafeAckOnAllocFailure) return;
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
       this.samples.push(performance.now() - t0);
@@ -207,7 +225,13 @@ export class RedisTier implements LowerTier {
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const check = checkValue(value, this.options.fingerprint, key, this.options.payloadBytes);
+    const check = checkValue(
+      value,
+      this.options.fingerprint,
+      key,
+      this.options.payloadBytes,
+      this.switches.unsafeSkipChecksum,
+    );
     if (!check.ok) {
       // Never served: counted, deleted (best-effort), a miss.
       this.ownCounters.errors += 1;

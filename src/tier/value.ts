@@ -90,6 +90,8 @@ export function checkValue(
   fingerprint: bigint,
   key: bigint,
   payloadBytes: number,
+  /** Test-only (failure class F11): skip the CRC, so a corrupted payload is served. */
+  unsafeSkipChecksum = false,
 ): ValueCheck {
   if (value.length < VALUE_HEADER_BYTES) return { ok: false, reason: 'short' };
   const b = Buffer.from(value.buffer, value.byteOffset, value.byteLength);
@@ -103,7 +105,9 @@ export function checkValue(
   if (length !== BigInt(payloadBytes) || b.length !== VALUE_HEADER_BYTES + payloadBytes) {
     return { ok: false, reason: 'length' };
   }
-  if (b.readUInt32LE(AT_CRC) !== checksum(b)) return { ok: false, reason: 'crc' };
+  if (!unsafeSkipChecksum && b.readUInt32LE(AT_CRC) !== checksum(b)) {
+    return { ok: false, reason: 'crc' };
+  }
   return { ok: true, payload: b.subarray(VALUE_HEADER_BYTES) };
 }
 

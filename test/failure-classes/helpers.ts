@@ -1,0 +1,32 @@
+// Shared by the failure-class tests (test/failure-classes/fNN-*.test.ts): a
+// short fuzz campaign of one class, with its protection removed (the row of
+// src/sim/broken-classes.ts) or with kvoff as shipped, same seeds and budget.
+import {
+  brokenClass,
+  brokenFuzzOptions,
+  protectedFuzzOptions,
+} from '../../src/sim/broken-classes.js';
+import { fuzz } from '../../src/sim/run.js';
+import type { FuzzReport } from '../../src/sim/run.js';
+import type { StrategyName } from '../../src/sim/strategy.js';
+
+export interface Campaign {
+  readonly seed?: number;
+  readonly schedules?: number;
+  readonly strategy?: StrategyName;
+}
+
+/** Runs `schedules` seeded schedules (default 200 from seed 1) of class `id`, broken or as shipped. */
+export function fuzzClass(
+  id: string,
+  variant: 'broken' | 'kvoff',
+  campaign: Campaign = {},
+): Promise<FuzzReport> {
+  const row = brokenClass(id);
+  return fuzz({
+    ...(variant === 'broken' ? brokenFuzzOptions(row) : protectedFuzzOptions(row)),
+    strategy: campaign.strategy ?? 'random',
+    seed: campaign.seed ?? 1,
+    schedules: campaign.schedules ?? 200,
+  });
+}
