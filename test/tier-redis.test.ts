@@ -10,26 +10,23 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { createCluster } from 'redis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { beforeEach, describe, expect, it } from 'vitest';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import { defaultWorkload } from '../src/runtime/defaults.js';
 import { RedisTier } from '../src/tier/redis-tier.js';
 import { encodeValue, hex16 } from '../src/tier/value.js';
-import { redisCli, startCluster } from './redis-cluster.js';
+import { redisCli, useCluster } from './redis-cluster.js';
 import type { TestCluster } from './redis-cluster.js';
 
 const run = promisify(execFile);
 const PAYLOAD = 2048;
+const theCluster = useCluster();
 let cluster: TestCluster;
 let fp = 0n;
 
-beforeAll(async () => {
-  cluster = await startCluster();
-}, 120_000);
-
-afterAll(async () => {
-  await cluster?.down();
-}, 60_000);
+beforeEach(() => {
+  cluster = theCluster();
+});
 
 function payloadOf(key: bigint): Buffer {
   const b = Buffer.alloc(PAYLOAD);
