@@ -30,7 +30,7 @@ export interface TiersOptions {
     urls: string[];
     /** Per-command timeout, default 2,000 ms. */
     timeoutMs?: number;
-    /** SETs in flight before stores are dropped, default 4,096. */
+    /** Ceiling of the window of SETs in flight (stores beyond it are dropped), default 4,096. */
     storesInFlightMax?: number;
   };
 }

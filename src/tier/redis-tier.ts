@@ -17,6 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { RESP_TYPES, createCluster } from 'redis';
 import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
+import { StoreWindow } from './store-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
@@ -27,7 +28,7 @@ export interface RedisTierOptions {
   readonly urls: readonly string[];
   /** Per-command timeout; default 2,000 ms. */
   readonly timeoutMs?: number;
-  /** SETs awaiting their reply; beyond this stores are dropped; default 4,096. */
+  /** Most SETs awaiting their reply (the delay-based window's ceiling); beyond the window stores are dropped; default 4,096. */
   readonly storesInFlightMax?: number;
   /** Bytes of SETs awaiting their reply; beyond this stores are dropped; default 64 MiB. */
   readonly storeBytesInFlightMax?: number;
@@ -39,13 +40,22 @@ export interface RedisTierOptions {
   readonly fingerprint: bigint;
 }
 
-// Stores in flight: the default `kvoff simulate` publishes about 18,000 16 KiB
-// chunks in 5-15 s; with 1,024 SETs awaiting replies a loaded 2-core box
-// (load average 18) dropped 11-13% of them, with 4,096 none, with no command
-// timing out. At 16 KiB the byte bound (64 MiB, about 4,085 values) and the
-// count bound meet; for larger chunks the byte bound decides. A deeper bound
-// would let commands wait in the client's queue long enough to hit their
-// timeout and open the circuit.
+// Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
+// that halves when a SET takes longer than half the timeout and grows by one
+// per faster one (src/tier/store-window.ts). Measured with the default
+// `kvoff simulate` on a loaded 2-core box (load average 15-35): a fixed 1,024
+// dropped 11-13% of the first run's stores; a fixed 4,096 dropped none against
+// a cluster at normal priority but 44% against one at nice 10, where the deep
+// pipeline timed out together (1,262 errors) and opened the circuit; a window
+// starting at 1,024 that halved above a quarter of the timeout dropped 47-66%
+// (latencies of 0.5-1 s are common on such a box and need not be cut); this
+// window, starting at 4,096 and halving above half the timeout, dropped 0-4%
+// with no error. At 16 KiB the byte bound (64 MiB, about 4,085 values) and the
+// count ceiling meet; for larger chunks the byte bound decides.
+/** The window never goes below this many stores in flight, nor starts above STORE_WINDOW_INITIAL. */
+const STORE_WINDOW_MIN = 64;
+const STORE_WINDOW_INITIAL = 4096;
+
 export const REDIS_DEFAULTS = {
   timeoutMs: 2_000,
   storesInFlightMax: 4_096,
@@ -86,6 +96,7 @@ export class RedisTier implements LowerTier {
   private readonly samples = new SampleBuffer('redis');
   private readonly inFlight = new Set<Promise<unknown>>();
   private bytesInFlight = 0;
+  private readonly window: StoreWindow;
   private conn: Connection | undefined;
   private connecting: Promise<Connection | undefined> | undefined;
   private closed = false;
@@ -96,6 +107,12 @@ export class RedisTier implements LowerTier {
     this.options = options;
     this.switches = switches;
     this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
+    this.window = new StoreWindow(
+      Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
+      options.storesInFlightMax,
+      options.timeoutMs / 2,
+      STORE_WINDOW_INITIAL,
+    );
     this.prefix = `kvoff:v1:${hex16(options.fingerprint)}:`;
   }
 
@@ -148,6 +165,11 @@ export class RedisTier implements LowerTier {
     return this.writing.size;
   }
 
+  /** Stores that may be in flight now (the delay-based window). */
+  get storeWindow(): number {
+    return this.window.limit;
+  }
+
   keyOf(key: bigint): string {
     return this.prefix + hex16(key);
   }
@@ -191,7 +213,7 @@ export class RedisTier implements LowerTier {
   store(key: bigint, value: Buffer): void {
     if (this.closed || this.writing.has(key)) return;
     if (
-      this.writing.size >= this.options.storesInFlightMax ||
+      this.writing.size >= this.window.limit ||
       this.bytesInFlight + value.length > this.options.storeBytesInFlightMax
     ) {
       this.ownCounters.droppedChunks += 1;
@@ -203,6 +225,8 @@ export class RedisTier implements LowerTier {
     const done = this.op(
       (c) => c.set(this.keyOf(key), value),
       (err) => {
+        // Sent and failed (a refusal by the open circuit sends nothing and says nothing of latency).
+        if (err !== undefined) this.window.completed(performance.now() - t0);
         // The unsafe variant counts the failed store as stored (below) instead.
         if (this.switches.unsafeAckOnAllocFailure) return;
         this.ownCounters.droppedChunks += 1;
@@ -211,6 +235,7 @@ export class RedisTier implements LowerTier {
     ).then((reply) => {
       this.writing.delete(key);
       this.bytesInFlight -= value.length;
+      if (reply !== undefined) this.window.completed(performance.now() - t0);
       if (reply === undefined && !this.switches.unsafeAckOnAllocFailure) return;
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
