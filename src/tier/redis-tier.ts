@@ -41,17 +41,18 @@ export interface RedisTierOptions {
 }
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
-// that halves when a SET takes longer than half the timeout and grows by one
-// per faster one (src/tier/store-window.ts). Measured with the default
-// `kvoff simulate` on a loaded 2-core box (load average 15-35): a fixed 1,024
-// dropped 11-13% of the first run's stores; a fixed 4,096 dropped none against
-// a cluster at normal priority but 44% against one at nice 10, where the deep
-// pipeline timed out together (1,262 errors) and opened the circuit; a window
-// starting at 1,024 that halved above a quarter of the timeout dropped 47-66%
-// (latencies of 0.5-1 s are common on such a box and need not be cut); this
-// window, starting at 4,096 and halving above half the timeout, dropped 0-4%
-// with no error. At 16 KiB the byte bound (64 MiB, about 4,085 values) and the
-// count ceiling meet; for larger chunks the byte bound decides.
+// that halves when a SET takes 90% of the timeout or times out (at most once
+// per that long) and grows by one per faster answer (src/tier/store-window.ts).
+// Measured with the default `kvoff simulate` against a fresh cluster on a
+// loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
+// (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
+// 5 (a faster run, a burstier offer), and against a cluster at nice 10 its deep
+// pipeline timed out together (1,262 errors, 44% dropped, circuit open). A
+// window that halved at a quarter or half of the timeout dropped 30-66%:
+// latencies of 0.5-1.8 s are common on such a box and need not be cut. This
+// one dropped 18% at load 5 with no error, like the fixed 4,096, and backs off
+// before a timeout wave. At 16 KiB the byte bound (64 MiB, about 4,085
+// values) and the count ceiling meet; for larger chunks the byte bound decides.
 /** The window never goes below this many stores in flight, nor starts above STORE_WINDOW_INITIAL. */
 const STORE_WINDOW_MIN = 64;
 const STORE_WINDOW_INITIAL = 4096;
@@ -110,7 +111,7 @@ export class RedisTier implements LowerTier {
     this.window = new StoreWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
-      options.timeoutMs / 2,
+      options.timeoutMs * 0.9,
       STORE_WINDOW_INITIAL,
     );
     this.prefix = `kvoff:v1:${hex16(options.fingerprint)}:`;

@@ -1,13 +1,12 @@
 // A delay-based bound on a remote level's stores in flight: back-pressure
-// that reacts before commands time out. A fixed deep bound let thousands of
-// SETs wait in the client's pipeline on a slow cluster until they hit their
+// that backs off before a wave of timeouts. A fixed deep bound let thousands
+// of SETs wait in the client's pipeline on a slow cluster until they hit their
 // timeout together, which counted as errors and opened the circuit (the tiers
 // benchmark, cluster at nice 10 on a loaded 2-core box: 44% of the stores
-// dropped, 1,262 errors); a fixed shallow one dropped stores a fast cluster
-// could take. So the bound moves: each store that completes faster than
-// `latencyHighMs` raises it by one (up to `max`); one slower, or failed after
-// that long, halves it (down to `min`), at most once per `latencyHighMs` so
-// one slow burst counts as one signal rather than thousands.
+// dropped, 1,262 errors). So the bound moves: each store that completes
+// within `latencyHighMs` raises it by one (up to `max`); one slower, or failed
+// after that long, halves it (down to `min`), at most once per `latencyHighMs`
+// so one slow burst counts as one signal rather than thousands.
 import { invariant } from '../errors.js';
 
 export class StoreWindow {
