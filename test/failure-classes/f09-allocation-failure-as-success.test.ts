@@ -15,7 +15,7 @@
 // test-only variant that acknowledges the failed allocation
 // (`unsafeAckOnAllocFailure`: planner, disk tier, Redis tier; the runtime
 // fuzzer's `ack-on-alloc-failure` switch), where the same check must fail.
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ConfigInput } from '../../src/config.js';
@@ -26,21 +26,22 @@ import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { hex16 } from '../../src/tier/value.js';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
-import { redisCli } from '../redis-cluster.js';
+import { redisCli, useCluster } from '../redis-cluster.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
   openDisk,
   openRedis,
+  removeDirs,
   settle,
-  useRedisCluster,
   valueOf,
 } from './lower-tier-support.js';
 
 const CONFIG: ConfigInput = { ...ONE_GROUP, tierChunks: 16 };
 const UNSAFE: PlannerOptions = { unsafeAckOnAllocFailure: true };
 
-const cluster = useRedisCluster();
+const cluster = useCluster();
+afterAll(removeDirs);
 
 /**
  * A request of four chunks; the tier refuses its first offer (cannot

@@ -16,22 +16,24 @@
 import { readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createCluster } from 'redis';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import type { LowerTier } from '../../src/tier/lower.js';
 import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
+import { useCluster } from '../redis-cluster.js';
 import {
   freshDir,
   openDisk,
   openRedis,
   payloadOf,
+  removeDirs,
   settle,
-  useRedisCluster,
   valueOf,
 } from './lower-tier-support.js';
 
-const cluster = useRedisCluster();
+const cluster = useCluster();
+afterAll(removeDirs);
 
 /** One payload byte flipped: same length, same header; only the CRC can tell. */
 function corrupt(value: Buffer): Buffer {

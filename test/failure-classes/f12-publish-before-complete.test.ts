@@ -15,24 +15,26 @@
 // tiers; the runtime fuzzer's `load-while-writing` switch), where the same
 // check must fail.
 import { statSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { HostTierOptions } from '../../src/tier/host-tier.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
 import { ONE_GROUP, local, tokens } from '../helpers.js';
+import { useCluster } from '../redis-cluster.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
   openDisk,
   openRedis,
   payloadOf,
+  removeDirs,
   settle,
-  useRedisCluster,
   valueOf,
 } from './lower-tier-support.js';
 
-const cluster = useRedisCluster();
+const cluster = useCluster();
+afterAll(removeDirs);
 
 /**
  * Request 1's store job for a 4-chunk prompt is in flight (its copy has not

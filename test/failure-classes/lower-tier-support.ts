@@ -1,12 +1,11 @@
 // Shared by the failure-class tests F7-F12: a disk level in a throwaway
-// directory, a Redis level on the file's own cluster (started and stopped
-// around its tests), chunk payloads that differ
+// directory, a Redis level on this file's cluster, chunk payloads that differ
 // per key, a wait for background writes, and a fuzz campaign run twice over
 // the same seeds (safe, then with a test-only switch).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, expect } from 'vitest';
+import { expect } from 'vitest';
 import { fuzz } from '../../src/sim/run.js';
 import type { FuzzReport } from '../../src/sim/run.js';
 import type { RuntimeSwitch } from '../../src/sim/runtime-world.js';
@@ -16,8 +15,6 @@ import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { RedisTier } from '../../src/tier/redis-tier.js';
 import type { RedisTierOptions } from '../../src/tier/redis-tier.js';
 import { VALUE_HEADER_BYTES, encodeValue } from '../../src/tier/value.js';
-import { startCluster } from '../redis-cluster.js';
-import type { TestCluster } from '../redis-cluster.js';
 
 export const PAYLOAD_BYTES = 4096;
 export const VALUE_BYTES = VALUE_HEADER_BYTES + PAYLOAD_BYTES;
@@ -43,25 +40,6 @@ export function freshDir(): string {
 
 export function removeDirs(): void {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-}
-
-/**
- * Starts a Redis cluster before the calling file's tests; after them stops it
- * and removes the fresh directories. Returns the running cluster (call it in a test).
- */
-export function useRedisCluster(): () => TestCluster {
-  let cluster: TestCluster | undefined;
-  beforeAll(async () => {
-    cluster = await startCluster();
-  }, 120_000);
-  afterAll(async () => {
-    removeDirs();
-    await cluster?.down();
-  }, 60_000);
-  return () => {
-    if (cluster === undefined) throw new Error('the Redis cluster is not running');
-    return cluster;
-  };
 }
 
 export function openDisk(
