@@ -186,7 +186,9 @@ async function main(): Promise<void> {
   const workDir = mkdtempSync(join(tmpdir(), 'kvoff-bench-tiers-'));
   const env = {
     ...process.env,
-    KVOFF_REDIS_PORT: String(21_000 + 10 * Math.floor(Math.random() * 2000)),
+    // Client ports 11000-15995, bus ports (+10000) 21000-25995: disjoint, and
+    // below Linux's ephemeral range, where outgoing connections take ports.
+    KVOFF_REDIS_PORT: String(11_000 + 10 * Math.floor(Math.random() * 500)),
     KVOFF_REDIS_DIR: join(workDir, 'redis'),
     KVOFF_REDIS_TTL_S: '3600',
   };

@@ -18,9 +18,28 @@ export interface TestCluster {
   down(): Promise<void>;
 }
 
+/** Attempts at a fresh port range when a node cannot bind (a port taken by someone else). */
+const START_ATTEMPTS_MAX = 3;
+
 export async function startCluster(): Promise<TestCluster> {
-  // Six ports plus their bus ports (+10000) must be free: stay in 21000-40999.
-  const base = 21_000 + 10 * Math.floor(Math.random() * 2000);
+  let lastError: unknown;
+  for (let attempt = 0; attempt < START_ATTEMPTS_MAX; attempt += 1) {
+    try {
+      return await startClusterOnce();
+    } catch (err) {
+      lastError = err;
+    }
+  }
+  throw lastError;
+}
+
+async function startClusterOnce(): Promise<TestCluster> {
+  // Six client ports at base..base+5 and their cluster bus ports at +10000.
+  // Bases in 11000-15990 put the bus ports in 21000-25995: the two ranges are
+  // disjoint (one cluster's bus never lands on another's client port) and both
+  // stay below Linux's ephemeral range (32768+), where an outgoing connection
+  // may hold a port at any moment.
+  const base = 11_000 + 10 * Math.floor(Math.random() * 500);
   const env = {
     ...process.env,
     KVOFF_REDIS_PORT: String(base),
@@ -29,7 +48,14 @@ export async function startCluster(): Promise<TestCluster> {
   };
   const script = async (...args: string[]) =>
     (await run('bash', [SCRIPT, ...args], { env, timeout: 120_000 })).stdout.trim();
-  const out = await script('up');
+  let out: string;
+  try {
+    out = await script('up');
+  } catch (err) {
+    // Stop whatever nodes did start before trying another range.
+    await script('down').catch(() => {});
+    throw err;
+  }
   const url = out.split('\n').at(-1)!;
   return {
     url,
