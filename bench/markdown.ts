@@ -59,6 +59,7 @@ export function renderMarkdown(res: BenchResults): string {
             ? r2(r.floorNsPerRequestGroup.median, 2)
             : '',
           'pass (µs)': r2(r.passUs.median, 1),
+          'wall (µs)': r.passWallUs ? r2(r.passWallUs.median, 1) : '',
           'heap B/pass': r2(r.heapBytesPerPass.median, 1),
         })),
       ),

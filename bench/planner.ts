@@ -8,8 +8,11 @@
 // bytes allocated per pass.
 //
 // Idle passes are timed in batches (many passes per sample: one idle pass over
-// 16 requests takes far less than a timer read) and alternate, sample by
-// sample, with the plain-read floor: a loop that reads one word of every slot
+// 16 requests takes far less than a timer read) by the CPU time the process
+// spent on them (process.cpuUsage: this benchmark runs on the main thread
+// alone), not the wall time: on a shared machine a 2 ms sample can wait tens of
+// ms for a core, which made a 4.5 us pass read as 218 us. The wall figure is
+// kept next to it. They alternate, sample by sample, with the plain-read floor: a loop that reads one word of every slot
 // of the same layout with a plain (non-atomic) read, the least any pass that
 // looks at each slot could cost. The writer side's cost of the dirty bitmap
 // (one Atomics.or per publication) is timed the same way next to a plain
@@ -155,6 +158,10 @@ export interface PlannerRow {
   readonly passUs: Figure;
   readonly heapBytesPerPass: Figure;
   readonly passes: number;
+  /** Idle rows: the same samples by wall-clock time (includes waiting for a core on a shared machine). */
+  readonly passWallUs?: Figure;
+  /** Idle rows: slots the timed idle passes visited, over all of them (0: they found nothing to do). */
+  readonly idleSlotsVisited?: number;
   /**
    * Idle rows: the plain-read floor measured alternately with the pass, ns per
    * request-group (one plain read of one word per slot, divided by R x G).
@@ -188,6 +195,19 @@ function nsPerCall(fn: () => void, calls: number): number {
   return Number(process.hrtime.bigint() - t0) / calls;
 }
 
+/**
+ * ns per call of `fn` over `calls` calls (one sample), by the process's CPU
+ * time (user + system; only this thread runs) and by the wall clock.
+ */
+function cpuNsPerCall(fn: () => void, calls: number): { cpuNs: number; wallNs: number } {
+  const c0 = process.cpuUsage();
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < calls; i += 1) fn();
+  const wallNs = Number(process.hrtime.bigint() - t0) / calls;
+  const c = process.cpuUsage(c0);
+  return { cpuNs: ((c.user + c.system) * 1000) / calls, wallNs };
+}
+
 /** Sum of one plain read of word 0 of every slot: the floor of any per-slot scan. */
 function plainReadFloor(control: Int32Array, slots: number, slotWords: number): number {
   let sum = 0;
@@ -196,13 +216,14 @@ function plainReadFloor(control: Int32Array, slots: number, slotWords: number): 
 }
 
 /**
- * Idle pass and plain-read floor, alternating sample by sample: ns per pass
- * and ns per floor scan. Each sample runs `batch` of them (>= ~1 ms of work).
+ * Idle pass and plain-read floor, alternating sample by sample: CPU ns per
+ * pass and per floor scan, and wall ns per pass. Each sample runs a batch of
+ * them (about 2 ms of work, far above the microsecond resolution of cpuUsage).
  */
 function idleSideBySide(
   fx: PlannerFixture,
   samples: number,
-): { passNs: number[]; floorNs: number[] } {
+): { passNs: number[]; passWallNs: number[]; floorNs: number[]; visited: number } {
   const planner = fx.lo.planner;
   const { control, geometry } = fx.lo.state;
   const slots = fx.requests;
@@ -220,14 +241,18 @@ function idleSideBySide(
   // Warm both loops up (JIT) before recording.
   nsPerCall(pass, batch);
   nsPerCall(floor, floorBatch);
+  const visitedBefore = planner.counters.requestsVisited;
   const passNs: number[] = [];
+  const passWallNs: number[] = [];
   const floorNs: number[] = [];
   for (let i = 0; i < samples; i += 1) {
-    passNs.push(nsPerCall(pass, batch));
-    floorNs.push(nsPerCall(floor, floorBatch));
+    const p = cpuNsPerCall(pass, batch);
+    passNs.push(p.cpuNs);
+    passWallNs.push(p.wallNs);
+    floorNs.push(cpuNsPerCall(floor, floorBatch).cpuNs);
   }
   if (sink === -1) throw new Error('unreachable');
-  return { passNs, floorNs };
+  return { passNs, passWallNs, floorNs, visited: planner.counters.requestsVisited - visitedBefore };
 }
 
 /** The writer side of the dirty bitmap, next to what a publication costs anyway. */
@@ -306,11 +331,20 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       if (fx.jobs.length !== 0) throw new Error('planner bench: an idle pass produced jobs');
       const idleHeap = bytesPerCall(
         () => planner.pass(fx.collect),
-        Math.max(50, Math.min(20_000, Math.floor(5e6 / rg))),
+        // At least 2,000 calls: the warm-up must get the closure optimised before
+        // the trials (at R x G = 65,536, 76 calls left it to a trial, whose
+        // code allocation then read as 8 bytes per pass). An idle pass takes
+        // microseconds, so this is milliseconds per trial.
+        Math.max(2_000, Math.min(20_000, Math.floor(5e6 / rg))),
         options.heapTrials,
       );
       rows.push({
         ...row(requests, groups, 'idle', idleMs, figure(idleHeap, 'bytes')),
+        passWallUs: figure(
+          idle.passWallNs.map((ns) => ns / 1e3),
+          'us',
+        ),
+        idleSlotsVisited: idle.visited,
         floorNsPerRequestGroup: figure(
           idle.floorNs.map((ns) => ns / rg),
           'ns',
@@ -339,7 +373,7 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
   }
   return {
     description:
-      'StorePlanner.pass over R running requests x G groups (full and sliding-window, 2 blocks per chunk) with the real LRU host tier. idle: nothing new since the last pass (timed in batches of passes, alternating sample by sample with the plain-read floor: one plain read of one word per slot of the same layout). work: one new chunk per request-group before every pass (published untimed), jobs completed untimed after it.',
+      'StorePlanner.pass over R running requests x G groups (full and sliding-window, 2 blocks per chunk) with the real LRU host tier. idle: nothing new since the last pass (timed in batches of passes by process CPU time, the only thread running then, alternating sample by sample with the plain-read floor: one plain read of one word per slot of the same layout; passWallUs is the same samples by the wall clock, which on a shared machine includes waiting for a core). work: one new chunk per request-group before every pass (published untimed), jobs completed untimed after it.',
     heapMethod: HEAP_METHOD,
     rows,
     writerCost: await writerCost(options.idleSamples ?? 15),

@@ -23,6 +23,7 @@ export function printPlanner(p: PlannerResults): void {
       'IQR (ns)': iqr(r.nsPerRequestGroup),
       'floor ns': r.floorNsPerRequestGroup ? round(r.floorNsPerRequestGroup.median, 2) : '',
       'pass (us)': round(r.passUs.median),
+      'wall (us)': r.passWallUs ? round(r.passWallUs.median) : '',
       'heap B/pass': round(r.heapBytesPerPass.median),
       passes: r.passes,
     })),

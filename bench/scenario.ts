@@ -24,7 +24,12 @@ import { figure, ratioFigure } from './lib/stats.js';
 const RESOLUTION_MS = 1;
 
 export interface ScenarioOptions {
+  /** Runs with offloading on (the event-loop figures need >= 5). */
   readonly repeats: number;
+  /** Of those repeats, how many also run offloading off, paired for on ÷ off (default all). */
+  readonly offRepeats?: number;
+  /** Event-loop delay with no runtime, per repeat: at most this long (default 2,000 ms). */
+  readonly idleDelayMsMax?: number;
   /** Scale the workload down (tests): requests and prompt length. */
   readonly requests?: number;
   readonly promptTokens?: number;
@@ -189,13 +194,15 @@ export async function runScenarioBench(options: ScenarioOptions): Promise<Scenar
   const on: ScenarioRun[] = [];
   const off: ScenarioRun[] = [];
   const idle: { p50: number; p99: number; max: number; samples: number }[] = [];
+  const offRepeats = Math.min(options.repeats, options.offRepeats ?? options.repeats);
   for (let rep = 0; rep < options.repeats; rep += 1) {
     // Alternate the order so drift on a shared machine hits both.
     const first = rep % 2 === 0;
-    if (first) on.push(await runScenario(true, options));
-    off.push(await runScenario(false, options));
-    if (!first) on.push(await runScenario(true, options));
-    idle.push(await idleDelay(Math.min(2000, on[on.length - 1]!.wallMs)));
+    const withOff = rep < offRepeats;
+    if (first || !withOff) on.push(await runScenario(true, options));
+    if (withOff) off.push(await runScenario(false, options));
+    if (!first && withOff) on.push(await runScenario(true, options));
+    idle.push(await idleDelay(Math.min(options.idleDelayMsMax ?? 2000, on[on.length - 1]!.wallMs)));
   }
   const s = (f: (r: ScenarioRun) => number, runs = on) => runs.map(f);
   const workload = defaultWorkload();
@@ -274,8 +281,9 @@ export async function runScenarioBench(options: ScenarioOptions): Promise<Scenar
       holes: off.reduce((n, r) => n + r.stats.holes + r.requestHoles, 0),
       leaksZero: off.every((r) => r.leaksZero),
     },
+    // Paired by repeat: the first offRepeats runs with offloading on had a partner.
     wallOnOverOff: ratioFigure(
-      on.map((r) => r.wallMs),
+      on.slice(0, off.length).map((r) => r.wallMs),
       off.map((r) => r.wallMs),
     ),
     eventLoop: {

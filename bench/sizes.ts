@@ -1,7 +1,8 @@
 // How big each benchmark runs in each mode. quick: every target checked as
 // stated (1 and 3 writers, 256 MiB per copy figure, 5 scenario runs for the
-// event loop), a few minutes on a quiet 2-core machine (17 at a load average of
-// 50); full: more sizes, more repeats; smoke: seconds, only to keep the harness
+// event loop) and at most about 10 minutes on a quiet 2-core machine (the
+// paced design runs and scenario pairs are what was cut to get there; 17
+// minutes at a load average of 50 before); full: more sizes, more repeats; smoke: seconds, only to keep the harness
 // from rotting (test/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
@@ -35,12 +36,17 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       workRequestsMax: 1024,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
+    // The paced latency runs take twice the slowest design's run each (60 of
+    // them): a quarter of the stream there (32 x 256 = 8,192 latency samples
+    // per run), and a short warm-up, keep the section to about a minute.
     designs: {
       shape: { requests: 32, chunks: 1024 },
       writerCounts: [1, 3],
       repeats: 5,
       batch: 64,
       loadFraction: 0.5,
+      loadChunks: 256,
+      warmupChunks: 128,
     },
     // 64 MiB arenas x 4 passes: 256 MiB timed per figure.
     copy: {
@@ -50,8 +56,10 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       passes: 4,
       repeats: 5,
     },
-    // Five repeats: the event-loop target asks for >= 5 runs and >= 10 s.
-    scenario: { repeats: 5 },
+    // Five runs with offloading on: the event-loop target asks for >= 5 runs
+    // and >= 10 s. Three of them are paired with a run with offloading off
+    // for on ÷ off (full mode pairs all five).
+    scenario: { repeats: 5, offRepeats: 3, idleDelayMsMax: 1000 },
   },
   full: {
     planner: {

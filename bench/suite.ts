@@ -34,6 +34,8 @@ export const RESULTS_SCHEMA = 'kvoff-bench/1';
 
 export interface SectionTiming {
   readonly seconds: number;
+  /** CPU time of the whole process (every thread, user + system) over the section. */
+  readonly cpuSeconds: number;
   /** 1-minute load average before and after: how busy the shared machine was. */
   readonly loadBefore: number;
   readonly loadAfter: number;
@@ -83,13 +85,18 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
     options.log(`[bench] ${name} ...`);
     const loadBefore = os.loadavg()[0] ?? 0;
     const t0 = Date.now();
+    const cpu0 = process.cpuUsage();
     const result = await run();
+    const cpu = process.cpuUsage(cpu0);
     timings[name] = {
       seconds: (Date.now() - t0) / 1000,
+      cpuSeconds: (cpu.user + cpu.system) / 1e6,
       loadBefore,
       loadAfter: os.loadavg()[0] ?? 0,
     };
-    options.log(`[bench] ${name} done in ${timings[name].seconds.toFixed(1)} s`);
+    options.log(
+      `[bench] ${name} done in ${timings[name].seconds.toFixed(1)} s (CPU ${timings[name].cpuSeconds.toFixed(1)} s, load ${loadBefore.toFixed(1)} before)`,
+    );
     return result;
   };
 

@@ -7,10 +7,25 @@ export function pinBlocks(pins: Int32Array, blocks: readonly number[]): void {
   for (const b of blocks) Atomics.add(pins, b, 1);
 }
 
+/** Bound on one unpin's compare-exchange retries (far above any pinner count). */
+const UNPIN_ATTEMPTS_MAX = 1_000_000;
+
 export function unpinBlocks(pins: Int32Array, blocks: readonly number[]): void {
   for (const b of blocks) {
-    const before = Atomics.sub(pins, b, 1);
-    invariant(before > 0, `block ${b} was pinned before its unpin`);
+    // Check before the word changes (a compare-exchange, not a sub then an
+    // assertion): a double unpin must throw with the count still >= 0, or a
+    // later pin would see the block as unpinned while a copy reads it. Several
+    // transfer threads may unpin one block at once; each retry means another
+    // thread's unpin landed, so the loop ends within the number of pinners.
+    for (let attempt = 0; ; attempt += 1) {
+      const before = Atomics.load(pins, b);
+      invariant(before > 0, `block ${b} was pinned before its unpin`);
+      if (Atomics.compareExchange(pins, b, before, before - 1) === before) break;
+      invariant(
+        attempt < UNPIN_ATTEMPTS_MAX,
+        `unpin of block ${b} settled within ${UNPIN_ATTEMPTS_MAX} attempts`,
+      );
+    }
   }
 }
 

@@ -43,6 +43,15 @@ export interface DesignOptions {
   readonly batch: number;
   /** Offered load for the latency runs, as a fraction of the slowest design's capacity. */
   readonly loadFraction?: number;
+  /**
+   * Chunks per request in the paced latency runs (default shape.chunks). A
+   * paced run lasts events / offered rate, twice the slowest design's run, so
+   * these dominated the quick mode's time; a shorter stream still gives
+   * requests x loadChunks latency samples per run.
+   */
+  readonly loadChunks?: number;
+  /** Chunks per request in the one unrecorded warm-up run of each design (default shape.chunks). */
+  readonly warmupChunks?: number;
 }
 
 export interface DesignRow {
@@ -85,6 +94,8 @@ export interface DesignResults {
   readonly limits: typeof DESIGN_LIMITS;
   readonly loads: readonly DesignLoad[];
   readonly rows: readonly DesignRow[];
+  /** Chunks per request of the paced latency runs. */
+  readonly loadChunks?: number;
 }
 
 const ORDER: readonly DesignName[] = ['a', 'b', 'c', 'd', 'bLean', 'bLeanBatched', 'cLean'];
@@ -188,7 +199,8 @@ export async function runDesignBench(
   const fraction = options.loadFraction ?? 0.5;
   for (const writers of options.writerCounts) {
     // One unrecorded run of each design first: JIT warm-up in every thread.
-    for (const d of ORDER) await runOnce(pool, d, shape, writers, options.batch);
+    const warmup = { ...shape, chunks: options.warmupChunks ?? shape.chunks };
+    for (const d of ORDER) await runOnce(pool, d, warmup, writers, options.batch);
     const eps = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const epc = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const p50 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
@@ -215,12 +227,13 @@ export async function runDesignBench(
       slowestEventsPerSecond: slowestEps,
       offeredEventsPerSecond: offered,
     });
-    const roundMs = roundMsFor(shape, offered);
+    const loadShape = { ...shape, chunks: options.loadChunks ?? shape.chunks };
+    const roundMs = roundMsFor(loadShape, offered);
     const loadP99 = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
     for (let rep = 0; rep < options.repeats; rep += 1) {
       for (let k = 0; k < THREADED.length; k += 1) {
         const d = THREADED[(k + rep) % THREADED.length]!;
-        const { out } = await runOnce(pool, d, shape, writers, options.batch, roundMs);
+        const { out } = await runOnce(pool, d, loadShape, writers, options.batch, roundMs);
         loadP99.get(d)!.push(out.latencyMsP99);
       }
     }
@@ -249,7 +262,8 @@ export async function runDesignBench(
   }
   return {
     description:
-      "The same event stream (per chunk: token progress, offload key and GPU block, each from its own source) through each design, dispatched by the same rule (storeWindow); writers hand over their publications once per round (one chunk index over every request) in every design. events/s = publications / (go -> last dispatch); events/CPU-s = publications / process CPU time over the run (process.cpuUsage: every thread, user + system); latency = last source publication -> dispatch, per chunk. The latency at load runs every threaded design again with writers paced to a fixed total of loadFraction x the slowest design's median events/s.",
+      "The same event stream (per chunk: token progress, offload key and GPU block, each from its own source) through each design, dispatched by the same rule (storeWindow); writers hand over their publications once per round (one chunk index over every request) in every design. events/s = publications / (go -> last dispatch); events/CPU-s = publications / process CPU time over the run (process.cpuUsage: every thread, user + system); latency = last source publication -> dispatch, per chunk. The latency at load runs every threaded design again with writers paced to a fixed total of loadFraction x the slowest design's median events/s, over loadChunks chunks per request.",
+    loadChunks: options.loadChunks ?? shape.chunks,
     requests: shape.requests,
     chunksPerRequest: shape.chunks,
     eventsPerRun: events,

@@ -27,7 +27,7 @@ import {
 } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
-import { SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
+import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export interface AllocatorRoleOptions {
@@ -51,6 +51,7 @@ export class AllocatorRole {
   private call = 0;
   /** appendBlocksBatch refuses a slot named twice. */
   private readonly named: SlotMarks;
+  private readonly dirtyBatch: DirtyBatch;
   /** appendBlocksBatch's per-entry counts before the batch (reused between batches). */
   private batchCounts = new Int32Array(0);
 
@@ -60,6 +61,7 @@ export class AllocatorRole {
     this.owner = new Int32Array(state.config.gpuBlocks);
     this.seen = new Uint32Array(state.config.gpuBlocks);
     this.named = new SlotMarks(state.config.maxRequests);
+    this.dirtyBatch = new DirtyBatch(state.config.maxRequests);
     // A view that takes the role over from another learns the tables it left.
     this.claim = new RoleClaim(state, 'allocator', () => this.findOwners());
   }
@@ -145,9 +147,12 @@ export class AllocatorRole {
     this.claim.take();
     for (let i = 0, at = 0; i < n; i += 1) {
       const k = counts === undefined ? 1 : counts[i]!;
-      this.writeAppend(handles[i]!, group, blockIds, at, at + k, before[i]!);
+      this.writeAppend(handles[i]!, group, blockIds, at, at + k, before[i]!, false);
+      this.dirtyBatch.add(handles[i]!.slot);
       at += k;
     }
+    // One Atomics.or per bitmap word, after all of the batch's writes.
+    this.dirtyBatch.raise(this.state.dirty);
   }
 
   /** Every check of an append of `ids[from, to)`; reads only. Returns the group's count now. */
@@ -180,6 +185,7 @@ export class AllocatorRole {
     from: number,
     to: number,
     n: number,
+    mark = true,
   ): void {
     const { control, blocks } = this.state;
     this.adopt(handle);
@@ -192,7 +198,8 @@ export class AllocatorRole {
       if (b !== 0) this.owner[b] = handle.slot + 1;
     }
     Atomics.store(control, countWord, n + to - from);
-    markDirty(this.state.dirty, handle.slot);
+    // `mark` false: the batch raises the bit after all of its writes.
+    if (mark) markDirty(this.state.dirty, handle.slot);
   }
 
   /**

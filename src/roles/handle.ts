@@ -3,7 +3,7 @@
 // slot reused by another request) gets a StaleHandleError and never touches the
 // new occupant's data.
 import { InvalidArgumentError, StaleHandleError } from '../errors.js';
-import { S_GENERATION, S_STATUS, STATUS_NAMES } from '../layout.js';
+import { S_GENERATION, S_STATUS, STATUS_NAMES, dirtyWordCount } from '../layout.js';
 import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
 
@@ -85,5 +85,38 @@ export class SlotMarks {
       );
     }
     this.mark[slot] = this.epoch;
+  }
+}
+
+/**
+ * The dirty bits of one batch, raised together at its end: one Atomics.or
+ * per bitmap word the batch touched instead of one per publication. Raised
+ * after every write of the batch, so each slot's bit still follows its data
+ * (what markDirty guarantees one publication at a time).
+ */
+export class DirtyBatch {
+  private readonly bits: Int32Array;
+  private readonly touched: Int32Array;
+  private count = 0;
+
+  constructor(slots: number) {
+    this.bits = new Int32Array(dirtyWordCount(slots));
+    this.touched = new Int32Array(this.bits.length);
+  }
+
+  add(slot: number): void {
+    const word = slot >>> 5;
+    if (this.bits[word] === 0) this.touched[this.count++] = word;
+    this.bits[word]! |= 1 << (slot & 31);
+  }
+
+  /** Raises every added bit in `dirty` and starts over. */
+  raise(dirty: Int32Array): void {
+    for (let i = 0; i < this.count; i += 1) {
+      const word = this.touched[i]!;
+      Atomics.or(dirty, word, this.bits[word]!);
+      this.bits[word] = 0;
+    }
+    this.count = 0;
   }
 }

@@ -25,7 +25,7 @@ import {
 import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
-import { SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
+import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export interface OpenRequest {
@@ -46,6 +46,7 @@ export class SchedulerRole {
   private readonly claim: RoleClaim;
   /** progressBatch refuses a slot named twice. */
   private readonly named: SlotMarks;
+  private readonly dirtyBatch: DirtyBatch;
   /**
    * What this view knows of the live requests it wrote, valid only while it
    * holds the claim without a break (no other view writes the scheduler line
@@ -62,6 +63,7 @@ export class SchedulerRole {
     this.state = state;
     const slots = state.config.maxRequests;
     this.named = new SlotMarks(slots);
+    this.dirtyBatch = new DirtyBatch(slots);
     this.liveGeneration = new Int32Array(slots);
     this.ownComputed = new Int32Array(slots);
     this.ownKnown = new Int32Array(slots);
@@ -246,8 +248,11 @@ export class SchedulerRole {
     }
     this.claim.take();
     for (let i = 0; i < n; i += 1) {
-      this.writeProgress(handles[i]!, computedTokens[i]!, scheduledTokens?.[i] ?? 0);
+      this.writeProgress(handles[i]!, computedTokens[i]!, scheduledTokens?.[i] ?? 0, false);
+      this.dirtyBatch.add(handles[i]!.slot);
     }
+    // One Atomics.or per bitmap word, after all of the batch's writes.
+    this.dirtyBatch.raise(this.state.dirty);
   }
 
   /** Every check of `progress`; reads only. */
@@ -286,14 +291,22 @@ export class SchedulerRole {
     }
   }
 
-  /** Writes a checked progress; the claim is held, so this view now knows the request. */
-  private writeProgress(handle: RequestHandle, computedTokens: number, scheduledTokens: number) {
+  /**
+   * Writes a checked progress; the claim is held, so this view now knows the
+   * request. `mark` false: the caller raises the dirty bit after its batch.
+   */
+  private writeProgress(
+    handle: RequestHandle,
+    computedTokens: number,
+    scheduledTokens: number,
+    mark = true,
+  ) {
     const { control } = this.state;
     const slot = handle.slot;
     Atomics.store(control, this.state.schedulerWord(slot, S_SCHEDULED_TOKENS), scheduledTokens);
     Atomics.store(control, this.state.schedulerWord(slot, S_COMPUTED_TOKENS), computedTokens);
     Atomics.store(control, this.state.schedulerWord(slot, S_STATUS), Status.running);
-    markDirty(this.state.dirty, slot);
+    if (mark) markDirty(this.state.dirty, slot);
     if (!this.known(handle)) {
       // Learned once per request and claim: read while the claim is held, so they stay true.
       this.ownKnown[slot] = Atomics.load(control, this.state.schedulerWord(slot, S_NUM_TOKENS));

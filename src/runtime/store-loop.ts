@@ -300,6 +300,26 @@ export class StoreLoop {
     return this.lower ? this.lower.cascade.takeSamples() : [];
   }
 
+  /**
+   * Work left after a step that no doorbell will announce: records past the
+   * per-step bound, answers the full answer ring refused, and slots whose
+   * dirty bit is set (the pass raises it itself for a visit that must come
+   * back: a busy seqlock, a full tier, an ended request waiting for its last
+   * keys). Everything else that makes work (a role's publication, a lookup,
+   * a copy's completion, a lower level's answer) rings the store's bell. The
+   * store worker steps again at once when this is true, and parks otherwise.
+   */
+  hasWorkLeft(): boolean {
+    if (this.requests.used > 0 || this.answers.pending > 0) return true;
+    // At the bound on jobs in flight a pass is skipped; a completion rings the bell.
+    if (this.stores.size >= this.jobsInFlightMax) return false;
+    const dirty = this.views.state.dirty;
+    for (let word = 0; word < dirty.length; word += 1) {
+      if (Atomics.load(dirty, word) !== 0) return true;
+    }
+    return false;
+  }
+
   /** One bounded unit of work; true when anything happened. */
   step(): boolean {
     let did = this.answers.flush() > 0;

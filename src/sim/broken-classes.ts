@@ -89,6 +89,32 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
     watch: ['mispairing'],
   },
   {
+    id: 'f07',
+    title: 'eviction of entries in use',
+    variant:
+      'switch evict-in-use (runtime target: the host tier evicts entries being written or read)',
+    target: 'runtime',
+    switches: ['evict-in-use'],
+    watch: ['mispairing'],
+  },
+  {
+    id: 'f08',
+    title: 'a reference taken and never dropped',
+    variant:
+      'switch leak-on-load-failure (runtime target: a failed load keeps its tier read references)',
+    target: 'runtime',
+    switches: ['leak-on-load-failure'],
+    watch: ['leak'],
+  },
+  {
+    id: 'f09',
+    title: 'allocation failure treated as success',
+    variant:
+      'switch ack-on-alloc-failure (an offer the tier refused counts as stored; the cursor moves on)',
+    switches: ['ack-on-alloc-failure'],
+    watch: ['hole'],
+  },
+  {
     id: 'f10',
     title: 'deferred work dropped',
     variant:

@@ -13,6 +13,10 @@
 // completed (and its blocks unpinned) exactly once. Each sequence below runs
 // on kvoff and on a test-only variant that evicts entries in use
 // (`unsafeEvictInUse`), where the same check must fail.
+//
+// No Redis case: kvoff never evicts from Redis (the cluster's own
+// maxmemory-policy does), and a read is one GET of one whole value, so there
+// is no window in which kvoff holds a Redis entry in use.
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { InvalidArgumentError } from '../../src/errors.js';

@@ -24,6 +24,7 @@ import { FaultyTier } from '../../src/sim/faulty-tier.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { hex16 } from '../../src/tier/value.js';
+import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
 import { redisCli, startCluster } from '../redis-cluster.js';
 import type { TestCluster } from '../redis-cluster.js';
@@ -210,6 +211,33 @@ describe('F9 allocation failure treated as success: Redis Cluster tier (OOM)', (
     expect(await outOfMemory({ unsafeAckOnAllocFailure: true })).toEqual([
       '4 counted stored, 0 found',
     ]);
+  }, 30_000);
+});
+
+describe('F9 allocation failure treated as success: the threaded runtime', () => {
+  it('kvoff: eight requests into a 12-chunk host tier: every chunk is stored or counted as dropped, no hole, nothing held', async () => {
+    const config = {
+      ...DEFAULT_RUNTIME_CONFIG,
+      groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
+      tierChunks: 12,
+    };
+    const rt = await OffloadRuntime.start({ config });
+    const requests = 8;
+    const promptLength = 512;
+    const maxDecodeTokens = 4;
+    await Promise.all(
+      Array.from({ length: requests }, (_, i) =>
+        rt.submit({ promptLength, prefixId: i + 1, sharedPrefixTokens: 0, maxDecodeTokens }),
+      ),
+    );
+    await rt.close();
+    const s = rt.stats();
+    // Distinct prompts: each request's chunks up to (not including) its last sampled token.
+    const tokensPerChunk = rt.config.groups[0]!.tokensPerChunk;
+    const chunks = requests * Math.floor((promptLength + maxDecodeTokens - 1) / tokensPerChunk);
+    expect(s.chunksStored + s.chunksDroppedForCapacity + s.chunksDroppedUnready).toBe(chunks);
+    expect(s).toMatchObject({ holes: 0, mismatches: 0, pinsOutstanding: 0 });
+    expect(rt.leakReport()).toMatchObject({ pinsOutstanding: 0, tierEntriesWriting: 0 });
   }, 30_000);
 });
 
