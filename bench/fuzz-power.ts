@@ -13,6 +13,9 @@
 //   KVOFF_BENCH_QUICK=1 npm run bench:fuzz     (fewer seeds, for a smoke run)
 //   KVOFF_BENCH_FUZZ_TARGET=runtime npm run bench:fuzz   (only the --target runtime rows,
 //                                  control and speed; writes bench/results/latest/fuzz-power-runtime.json)
+//   KVOFF_BENCH_FUZZ_TARGET=classes npm run bench:fuzz  (only the failure-class rows, one per
+//                                  class of src/sim/broken-classes.ts, random and PCT; writes
+//                                  bench/results/latest/fuzz-power-classes.json)
 //   KVOFF_BENCH_PUBLISH=1 npm run bench:fuzz   (also refreshes the committed copy in bench/results/)
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
@@ -24,11 +27,13 @@ import type { StorePolicy } from '../src/ready.js';
 import type { InvariantName } from '../src/sim/oracle.js';
 import type { RuntimeSwitch } from '../src/sim/runtime-world.js';
 import { fuzz, runSchedule } from '../src/sim/run.js';
+import { BROKEN_CLASSES, brokenFuzzOptions } from '../src/sim/broken-classes.js';
 import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
 import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 
 const QUICK = process.env.KVOFF_BENCH_QUICK === '1';
 const ONLY_RUNTIME = process.env.KVOFF_BENCH_FUZZ_TARGET === 'runtime';
+const ONLY_CLASSES = process.env.KVOFF_BENCH_FUZZ_TARGET === 'classes';
 const SEEDS = QUICK ? 5 : 20;
 /** Schedules one search may take before it counts as "not found". */
 const SIM_BUDGET = 20_000;
@@ -50,6 +55,8 @@ interface Target {
   /** --target runtime: the runtime's loop classes (fc.scheduler has no model of them). */
   readonly runtime?: boolean;
   readonly switches?: readonly RuntimeSwitch[];
+  /** A failure-class row: random and PCT only (fc.scheduler's model has no switches). */
+  readonly failureClass?: boolean;
 }
 
 const TARGETS: readonly Target[] = [
@@ -102,6 +109,22 @@ const TARGETS: readonly Target[] = [
   },
 ];
 
+/** One row per failure class a test-only switch re-creates (`kvoff fuzz --broken <class>`). */
+const CLASS_TARGETS: readonly Target[] = BROKEN_CLASSES.map((row) => {
+  const o = brokenFuzzOptions(row);
+  return {
+    name: `${row.id.toUpperCase()} ${row.title}`,
+    policy: o.policy,
+    pins: o.pins,
+    ...(o.revalidate === false ? { revalidate: false } : {}),
+    ...(o.settle === false ? { settle: false } : {}),
+    ...(o.watch !== undefined ? { watch: o.watch } : {}),
+    ...(o.target === 'runtime' ? { runtime: true } : {}),
+    ...(o.switches !== undefined ? { switches: o.switches } : {}),
+    failureClass: true,
+  };
+});
+
 const ENGINES = ['random', 'pct', 'fc.scheduler'] as const;
 type Engine = (typeof ENGINES)[number];
 
@@ -135,6 +158,7 @@ async function powerCell(target: Target, engine: Engine): Promise<Cell> {
   const invariants: Record<string, number> = {};
   for (let k = 0; k < SEEDS; k += 1) {
     if (engine === 'fc.scheduler' && target.runtime) break; // no model of the runtime's loops
+    if (engine === 'fc.scheduler' && target.failureClass) break; // nor of the switches
     if (engine === 'fc.scheduler') {
       const n = await fcSchedulesToViolation(
         hashing,
@@ -262,18 +286,21 @@ function fmt(v: number | null, budget: number): string {
 
 async function main(): Promise<void> {
   const cells: Cell[] = [];
-  const targets = TARGETS.filter((t) => !ONLY_RUNTIME || t.runtime === true);
+  const targets = ONLY_CLASSES
+    ? CLASS_TARGETS
+    : [...TARGETS, ...CLASS_TARGETS].filter((t) => !ONLY_RUNTIME || t.runtime === true);
   for (const target of targets) {
     for (const engine of ENGINES) {
       const cell = await powerCell(target, engine);
       cells.push(cell);
       process.stderr.write(
-        `  ${target.name} / ${engine}: median ${fmt(cell.median, cell.budget)}\n`,
+        `  ${target.name} / ${engine}: median ${cell.searches === 0 ? 'n/a' : fmt(cell.median, cell.budget)}\n`,
       );
     }
   }
-  const controlRows = await control();
-  const schedulesPerSecond = await speed();
+  // The class rows' controls are the failure-class tests (the same campaigns as shipped).
+  const controlRows = ONLY_CLASSES ? {} : await control();
+  const schedulesPerSecond = ONLY_CLASSES ? {} : await speed();
 
   const rows = targets.map((t) => {
     const row: Record<string, string> = { target: t.name };
@@ -290,10 +317,12 @@ async function main(): Promise<void> {
     `\nFuzzing power: median schedules to the first violation over ${SEEDS} searches (p90, found/searches)\n`,
   );
   console.table(rows);
-  process.stdout.write('\nready-prefix control (must be 0 violations):\n');
-  console.table(controlRows);
-  process.stdout.write('\nSpeed, ready-prefix schedules per second (tinybench):\n');
-  console.table(schedulesPerSecond);
+  if (!ONLY_CLASSES) {
+    process.stdout.write('\nready-prefix control (must be 0 violations):\n');
+    console.table(controlRows);
+    process.stdout.write('\nSpeed, ready-prefix schedules per second (tinybench):\n');
+    console.table(schedulesPerSecond);
+  }
 
   const result = {
     benchmark: 'fuzz-power',
@@ -313,9 +342,11 @@ async function main(): Promise<void> {
   };
   const name = QUICK
     ? 'fuzz-power-quick.json'
-    : ONLY_RUNTIME
-      ? 'fuzz-power-runtime.json'
-      : 'fuzz-power.json';
+    : ONLY_CLASSES
+      ? 'fuzz-power-classes.json'
+      : ONLY_RUNTIME
+        ? 'fuzz-power-runtime.json'
+        : 'fuzz-power.json';
   const file = join(LATEST_DIR, name);
   mkdirSync(LATEST_DIR, { recursive: true });
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);

@@ -109,6 +109,12 @@ export class LoadPath {
       options.maxLoadTokens === undefined
         ? undefined
         : tokenCount('maxLoadTokens', options.maxLoadTokens, Number.MAX_SAFE_INTEGER);
+    if (
+      options.skipReadingPrefixCache !== undefined &&
+      typeof options.skipReadingPrefixCache !== 'boolean'
+    ) {
+      throw new InvalidArgumentError('skipReadingPrefixCache', 'must be a boolean');
+    }
     if (options.handle !== undefined) {
       checkHandle(this.state, options.handle);
       // vLLM defers a request with jobs in flight before any lookup (no touch either).

@@ -185,6 +185,10 @@ describe('LocalOffload lookup and load', () => {
     lo.completeLoad(job);
     expect(() => lo.lookup(PROMPT, { localHitTokens: -1 })).toThrow(InvalidArgumentError);
     expect(() => lo.lookup(PROMPT, { maxLoadTokens: 1.5 })).toThrow(InvalidArgumentError);
+    const notBoolean = { skipReadingPrefixCache: 'yes' } as unknown as {
+      skipReadingPrefixCache: boolean;
+    };
+    expect(() => lo.lookup(PROMPT, notBoolean)).toThrow(/skipReadingPrefixCache/);
   });
 
   it('refuses a load of another prompt or of an evicted entry, and changes nothing', async () => {

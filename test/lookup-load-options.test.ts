@@ -60,6 +60,10 @@ describe('groups of different chunk sizes and the load path', () => {
     expect(s.chunksStored).toBeGreaterThan(0);
     expect(s.holes).toBe(0);
     await rt.close();
+    // Offloading switched off loads nothing either.
+    const off = await OffloadRuntime.start({ config: MIXED, offload: false });
+    expect((await off.submit({ promptLength: 512, maxDecodeTokens: 2 })).status).toBe('finished');
+    await off.close();
     expect(rt.leakReport()).toMatchObject({ slotsInUse: 0, blocksInUse: 0, pinsOutstanding: 0 });
   });
 

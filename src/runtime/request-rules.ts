@@ -143,7 +143,7 @@ export function checkLoadableGroups(config: {
     throw new ConfigError(
       'groups',
       `the runtime loads from the tier only when every group has the same tokensPerChunk (got ${sizes.join(', ')}); ` +
-        'give every group the same tokensPerBlock, or set simulator.loadFromTier to false to run the store path alone',
+        'give every group the same tokensPerBlock, or run without loads (simulator.loadFromTier: false, or offload: false)',
     );
   }
 }

@@ -230,7 +230,8 @@ export class OffloadRuntime {
     }
     if (!options.external) {
       const engine = resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
-      if (engine.loadFromTier) checkLoadableGroups(config);
+      // Only where the built-in engine would load (offload: false loads nothing).
+      if (engine.loadFromTier && options.offload !== false) checkLoadableGroups(config);
     }
     const rt = new OffloadRuntime(config, options);
     await rt.spawnAll();

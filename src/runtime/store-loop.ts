@@ -10,7 +10,7 @@ import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
-import type { ChunkState } from '../lookup.js';
+import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
 import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
 import { offloadableTokens, tokenChunks } from '../ready.js';
@@ -26,6 +26,7 @@ import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
 import { decodeLookup } from './lookup-record.js';
+import type { DecodedLookup } from './lookup-record.js';
 import {
   ANS_LOADED,
   ANS_LOOKED_UP,
@@ -86,6 +87,30 @@ export interface StoreLoopOptions {
   cascade?: TierCascade;
   /** Wakes this loop when a lower-level resolution finished (its own doorbell). */
   wake?: () => void;
+  /**
+   * Called with every lookup answer at the moment it is given (the runtime
+   * fuzzer's oracle checks it against the lookup decision); never throws
+   * into a real store thread, since only the fuzzer sets it.
+   */
+  onLookupAnswered?: (answered: LookupAnswered) => void;
+}
+
+/** One lookup answer, as the store role gave it, with the tier state it was decided from. */
+export interface LookupAnswered {
+  readonly lookup: DecodedLookup;
+  /** The store's per-key state at that moment (what lookupHitTokens read). */
+  readonly state: ChunkStateOf;
+  /** Hit tokens, or DEFER. */
+  readonly answer: LookupResult;
+  /** Deferred while the levels below host resolve (not a lookup decision). */
+  readonly lower: boolean;
+  /** The chunks a hit protects for its load, with their tier slots. */
+  readonly locked: readonly {
+    readonly key: bigint;
+    readonly slot: number;
+    readonly group: number;
+    readonly chunk: number;
+  }[];
 }
 
 export interface JobEvent {
@@ -181,6 +206,7 @@ export class StoreLoop {
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
+  private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
   private readonly leakOnLoadFailure: boolean;
   private tasks = 0;
   private readonly stores = new Map<number, InFlightStore>();
@@ -236,6 +262,7 @@ export class StoreLoop {
     this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
     this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
     this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
+    this.onLookupAnswered = options.onLookupAnswered;
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -464,10 +491,9 @@ export class StoreLoop {
   private lookup(r: Int32Array): void {
     const { config } = this.views;
     const groups = config.groups;
-    const { tag, numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decodeLookup(
-      config,
-      r,
-    );
+    const decoded = decodeLookup(config, r);
+    const { tag, numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decoded;
+    const state = (k: bigint) => this.chunkState(k, force);
     const tpc = groups[0]!.tokensPerChunk;
     // The runtime loads whole chunks, so the lookup itself must only consider
     // hits that end on a chunk boundary: rounding an unaligned hit down after
@@ -482,7 +508,7 @@ export class StoreLoop {
       skipReadingPrefixCache,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, (k) => this.chunkState(k, force))
+      ? lookupHitTokens(groups, request, state)
       : 0;
     invariant(
       result === DEFER || result % tpc === 0,
@@ -524,6 +550,7 @@ export class StoreLoop {
       if (this.lower.mustWait(tag, view)) {
         this.lookupsDeferred += 1;
         this.hostCounters.pendingChunks += 1;
+        this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: true, locked: [] });
         this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
         return;
       }
@@ -532,11 +559,15 @@ export class StoreLoop {
     if (result === DEFER) {
       this.hostCounters.pendingChunks += 1;
       this.lookupsDeferred += 1;
+      this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: false, locked: [] });
       this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
       return;
     }
     const hit = hitTokens / tpc;
     if (hit < asked) this.hostCounters.missChunks += 1;
+    const lockedChunks: LookupAnswered['locked'][number][] = [];
+    // The state the decision read, before this hit's lock makes its keys 'being read'.
+    const decidedFrom = this.onLookupAnswered ? snapshotState(keys, state) : state;
     if (hit > 0) {
       const locked: bigint[] = [];
       const chunks: { group: number; chunk: number }[] = [];
@@ -550,7 +581,19 @@ export class StoreLoop {
       for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
       this.locks.set(tag, { keys: prepared, slots, chunks, hit });
       for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
+      if (this.onLookupAnswered) {
+        chunks.forEach((c, i) =>
+          lockedChunks.push({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }),
+        );
+      }
     }
+    this.onLookupAnswered?.({
+      lookup: decoded,
+      state: decidedFrom,
+      answer: hitTokens,
+      lower: false,
+      locked: lockedChunks,
+    });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
   }
 
@@ -774,4 +817,11 @@ export class StoreLoop {
       publishTierCounters(this.views.tierStats, level.name, level.counters);
     }
   }
+}
+
+/** Every key's state now, frozen (for a hook that runs after the state moved on). */
+function snapshotState(keys: readonly (readonly bigint[])[], state: ChunkStateOf): ChunkStateOf {
+  const frozen = new Map<bigint, ChunkState>();
+  for (const ks of keys) for (const k of ks) frozen.set(k, state(k));
+  return (k) => frozen.get(k) ?? state(k);
 }

@@ -116,10 +116,10 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
   },
   {
     id: 'f10',
-    title: 'deferred work dropped',
+    title: 'deferred work acknowledged at deferral and dropped',
     variant:
-      'no settle protocol (--no-settle: an ended request drains without its deferred chunks)',
-    settle: false,
+      'switch drop-deferred (the cursor moves over chunks deferred for lagging keys or blocks)',
+    switches: ['drop-deferred'],
     watch: ['hole'],
   },
   {

@@ -19,6 +19,11 @@ export const INVARIANTS = [
   'cursor-within-ready',
   /** 6. A block, pin, tier entry or slot was still held after every request ended. */
   'leak',
+  /**
+   * 7. A lookup answer is not the shared lookup decision (src/lookup.ts) over
+   * the tier state at that moment, with the request's limits (runtime target).
+   */
+  'load-decision',
 ] as const;
 export type InvariantName = (typeof INVARIANTS)[number];
 

@@ -20,6 +20,9 @@ export interface RuntimeSubmission {
   readonly maxDecodeTokens: number;
   /** UNSET or tokens after which the engine aborts it. */
   readonly abortAfterTokens: number;
+  /** Its load limits (absent: none), as submit() sends them: a cap on loaded tokens, or no reading at all. */
+  readonly maxLoadTokens?: number;
+  readonly skipReadingPrefixCache?: boolean;
 }
 
 export type RuntimeEvent =
@@ -155,6 +158,21 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     seed: rng.between(1, 1 << 30),
   };
   const stepMs = ACTORS.map(() => rng.pick([0.01, 0.05, 0.2, 1]));
+  // Drawn after every other draw (completionBell included), so a seed's other draws stay what they were.
+  const completionBell = rng.chance(0.75);
+  // One scenario in five gives some requests load limits (skip reading, or a cap).
+  const limits = rng.chance(0.2);
+  const limited = events.map((e): RuntimeEvent => {
+    if (!limits || e.kind !== 'request') return e;
+    if (rng.chance(0.3)) {
+      return { ...e, submission: { ...e.submission, skipReadingPrefixCache: true } };
+    }
+    if (rng.chance(0.5)) {
+      const maxLoadTokens = rng.between(0, PROMPT_TOKENS_MAX);
+      return { ...e, submission: { ...e.submission, maxLoadTokens } };
+    }
+    return e;
+  });
   return {
     seed,
     geometry: geo.name,
@@ -165,9 +183,8 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     ringWords: rng.chance(0.5) ? 64 : 1024,
     transferThreads: rng.between(1, 3),
     stepMs,
-    events,
-    // Drawn last, so every earlier draw of a seed stays what it was.
-    completionBell: rng.chance(0.75),
+    events: limited,
+    completionBell,
   };
 }
 

@@ -47,11 +47,12 @@ import { EngineSimulator } from '../runtime/engine-sim.js';
 import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/layout.js';
-import { OP_SUBMIT } from '../runtime/protocol.js';
+import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
 import { Random } from '../runtime/random.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop, TransferFailedError } from '../runtime/store-loop.js';
-import type { DrainedRequest } from '../runtime/store-loop.js';
+import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
+import { lookupAnswerViolation } from './lookup-oracle.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -273,6 +274,7 @@ export class RuntimeWorld {
         ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
         ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
+        onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
       },
     );
     const cells = config.maxRequests * config.groups.length;
@@ -395,6 +397,10 @@ export class RuntimeWorld {
         s.maxDecodeTokens,
         s.abortAfterTokens,
         0,
+        // The load limits, as submit() encodes them (trailing, only when given).
+        ...(s.maxLoadTokens !== undefined || s.skipReadingPrefixCache === true
+          ? [s.maxLoadTokens ?? UNSET, s.skipReadingPrefixCache === true ? 1 : 0]
+          : []),
       ]);
       this.backlogRetryMs = this.nowMs;
     }
@@ -686,6 +692,12 @@ export class RuntimeWorld {
   }
 
   // ------------------------------------------------------------------ oracle
+
+  /** Oracle 7 at the moment of each lookup answer (see lookup-oracle.ts). */
+  private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
+    const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
+    if (v !== undefined) this.flag(v.invariant, v.message);
+  }
 
   private onEnded(summary: EngineSummary): void {
     const p = this.pending.get(summary.requestId);

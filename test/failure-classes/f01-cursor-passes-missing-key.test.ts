@@ -1,13 +1,12 @@
 // F1: the store cursor passes a chunk whose key is missing (vLLM #36052,
 // #33881, #46824).
 //
-// The sequence in those issues: the scheduler reports token progress for a
-// whole prompt in one step, but the block hashes of its later blocks are
-// computed afterwards (asynchronously, or only once the request's block table
-// grew). The store path derived its boundary from the token count, stored the
-// chunks whose keys existed and moved its cursor to the token boundary anyway.
-// The chunks whose keys came later sat below the cursor: never stored, never
-// counted, and a later request's prefix hit stops at that first hole.
+// The sequence in those issues: token progress counted tokens whose block
+// hashes were not available yet. The store path derived its boundary from
+// the token count, stored the chunks whose keys existed and moved its cursor
+// to the token boundary anyway. The chunks whose keys came later sat below
+// the cursor: never stored, never counted, and a later request's prefix hit
+// stops at that first hole.
 //
 // Here: a 12-token prompt (3 chunks of 4 tokens), all 12 tokens scheduled at
 // once and all 3 block IDs published, but only the first hash block hashed

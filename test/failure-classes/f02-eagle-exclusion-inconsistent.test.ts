@@ -1,5 +1,5 @@
 // F2: the EAGLE/MTP trailing-chunk exclusion applied in one place but not the
-// other (vLLM #46971, fixed by #46972).
+// other (vLLM #46971 / #46972).
 //
 // The sequence in that issue: a request decodes with EAGLE drafts. While it
 // decodes, the chunk holding its newest tokens may still be rewritten by

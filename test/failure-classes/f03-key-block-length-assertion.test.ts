@@ -1,19 +1,19 @@
 // F3: the key/block length assertion (vLLM #49118 fixed by #49146, #52170,
 // #55503, #52211; fixed by capping at the ready prefix in #52923; the seeds).
 //
-// The sequence in those issues: the store path sliced the offload keys and
-// the GPU block IDs of a request at the token boundary and asserted the two
-// slices had equal lengths. Whenever one of the two lagged the tokens, the
-// assertion killed the engine: block IDs not yet tracked for scheduled tokens
-// (the seeds), a request preempted under memory pressure whose blocks were
-// cleared and only partly reallocated while its keys remained (#52170), and
-// keys computed after the blocks at high concurrency / with MTP (#55503,
-// #52211).
+// The sequence in those issues: the store path sliced a request's offload
+// keys and its GPU block IDs at the token boundary and asserted that the two
+// slices had equal lengths. Whenever one of the two lagged the tokens the
+// assertion fired and killed the engine; the issues reached that state by a
+// queued abort, eviction or preemption under memory pressure, multi-turn
+// traffic at high concurrency, and multi-tier offloading with MTP.
 //
-// Here, three such sequences on a 12-token prompt (3 chunks of 4 tokens).
-// kvoff asserts no length: what is not ready is deferred (counted) and stored
-// once it is. The broken variant (policy legacy-assert, the old code) throws
-// on each: the engine crash.
+// Here, three ways to reach it on a 12-token prompt (3 chunks of 4 tokens):
+// block IDs behind the keys (the seeds' scenario), a preemption under
+// pressure that clears the blocks while the keys stay and reallocates only
+// one block, and keys behind the block IDs. kvoff asserts no length: what is
+// not ready is deferred (counted) and stored once it is. The broken variant
+// (policy legacy-assert, the old code) throws on each: the engine crash.
 import { describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { LegacyAssertionError } from '../../src/errors.js';
@@ -50,7 +50,7 @@ const LAGS: readonly Lag[] = [
     },
   },
   {
-    name: 'preempted under pressure: blocks cleared, only one reallocated, keys kept (#52170)',
+    name: 'preempted under pressure: blocks cleared, only one reallocated, keys kept',
     setup: (lo, h) => {
       lo.progress(h, 0, 12);
       lo.hash(h);
@@ -62,7 +62,7 @@ const LAGS: readonly Lag[] = [
     },
   },
   {
-    name: 'keys lag the block IDs (#55503, #52211)',
+    name: 'keys lag the block IDs',
     setup: (lo, h) => {
       lo.progress(h, 0, 12);
       lo.appendBlocks(h, 0, [1, 2, 3]);

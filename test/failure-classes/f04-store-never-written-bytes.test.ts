@@ -92,7 +92,7 @@ describe("F4: storing a finished request's last sampled token, whose KV was neve
     const broken = await fuzzClass('f04', 'broken', { schedules: 100 });
     expect(broken.violations).toBe(1);
     expect(broken.first?.invariant).toBe('mispairing');
-    const kvoff = await fuzzClass('f04', 'kvoff', { schedules: 100 });
+    const kvoff = await fuzzClass('f04', 'kvoff', { schedules: 50 });
     expect(kvoff.violations).toBe(0);
   });
 });

@@ -1,11 +1,11 @@
-// F5: load/store exclusivity (vLLM #46014, fixed by #46082).
+// F5: load/store exclusivity (vLLM #46014 / #46082).
 //
 // The sequence in that issue: a request's chunks are being stored (a store
 // job in flight) when the scheduler preempts it. It is re-admitted before the
 // job completes; re-admission looks its tokens up in the offload tier, finds
 // the chunks stored earlier and starts loading them into its new blocks, while
 // its own store job is still in flight. The connector holds that a request
-// has one load xor stores in flight; the overlap tripped it and the engine died.
+// has one load xor stores in flight; the overlap tripped that invariant.
 //
 // Here: an 8-token prompt stored (chunks 0 and 1 complete), decoded to 12
 // tokens so chunk 2's store job is dispatched and left in flight, then the
