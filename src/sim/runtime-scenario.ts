@@ -215,8 +215,8 @@ export function estimateRuntimeSteps(s: RuntimeScenario): number {
 /**
  * Virtual ms a schedule may take, per request and once, beyond its last timed
  * event and its stalls, before it counts as a hang. Calibrated on clean
- * schedules (see docs/fuzzing-runtime.md, "Hangs"): none of 20,000 needed
- * more than a tenth of this. Generous on purpose: a false hang in a long
+ * schedules (see docs/fuzzing-runtime.md, "Hangs"): none of 26,000 used
+ * more than 11% of the budget. Generous on purpose: a false hang in a long
  * campaign costs more than finding a real livelock a few seconds later.
  */
 export const RUNTIME_SETTLE_MS_PER_REQUEST = 1_000;
