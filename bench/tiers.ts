@@ -7,13 +7,17 @@
 // 2. The default overflow scenario (`kvoff simulate`'s shape) host only, with
 //    the disk tier, and with the Redis tier: each lower level runs twice on the
 //    same directory / cluster (cold, then warm with hits), wall time as a ratio
-//    to host only in the same run.
+//    to host only (the mean of a host-only run before and one after them, so a
+//    load change on a shared machine shows as a gap between the two), with the
+//    stores each level dropped.
 //
-// The Redis cluster comes from scripts/redis-cluster.sh on a random port range
-// (taken down at the end), or from KVOFF_REDIS_URL when set. JSON goes to
-// bench/results/latest/tiers.json (ignored by git).
+// Bounded: 32 MiB per measurement (8 MiB with --quick), about 3 minutes on a
+// loaded 2-core box. The Redis cluster comes from scripts/redis-cluster.sh on a
+// random port range (taken down at the end), or from KVOFF_REDIS_URL when set.
+// JSON goes to bench/results/latest/tiers.json (ignored by git);
+// KVOFF_BENCH_PUBLISH=1 (full runs only) also refreshes bench/results/tiers.json.
 import { execFile } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -26,6 +30,8 @@ import { DiskTier } from '../src/tier/disk-tier.js';
 import type { LowerTier } from '../src/tier/lower.js';
 import { RedisTier } from '../src/tier/redis-tier.js';
 import { encodeValue } from '../src/tier/value.js';
+import { commitInfo, machineInfo } from './lib/machine.js';
+import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 import type { Figure } from './lib/stats.js';
 import { figure, quantile, sortedCopy } from './lib/stats.js';
 
@@ -35,11 +41,10 @@ const MIB = 1024 * KIB;
 const QUICK = process.argv.includes('--quick');
 const CHUNK_BYTES = [64 * KIB, 256 * KIB, MIB, 4 * MIB];
 /** Bytes moved per measurement and level. */
-const BYTES_PER_RUN = QUICK ? 16 * MIB : 64 * MIB;
+const BYTES_PER_RUN = QUICK ? 8 * MIB : 32 * MIB;
 const REPEATS = QUICK ? 2 : 3;
 /** Stores in flight while measuring throughput (below every level's drop bound). */
 const WINDOW = 8;
-const OUT = fileURLToPath(new URL('./results/latest/', import.meta.url));
 const FP = 0x7469657273n; // "tiers"
 
 interface LevelRow {
@@ -58,12 +63,17 @@ interface LevelRow {
 
 interface ScenarioRow {
   tiers: string;
-  pass: 'cold' | 'warm' | 'only';
+  pass: 'cold' | 'warm' | 'before' | 'after';
   wallSeconds: number;
   ratioToHostOnly: number;
   tierHits: number;
   lowerHitChunks: number;
+  /** Stores offered to the lower level (stored + dropped) and how many were dropped. */
+  lowerOfferedChunks: number;
+  lowerDroppedChunks: number;
+  lowerErrors: number;
   mismatches: number;
+  loadAverage1m: number;
 }
 
 async function waitIdle(tier: LowerTier): Promise<void> {
@@ -146,19 +156,24 @@ async function scenario(
   raw: SimulateRawOptions,
   label: string,
   pass: ScenarioRow['pass'],
-  hostOnlyS: number,
 ): Promise<ScenarioRow> {
   const base: SimulateRawOptions = QUICK ? { requests: '8', promptTokens: '20000' } : {};
+  const loadAverage1m = round(loadavg()[0] ?? 0);
   const r = await runSimulate(parseSimulateOptions({ ...base, ...raw, json: true }));
-  const lower = r.tiers.disk.hitChunks + r.tiers.redis.hitChunks;
+  const { disk, redis } = r.tiers;
   return {
     tiers: label,
     pass,
     wallSeconds: r.wallSeconds,
-    ratioToHostOnly: hostOnlyS > 0 ? round(r.wallSeconds / hostOnlyS) : 1,
+    ratioToHostOnly: 1,
     tierHits: r.tierHits,
-    lowerHitChunks: lower,
+    lowerHitChunks: disk.hitChunks + redis.hitChunks,
+    lowerOfferedChunks:
+      disk.storedChunks + disk.droppedChunks + redis.storedChunks + redis.droppedChunks,
+    lowerDroppedChunks: disk.droppedChunks + redis.droppedChunks,
+    lowerErrors: disk.errors + redis.errors,
     mismatches: r.mismatches,
+    loadAverage1m,
   };
 }
 
@@ -182,6 +197,9 @@ async function main(): Promise<void> {
     url = stdout.trim().split('\n').at(-1)!;
   }
   const log = (s: string) => process.stderr.write(`${s}\n`);
+  const machine = machineInfo();
+  const git = commitInfo();
+  const t0 = performance.now();
   try {
     const levels: LevelRow[] = [];
     let salt = 1n;
@@ -214,33 +232,43 @@ async function main(): Promise<void> {
       );
       log(`redis ${chunkBytes / KIB} KiB done`);
     }
-    // The overflow scenario: host only, then each lower level cold and warm.
+    // The overflow scenario: host only, each lower level cold and warm, host only again.
     const scenarios: ScenarioRow[] = [];
-    const hostOnly = await scenario({}, 'host', 'only', 0);
-    scenarios.push(hostOnly);
-    const h = hostOnly.wallSeconds;
+    scenarios.push(await scenario({}, 'host', 'before'));
     const disk = join(workDir, 'scenario-disk');
-    scenarios.push(await scenario({ disk }, 'host+disk', 'cold', h));
-    scenarios.push(await scenario({ disk }, 'host+disk', 'warm', h));
-    // A seed of its own so the cold Redis pass finds nothing from the per-level runs.
-    scenarios.push(await scenario({ redis: url!, seed: '8' }, 'host+redis', 'cold', h));
-    scenarios.push(await scenario({ redis: url!, seed: '8' }, 'host+redis', 'warm', h));
+    scenarios.push(await scenario({ disk }, 'host+disk', 'cold'));
+    scenarios.push(await scenario({ disk }, 'host+disk', 'warm'));
+    // The per-level runs used other fingerprints, so the cold Redis pass finds nothing of theirs.
+    scenarios.push(await scenario({ redis: url!, seed: '8' }, 'host+redis', 'cold'));
+    scenarios.push(await scenario({ redis: url!, seed: '8' }, 'host+redis', 'warm'));
+    scenarios.push(await scenario({}, 'host', 'after'));
+    const hostOnlyS = (scenarios[0]!.wallSeconds + scenarios.at(-1)!.wallSeconds) / 2;
+    for (const s of scenarios) s.ratioToHostOnly = round(s.wallSeconds / hostOnlyS);
     log('overflow scenario done');
     const results = {
       description:
         'Tiers below host memory: per level and chunk size, store (offer to visible) and load (with the header check) rates, median over repeats; store-to-visible latency over every chunk; the default overflow scenario host only vs with disk and Redis (cold, then warm).',
       mode: QUICK ? 'quick' : 'full',
       at: new Date().toISOString(),
-      loadAverage: loadavg().map(round),
+      ...git,
+      machine,
+      loadAverageAtEnd: loadavg().map(round),
+      benchSeconds: round((performance.now() - t0) / 1000),
+      bytesPerMeasurement: BYTES_PER_RUN,
       repeats: REPEATS,
       windowInFlight: WINDOW,
       levels,
       scenarios,
     };
-    mkdirSync(OUT, { recursive: true });
-    writeFileSync(join(OUT, 'tiers.json'), `${JSON.stringify(results, null, 2)}\n`);
+    const file = join(LATEST_DIR, QUICK ? 'tiers-quick.json' : 'tiers.json');
+    mkdirSync(LATEST_DIR, { recursive: true });
+    writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
     printTables(levels, scenarios);
-    process.stdout.write(`results written to bench/results/latest/tiers.json\n`);
+    process.stdout.write(`wrote ${shownPath(file)}\n`);
+    // A quick run is too small to stand for the committed table.
+    if (publishRequested() && !QUICK) {
+      process.stdout.write(`published ${shownPath(publishResults(file))}\n`);
+    }
   } finally {
     if (own) await run('bash', [script, 'down'], { env }).catch(() => undefined);
     rmSync(workDir, { recursive: true, force: true });
@@ -259,12 +287,12 @@ function printTables(levels: LevelRow[], scenarios: ScenarioRow[]): void {
   }
   lines.push(
     '',
-    '| tiers | pass | wall s | ratio to host only | tier hits | lower-level hits | mismatches |',
-    '| --- | --- | ---: | ---: | ---: | ---: | ---: |',
+    '| tiers | pass | load 1m | wall s | ratio to host only | tier hits | lower-level hits | lower stores dropped / offered | mismatches |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   );
   for (const s of scenarios) {
     lines.push(
-      `| ${s.tiers} | ${s.pass} | ${s.wallSeconds.toFixed(1)} | ${s.ratioToHostOnly.toFixed(2)} | ${s.tierHits} | ${s.lowerHitChunks} | ${s.mismatches} |`,
+      `| ${s.tiers} | ${s.pass} | ${s.loadAverage1m.toFixed(1)} | ${s.wallSeconds.toFixed(1)} | ${s.ratioToHostOnly.toFixed(2)} | ${s.tierHits} | ${s.lowerHitChunks} | ${s.lowerDroppedChunks} / ${s.lowerOfferedChunks} | ${s.mismatches} |`,
     );
   }
   process.stdout.write(`${lines.join('\n')}\n`);

@@ -9,6 +9,7 @@
 #   scripts/redis-cluster.sh kill-master   SIGKILL one master (not the seed); prints its port
 #   scripts/redis-cluster.sh restart PORT  start a killed node again (it rejoins as a replica)
 #   scripts/redis-cluster.sh status        cluster_state of the seed node
+#   scripts/redis-cluster.sh install       only install redis-server when missing (.ci/run uses it)
 #
 # Environment: KVOFF_REDIS_PORT (first port, default 7100; six consecutive ports
 # and their bus ports +10000 are used), KVOFF_REDIS_DIR (node files, default
@@ -31,10 +32,23 @@ ensure_installed() {
     exit 1
   fi
   log "installing redis-server with apt-get"
-  local sudo=""
-  if [ "$(id -u)" != 0 ]; then sudo="sudo"; fi
-  $sudo apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >&2
+  local sudo=()
+  if [ "$(id -u)" != 0 ]; then
+    if ! command -v sudo >/dev/null; then
+      log "redis-server is missing and installing it needs root (no sudo here)"
+      exit 1
+    fi
+    sudo=(sudo)
+  fi
+  ${sudo[@]+"${sudo[@]}"} apt-get update -qq >&2
+  # redis-tools (redis-cli) comes with redis-server as a dependency.
+  # env after sudo: sudo resets the environment, so DEBIAN_FRONTEND must be set inside it.
+  ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    --no-install-recommends redis-server >&2
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
+    log "apt-get finished but redis-server or redis-cli is still not on PATH"
+    exit 1
+  fi
 }
 
 cli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
@@ -137,6 +151,7 @@ kill_master() {
 }
 
 case "${1:-}" in
+  install) ensure_installed ;;
   up) up ;;
   down) down_quiet; log "stopped" ;;
   kill-master) kill_master ;;
@@ -149,7 +164,7 @@ case "${1:-}" in
     ;;
   status) cli "$BASE" cluster info | tr -d '\r' | grep '^cluster_state' ;;
   *)
-    echo "usage: $0 up|down|kill-master|restart PORT|status" >&2
+    echo "usage: $0 up|down|kill-master|restart PORT|status|install" >&2
     exit 2
     ;;
 esac

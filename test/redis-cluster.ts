@@ -6,6 +6,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
+import { afterAll, beforeAll, beforeEach } from 'vitest';
 
 const run = promisify(execFile);
 const SCRIPT = new URL('../scripts/redis-cluster.sh', import.meta.url).pathname;
@@ -42,4 +43,29 @@ export async function startCluster(): Promise<TestCluster> {
 
 export async function redisCli(port: number, ...args: string[]): Promise<string> {
   return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout.trim();
+}
+
+/**
+ * One cluster for the calling file: started before its tests, taken down after
+ * them. A cluster that cannot start (no redis-server and no way to install it)
+ * fails every test with the reason: a failed beforeAll alone would report the
+ * tests as skipped, and a missing Redis must never read as a skip.
+ */
+export function useCluster(): () => TestCluster {
+  let cluster: TestCluster | undefined;
+  let startError: unknown;
+  beforeAll(async () => {
+    try {
+      cluster = await startCluster();
+    } catch (err) {
+      startError = err;
+    }
+  }, 180_000);
+  beforeEach(() => {
+    if (cluster === undefined) throw startError ?? new Error('the test cluster did not start');
+  });
+  afterAll(async () => {
+    await cluster?.down();
+  }, 60_000);
+  return () => cluster!;
 }

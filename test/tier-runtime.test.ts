@@ -2,7 +2,7 @@
 // disk tier; a second runtime on the same directory (a restart) promotes them
 // on lookup and the engine's loaded bytes check against their keys; the
 // default stays host-only. Plus the CLI's tier flags.
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -46,6 +46,22 @@ describe('tier cascade in the runtime', () => {
       tierEntriesReading: 0,
       jobsInFlight: 0,
     });
+  }, 120_000);
+
+  it('a disk directory that cannot be written: the runtime runs on host, every disk store dropped and counted', async () => {
+    // A file where the directory's parent should be: mkdir, open and rename all fail, even for root.
+    const blocker = join(dir, 'not-a-directory');
+    writeFileSync(blocker, 'in the way');
+    const r = await runOnce({ disk: { dir: join(blocker, 'cache') } });
+    expect(r.stats.completed).toBeGreaterThan(0);
+    expect(r.stats.tiers.host.storedChunks).toBeGreaterThan(0);
+    const disk = r.stats.tiers.disk;
+    expect(disk.storedChunks).toBe(0);
+    expect(disk.droppedChunks).toBeGreaterThan(0);
+    expect(disk.errors).toBe(disk.droppedChunks);
+    expect(r.stats.mismatches).toBe(0);
+    expect(r.verify).toMatchObject({ ok: true, mismatches: 0 });
+    expect(r.leaks).toMatchObject({ pinsOutstanding: 0, tierEntriesWriting: 0, jobsInFlight: 0 });
   }, 120_000);
 
   it('the default is host only: the lower levels count nothing', async () => {

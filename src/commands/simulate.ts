@@ -148,6 +148,8 @@ export async function runSimulate(
   });
   // After close: a crashed store's last traces (up to the crash) have arrived by now.
   const traces = runtime.trace();
+  // After close too: the lower levels' writes still queued land (or are dropped) during close.
+  const tiers = runtime.stats().tiers;
   const wallSeconds = (performance.now() - t0) / 1000;
   const holes = Math.max(stats.holes, verify.holes, sumHoles(summaries));
   const result: SimulateResult = {
@@ -183,7 +185,7 @@ export async function runSimulate(
     entriesVerified: verify.entriesChecked,
     tierUsed: stats.tierUsed,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
-    tiers: stats.tiers,
+    tiers,
     ok: false,
   };
   if (crashed !== undefined) result.crashed = crashed;

@@ -22,13 +22,15 @@ export interface TiersOptions {
     freeBytesMin?: number;
     /** fdatasync each entry before publishing it; default false. */
     fdatasync?: boolean;
+    /** Bytes of values waiting to be written before stores are dropped; default 256 MiB. */
+    writesQueuedBytesMax?: number;
   };
   redis?: {
     /** Seed nodes of the cluster, `redis://host:port`. */
     urls: string[];
     /** Per-command timeout, default 2,000 ms. */
     timeoutMs?: number;
-    /** SETs in flight before stores are dropped, default 1,024. */
+    /** Ceiling of the window of SETs in flight (stores beyond it are dropped), default 4,096. */
     storesInFlightMax?: number;
   };
 }
@@ -77,6 +79,9 @@ export class TierCascade {
             ? { freeBytesMin: options.disk.freeBytesMin }
             : {}),
           ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
+          ...(options.disk.writesQueuedBytesMax !== undefined
+            ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
+            : {}),
           payloadBytes,
           fingerprint,
         }),
@@ -166,6 +171,13 @@ export function validateTiersOptions(o: TiersOptions): void {
     const b = o.disk.bytesMax;
     if (b !== undefined && (!Number.isSafeInteger(b) || b < 1)) {
       throw new InvalidArgumentError('tiers.disk.bytesMax', 'must be a positive integer');
+    }
+    const q = o.disk.writesQueuedBytesMax;
+    if (q !== undefined && (!Number.isSafeInteger(q) || q < 1)) {
+      throw new InvalidArgumentError(
+        'tiers.disk.writesQueuedBytesMax',
+        'must be a positive integer',
+      );
     }
   }
   if (o.redis !== undefined) {
