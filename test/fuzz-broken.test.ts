@@ -3,7 +3,6 @@
 // with a shrunk token that replays it, while kvoff as shipped finds none with
 // the same seeds; the class names parse in the F1 and f01 forms; and the CLI
 // refuses unknown classes, classes no switch re-creates, and flags the row sets.
-import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/errors.js';
 import { loadHashing } from '../src/hashing.js';
@@ -17,15 +16,10 @@ import {
 } from '../src/sim/broken-classes.js';
 import { fuzz, runSchedule } from '../src/sim/run.js';
 import { decodeReplayToken } from '../src/sim/token.js';
+import { runCli } from './cli-helpers.js';
 
-function kvoff(...args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
-    encoding: 'utf8',
-    env: { ...process.env, NO_COLOR: '1' },
-    timeout: 60_000,
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+/** `kvoff ...args` in a child process, killed after 60 s. */
+const kvoff = (...args: string[]) => runCli(args, { timeoutMs: 60_000 });
 
 describe('failure class names', () => {
   it.each([
@@ -87,13 +81,13 @@ describe('every broken-class row', () => {
 });
 
 describe('kvoff fuzz --broken', () => {
-  it('F6: exit 1, the class in the JSON, and a shrunk token that replays the violation', () => {
-    const r = kvoff('fuzz', '--broken', 'F6', '--schedules', '500', '--seed', '1', '--json');
+  it('F6: exit 1, the class in the JSON, and a shrunk token that replays the violation', async () => {
+    const r = await kvoff('fuzz', '--broken', 'F6', '--schedules', '500', '--seed', '1', '--json');
     expect(r.code).toBe(1);
     const out = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(out).toMatchObject({ broken: 'f06', pins: false, violations: 1 });
     expect(out.invariant).toBe('mispairing');
-    const replay = kvoff('fuzz', '--replay', out.shrunkToken as string, '--json');
+    const replay = await kvoff('fuzz', '--replay', out.shrunkToken as string, '--json');
     expect(replay.code).toBe(1);
     const again = JSON.parse(replay.stdout) as Record<string, unknown>;
     expect(again.invariant).toBe('mispairing');
@@ -105,8 +99,8 @@ describe('kvoff fuzz --broken', () => {
     [['--broken', 'f05'], /no fuzzer switch re-creates f05/],
     [['--broken', 'f01', '--policy', 'legacy-zip'], /--policy: --broken f01 sets it/],
     [['--broken', 'f06', '--no-pins'], /--no-pins: --broken f06 sets it/],
-  ])('bad usage exits 2: %s', (args, message) => {
-    const r = kvoff('fuzz', ...args, '--schedules', '5');
+  ])('bad usage exits 2: %s', async (args, message) => {
+    const r = await kvoff('fuzz', ...args, '--schedules', '5');
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(message);
     expect(r.stdout).toBe('');

@@ -1,21 +1,15 @@
 // `kvoff fuzz` end to end: one JSON object on stdout, exit 1 when a violation
 // is found, 0 when none, 2 for bad usage, and --replay reproduces the trace
 // hash the failure printed.
-import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
+import { runCli } from './cli-helpers.js';
 
-function kvoff(...args: string[]): { code: number | null; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
-    encoding: 'utf8',
-    env: { ...process.env, NO_COLOR: '1' },
-    timeout: 60_000,
-  });
-  return { code: r.status, stdout: r.stdout, stderr: r.stderr };
-}
+/** `kvoff ...args` in a child process, killed after 60 s. */
+const kvoff = (...args: string[]) => runCli(args, { timeoutMs: 60_000 });
 
 describe('kvoff fuzz', () => {
-  it('legacy-zip: exit 1, one JSON object with the first violation, and a replay that matches', () => {
-    const r = kvoff(
+  it('legacy-zip: exit 1, one JSON object with the first violation, and a replay that matches', async () => {
+    const r = await kvoff(
       'fuzz',
       '--policy',
       'legacy-zip',
@@ -44,7 +38,7 @@ describe('kvoff fuzz', () => {
     }
     expect(out.shrunkLength as number).toBeLessThanOrEqual(out.traceLength as number);
 
-    const replay = kvoff('fuzz', '--replay', out.replayToken as string, '--json');
+    const replay = await kvoff('fuzz', '--replay', out.replayToken as string, '--json');
     expect(replay.code).toBe(1);
     const again = JSON.parse(replay.stdout) as Record<string, unknown>;
     expect(again.traceHash).toBe(out.traceHash);
@@ -52,8 +46,8 @@ describe('kvoff fuzz', () => {
     expect(again.traceLength).toBe(out.traceLength);
   });
 
-  it('ready-prefix: exit 0 and no violation', () => {
-    const r = kvoff(
+  it('ready-prefix: exit 0 and no violation', async () => {
+    const r = await kvoff(
       'fuzz',
       '--policy',
       'ready-prefix',
@@ -76,8 +70,8 @@ describe('kvoff fuzz', () => {
     expect(out).not.toHaveProperty('invariant');
   });
 
-  it('prints a readable failure without ANSI codes when not on a terminal', () => {
-    const r = kvoff(
+  it('prints a readable failure without ANSI codes when not on a terminal', async () => {
+    const r = await kvoff(
       'fuzz',
       '--policy',
       'legacy-assert',
@@ -107,8 +101,8 @@ describe('kvoff fuzz', () => {
     ['--replay', 'kvf1.legacy-zip.pct.pins.1', '--seed', '2'],
     ['--bogus'],
   ]) {
-    it(`bad usage exits 2: ${args.join(' ')}`, () => {
-      const r = kvoff('fuzz', ...args);
+    it(`bad usage exits 2: ${args.join(' ')}`, async () => {
+      const r = await kvoff('fuzz', ...args);
       expect(r.code).toBe(2);
       expect(r.stdout).toBe('');
     });

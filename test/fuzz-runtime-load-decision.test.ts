@@ -7,19 +7,12 @@ import { describe, expect, it } from 'vitest';
 import { expandBlock } from '../src/bytes.js';
 import { resolveConfig } from '../src/config.js';
 import { tierBlockWords } from '../src/copy.js';
-import { loadHashing } from '../src/hashing.js';
 import { DEFER } from '../src/lookup.js';
 import type { ChunkState } from '../src/lookup.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
-import { InlineTransferBackend } from '../src/runtime/backend.js';
 import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
-import type { EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
 import type { LookupAnswered } from '../src/runtime/store-loop.js';
 import { expectedLookupAnswer, lookupAnswerViolation } from '../src/sim/lookup-oracle.js';
+import { UNPACED_ENGINE, oneThreadLoops, repeatedPrompt } from './one-thread-loops.js';
 import { SMALL_HYBRID } from './runtime-helpers.js';
 
 const config = resolveConfig(SMALL_HYBRID); // full (EAGLE) + 4-chunk window, 8-token chunks of 2 blocks
@@ -111,60 +104,25 @@ describe('oracle 7: the load decision', () => {
   });
 
   it("the store loop's own answers pass, hits, deferrals and limits alike (one thread)", async () => {
-    const cfg = resolveConfig(SMALL_HYBRID);
-    const v = new RuntimeViews(cfg, createRuntimeBuffers(cfg));
-    const hashing = await loadHashing();
-    let now = 0;
-    const ended: EngineSummary[] = [];
-    const engine = new EngineSimulator(
-      v,
-      hashing,
-      { ended: (s) => ended.push(s) },
-      { stepTokenBudget: 4096, abortQueuedRate: 0, abortRunningRate: 0, stepMs: 0, seed: 5 },
-      () => {},
-      () => now,
-    );
-    const hasher = new HasherLoop(v, hashing, { hashesPerWake: 16 });
-    const allocator = new AllocatorLoop(v, {
-      lag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
-      now: () => now,
-    });
     const seen: { answer: number | typeof DEFER; violation: string | undefined }[] = [];
-    const store: StoreLoop = new StoreLoop(
-      v,
-      new InlineTransferBackend(v.transferArenas()),
-      { jobs: () => {}, drained: () => {} },
-      {
+    const loops = await oneThreadLoops({
+      config: SMALL_HYBRID,
+      engine: UNPACED_ENGINE,
+      allocatorLag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
+      store: {
         onLookupAnswered: (a) =>
           seen.push({
             answer: a.answer,
-            violation: lookupAnswerViolation(v, a, store.tier, false)?.message,
+            violation: lookupAnswerViolation(loops.views, a, loops.store.tier, false)?.message,
           }),
       },
-    );
+    });
+    const { ended, store } = loops;
     const add = (
       requestId: number,
       extra: { maxLoadTokens?: number; skipReadingPrefixCache?: boolean } = {},
-    ) =>
-      engine.add({
-        requestId,
-        promptLength: 400,
-        prefixId: 7,
-        sharedPrefixTokens: 400,
-        maxDecodeTokens: 4,
-        abortAfterTokens: UNSET,
-        ...extra,
-      });
-    const runUntil = (done: () => boolean) => {
-      for (let round = 0; round < 100_000 && !done(); round += 1) {
-        engine.step();
-        hasher.step();
-        allocator.step();
-        store.step();
-        now += 0.5;
-      }
-      expect(done()).toBe(true);
-    };
+    ) => loops.submit({ ...repeatedPrompt(requestId), ...extra });
+    const runUntil = (done: () => boolean) => expect(loops.runUntil(done, 100_000)).toBe(true);
     add(1);
     runUntil(() => ended.length === 1 && store.jobsInFlight === 0);
     // Three at once: one loads, the others wait for it (deferred), one capped, one skipping.

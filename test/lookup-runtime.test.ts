@@ -7,18 +7,11 @@ import { resolveConfig } from '../src/config.js';
 import { InvalidArgumentError } from '../src/errors.js';
 import { loadHashing } from '../src/hashing.js';
 import { promptKeys } from '../src/lookup.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
-import { InlineTransferBackend } from '../src/runtime/backend.js';
-import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
-import type { EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
 import { readStat } from '../src/runtime/stats.js';
 import { decodeLookup, encodeLookup, lookupTokensThatFit } from '../src/runtime/lookup-record.js';
 import { SpscRing } from '../src/runtime/rings.js';
+import { UNPACED_ENGINE, oneThreadLoops, repeatedPrompt } from './one-thread-loops.js';
 import { SMALL_HYBRID, checkAndClose, settle } from './runtime-helpers.js';
 
 const REPEAT = { promptLength: 4096, prefixId: 7, sharedPrefixTokens: 4096, maxDecodeTokens: 4 };
@@ -53,44 +46,14 @@ describe('regression: a repeated hybrid prompt hit nothing when its window slid 
 
 describe('the runtime loops from one thread', () => {
   it('a second request that would load what another is loading is deferred, then hits', async () => {
-    const config = resolveConfig(SMALL_HYBRID);
-    const views = new RuntimeViews(config, createRuntimeBuffers(config));
-    const hashing = await loadHashing();
-    let now = 0;
-    const ended: EngineSummary[] = [];
-    const engine = new EngineSimulator(
-      views,
-      hashing,
-      { ended: (s) => ended.push(s) },
-      { stepTokenBudget: 4096, abortQueuedRate: 0, abortRunningRate: 0, stepMs: 0, seed: 5 },
-      () => {},
-      () => now,
-    );
-    const hasher = new HasherLoop(views, hashing, { hashesPerWake: 16 });
-    const allocator = new AllocatorLoop(views, {
-      lag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
-      now: () => now,
+    const loops = await oneThreadLoops({
+      config: SMALL_HYBRID,
+      engine: UNPACED_ENGINE,
+      allocatorLag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
     });
-    const backend = new InlineTransferBackend(views.transferArenas());
-    const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
-    const runUntil = (done: () => boolean) => {
-      for (let round = 0; round < 100_000 && !done(); round += 1) {
-        engine.step();
-        hasher.step();
-        allocator.step();
-        store.step();
-        now += 0.5;
-      }
-      expect(done()).toBe(true);
-    };
-    const submit = (requestId: number) =>
-      engine.add({
-        requestId,
-        ...REPEAT,
-        promptLength: 400,
-        sharedPrefixTokens: 400,
-        abortAfterTokens: UNSET,
-      });
+    const { ended, store, views } = loops;
+    const runUntil = (done: () => boolean) => expect(loops.runUntil(done, 100_000)).toBe(true);
+    const submit = (requestId: number) => loops.submit(repeatedPrompt(requestId));
     submit(1);
     runUntil(() => ended.length === 1 && store.jobsInFlight === 0);
     // Both arrive together: the first to look up locks the prefix for its load, the other waits for it.

@@ -6,18 +6,10 @@
 // step up to a cap. Driven from one thread on a virtual clock, with the store
 // copies held in flight so the second request's lookup stays deferred.
 import { describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.js';
-import { loadHashing } from '../src/hashing.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
 import { InlineTransferBackend } from '../src/runtime/backend.js';
 import type { TransferBackend, TransferCompletion } from '../src/runtime/backend.js';
-import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
-import type { EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
 import { readStat } from '../src/runtime/stats.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
+import { UNPACED_ENGINE, oneThreadLoops, repeatedPrompt } from './one-thread-loops.js';
 import { SMALL_HYBRID } from './runtime-helpers.js';
 
 /** Copies run inline, except that while `hold` is on they wait in a queue. */
@@ -50,45 +42,16 @@ class HeldBackend implements TransferBackend {
 
 describe('regression: deferred lookup busy-polls', () => {
   it('a lookup deferred for 1,000 ms is asked again a few dozen times, not once per step, then hits', async () => {
-    const config = resolveConfig(SMALL_HYBRID);
-    const views = new RuntimeViews(config, createRuntimeBuffers(config));
-    const hashing = await loadHashing();
-    let now = 0;
-    const ended: EngineSummary[] = [];
-    const engine = new EngineSimulator(
-      views,
-      hashing,
-      { ended: (s) => ended.push(s) },
-      { stepTokenBudget: 4096, abortQueuedRate: 0, abortRunningRate: 0, stepMs: 0, seed: 5 },
-      () => {},
-      () => now,
-    );
-    const hasher = new HasherLoop(views, hashing, { hashesPerWake: 16 });
-    const allocator = new AllocatorLoop(views, {
-      lag: { publishDelayMs: 0, jitterMs: 0, seed: 5 },
-      now: () => now,
+    const loops = await oneThreadLoops({
+      config: SMALL_HYBRID,
+      engine: UNPACED_ENGINE,
+      allocatorLag: { publishDelayMs: 0, jitterMs: 0, seed: 5 },
+      backend: (arenas) => new HeldBackend(new InlineTransferBackend(arenas)),
     });
-    const backend = new HeldBackend(new InlineTransferBackend(views.transferArenas()));
-    const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
+    const { backend, ended, views } = loops;
     // One round: every role steps once; 0.5 virtual ms pass.
-    const rounds = (n: number, until: () => boolean = () => false) => {
-      for (let i = 0; i < n && !until(); i += 1) {
-        engine.step();
-        hasher.step();
-        allocator.step();
-        store.step();
-        now += 0.5;
-      }
-    };
-    const submit = (requestId: number) =>
-      engine.add({
-        requestId,
-        promptLength: 400,
-        prefixId: 7,
-        sharedPrefixTokens: 400,
-        maxDecodeTokens: 4,
-        abortAfterTokens: UNSET,
-      });
+    const rounds = (n: number) => loops.runUntil(() => false, n);
+    const submit = (requestId: number) => loops.submit(repeatedPrompt(requestId));
     submit(1);
     // The first request computes its prompt; its copies stay in flight (held).
     rounds(400);
@@ -103,7 +66,7 @@ describe('regression: deferred lookup busy-polls', () => {
     expect(deferred).toBeGreaterThanOrEqual(7);
     expect(deferred).toBeLessThanOrEqual(30);
     backend.release();
-    rounds(20_000, () => ended.length === 2);
+    loops.runUntil(() => ended.length === 2, 20_000);
     expect(ended.map((s) => [s.requestId, s.status])).toEqual([
       [1, 'finished'],
       [2, 'finished'],

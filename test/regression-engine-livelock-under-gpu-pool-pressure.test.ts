@@ -7,20 +7,12 @@
 // request is served first and only ever preempts newer ones, so it always
 // progresses; a request that cannot fit even alone is ended with a reason.
 import { describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.js';
 import type { ConfigInput } from '../src/config.js';
 import { RequestCapacityError } from '../src/errors.js';
-import { loadHashing } from '../src/hashing.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
-import { InlineTransferBackend } from '../src/runtime/backend.js';
-import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
 import type { EngineOptions, EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
 import { runCli } from './cli-helpers.js';
+import { oneThreadLoops } from './one-thread-loops.js';
 import { SMALL_HYBRID, checkAndClose } from './runtime-helpers.js';
 
 /** Every role loop from one thread (inline copies); returns the engine's summaries. */
@@ -31,45 +23,18 @@ async function runInline(
   maxDecodeTokens = 16,
   roundsMax = 400_000,
 ): Promise<{ ended: EngineSummary[]; leftInUse: number }> {
-  const resolved = resolveConfig(config);
-  const views = new RuntimeViews(resolved, createRuntimeBuffers(resolved));
-  const hashing = await loadHashing();
-  let now = 0;
-  const ended: EngineSummary[] = [];
-  const engine = new EngineSimulator(
-    views,
-    hashing,
-    { ended: (s) => ended.push(s) },
-    { stepMs: 0, abortQueuedRate: 0, abortRunningRate: 0, ...engineOptions },
-  );
-  const hasher = new HasherLoop(views, hashing, { hashesPerWake: 16 });
-  const allocator = new AllocatorLoop(views, {
-    lag: { publishDelayMs: 1, jitterMs: 1, seed: 1 },
-    now: () => now,
+  const loops = await oneThreadLoops({
+    config,
+    engine: { stepMs: 0, abortQueuedRate: 0, abortRunningRate: 0, ...engineOptions },
+    engineClock: 'wall',
+    allocatorLag: { publishDelayMs: 1, jitterMs: 1, seed: 1 },
   });
-  const backend = new InlineTransferBackend(views.transferArenas());
-  const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
+  const { ended, allocator } = loops;
   prompts.forEach((promptLength, i) =>
-    engine.add({
-      requestId: i + 1,
-      promptLength,
-      prefixId: UNSET,
-      sharedPrefixTokens: 0,
-      maxDecodeTokens,
-      abortAfterTokens: UNSET,
-    }),
+    loops.submit({ requestId: i + 1, promptLength, maxDecodeTokens }),
   );
-  for (let round = 0; round < roundsMax && ended.length < prompts.length; round += 1) {
-    engine.step();
-    hasher.step();
-    allocator.step();
-    store.step();
-    now += 0.5;
-  }
-  for (let i = 0; i < 10; i += 1) {
-    store.step();
-    allocator.step();
-  }
+  loops.runUntil(() => ended.length >= prompts.length, roundsMax);
+  loops.drainLeftovers();
   return { ended, leftInUse: allocator.pool.inUse };
 }
 

@@ -7,19 +7,10 @@
 // the store's final pass waits for that: every token-ready chunk of a finished
 // request is stored or counted.
 import { describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.js';
-import { loadHashing } from '../src/hashing.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
-import { InlineTransferBackend } from '../src/runtime/backend.js';
-import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
-import type { EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { RequestSummary } from '../src/runtime/runtime.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
 import type { DrainedRequest } from '../src/runtime/store-loop.js';
+import { oneThreadLoops } from './one-thread-loops.js';
 import { checkAndClose } from './runtime-helpers.js';
 
 const FULL_ONLY = {
@@ -73,48 +64,22 @@ describe('finished requests stored none of their chunks when the finish overtook
  * allocator handles its end.
  */
 async function runLoops(unsafeSkipSettle: boolean): Promise<DrainedRequest[]> {
-  const config = resolveConfig(FULL_ONLY);
-  const views = new RuntimeViews(config, createRuntimeBuffers(config));
-  const hashing = await loadHashing();
-  let now = 0;
-  const ended: EngineSummary[] = [];
-  const drained: DrainedRequest[] = [];
-  const engine = new EngineSimulator(
-    views,
-    hashing,
-    { ended: (e) => ended.push(e) },
-    { stepMs: 0, abortQueuedRate: 0, abortRunningRate: 0, seed: 5, loadFromTier: false },
-  );
-  const hasher = new HasherLoop(views, hashing, { hashesPerWake: 64 });
-  const allocator = new AllocatorLoop(views, {
-    lag: { publishDelayMs: 20, jitterMs: 0, seed: 5 },
-    now: () => now,
+  const loops = await oneThreadLoops({
+    config: FULL_ONLY,
+    engine: { stepMs: 0, abortQueuedRate: 0, abortRunningRate: 0, seed: 5, loadFromTier: false },
+    engineClock: 'wall',
+    allocatorLag: { publishDelayMs: 20, jitterMs: 0, seed: 5 },
+    hashesPerWake: 64,
+    storeBeforeAllocator: true,
+    msPerRound: 0.05,
+    store: { unsafeSkipSettle },
   });
-  const backend = new InlineTransferBackend(views.transferArenas());
-  const store = new StoreLoop(
-    views,
-    backend,
-    { jobs: () => {}, drained: (r) => drained.push(r) },
-    { unsafeSkipSettle },
-  );
+  const { drained, ended } = loops;
   const n = 24;
   for (let i = 1; i <= n; i += 1) {
-    engine.add({
-      requestId: i,
-      promptLength: 100 + 7 * i,
-      prefixId: UNSET,
-      sharedPrefixTokens: 0,
-      maxDecodeTokens: 5,
-      abortAfterTokens: UNSET,
-    });
+    loops.submit({ requestId: i, promptLength: 100 + 7 * i, maxDecodeTokens: 5 });
   }
-  for (let round = 0; round < 400_000 && ended.length < n; round += 1) {
-    engine.step();
-    hasher.step();
-    store.step();
-    allocator.step();
-    now += 0.05;
-  }
+  loops.runUntil(() => ended.length >= n, 400_000);
   expect(ended).toHaveLength(n);
   expect(ended.every((e) => e.status === 'finished')).toBe(true);
   return drained;

@@ -8,19 +8,10 @@ import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
 import type { ConfigInput } from '../src/config.js';
 import { alignmentChunks, storeReachable } from '../src/ready.js';
-import { loadHashing } from '../src/hashing.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
-import { InlineTransferBackend } from '../src/runtime/backend.js';
-import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
-import type { EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
-import type { DrainedRequest } from '../src/runtime/store-loop.js';
 import { fuzz } from '../src/sim/run.js';
 import { scenarioFromSeed } from '../src/sim/scenario.js';
 import { chunkIds, local, planAndComplete, tokens } from './helpers.js';
+import { oneThreadLoops } from './one-thread-loops.js';
 
 /** Reference §2.3: full-attention block 16, sliding-window block 4, window 8, 1 block per chunk. */
 const SECTION_2_3: ConfigInput = {
@@ -140,22 +131,9 @@ describe('sliding-window chunks stored though no hit can reach them', () => {
 
 describe('sliding-window chunks stored though no hit can reach them (runtime loops, one thread)', () => {
   it("the runtime's store loop passes them too: counted as unreachable, no holes, every entry verifies", async () => {
-    const config = resolveConfig({
-      ...SECTION_2_3,
-      maxRequests: 8,
-      gpuBlocks: 1024,
-      tierChunks: 512,
-    });
-    const views = new RuntimeViews(config, createRuntimeBuffers(config));
-    const hashing = await loadHashing();
-    let now = 0;
-    const ended: EngineSummary[] = [];
-    const drained: DrainedRequest[] = [];
-    const engine = new EngineSimulator(
-      views,
-      hashing,
-      { ended: (e) => ended.push(e) },
-      {
+    const loops = await oneThreadLoops({
+      config: { ...SECTION_2_3, maxRequests: 8, gpuBlocks: 1024, tierChunks: 512 },
+      engine: {
         stepMs: 0,
         stepTokenBudget: 512, // a whole prompt per step: many chunks become ready at once
         abortQueuedRate: 0,
@@ -163,41 +141,20 @@ describe('sliding-window chunks stored though no hit can reach them (runtime loo
         seed: 11,
         loadFromTier: false,
       },
-    );
-    const hasher = new HasherLoop(views, hashing, { hashesPerWake: 64 });
-    const allocator = new AllocatorLoop(views, {
-      lag: { publishDelayMs: 0, jitterMs: 0, seed: 11 },
-      now: () => now,
+      engineClock: 'wall',
+      allocatorLag: { publishDelayMs: 0, jitterMs: 0, seed: 11 },
+      hashesPerWake: 64,
+      // The store plans before the allocator handles this step's window nulling.
+      storeBeforeAllocator: true,
     });
-    const backend = new InlineTransferBackend(views.transferArenas());
-    const store = new StoreLoop(views, backend, {
-      jobs: () => {},
-      drained: (r) => drained.push(r),
-    });
+    const { allocator, drained, ended, store } = loops;
     const n = 8;
     for (let i = 1; i <= n; i += 1) {
-      engine.add({
-        requestId: i,
-        promptLength: 100 + 13 * i,
-        prefixId: UNSET,
-        sharedPrefixTokens: 0,
-        maxDecodeTokens: 4,
-        abortAfterTokens: UNSET,
-      });
+      loops.submit({ requestId: i, promptLength: 100 + 13 * i, maxDecodeTokens: 4 });
     }
-    for (let round = 0; round < 200_000 && ended.length < n; round += 1) {
-      // The store plans before the allocator handles this step's window nulling.
-      engine.step();
-      hasher.step();
-      store.step();
-      allocator.step();
-      now += 0.5;
-    }
+    loops.runUntil(() => ended.length >= n, 200_000);
     expect(ended).toHaveLength(n);
-    for (let i = 0; i < 10; i += 1) {
-      store.step();
-      allocator.step();
-    }
+    loops.drainLeftovers();
     // About half of the sliding-window chunks (A = 4, tail 2) are passed as unreachable.
     expect(store.planner.counters.chunksUnreachable).toBeGreaterThan(0);
     const report = store.verify();

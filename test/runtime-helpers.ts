@@ -3,7 +3,23 @@
 // workload with aborts, and the checks every run must pass.
 import { expect } from 'vitest';
 import type { ConfigInput } from '../src/config.js';
-import type { OffloadRuntime, RequestSummary, SimRequest } from '../src/runtime/runtime.js';
+import type {
+  LeakReport,
+  OffloadRuntime,
+  RequestSummary,
+  SimRequest,
+} from '../src/runtime/runtime.js';
+
+/** The leak report of a runtime closed with nothing held. */
+export const NO_LEAKS: LeakReport = {
+  blocksInUse: 0,
+  blocksQuarantined: 0,
+  pinsOutstanding: 0,
+  slotsInUse: 0,
+  tierEntriesWriting: 0,
+  tierEntriesReading: 0,
+  jobsInFlight: 0,
+};
 
 /** Longer runs with KVOFF_STRESS=1. */
 export const STRESS = process.env.KVOFF_STRESS === '1';
@@ -65,13 +81,5 @@ export async function checkAndClose(
   for (const s of summaries) expect(s.holes).toBe(0);
   expect(rt.stats().mismatches).toBe(0);
   await rt.close();
-  expect(rt.leakReport()).toEqual({
-    blocksInUse: 0,
-    blocksQuarantined: 0,
-    pinsOutstanding: 0,
-    slotsInUse: 0,
-    tierEntriesWriting: 0,
-    tierEntriesReading: 0,
-    jobsInFlight: 0,
-  });
+  expect(rt.leakReport()).toEqual(NO_LEAKS);
 }

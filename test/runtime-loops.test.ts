@@ -3,19 +3,9 @@
 // memory (the inline transfer backend copies on the spot). This is how a
 // single-thread driver reuses the runtime's code.
 import { describe, expect, it } from 'vitest';
-import { resolveConfig } from '../src/config.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { loadHashing } from '../src/hashing.js';
-import { AllocatorLoop } from '../src/runtime/allocator-loop.js';
-import { InlineTransferBackend } from '../src/runtime/backend.js';
-import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
-import { EngineSimulator } from '../src/runtime/engine-sim.js';
-import type { EngineSummary } from '../src/runtime/engine-sim.js';
-import { HasherLoop } from '../src/runtime/hasher-loop.js';
-import { UNSET } from '../src/runtime/protocol.js';
 import { SpscRing, pushKey, readKey } from '../src/runtime/rings.js';
-import { StoreLoop } from '../src/runtime/store-loop.js';
-import type { DrainedRequest } from '../src/runtime/store-loop.js';
+import { oneThreadLoops } from './one-thread-loops.js';
 import { SMALL_HYBRID } from './runtime-helpers.js';
 
 describe('SpscRing', () => {
@@ -61,17 +51,9 @@ describe('SpscRing', () => {
 
 describe('every role loop from one thread', () => {
   it('runs the engine simulator to the end with preemption; bytes, holes and leaks all check out', async () => {
-    const config = resolveConfig({ ...SMALL_HYBRID, gpuBlocks: 700 });
-    const views = new RuntimeViews(config, createRuntimeBuffers(config));
-    const hashing = await loadHashing();
-    let now = 0;
-    const ended: EngineSummary[] = [];
-    const drained: DrainedRequest[] = [];
-    const engine = new EngineSimulator(
-      views,
-      hashing,
-      { ended: (s) => ended.push(s) },
-      {
+    const loops = await oneThreadLoops({
+      config: { ...SMALL_HYBRID, gpuBlocks: 700 },
+      engine: {
         stepTokenBudget: 256,
         maxRunning: 8,
         abortQueuedRate: 0.01,
@@ -79,44 +61,28 @@ describe('every role loop from one thread', () => {
         stepMs: 0, // steps are this loop's rounds, not wall time
         seed: 3,
       },
-    );
-    const hasher = new HasherLoop(views, hashing, { hashesPerWake: 16 });
-    const allocator = new AllocatorLoop(views, {
-      lag: { publishDelayMs: 2, jitterMs: 3, seed: 3 },
-      now: () => now,
+      engineClock: 'wall',
+      allocatorLag: { publishDelayMs: 2, jitterMs: 3, seed: 3 },
+      hasherEveryRounds: 2,
     });
-    const backend = new InlineTransferBackend(views.transferArenas());
-    const store = new StoreLoop(views, backend, {
-      jobs: () => {},
-      drained: (r) => drained.push(r),
-    });
+    const { allocator, drained, ended, engine, store, views } = loops;
     const n = 30;
     for (let i = 1; i <= n; i += 1) {
-      engine.add({
+      loops.submit({
         requestId: i,
         promptLength: 300 + ((i * 97) % 700),
         prefixId: i % 3,
         sharedPrefixTokens: 200,
         maxDecodeTokens: 64,
-        abortAfterTokens: UNSET,
       });
     }
     // Round-robin steps; the allocator's clock advances so its lag elapses.
-    for (let round = 0; round < 200_000 && ended.length < n; round += 1) {
-      engine.step();
-      if (round % 2 === 0) hasher.step();
-      allocator.step();
-      store.step();
-      now += 0.5;
-    }
+    loops.runUntil(() => ended.length >= n, 200_000);
     expect(ended).toHaveLength(n);
     expect(ended.some((s) => s.status === 'finished')).toBe(true);
     expect(ended.some((s) => s.preemptions > 0)).toBe(true);
     // Drain what is left: copies complete inline; quarantined blocks go back.
-    for (let i = 0; i < 10; i += 1) {
-      store.step();
-      allocator.step();
-    }
+    loops.drainLeftovers();
     const report = store.verify();
     expect(report.entriesChecked).toBeGreaterThan(0);
     expect(report.mismatches).toBe(0);

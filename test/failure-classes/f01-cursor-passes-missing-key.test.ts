@@ -15,23 +15,14 @@
 // stores the keyed chunk, defers the other two (counted) and stores them once
 // their keys exist; legacy-zip (the broken variant) leaves two holes.
 import { describe, expect, it } from 'vitest';
-import type { ConfigInput } from '../../src/config.js';
 import type { LocalOffloadOptions } from '../../src/local.js';
 import { local, planAndComplete, tokens } from '../helpers.js';
-import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
 
-const CONFIG: ConfigInput = {
-  groups: [{ kind: 'full', tokensPerBlock: 4 }],
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 64,
-  tierChunks: 16,
-};
 const PROMPT = tokens(12, 1);
 
 async function keysLagTokens(options: LocalOffloadOptions) {
-  const lo = await local(CONFIG, options);
+  const lo = await local(SMALL_ONE_GROUP, options);
   const h = lo.open({ requestId: 1, promptTokens: PROMPT });
   lo.progress(h, 0, 12); // the whole prompt scheduled: 3 token chunks
   lo.appendBlocks(h, 0, [1, 2, 3]);

@@ -19,15 +19,11 @@ import { describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import type { LocalOffloadOptions } from '../../src/local.js';
 import { local, planAndComplete, tokens } from '../helpers.js';
-import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
 
 const CONFIG: ConfigInput = {
+  ...SMALL_ONE_GROUP,
   groups: [{ kind: 'full', tokensPerBlock: 4, eagle: true }],
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 64,
-  tierChunks: 16,
 };
 const PROMPT = tokens(8, 2);
 const DRAFTS = 2;

@@ -15,22 +15,13 @@
 // not ready is deferred (counted) and stored once it is. The broken variant
 // (policy legacy-assert, the old code) throws on each: the engine crash.
 import { describe, expect, it } from 'vitest';
-import type { ConfigInput } from '../../src/config.js';
 import { LegacyAssertionError } from '../../src/errors.js';
 import type { LocalOffload } from '../../src/local.js';
 import type { StorePolicy } from '../../src/ready.js';
 import type { RequestHandle } from '../../src/roles/handle.js';
 import { local, planAndComplete, tokens } from '../helpers.js';
-import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
 
-const CONFIG: ConfigInput = {
-  groups: [{ kind: 'full', tokensPerBlock: 4 }],
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 64,
-  tierChunks: 16,
-};
 const PROMPT = tokens(12, 3);
 
 interface Lag {
@@ -73,7 +64,7 @@ const LAGS: readonly Lag[] = [
 ];
 
 async function run(lag: Lag, policy: StorePolicy) {
-  const lo = await local(CONFIG, { policy });
+  const lo = await local(SMALL_ONE_GROUP, { policy });
   const h = lo.open({ requestId: 1, promptTokens: PROMPT });
   const catchUp = lag.setup(lo, h);
   const first = planAndComplete(lo).flatMap((j) => j.chunks.map((c) => c.chunk));

@@ -17,24 +17,15 @@
 // engine writes a block's bytes only for computed tokens, sees those bytes
 // mismatch their key.
 import { describe, expect, it } from 'vitest';
-import type { ConfigInput } from '../../src/config.js';
 import type { LocalOffloadOptions } from '../../src/local.js';
 import { local, planAndComplete, tokens } from '../helpers.js';
-import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
 
-const CONFIG: ConfigInput = {
-  groups: [{ kind: 'full', tokensPerBlock: 4 }],
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 64,
-  tierChunks: 16,
-};
 const PROMPT = tokens(8, 4);
 const FINAL_TOKENS = 12;
 
 async function decodeToFinish(options: LocalOffloadOptions) {
-  const lo = await local(CONFIG, options);
+  const lo = await local(SMALL_ONE_GROUP, options);
   const h = lo.open({ requestId: 1, promptTokens: PROMPT });
   const all = [...PROMPT];
   const kvComputed = new Set<number>(); // token indexes a forward pass ran on

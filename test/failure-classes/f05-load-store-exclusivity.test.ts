@@ -19,26 +19,18 @@
 // roles world has no loads, and the runtime's engine resumes a preempted
 // request by recomputing it (no lookup), so its store and load never meet.
 import { describe, expect, it } from 'vitest';
-import type { ConfigInput } from '../../src/config.js';
 import { IllegalTransitionError } from '../../src/errors.js';
 import type { LocalOffloadOptions } from '../../src/local.js';
 import type { LoadJob } from '../../src/load-path.js';
 import type { StoreJob } from '../../src/job.js';
 import { local, planAndComplete, tokens } from '../helpers.js';
+import { SMALL_ONE_GROUP } from './helpers.js';
 
-const CONFIG: ConfigInput = {
-  groups: [{ kind: 'full', tokensPerBlock: 4 }],
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 64,
-  tierChunks: 16,
-};
 const PROMPT = tokens(8, 5);
 const DECODED = [701, 702, 703, 704];
 
 async function preemptedWhileStoring(options: LocalOffloadOptions) {
-  const lo = await local(CONFIG, options);
+  const lo = await local(SMALL_ONE_GROUP, options);
   const h = lo.open({ requestId: 1, promptTokens: PROMPT });
   lo.progress(h, 0, 8);
   lo.appendBlocks(h, 0, [1, 2]);
@@ -79,7 +71,7 @@ describe('F5: a request re-admitted while its stores are in flight', () => {
   });
 
   it('kvoff: a load that ignores the deferral is refused, and nothing changes', async () => {
-    const lo = await local(CONFIG);
+    const lo = await local(SMALL_ONE_GROUP);
     const h = lo.open({ requestId: 1, promptTokens: PROMPT });
     lo.progress(h, 0, 8);
     lo.appendBlocks(h, 0, [1, 2]);

@@ -23,16 +23,9 @@ import { copyChunkToTier, tierChunkMatches, writeComputedBlock } from '../../src
 import { GpuBlockPool } from '../../src/gpu-pool.js';
 import { fuzz } from '../../src/sim/run.js';
 import { local, tokens } from '../helpers.js';
-import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
 
-const CONFIG: ConfigInput = {
-  groups: [{ kind: 'full', tokensPerBlock: 4 }],
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 8,
-  tierChunks: 16,
-};
+const CONFIG: ConfigInput = { ...SMALL_ONE_GROUP, gpuBlocks: 8 };
 
 async function reusedBeforeCopy(unsafe: boolean) {
   const lo = await local(CONFIG, unsafe ? { unsafeSkipPins: true } : {});

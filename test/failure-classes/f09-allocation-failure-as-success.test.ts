@@ -15,7 +15,7 @@
 // test-only variant that acknowledges the failed allocation
 // (`unsafeAckOnAllocFailure`: planner, disk tier, Redis tier; the runtime
 // fuzzer's `ack-on-alloc-failure` switch), where the same check must fail.
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ConfigInput } from '../../src/config.js';
@@ -26,8 +26,7 @@ import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { hex16 } from '../../src/tier/value.js';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
-import { redisCli, startCluster } from '../redis-cluster.js';
-import type { TestCluster } from '../redis-cluster.js';
+import { redisCli, useCluster } from '../redis-cluster.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
@@ -41,14 +40,8 @@ import {
 const CONFIG: ConfigInput = { ...ONE_GROUP, tierChunks: 16 };
 const UNSAFE: PlannerOptions = { unsafeAckOnAllocFailure: true };
 
-let cluster: TestCluster | undefined;
-beforeAll(async () => {
-  cluster = await startCluster();
-}, 120_000);
-afterAll(async () => {
-  removeDirs();
-  await cluster?.down();
-}, 60_000);
+const cluster = useCluster();
+afterAll(removeDirs);
 
 /**
  * A request of four chunks; the tier refuses its first offer (cannot
@@ -178,13 +171,13 @@ describe('F9 allocation failure treated as success: Redis Cluster tier (OOM)', (
   let fp = 0xf0900n;
 
   async function outOfMemory(switches: LowerTierSwitches): Promise<string[]> {
-    const ports = cluster!.ports;
+    const ports = cluster().ports;
     for (const p of ports) {
       await redisCli(p, 'config', 'set', 'maxmemory-policy', 'noeviction');
       await redisCli(p, 'config', 'set', 'maxmemory', '1');
     }
     fp += 1n;
-    const tier = await openRedis(cluster!.url, fp, switches);
+    const tier = await openRedis(cluster().url, fp, switches);
     try {
       const keys = [1n, 2n, 3n, 4n];
       for (const k of keys) tier.store(k, valueOf(fp, k));

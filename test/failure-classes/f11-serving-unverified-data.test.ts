@@ -16,13 +16,12 @@
 import { readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createCluster } from 'redis';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import type { LowerTier } from '../../src/tier/lower.js';
 import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
-import { startCluster } from '../redis-cluster.js';
-import type { TestCluster } from '../redis-cluster.js';
+import { useCluster } from '../redis-cluster.js';
 import {
   freshDir,
   openDisk,
@@ -33,14 +32,8 @@ import {
   valueOf,
 } from './lower-tier-support.js';
 
-let cluster: TestCluster | undefined;
-beforeAll(async () => {
-  cluster = await startCluster();
-}, 120_000);
-afterAll(async () => {
-  removeDirs();
-  await cluster?.down();
-}, 60_000);
+const cluster = useCluster();
+afterAll(removeDirs);
 
 /** One payload byte flipped: same length, same header; only the CRC can tell. */
 function corrupt(value: Buffer): Buffer {
@@ -109,8 +102,8 @@ describe('F11 serving unverified data: Redis Cluster tier', () => {
 
   async function corruptedValue(switches: LowerTierSwitches): Promise<string[]> {
     fp += 1n;
-    const tier = await openRedis(cluster!.url, fp, switches);
-    const raw = createCluster({ rootNodes: [{ url: cluster!.url }] });
+    const tier = await openRedis(cluster().url, fp, switches);
+    const raw = createCluster({ rootNodes: [{ url: cluster().url }] });
     raw.on('error', () => undefined);
     await raw.connect();
     try {

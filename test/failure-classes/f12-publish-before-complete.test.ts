@@ -15,14 +15,13 @@
 // tiers; the runtime fuzzer's `load-while-writing` switch), where the same
 // check must fail.
 import { statSync } from 'node:fs';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { HostTierOptions } from '../../src/tier/host-tier.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
 import { ONE_GROUP, local, tokens } from '../helpers.js';
-import { startCluster } from '../redis-cluster.js';
-import type { TestCluster } from '../redis-cluster.js';
+import { useCluster } from '../redis-cluster.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
@@ -34,14 +33,8 @@ import {
   valueOf,
 } from './lower-tier-support.js';
 
-let cluster: TestCluster | undefined;
-beforeAll(async () => {
-  cluster = await startCluster();
-}, 120_000);
-afterAll(async () => {
-  removeDirs();
-  await cluster?.down();
-}, 60_000);
+const cluster = useCluster();
+afterAll(removeDirs);
 
 /**
  * Request 1's store job for a 4-chunk prompt is in flight (its copy has not
@@ -147,7 +140,7 @@ describe('F12 publish before complete: Redis Cluster tier', () => {
   /** A lookup right after the store was offered, while its SET is in flight. */
   async function lookupDuringSet(switches: LowerTierSwitches): Promise<string[]> {
     fp += 1n;
-    const tier = await openRedis(cluster!.url, fp, switches);
+    const tier = await openRedis(cluster().url, fp, switches);
     try {
       const violations: string[] = [];
       const keys = [1n, 2n, 3n];
