@@ -216,7 +216,12 @@ async function control(): Promise<Record<string, unknown>> {
       shrink: false,
       target: 'runtime',
     });
-    out[`runtime ${strategy}`] = { schedules: rt.schedules, violations: rt.violations };
+    // Wall-clock rate of a whole campaign (the CLI's figure), beside tinybench's per-schedule one.
+    out[`runtime ${strategy}`] = {
+      schedules: rt.schedules,
+      violations: rt.violations,
+      schedulesPerSecond: Math.round(rt.schedulesPerSecond),
+    };
     if (ONLY_RUNTIME) continue;
     const r = await fuzz({
       policy: 'ready-prefix',
