@@ -331,11 +331,14 @@ export async function runPlannerBench(options: PlannerOptions): Promise<PlannerR
       if (fx.jobs.length !== 0) throw new Error('planner bench: an idle pass produced jobs');
       const idleHeap = bytesPerCall(
         () => planner.pass(fx.collect),
-        // At least 2,000 calls: the warm-up must get the closure optimised before
-        // the trials (at R x G = 65,536, 76 calls left it to a trial, whose
-        // code allocation then read as 8 bytes per pass). An idle pass takes
-        // microseconds, so this is milliseconds per trial.
-        Math.max(2_000, Math.min(20_000, Math.floor(5e6 / rg))),
+        // 20,000 calls at every size: the warm-up must get the closure optimised
+        // before the trials (at R x G = 65,536, 76 calls left it to a trial,
+        // whose code allocation then read as 8 bytes per pass), and a one-off
+        // allocation in a trial (code, feedback: ~19 KB seen at 2,000 calls,
+        // 9.5 B per pass) must not read as a per-pass one. Anything allocated
+        // on every pass is still >= 16 B per pass. An idle pass takes under
+        // 10 us even at R = 16,384, so a trial stays under 0.2 s.
+        20_000,
         options.heapTrials,
       );
       rows.push({
