@@ -67,6 +67,31 @@ async function rawClient() {
 }
 
 describe('redis tier', () => {
+  it('a burst beyond the window waits in the queue (pending to lookups) and is stored, not dropped; beyond the queue it is dropped and counted', async () => {
+    const keys = Array.from({ length: 40 }, (_, i) => BigInt(0x5000 + i));
+    // A window of 1 SET in flight: 39 of the burst queue behind it.
+    const tier = await openTier({ storesInFlightMax: 1 });
+    for (const k of keys) tier.store(k, encodeValue(fp, k, payloadOf(k)));
+    expect(tier.storesInFlight).toBe(40);
+    expect(await tier.states(keys.slice(-2))).toEqual(['pending', 'pending']);
+    await settle(tier);
+    expect(tier.counters).toMatchObject({ storedChunks: 40, droppedChunks: 0, errors: 0 });
+    for (const k of [keys[0]!, keys[39]!]) {
+      expect((await tier.load(k))?.equals(payloadOf(k))).toBe(true);
+    }
+    await tier.close(5_000);
+    // No queue: the same burst keeps one SET and drops the rest, counted.
+    const bare = await openTier({ storesInFlightMax: 1, storesQueuedMax: 0 });
+    for (const k of keys) bare.store(k, encodeValue(fp, k, payloadOf(k)));
+    await settle(bare);
+    expect(bare.counters).toMatchObject({ storedChunks: 1, droppedChunks: 39 });
+    // close() sends what is still queued before it lets go of the client.
+    const closing = await openTier({ storesInFlightMax: 1 });
+    for (const k of keys) closing.store(k, encodeValue(fp, k, payloadOf(k)));
+    await closing.close(30_000);
+    expect(closing.counters).toMatchObject({ storedChunks: 40, droppedChunks: 0 });
+  });
+
   it('round-trips bytes; lookups stop at the first miss; keys spread over the masters', async () => {
     const tier = await openTier();
     const keys = Array.from(
