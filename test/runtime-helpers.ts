@@ -60,8 +60,16 @@ export function pressureWorkload(n: number, seed = 1): SimRequest[] {
 
 /** Waits (bounded, on timers) until no copy is in flight, so verify sees every entry. */
 export async function settle(rt: OffloadRuntime, ms = 20_000): Promise<void> {
+  // The store publishes jobsInFlight at the end of its step, after it may have
+  // posted a request's 'drained' and dispatched its last job: one 0 read can be
+  // the step before. Require 0 on every poll for QUIET_MS (many store steps).
+  const QUIET_MS = 50;
   const deadline = Date.now() + ms;
-  while (rt.stats().jobsInFlight > 0 && Date.now() < deadline) {
+  let quietSince = -1;
+  while (Date.now() < deadline) {
+    if (rt.stats().jobsInFlight > 0) quietSince = -1;
+    else if (quietSince < 0) quietSince = Date.now();
+    else if (Date.now() - quietSince >= QUIET_MS) return;
     await new Promise((r) => setTimeout(r, 5));
   }
 }
