@@ -93,5 +93,15 @@ describe('tier cascade in the runtime', () => {
     await expect(OffloadRuntime.start({ tiers: { redis: { urls: [] } } })).rejects.toThrow(
       /tiers\.redis\.urls/,
     );
+    await expect(
+      OffloadRuntime.start({
+        tiers: { redis: { urls: ['redis://127.0.0.1:1'], storesQueuedBytesMax: -1 } },
+      }),
+    ).rejects.toThrow(/tiers\.redis\.storesQueuedBytesMax/);
+    await expect(
+      OffloadRuntime.start({
+        tiers: { redis: { urls: ['redis://127.0.0.1:1'], storesInFlightMax: 0 } },
+      }),
+    ).rejects.toThrow(/tiers\.redis\.storesInFlightMax/);
   });
 });

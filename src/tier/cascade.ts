@@ -30,8 +30,10 @@ export interface TiersOptions {
     urls: string[];
     /** Per-command timeout, default 2,000 ms. */
     timeoutMs?: number;
-    /** Ceiling of the window of SETs in flight (stores beyond it are dropped), default 4,096. */
+    /** Ceiling of the window of SETs in flight (stores beyond it wait in the queue), default 4,096. */
     storesInFlightMax?: number;
+    /** Bytes of values waiting for room in the window before stores are dropped (0: no queue); default 256 MiB. */
+    storesQueuedBytesMax?: number;
   };
 }
 
@@ -96,6 +98,9 @@ export class TierCascade {
           ...(options.redis.timeoutMs !== undefined ? { timeoutMs: options.redis.timeoutMs } : {}),
           ...(options.redis.storesInFlightMax !== undefined
             ? { storesInFlightMax: options.redis.storesInFlightMax }
+            : {}),
+          ...(options.redis.storesQueuedBytesMax !== undefined
+            ? { storesQueuedBytesMax: options.redis.storesQueuedBytesMax }
             : {}),
           payloadBytes,
           fingerprint,
@@ -192,6 +197,20 @@ export function validateTiersOptions(o: TiersOptions): void {
     const t = o.redis.timeoutMs;
     if (t !== undefined && (!Number.isInteger(t) || t < 1 || t > 600_000)) {
       throw new InvalidArgumentError('tiers.redis.timeoutMs', 'must be an integer in [1, 600000]');
+    }
+    const w = o.redis.storesInFlightMax;
+    if (w !== undefined && (!Number.isInteger(w) || w < 1 || w > 1 << 20)) {
+      throw new InvalidArgumentError(
+        'tiers.redis.storesInFlightMax',
+        'must be an integer in [1, 1048576]',
+      );
+    }
+    const q = o.redis.storesQueuedBytesMax;
+    if (q !== undefined && (!Number.isSafeInteger(q) || q < 0)) {
+      throw new InvalidArgumentError(
+        'tiers.redis.storesQueuedBytesMax',
+        'must be a non-negative integer',
+      );
     }
   }
 }

@@ -28,7 +28,7 @@ export interface RedisTierOptions {
   readonly urls: readonly string[];
   /** Per-command timeout; default 2,000 ms. */
   readonly timeoutMs?: number;
-  /** Most SETs awaiting their reply (the delay-based window's ceiling); beyond the window stores are dropped; default 4,096. */
+  /** Most SETs awaiting their reply (the delay-based window's ceiling); beyond the window stores wait in the queue; default 4,096. */
   readonly storesInFlightMax?: number;
   /** Bytes of SETs awaiting their reply; beyond this stores wait in the queue; default 64 MiB. */
   readonly storeBytesInFlightMax?: number;
