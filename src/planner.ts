@@ -477,7 +477,7 @@ export class StorePlanner {
         }
         const key = role.key(snap, g, c);
         keys.push(key);
-        chunks.push({ group: g, chunk: c, key, blocks, positions });
+        chunks.push({ group: g, chunk: c, key, tierSlot: -1, blocks, positions });
       }
     }
     if (!this.skipPins) for (const c of chunks) pinBlocks(this.state.pins, c.blocks);
@@ -532,7 +532,8 @@ export class StorePlanner {
     let next = 0;
     for (const c of chunks) {
       if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
-        stored.push({ ...c, tierSlot: out.slots[next]! });
+        c.tierSlot = out.slots[next]!;
+        stored.push(c);
         next += 1;
         this.report(c.group, c.chunk, 'stored');
       } else {
@@ -694,10 +695,12 @@ function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
 const RETRY = Symbol('retry');
 const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
 
+/** A chunk offered to the tier; once the tier gives it a slot it is the job's StoreChunk as it is (one object per chunk). */
 interface Candidate {
   readonly group: number;
   readonly chunk: number;
   readonly key: bigint;
+  tierSlot: number;
   readonly blocks: number[];
   readonly positions: number[];
 }
