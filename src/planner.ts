@@ -346,10 +346,8 @@ export class StorePlanner {
     if (!this.skipPins) {
       for (const c of job.chunks) {
         for (const b of c.blocks) {
-          invariant(
-            Atomics.load(this.state.pins, b) > 0,
-            `block ${b} of job ${job.jobId} is pinned`,
-          );
+          if (!(Atomics.load(this.state.pins, b) > 0))
+            invariant(false, `block ${b} of job ${job.jobId} is pinned`);
         }
       }
     }
