@@ -28,7 +28,7 @@ import type { AllocatorRoleOptions } from '../roles/allocator.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
-import { RuntimeViews } from './buffers.js';
+import { RuntimeViews, checkRuntimeBuffers } from './buffers.js';
 import { ExternalLoadPath } from './external-load.js';
 import type {
   ExternalLoadResult,
@@ -68,6 +68,7 @@ export function attachExternal(
   buffers: RuntimeBuffers,
   allocatorOptions: AllocatorRoleOptions = {},
 ): ExternalRoles {
+  checkRuntimeBuffers(config, buffers);
   const views = new RuntimeViews(config, buffers);
   const bells = [views.doorbell('hasher'), views.doorbell('store')];
   return {
