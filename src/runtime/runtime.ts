@@ -242,6 +242,9 @@ export class OffloadRuntime {
   static async start(options: RuntimeOptions & { external: true }): Promise<ExternalRuntime>;
   static async start(options?: RuntimeOptions): Promise<OffloadRuntime>;
   static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+      throw new InvalidArgumentError('options', 'must be an object');
+    }
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);
     // A bad backend module is refused here, as a typed error, before any worker starts.
@@ -758,6 +761,30 @@ interface PendingVerify {
 
 function validateOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
+  // Checked here, before any worker starts: a bad one used to start every
+  // worker and then fail one of them (WorkerFailedError), or, for `external`,
+  // any truthy value turned the built-in engine off.
+  const flag = (name: string, v: unknown) => {
+    if (v !== undefined && typeof v !== 'boolean') {
+      throw new InvalidArgumentError(name, 'must be a boolean');
+    }
+  };
+  flag('external', o.external);
+  flag('unsafeSkipPins', o.unsafeSkipPins);
+  const obj = (name: string, v: unknown) => {
+    if (v !== undefined && (typeof v !== 'object' || v === null || Array.isArray(v))) {
+      throw new InvalidArgumentError(name, 'must be an object');
+    }
+  };
+  obj('lag', o.lag);
+  obj('simulator', o.simulator);
+  const seed: unknown = o.lag?.seed;
+  if (
+    seed !== undefined &&
+    (typeof seed !== 'number' || !Number.isInteger(seed) || seed < -0x80000000 || seed > 0x7fffffff)
+  ) {
+    throw new InvalidArgumentError('lag.seed', 'must be an integer in [-2^31, 2^31)');
+  }
   const int = (name: string, v: unknown, min: number, max: number) => {
     if (v === undefined) return;
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
