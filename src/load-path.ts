@@ -144,7 +144,7 @@ export class LoadPath {
       keys.map((k) => k.length),
       local + hit,
     )) {
-      this.tier.touch(keys[t.group]!.slice(t.from, t.to));
+      this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
     }
     if (result === DEFER) return { deferred: true };
     const hitChunks = this.config.groups.map((g) => {

@@ -206,6 +206,8 @@ export class StorePlanner {
   private readonly snap: RequestSnapshot;
   private readonly windows: StoreWindow[];
   /** Per group: alignmentChunks (null: every chunk reachable). */
+  /** Scratch key list lent to tier.touch (see touchRequest). */
+  private readonly touchKeys: bigint[] = [];
   private readonly alignment: (number | null)[];
   /** Per group: first chunk deferred at this pass (the rest up to tokenChunks). */
   private readonly deferredFrom: Int32Array;
@@ -477,7 +479,7 @@ export class StorePlanner {
         }
         const key = role.key(snap, g, c);
         keys.push(key);
-        chunks.push({ group: g, chunk: c, key, blocks, positions });
+        chunks.push({ group: g, chunk: c, key, tierSlot: -1, blocks, positions });
       }
     }
     if (!this.skipPins) for (const c of chunks) pinBlocks(this.state.pins, c.blocks);
@@ -532,7 +534,8 @@ export class StorePlanner {
     let next = 0;
     for (const c of chunks) {
       if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
-        stored.push({ ...c, tierSlot: out.slots[next]! });
+        c.tierSlot = out.slots[next]!;
+        stored.push(c);
         next += 1;
         this.report(c.group, c.chunk, 'stored');
       } else {
@@ -605,15 +608,20 @@ export class StorePlanner {
    * up most recent and outlives its tail. No touch when nothing was stored.
    */
   private touchRequest(): void {
-    const { snap, role, config } = this;
+    const { snap, role, config, tier } = this;
+    if (tier.touch === undefined) return; // a tier without recency: no key list to build
+    // One list lent to every touch (the tier keeps none): a request's keys are
+    // read after each of its stores, so a fresh array per call was garbage in
+    // proportion to the prompt on every job.
+    const keys = this.touchKeys;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const w = config.groups[g]!.windowChunks;
       const from = w === null ? 0 : Math.max(0, role.hitChunks(snap, g) - w);
       const n = snap.keyCount[g]!;
       if (n <= from) continue;
-      const keys = new Array<bigint>(n - from);
-      for (let c = from; c < n; c += 1) keys[c - from] = role.key(snap, g, c);
-      this.tier.touch(keys);
+      for (let c = from; c < n; c += 1) keys.push(role.key(snap, g, c));
+      tier.touch(keys);
+      keys.length = 0;
     }
   }
 
@@ -694,10 +702,12 @@ function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
 const RETRY = Symbol('retry');
 const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
 
+/** A chunk offered to the tier; once the tier gives it a slot it is the job's StoreChunk as it is (one object per chunk). */
 interface Candidate {
   readonly group: number;
   readonly chunk: number;
   readonly key: bigint;
+  tierSlot: number;
   readonly blocks: number[];
   readonly positions: number[];
 }

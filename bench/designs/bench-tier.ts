@@ -1,7 +1,8 @@
 // A tier that accepts every chunk: design (a) must offer its chunks to a tier
 // through the real planner, but the comparison is about sharing state between
 // threads, not about tier bookkeeping, so this tier does no work beyond
-// returning an answer (the other designs have no tier at all).
+// returning an answer (the other designs have no tier at all). It keeps no
+// recency order, so it has no touch, as OffloadTier allows.
 import type {
   OffloadTier,
   PrepareStoreResult,
@@ -23,7 +24,6 @@ export class AcceptAllTier implements OffloadTier {
   state(): 'miss' {
     return 'miss';
   }
-  touch(): void {}
   prepareStore(keys: readonly bigint[]): PrepareStoreResult {
     return { ok: true, keysToStore: keys, slots: this.slots, evicted: [] };
   }

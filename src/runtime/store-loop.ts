@@ -524,7 +524,7 @@ export class StoreLoop {
       keys.map((k) => k.length),
       hitTokens,
     )) {
-      if (t.to > t.from) this.tier.touch(keys[t.group]!.slice(t.from, t.to));
+      if (t.to > t.from) this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
     }
     // Below a host prefix shorter than asked: the lower levels resolve (and
     // promote) first; ask again meanwhile. Not for a request that reads

@@ -35,7 +35,7 @@ export class FaultyTier implements OffloadTier {
     return this.inner.state(key);
   }
   touch(keys: readonly bigint[]): void {
-    this.inner.touch(keys);
+    this.inner.touch?.(keys);
   }
   completeStore(keys: readonly bigint[], success?: boolean): void {
     this.inner.completeStore(keys, success);

@@ -15,9 +15,29 @@ import type {
   TierStats,
 } from './types.js';
 
+/**
+ * An entry is also a link of the recency list. Touching a request's keys after
+ * every store it makes is vLLM's rule (every key of a full-attention group),
+ * so a long prompt's thousands of keys move on each of its jobs: a Map
+ * delete-and-set per key (two more hashes of a BigInt, and rehashes as the
+ * table fills with deleted entries) was the store's largest single cost. A
+ * list splice moves an entry in O(1) after the one lookup.
+ */
 interface Entry {
+  readonly key: bigint;
   slot: number;
   refCount: number;
+  /** Less recent neighbour (the sentinel at the LRU end). */
+  prev: Entry;
+  /** More recent neighbour (the sentinel at the MRU end). */
+  next: Entry;
+}
+
+function newSentinel(): Entry {
+  const s = { key: -1n, slot: -1, refCount: 0 } as Entry;
+  s.prev = s;
+  s.next = s;
+  return s;
 }
 
 const WRITING = -1;
@@ -40,8 +60,9 @@ export interface HostTierOptions {
 
 export class HostTier implements OffloadTier {
   readonly capacityChunks: number;
-  /** Insertion order is recency order: first = least recently used. */
   private readonly entries = new Map<bigint, Entry>();
+  /** Recency order: sentinel.next is the least recently used entry, sentinel.prev the most. */
+  private readonly recency: Entry = newSentinel();
   /** Freed slots are reused last-in first-out; fresh ones are handed out in order. */
   private readonly freeSlots: number[] = [];
   private nextFreshSlot = 0;
@@ -86,8 +107,7 @@ export class HostTier implements OffloadTier {
       const key = keys[i]!;
       const e = this.entries.get(key);
       if (e === undefined || e.refCount !== 0) continue;
-      this.entries.delete(key);
-      this.entries.set(key, e);
+      this.makeMostRecent(e);
     }
   }
 
@@ -121,11 +141,11 @@ export class HostTier implements OffloadTier {
       invariant(slot < this.capacityChunks, 'tier slot within capacity');
       if (this.publishBeforeComplete) {
         // The unsafe variant: readable before a byte is copied (completeStore then finds nothing to publish).
-        this.entries.set(key, { slot, refCount: 0 });
+        this.insert(key, slot, 0);
         this.evictableCount += 1;
         this.storeCount += 1;
       } else {
-        this.entries.set(key, { slot, refCount: WRITING });
+        this.insert(key, slot, WRITING);
         this.writingCount += 1;
       }
       slots.push(slot);
@@ -144,12 +164,11 @@ export class HostTier implements OffloadTier {
         e.refCount = 0;
         this.evictableCount += 1;
         // Becoming readable makes the entry most recent.
-        this.entries.delete(key);
-        this.entries.set(key, e);
+        this.makeMostRecent(e);
         stored.push(key);
         this.storeCount += 1;
       } else {
-        this.entries.delete(key);
+        this.unlink(e);
         this.freeSlots.push(e.slot);
       }
     }
@@ -216,9 +235,10 @@ export class HostTier implements OffloadTier {
   /** Exactly `n` idle, unprotected entries from the LRU end, or undefined. */
   private pickVictims(n: number, protectedKeys: ReadonlySet<bigint>): bigint[] | undefined {
     const victims: bigint[] = [];
-    for (const [key, e] of this.entries) {
+    // Bounded by the entry count: the list holds each entry once.
+    for (let e = this.recency.next; e !== this.recency; e = e.next) {
       if (victims.length === n) break;
-      if ((e.refCount === 0 || this.evictInUse) && !protectedKeys.has(key)) victims.push(key);
+      if ((e.refCount === 0 || this.evictInUse) && !protectedKeys.has(e.key)) victims.push(e.key);
     }
     return victims.length === n ? victims : undefined;
   }
@@ -229,10 +249,37 @@ export class HostTier implements OffloadTier {
       e !== undefined && (e.refCount === 0 || this.evictInUse),
       'only idle entries are evicted',
     );
-    this.entries.delete(key);
+    this.unlink(e);
     if (e.refCount === 0) this.evictableCount -= 1;
     else if (e.refCount === WRITING) this.writingCount -= 1;
     else this.readingCount -= 1;
     this.freeSlots.push(e.slot);
+  }
+
+  /** A new entry, most recent. */
+  private insert(key: bigint, slot: number, refCount: number): void {
+    const last = this.recency.prev;
+    const e: Entry = { key, slot, refCount, prev: last, next: this.recency };
+    last.next = e;
+    this.recency.prev = e;
+    this.entries.set(key, e);
+  }
+
+  private makeMostRecent(e: Entry): void {
+    if (this.recency.prev === e) return;
+    e.prev.next = e.next;
+    e.next.prev = e.prev;
+    const last = this.recency.prev;
+    e.prev = last;
+    e.next = this.recency;
+    last.next = e;
+    this.recency.prev = e;
+  }
+
+  /** Removes the entry from the map and the recency list. */
+  private unlink(e: Entry): void {
+    e.prev.next = e.next;
+    e.next.prev = e.prev;
+    this.entries.delete(e.key);
   }
 }

@@ -34,7 +34,13 @@ export interface OffloadTier {
   /** Length of the prefix of `keys` that is stored and readable. */
   lookup(keys: readonly bigint[]): number;
   state(key: bigint): LookupState;
-  touch(keys: readonly bigint[]): void;
+  /**
+   * Marks keys recently used (vLLM's touch). A tier with no recency order
+   * leaves it out, and then nobody builds the key lists (the planner would
+   * otherwise read every key of a request after each of its stores). The
+   * array is lent for the call only: a tier must not keep it.
+   */
+  touch?(keys: readonly bigint[]): void;
   prepareStore(keys: readonly bigint[]): PrepareStoreResult;
   completeStore(keys: readonly bigint[], success?: boolean): void;
   /** Protects readable keys from eviction while they are read; returns their slots. */
