@@ -64,4 +64,23 @@ export class IntInput {
     }
     return out.subarray(0, n);
   }
+
+  /** A prompt's token IDs read once into a fresh Int32Array (what lookups hash); InvalidArgumentError otherwise. */
+  static promptTokens(values: ArrayLike<number>): Int32Array {
+    const n = IntInput.lengthOf(
+      values,
+      'promptTokens',
+      0x7fffffff,
+      () => new InvalidArgumentError('promptTokens', 'is too long'),
+      'must be an array of token IDs',
+    );
+    return new IntInput(n).read(
+      values,
+      n,
+      'promptTokens',
+      0,
+      0x7fffffff,
+      'must be an integer token ID in [0, 2^31)',
+    );
+  }
 }

@@ -13,6 +13,7 @@ import { loadHashing } from '../hashing.js';
 import { A_BLOCK_COUNT } from '../layout.js';
 import { loadPlan, promptKeys } from '../lookup.js';
 import { checkHandle } from '../roles/handle.js';
+import { IntInput } from '../roles/input.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
@@ -79,15 +80,13 @@ export class ExternalLoadPath {
   }
 
   async lookup(
-    promptTokens: ArrayLike<number>,
+    promptTokensIn: ArrayLike<number>,
     options: ExternalLookupOptions = {},
   ): Promise<ExternalLookupAnswer> {
-    if (
-      promptTokens === null ||
-      typeof promptTokens !== 'object' ||
-      typeof promptTokens.length !== 'number'
-    ) {
-      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+    // Read once and checked: the tokens hashed are the tokens checked.
+    const promptTokens = IntInput.promptTokens(promptTokensIn);
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'must be an object');
     }
     const limits = validateLookupLimits(options.maxLoadTokens, options.skipReadingPrefixCache);
     checkLoadableGroups(this.config);
@@ -129,7 +128,12 @@ export class ExternalLoadPath {
   ): Promise<ExternalLoadResult> {
     const { state } = this.views;
     checkHandle(state, handle);
-    if (answer.deferred || !this.open.has(answer.tag)) {
+    if (
+      typeof answer !== 'object' ||
+      answer === null ||
+      answer.deferred ||
+      !this.open.has(answer.tag)
+    ) {
       throw new InvalidArgumentError(
         'answer',
         'must be a hit looked up and not yet loaded or cancelled',
@@ -174,6 +178,9 @@ export class ExternalLoadPath {
 
   /** Gives up a looked-up hit without loading it: the store role releases its protection. */
   cancel(answer: ExternalLookupAnswer): void {
+    if (typeof answer !== 'object' || answer === null) {
+      throw new InvalidArgumentError('answer', 'must be a lookup answer');
+    }
     if (answer.deferred || !this.open.delete(answer.tag)) return;
     this.toStore.send([OP_UNLOCK, answer.tag]);
     this.pump();
