@@ -7,10 +7,10 @@
 // timer, and every wait is bounded.
 import type { Config } from '../config.js';
 import { gpuBlockMatches } from '../copy.js';
-import { InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
+import { ClosedError, InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { loadHashing } from '../hashing.js';
-import { A_BLOCK_COUNT } from '../layout.js';
+import { A_BLOCK_COUNT, OWNER_CLOSED } from '../layout.js';
 import { loadPlan, promptKeys } from '../lookup.js';
 import { checkHandle } from '../roles/handle.js';
 import { IntInput } from '../roles/input.js';
@@ -83,6 +83,7 @@ export class ExternalLoadPath {
     promptTokensIn: ArrayLike<number>,
     options: ExternalLookupOptions = {},
   ): Promise<ExternalLookupAnswer> {
+    this.expectOpen();
     // Read once and checked: the tokens hashed are the tokens checked.
     const promptTokens = IntInput.promptTokens(promptTokensIn);
     if (typeof options !== 'object' || options === null) {
@@ -127,6 +128,7 @@ export class ExternalLoadPath {
     timeoutMs?: number,
   ): Promise<ExternalLoadResult> {
     const { state } = this.views;
+    this.expectOpen();
     checkHandle(state, handle);
     if (
       typeof answer !== 'object' ||
@@ -186,6 +188,16 @@ export class ExternalLoadPath {
     this.pump();
   }
 
+  /** True once the runtime's close() closed the shared memory (its owner words read closed). */
+  closed(): boolean {
+    const { state } = this.views;
+    return Atomics.load(state.control, state.ownerWord('allocator')) === OWNER_CLOSED;
+  }
+
+  private expectOpen(): void {
+    if (this.closed()) throw new ClosedError('the external host');
+  }
+
   private takeTag(): number {
     for (let i = 0; i < TAG_MAX; i += 1) {
       const tag = this.nextTag;
@@ -211,6 +223,12 @@ export class ExternalLoadPath {
       const check = () => {
         this.pump();
         if (!this.waiting.has(tag)) return;
+        // The store is gone: no answer will come, so do not wait out the bound.
+        if (this.closed()) {
+          this.waiting.delete(tag);
+          reject(new ClosedError('the external host'));
+          return;
+        }
         if (Date.now() > deadline) {
           this.waiting.delete(tag);
           reject(new TimeoutError(answerOp === ANS_LOOKED_UP ? 'lookup' : 'load', timeoutMs));

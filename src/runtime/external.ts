@@ -209,6 +209,8 @@ export class ExternalHost {
     return new Promise<void>((resolve, reject) => {
       const check = () => {
         if (done()) resolve();
+        // After close() nothing will change: settle now rather than poll out the bound.
+        else if (this.loadPath.closed()) reject(new ClosedError('the external host'));
         else if (Date.now() > deadline) reject(new TimeoutError(what, timeoutMs));
         else setTimeout(check, DRAIN_POLL_MS);
       };
@@ -220,6 +222,7 @@ export class ExternalHost {
   /** Frees the request's blocks and its slot; only after it was drained. */
   release(handle: RequestHandle): void {
     this.checkArgs(handle, 0);
+    if (this.loadPath.closed()) throw new ClosedError('the external host');
     if (!this.roles.drained(handle)) {
       throw new IllegalTransitionError('release', 'not yet drained by the store');
     }
