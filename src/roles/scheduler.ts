@@ -36,8 +36,8 @@ export interface OpenRequest {
   /** The host's id for this request (a non-negative int32). */
   requestId: number;
   promptTokens: ArrayLike<number>;
-  /** Cap on offloadable tokens; absent for none. */
-  maxOffloadTokens?: number;
+  /** Cap on offloadable tokens; absent or null (vLLM's None) for none. */
+  maxOffloadTokens?: number | null;
   /** Per group, chunks already loaded from the tier: the store cursor starts there. */
   hitChunks?: ArrayLike<number>;
 }
@@ -149,7 +149,8 @@ export class SchedulerRole {
     // Absent means no cap; the internal no-cap value (-1) is not an accepted input.
     const capIn: unknown = req.maxOffloadTokens;
     let cap: number = NO_CAP;
-    if (capIn !== undefined) {
+    // null is vLLM's None: no cap, as absent.
+    if (capIn !== undefined && capIn !== null) {
       if (
         typeof capIn !== 'number' ||
         !Number.isInteger(capIn) ||
