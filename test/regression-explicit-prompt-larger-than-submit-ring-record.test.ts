@@ -13,6 +13,7 @@ import { resolveConfig } from '../src/config.js';
 import { RequestCapacityError } from '../src/errors.js';
 import { RINGS } from '../src/runtime/layout.js';
 import { OffloadRuntime, SUBMIT_RING_WORDS_MAX, submitRingWords } from '../src/runtime/runtime.js';
+import { KvoffServer } from '../src/serve/server.js';
 import { ROOT } from './cli-helpers.js';
 import { NO_LEAKS } from './runtime-helpers.js';
 
@@ -121,5 +122,30 @@ console.log(JSON.stringify(r.map((x) => x.status)));
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout.trim())).toEqual(Array(4).fill('fulfilled'));
+  }, 120_000);
+
+  it('over HTTP: concurrent 30,000- and 40,000-token prompts all answer 200; the server stays up', async () => {
+    const rt = await OffloadRuntime.start({ config: LONG_PROMPTS, closeTimeoutMs: 20_000 });
+    const server = new KvoffServer(rt);
+    const { port } = await server.listen(0, '127.0.0.1');
+    try {
+      const post = (n: number, salt: number) =>
+        fetch(`http://127.0.0.1:${port}/v1/requests`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ promptTokens: prompt(n, salt), maxDecodeTokens: 2 }),
+        }).then(async (r) => ({ status: r.status, body: (await r.json()) as { holes?: number } }));
+      const answers = await Promise.all([
+        ...Array.from({ length: 5 }, (_, i) => post(30_000, i)),
+        post(40_000, 9),
+      ]);
+      expect(answers.map((a) => a.status)).toEqual(Array(6).fill(200));
+      expect(answers.every((a) => a.body.holes === 0)).toBe(true);
+      const health = await fetch(`http://127.0.0.1:${port}/healthz`);
+      expect(health.status).toBe(200);
+    } finally {
+      await server.drain();
+    }
+    expect(rt.leakReport()).toEqual(NO_LEAKS);
   }, 120_000);
 });
