@@ -13,6 +13,7 @@
 // after that every call is synchronous.
 import xxhash from 'xxhash-wasm';
 import type { XXHashAPI } from 'xxhash-wasm';
+import { xxh64 } from './xxh64.js';
 
 /** Seed of the first block hash of every request ("kvoff" in ASCII). */
 export const ROOT_SEED = 0x6b766f66n;
@@ -28,11 +29,20 @@ let loading: Promise<Hashing> | undefined;
 let loaded: Hashing | undefined;
 
 export function loadHashing(): Promise<Hashing> {
-  loading ??= xxhash().then((api) => {
+  loading ??= hashingApi().then((api) => {
     loaded = makeHashing(api);
     return loaded;
   });
   return loading;
+}
+
+/**
+ * xxhash-wasm, or without WebAssembly (node --jitless, --no-expose-wasm) the
+ * same XXH64 in plain JavaScript: slower, and bit-identical (see xxh64.ts).
+ */
+function hashingApi(): Promise<Pick<XXHashAPI, 'h64Raw'>> {
+  const wasm = (globalThis as { WebAssembly?: unknown }).WebAssembly;
+  return wasm === undefined ? Promise.resolve({ h64Raw: xxh64 }) : xxhash();
 }
 
 /** The hashing of this thread once `loadHashing` resolved; undefined before. */
@@ -40,7 +50,7 @@ export function hashingIfLoaded(): Hashing | undefined {
   return loaded;
 }
 
-function makeHashing(api: XXHashAPI): Hashing {
+function makeHashing(api: Pick<XXHashAPI, 'h64Raw'>): Hashing {
   // One scratch buffer for the group suffix: no allocation per key.
   const groupBytes = new Uint8Array(4);
   const groupView = new DataView(groupBytes.buffer);

@@ -11,6 +11,7 @@ import type { Hashing } from './hashing.js';
 import { DEFER, loadPlan, lookupHitTokens, promptKeys, touchRanges } from './lookup.js';
 import type { ChunkState, CursorPolicy } from './lookup.js';
 import { checkHandle } from './roles/handle.js';
+import { IntInput } from './roles/input.js';
 import type { RequestHandle } from './roles/handle.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
 import type { SharedState } from './state.js';
@@ -96,13 +97,11 @@ export class LoadPath {
     this.storesInFlight = new Int32Array(state.config.maxRequests);
   }
 
-  lookup(promptTokens: ArrayLike<number>, options: LookupOptions = {}): LookupAnswer {
-    if (
-      promptTokens === null ||
-      typeof promptTokens !== 'object' ||
-      typeof promptTokens.length !== 'number'
-    ) {
-      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+  lookup(promptTokensIn: ArrayLike<number>, options: LookupOptions = {}): LookupAnswer {
+    // Read once and checked: the tokens hashed are the tokens checked.
+    const promptTokens = IntInput.promptTokens(promptTokensIn);
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'must be an object');
     }
     const local = tokenCount('localHitTokens', options.localHitTokens ?? 0, promptTokens.length);
     const cap =
@@ -164,7 +163,15 @@ export class LoadPath {
    */
   load(handle: RequestHandle, answer: LookupAnswer): LoadJob {
     checkHandle(this.state, handle);
-    if (answer.deferred || answer.hitTokens <= 0) {
+    if (
+      typeof answer !== 'object' ||
+      answer === null ||
+      answer.deferred !== false ||
+      !Number.isInteger(answer.localHitTokens) ||
+      answer.localHitTokens < 0 ||
+      !Number.isInteger(answer.hitTokens) ||
+      answer.hitTokens <= 0
+    ) {
       throw new InvalidArgumentError('answer', 'must be a lookup answer with a positive hit');
     }
     const slot = handle.slot;

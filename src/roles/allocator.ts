@@ -27,6 +27,7 @@ import {
 } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
+import { IntInput } from './input.js';
 import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
@@ -54,6 +55,10 @@ export class AllocatorRole {
   private readonly dirtyBatch: DirtyBatch;
   /** appendBlocksBatch's per-entry counts before the batch (reused between batches). */
   private batchCounts = new Int32Array(0);
+  /** Private copies of the caller's arrays, each read once (see IntInput). */
+  private readonly idInput = new IntInput();
+  private readonly countInput = new IntInput();
+  private readonly handleCopy: RequestHandle[] = [];
 
   constructor(state: SharedState, options: AllocatorRoleOptions = {}) {
     this.state = state;
@@ -98,11 +103,11 @@ export class AllocatorRole {
   appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
     this.claim.check();
     this.checkGroup(group);
-    checkBlockIdArray(blockIds, this.state.config.gpuBlocks);
+    const ids = this.readBlockIds(blockIds);
     this.newCall();
-    const n = this.checkAppend(handle, group, blockIds, 0, blockIds.length);
+    const n = this.checkAppend(handle, group, ids, 0, ids.length);
     this.claim.take();
-    this.writeAppend(handle, group, blockIds, 0, blockIds.length, n);
+    this.writeAppend(handle, group, ids, 0, ids.length, n);
   }
 
   /**
@@ -122,33 +127,42 @@ export class AllocatorRole {
     this.claim.check();
     this.checkGroup(group);
     const n = batchLength(handles, { counts });
-    checkBlockIdArray(blockIds, this.state.config.gpuBlocks);
+    const ids = this.readBlockIds(blockIds);
+    // Each entry is read once: the handles and counts written are the ones checked.
+    const hs = this.handleCopy;
+    hs.length = n;
+    for (let i = 0; i < n; i += 1) hs[i] = handles[i]!;
+    const ks =
+      counts === undefined
+        ? undefined
+        : this.countInput.read(
+            counts,
+            n,
+            'counts',
+            0,
+            0x7fffffff,
+            'must be a non-negative integer',
+          );
     let total = 0;
-    for (let i = 0; i < n; i += 1) {
-      const k = counts === undefined ? 1 : counts[i]!;
-      if (!Number.isInteger(k) || k < 0) {
-        throw new InvalidArgumentError(`counts[${i}]`, 'must be a non-negative integer');
-      }
-      total += k;
-    }
-    if (total !== blockIds.length) {
+    for (let i = 0; i < n; i += 1) total += ks === undefined ? 1 : ks[i]!;
+    if (total !== ids.length) {
       throw new InvalidArgumentError('blockIds', `must hold the ${total} IDs the counts add up to`);
     }
     this.newCall();
     this.named.begin();
     const before = this.batchCounts.length >= n ? this.batchCounts : new Int32Array(n);
     for (let i = 0, at = 0; i < n; i += 1) {
-      const k = counts === undefined ? 1 : counts[i]!;
-      before[i] = this.checkAppend(handles[i]!, group, blockIds, at, at + k);
-      this.named.once(handles[i]!.slot, i);
+      const k = ks === undefined ? 1 : ks[i]!;
+      before[i] = this.checkAppend(hs[i]!, group, ids, at, at + k);
+      this.named.once(hs[i]!.slot, i);
       at += k;
     }
     this.batchCounts = before;
     this.claim.take();
     for (let i = 0, at = 0; i < n; i += 1) {
-      const k = counts === undefined ? 1 : counts[i]!;
-      this.writeAppend(handles[i]!, group, blockIds, at, at + k, before[i]!, false);
-      this.dirtyBatch.add(handles[i]!.slot);
+      const k = ks === undefined ? 1 : ks[i]!;
+      this.writeAppend(hs[i]!, group, ids, at, at + k, before[i]!, false);
+      this.dirtyBatch.add(hs[i]!.slot);
       at += k;
     }
     // One Atomics.or per bitmap word, after all of the batch's writes.
@@ -332,6 +346,29 @@ export class AllocatorRole {
     }
   }
 
+  /**
+   * The caller's block IDs, each read once into private memory and checked to
+   * be an ID in [0, gpuBlocks) before anything indexes by them.
+   */
+  private readBlockIds(blockIds: ArrayLike<number>): Int32Array {
+    const { gpuBlocks, maxRequests, maxBlocksPerRequest } = this.state.config;
+    const n = IntInput.lengthOf(
+      blockIds,
+      'blockIds',
+      maxRequests * maxBlocksPerRequest,
+      (k) => new RequestCapacityError('blocks per request per group', maxBlocksPerRequest, k),
+      'must be an array of block IDs',
+    );
+    return this.idInput.read(
+      blockIds,
+      n,
+      'blockIds',
+      0,
+      gpuBlocks - 1,
+      `must be a block ID in [0, ${gpuBlocks})`,
+    );
+  }
+
   /** Starts a new call for checkOwners: a block may appear once per call (a batch is one call). */
   private newCall(): void {
     this.call = (this.call + 1) >>> 0;
@@ -419,18 +456,5 @@ export class AllocatorRole {
 
   private writeEnd(slot: number): void {
     Atomics.add(this.state.control, this.state.allocatorWord(slot, A_SEQ), 1); // even: stable
-  }
-}
-
-/** An array of integer block IDs in [0, gpuBlocks); checked before anything indexes by them. */
-function checkBlockIdArray(blockIds: ArrayLike<number>, gpuBlocks: number): void {
-  if (blockIds === null || typeof blockIds !== 'object' || typeof blockIds.length !== 'number') {
-    throw new InvalidArgumentError('blockIds', 'must be an array of block IDs');
-  }
-  for (let i = 0; i < blockIds.length; i += 1) {
-    const id = blockIds[i];
-    if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= gpuBlocks) {
-      throw new InvalidArgumentError(`blockIds[${i}]`, `must be a block ID in [0, ${gpuBlocks})`);
-    }
   }
 }

@@ -25,15 +25,19 @@ import {
 import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
+import { IntInput } from './input.js';
 import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
 import type { RequestHandle } from './handle.js';
+
+const TOKEN_MAX = 0x7fffffff;
+const TOKEN_RULE = 'must be an integer token ID in [0, 2^31)';
 
 export interface OpenRequest {
   /** The host's id for this request (a non-negative int32). */
   requestId: number;
   promptTokens: ArrayLike<number>;
-  /** Cap on offloadable tokens; absent for none. */
-  maxOffloadTokens?: number;
+  /** Cap on offloadable tokens; absent or null (vLLM's None) for none. */
+  maxOffloadTokens?: number | null;
   /** Per group, chunks already loaded from the tier: the store cursor starts there. */
   hitChunks?: ArrayLike<number>;
 }
@@ -58,6 +62,10 @@ export class SchedulerRole {
   private readonly liveGeneration: Int32Array;
   private readonly ownComputed: Int32Array;
   private readonly ownKnown: Int32Array;
+  /** Private copies of the caller's arrays (tokens, hits, a batch's progress), each read once. */
+  private readonly input = new IntInput();
+  private readonly auxInput = new IntInput(8);
+  private readonly handleCopy: RequestHandle[] = [];
 
   constructor(state: SharedState) {
     this.state = state;
@@ -119,61 +127,71 @@ export class SchedulerRole {
     if (req === null || typeof req !== 'object') {
       throw new InvalidArgumentError('request', 'must be an object');
     }
-    if (!Number.isInteger(req.requestId) || req.requestId < 0 || req.requestId > 0x7fffffff) {
+    const requestId: unknown = req.requestId;
+    if (
+      typeof requestId !== 'number' ||
+      !Number.isInteger(requestId) ||
+      requestId < 0 ||
+      requestId > 0x7fffffff
+    ) {
       throw new InvalidArgumentError('requestId', 'must be an integer in [0, 2^31)');
     }
-    const prompt = req.promptTokens;
-    if (prompt === null || typeof prompt !== 'object' || typeof prompt.length !== 'number') {
-      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
-    }
-    if (prompt.length > config.maxTokensPerRequest) {
-      throw new RequestCapacityError(
-        'tokens per request',
-        config.maxTokensPerRequest,
-        prompt.length,
-      );
-    }
-    validateTokens(prompt);
+    // Every input is read once (see IntInput): what is written is what was checked.
+    const promptIn = req.promptTokens;
+    const promptLength = IntInput.lengthOf(
+      promptIn,
+      'promptTokens',
+      config.maxTokensPerRequest,
+      (n) => new RequestCapacityError('tokens per request', config.maxTokensPerRequest, n),
+      'must be an array of token IDs',
+    );
+    const prompt = this.input.read(promptIn, promptLength, 'tokens', 0, TOKEN_MAX, TOKEN_RULE);
     // Absent means no cap; the internal no-cap value (-1) is not an accepted input.
-    const cap = req.maxOffloadTokens ?? NO_CAP;
-    if (
-      req.maxOffloadTokens !== undefined &&
-      (!Number.isInteger(cap) || cap < 0 || cap > 0x7fffffff)
-    ) {
-      throw new InvalidArgumentError('maxOffloadTokens', 'must be an integer in [0, 2^31)');
+    const capIn: unknown = req.maxOffloadTokens;
+    let cap: number = NO_CAP;
+    // null is vLLM's None: no cap, as absent.
+    if (capIn !== undefined && capIn !== null) {
+      if (
+        typeof capIn !== 'number' ||
+        !Number.isInteger(capIn) ||
+        capIn < 0 ||
+        capIn > 0x7fffffff
+      ) {
+        throw new InvalidArgumentError('maxOffloadTokens', 'must be an integer in [0, 2^31)');
+      }
+      cap = capIn;
     }
-    const hits = req.hitChunks;
-    if (hits !== undefined) {
-      if (hits.length !== this.state.groupCount) {
-        throw new InvalidArgumentError(
-          'hitChunks',
-          `must have one entry per group (${this.state.groupCount})`,
-        );
-      }
-      for (let g = 0; g < hits.length; g += 1) {
-        const h = hits[g]!;
-        if (!Number.isInteger(h) || h < 0 || h > config.maxChunksPerRequest) {
-          throw new InvalidArgumentError(
-            `hitChunks[${g}]`,
-            `must be an integer in [0, ${config.maxChunksPerRequest}]`,
-          );
-        }
-      }
+    const hitsIn = req.hitChunks;
+    let hits: Int32Array | undefined;
+    if (hitsIn !== undefined) {
+      const groups = this.state.groupCount;
+      const wrongCount = () =>
+        new InvalidArgumentError('hitChunks', `must have one entry per group (${groups})`);
+      const n = IntInput.lengthOf(hitsIn, 'hitChunks', groups, wrongCount);
+      if (n !== groups) throw wrongCount();
+      hits = this.auxInput.read(
+        hitsIn,
+        n,
+        'hitChunks',
+        0,
+        config.maxChunksPerRequest,
+        `must be an integer in [0, ${config.maxChunksPerRequest}]`,
+      );
     }
     if (this.freeSlots.length === 0) throw new SlotsExhaustedError(config.maxRequests);
     this.claim.take();
     const slot = this.freeSlots.pop()!;
     const w = (field: number) => this.state.schedulerWord(slot, field);
     const base = this.state.tokenBase(slot);
-    for (let i = 0; i < prompt.length; i += 1) tokens[base + i] = prompt[i]!;
-    Atomics.store(control, w(S_REQUEST_ID), req.requestId);
+    tokens.set(prompt, base);
+    Atomics.store(control, w(S_REQUEST_ID), requestId);
     Atomics.store(control, w(S_PROMPT_TOKENS), prompt.length);
     Atomics.store(control, w(S_NUM_TOKENS), prompt.length);
     Atomics.store(control, w(S_COMPUTED_TOKENS), 0);
     Atomics.store(control, w(S_SCHEDULED_TOKENS), 0);
     Atomics.store(control, w(S_MAX_OFFLOAD_TOKENS), cap);
     for (let g = 0; g < this.state.groupCount; g += 1) {
-      Atomics.store(control, w(S_HIT_CHUNKS + g), hits?.[g] ?? 0);
+      Atomics.store(control, w(S_HIT_CHUNKS + g), hits === undefined ? 0 : hits[g]!);
     }
     Atomics.store(control, w(S_STATUS), Status.waiting);
     // Publish last: a reader that sees the odd generation sees every field above.
@@ -191,23 +209,25 @@ export class SchedulerRole {
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'append tokens to');
-    validateTokens(newTokens);
     const { control, tokens, config } = this.state;
     const countWord = this.state.schedulerWord(handle.slot, S_NUM_TOKENS);
     const n = Atomics.load(control, countWord);
-    if (n + newTokens.length > config.maxTokensPerRequest) {
-      throw new RequestCapacityError(
-        'tokens per request',
-        config.maxTokensPerRequest,
-        n + newTokens.length,
-      );
-    }
+    const max = config.maxTokensPerRequest;
+    // Read once (see IntInput): a length that grew after the check wrote into the next slot.
+    const length = IntInput.lengthOf(
+      newTokens,
+      'tokens',
+      max,
+      (k) => new RequestCapacityError('tokens per request', max, n + k),
+      'must be an array of token IDs',
+    );
+    const added = this.input.read(newTokens, length, 'tokens', 0, TOKEN_MAX, TOKEN_RULE);
+    if (n + length > max) throw new RequestCapacityError('tokens per request', max, n + length);
     this.claim.take();
-    const base = this.state.tokenBase(handle.slot) + n;
-    for (let i = 0; i < newTokens.length; i += 1) tokens[base + i] = newTokens[i]!;
-    Atomics.store(control, countWord, n + newTokens.length);
+    tokens.set(added, this.state.tokenBase(handle.slot) + n);
+    Atomics.store(control, countWord, n + length);
     markDirty(this.state.dirty, handle.slot);
-    if (this.known(handle)) this.ownKnown[handle.slot] = n + newTokens.length;
+    if (this.known(handle)) this.ownKnown[handle.slot] = n + length;
   }
 
   /**
@@ -238,18 +258,28 @@ export class SchedulerRole {
   ): void {
     this.claim.check();
     const n = batchLength(handles, { computedTokens, scheduledTokens });
+    // Each entry is read once (see IntInput): the values written are the ones checked.
+    const max = this.state.config.maxTokensPerRequest;
+    const hs = this.handleCopy;
+    hs.length = n;
+    for (let i = 0; i < n; i += 1) hs[i] = handles[i]!;
+    const computed = this.input.read(computedTokens, n, 'computedTokens', 0, max);
+    const scheduled =
+      scheduledTokens === undefined
+        ? undefined
+        : this.auxInput.read(scheduledTokens, n, 'scheduledTokens', 0, max);
     this.named.begin();
     for (let i = 0; i < n; i += 1) {
-      const h = handles[i]!;
-      this.checkProgress(h, computedTokens[i]!, scheduledTokens?.[i] ?? 0);
+      const h = hs[i]!;
+      this.checkProgress(h, computed[i]!, scheduled === undefined ? 0 : scheduled[i]!);
       // Entries are checked against the published words: a slot named twice
       // would be checked against a value its own first entry replaces.
       this.named.once(h.slot, i);
     }
     this.claim.take();
     for (let i = 0; i < n; i += 1) {
-      this.writeProgress(handles[i]!, computedTokens[i]!, scheduledTokens?.[i] ?? 0, false);
-      this.dirtyBatch.add(handles[i]!.slot);
+      this.writeProgress(hs[i]!, computed[i]!, scheduled === undefined ? 0 : scheduled[i]!, false);
+      this.dirtyBatch.add(hs[i]!.slot);
     }
     // One Atomics.or per bitmap word, after all of the batch's writes.
     this.dirtyBatch.raise(this.state.dirty);
@@ -377,18 +407,6 @@ export class SchedulerRole {
     const status = statusOf(this.state, handle.slot);
     if (status === Status.finished || status === Status.aborted || status === Status.free) {
       throw new IllegalTransitionError(event, statusName(status));
-    }
-  }
-}
-
-function validateTokens(tokens: ArrayLike<number>): void {
-  if (tokens === null || typeof tokens !== 'object' || typeof tokens.length !== 'number') {
-    throw new InvalidArgumentError('tokens', 'must be an array of token IDs');
-  }
-  for (let i = 0; i < tokens.length; i += 1) {
-    const t = tokens[i];
-    if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t > 0x7fffffff) {
-      throw new InvalidArgumentError(`tokens[${i}]`, 'must be an integer token ID in [0, 2^31)');
     }
   }
 }

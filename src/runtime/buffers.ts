@@ -3,6 +3,8 @@
 // rings, counters and the control line. A plain object of SharedArrayBuffers,
 // so it crosses postMessage/workerData without copies.
 import type { Config } from '../config.js';
+import { InvalidArgumentError } from '../errors.js';
+import { LINE_WORDS, bufferSizes } from '../layout.js';
 import type { SharedBuffers } from '../layout.js';
 import { SharedState } from '../state.js';
 import type { ArenaGeometry } from '../copy.js';
@@ -105,5 +107,73 @@ export class RuntimeViews {
 
   ring(name: RingName): SpscRing {
     return new SpscRing(this.buffers.rings[name]);
+  }
+}
+
+/**
+ * Checks buffers handed in from outside (attachExternal in a host worker)
+ * against `config` before any view is made over them: each must be a
+ * SharedArrayBuffer of the size the runtime laid out. A wrong one made writes
+ * vanish (a typed array drops out-of-range writes; an ArrayBuffer is a
+ * private copy the store never sees) or threw a RangeError much later.
+ * Throws InvalidArgumentError naming the buffer; attaches nothing.
+ */
+export function checkRuntimeBuffers(config: Config, buffers: RuntimeBuffers): void {
+  if (
+    typeof config !== 'object' ||
+    config === null ||
+    !Array.isArray(config.groups) ||
+    config.groups.length < 1 ||
+    !Number.isInteger(config.maxChunksPerRequest) ||
+    !Number.isInteger(config.maxHashesPerRequest)
+  ) {
+    throw new InvalidArgumentError(
+      'config',
+      "must be the runtime's resolved config (runtime.config)",
+    );
+  }
+  if (typeof buffers !== 'object' || buffers === null) {
+    throw new InvalidArgumentError('buffers', "must be the runtime's buffers (runtime.buffers)");
+  }
+  const exact = (name: string, b: unknown, bytes: number) => {
+    if (!(b instanceof SharedArrayBuffer) || b.byteLength !== bytes) {
+      throw new InvalidArgumentError(
+        `buffers.${name}`,
+        `must be a SharedArrayBuffer of ${bytes} bytes for this config (runtime.buffers.${name})`,
+      );
+    }
+  };
+  const state = buffers.state as SharedBuffers | null | undefined;
+  if (typeof state !== 'object' || state === null) {
+    throw new InvalidArgumentError('buffers.state', "must be the runtime's state buffers");
+  }
+  const sizes = bufferSizes(config);
+  for (const name of Object.keys(sizes) as (keyof SharedBuffers)[]) {
+    exact(`state.${name}`, state[name], sizes[name]);
+  }
+  exact('gpuArena', buffers.gpuArena, config.gpuBlocks * config.bytesPerBlock);
+  exact(
+    'tierArena',
+    buffers.tierArena,
+    config.tierChunks * config.blocksPerChunk * config.bytesPerBlock,
+  );
+  exact('doorbells', buffers.doorbells, DOORBELL_BUFFER_BYTES);
+  exact('stats', buffers.stats, STATS_BUFFER_BYTES);
+  exact('control', buffers.control, CONTROL_BUFFER_BYTES);
+  exact('tierStats', buffers.tierStats, TIER_STATS_BYTES);
+  const rings = buffers.rings as Record<RingName, unknown> | null | undefined;
+  if (typeof rings !== 'object' || rings === null) {
+    throw new InvalidArgumentError('buffers.rings', "must be the runtime's rings");
+  }
+  for (const name of Object.keys(RINGS) as RingName[]) {
+    const b = rings[name];
+    // Ring sizes vary (the submit ring follows the config): a power of two of at least 64 words.
+    const words = b instanceof SharedArrayBuffer ? b.byteLength / 4 - 2 * LINE_WORDS : 0;
+    if (!(words >= 64 && Number.isInteger(words) && (words & (words - 1)) === 0)) {
+      throw new InvalidArgumentError(
+        `buffers.rings.${name}`,
+        'must be a SharedArrayBuffer ring of the runtime (runtime.buffers.rings)',
+      );
+    }
   }
 }

@@ -7,12 +7,13 @@
 // timer, and every wait is bounded.
 import type { Config } from '../config.js';
 import { gpuBlockMatches } from '../copy.js';
-import { InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
+import { ClosedError, InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { loadHashing } from '../hashing.js';
-import { A_BLOCK_COUNT } from '../layout.js';
+import { A_BLOCK_COUNT, OWNER_CLOSED } from '../layout.js';
 import { loadPlan, promptKeys } from '../lookup.js';
 import { checkHandle } from '../roles/handle.js';
+import { IntInput } from '../roles/input.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
@@ -79,15 +80,14 @@ export class ExternalLoadPath {
   }
 
   async lookup(
-    promptTokens: ArrayLike<number>,
+    promptTokensIn: ArrayLike<number>,
     options: ExternalLookupOptions = {},
   ): Promise<ExternalLookupAnswer> {
-    if (
-      promptTokens === null ||
-      typeof promptTokens !== 'object' ||
-      typeof promptTokens.length !== 'number'
-    ) {
-      throw new InvalidArgumentError('promptTokens', 'must be an array of token IDs');
+    this.expectOpen();
+    // Read once and checked: the tokens hashed are the tokens checked.
+    const promptTokens = IntInput.promptTokens(promptTokensIn);
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'must be an object');
     }
     const limits = validateLookupLimits(options.maxLoadTokens, options.skipReadingPrefixCache);
     checkLoadableGroups(this.config);
@@ -128,8 +128,14 @@ export class ExternalLoadPath {
     timeoutMs?: number,
   ): Promise<ExternalLoadResult> {
     const { state } = this.views;
+    this.expectOpen();
     checkHandle(state, handle);
-    if (answer.deferred || !this.open.has(answer.tag)) {
+    if (
+      typeof answer !== 'object' ||
+      answer === null ||
+      answer.deferred ||
+      !this.open.has(answer.tag)
+    ) {
       throw new InvalidArgumentError(
         'answer',
         'must be a hit looked up and not yet loaded or cancelled',
@@ -174,9 +180,22 @@ export class ExternalLoadPath {
 
   /** Gives up a looked-up hit without loading it: the store role releases its protection. */
   cancel(answer: ExternalLookupAnswer): void {
+    if (typeof answer !== 'object' || answer === null) {
+      throw new InvalidArgumentError('answer', 'must be a lookup answer');
+    }
     if (answer.deferred || !this.open.delete(answer.tag)) return;
     this.toStore.send([OP_UNLOCK, answer.tag]);
     this.pump();
+  }
+
+  /** True once the runtime's close() closed the shared memory (its owner words read closed). */
+  closed(): boolean {
+    const { state } = this.views;
+    return Atomics.load(state.control, state.ownerWord('allocator')) === OWNER_CLOSED;
+  }
+
+  private expectOpen(): void {
+    if (this.closed()) throw new ClosedError('the external host');
   }
 
   private takeTag(): number {
@@ -204,6 +223,12 @@ export class ExternalLoadPath {
       const check = () => {
         this.pump();
         if (!this.waiting.has(tag)) return;
+        // The store is gone: no answer will come, so do not wait out the bound.
+        if (this.closed()) {
+          this.waiting.delete(tag);
+          reject(new ClosedError('the external host'));
+          return;
+        }
         if (Date.now() > deadline) {
           this.waiting.delete(tag);
           reject(new TimeoutError(answerOp === ANS_LOOKED_UP ? 'lookup' : 'load', timeoutMs));

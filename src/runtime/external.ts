@@ -28,7 +28,7 @@ import type { AllocatorRoleOptions } from '../roles/allocator.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
-import { RuntimeViews } from './buffers.js';
+import { RuntimeViews, checkRuntimeBuffers } from './buffers.js';
 import { ExternalLoadPath } from './external-load.js';
 import type {
   ExternalLoadResult,
@@ -68,6 +68,7 @@ export function attachExternal(
   buffers: RuntimeBuffers,
   allocatorOptions: AllocatorRoleOptions = {},
 ): ExternalRoles {
+  checkRuntimeBuffers(config, buffers);
   const views = new RuntimeViews(config, buffers);
   const bells = [views.doorbell('hasher'), views.doorbell('store')];
   return {
@@ -208,6 +209,8 @@ export class ExternalHost {
     return new Promise<void>((resolve, reject) => {
       const check = () => {
         if (done()) resolve();
+        // After close() nothing will change: settle now rather than poll out the bound.
+        else if (this.loadPath.closed()) reject(new ClosedError('the external host'));
         else if (Date.now() > deadline) reject(new TimeoutError(what, timeoutMs));
         else setTimeout(check, DRAIN_POLL_MS);
       };
@@ -219,6 +222,7 @@ export class ExternalHost {
   /** Frees the request's blocks and its slot; only after it was drained. */
   release(handle: RequestHandle): void {
     this.checkArgs(handle, 0);
+    if (this.loadPath.closed()) throw new ClosedError('the external host');
     if (!this.roles.drained(handle)) {
       throw new IllegalTransitionError('release', 'not yet drained by the store');
     }

@@ -13,6 +13,7 @@ import {
   ClosedError,
   InvalidArgumentError,
   QueueFullError,
+  RequestCapacityError,
   TimeoutError,
   WorkerFailedError,
 } from '../errors.js';
@@ -25,7 +26,7 @@ import type { RuntimeBuffers } from './buffers.js';
 import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
 import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
-import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, STAT_INDEX } from './layout.js';
+import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './layout.js';
 import type { DoorbellName } from './layout.js';
 import { OP_SUBMIT, UNSET } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
@@ -170,6 +171,22 @@ export type ExternalRuntime = OffloadRuntime & { readonly external: ExternalHost
 /** Submits pending at once; beyond this submit() rejects with QueueFullError (bounds every queue behind it). */
 export const PENDING_SUBMITS_MAX = 1 << 16;
 
+/** Largest submit ring (16 MiB); a bigger explicit prompt is refused by submit(). */
+export const SUBMIT_RING_WORDS_MAX = 1 << 22;
+
+/**
+ * Submit ring capacity: room for the largest record submit() can send (an
+ * explicit prompt of maxTokensPerRequest - 1 tokens, its 8 header words and
+ * the 2 load-limit words) since a ring record holds at most half the ring,
+ * but not below the default and not above SUBMIT_RING_WORDS_MAX.
+ */
+export function submitRingWords(config: Pick<Config, 'maxTokensPerRequest'>): number {
+  const recordWords = 8 + (config.maxTokensPerRequest - 1) + 2;
+  let words: number = RINGS.submit.words;
+  while (words < SUBMIT_RING_WORDS_MAX && (words >> 1) - 1 < recordWords) words *= 2;
+  return words;
+}
+
 interface Pending {
   resolve: (s: RequestSummary) => void;
   reject: (e: Error) => void;
@@ -208,7 +225,10 @@ export class OffloadRuntime {
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
     this.options = options;
-    this.buffers = createRuntimeBuffers(config);
+    // The submit ring fits the largest prompt submit() accepts: a record that
+    // does not fit a ring can never be sent (it left submit() pending forever,
+    // or threw from the backlog timer and took the process down).
+    this.buffers = createRuntimeBuffers(config, { submit: submitRingWords(config) });
     this.views = new RuntimeViews(config, this.buffers);
     this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
     this.roles = options.external
@@ -222,6 +242,9 @@ export class OffloadRuntime {
   static async start(options: RuntimeOptions & { external: true }): Promise<ExternalRuntime>;
   static async start(options?: RuntimeOptions): Promise<OffloadRuntime>;
   static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
+    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+      throw new InvalidArgumentError('options', 'must be an object');
+    }
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);
     // A bad backend module is refused here, as a typed error, before any worker starts.
@@ -264,6 +287,17 @@ export class OffloadRuntime {
       record = this.encode(validateSimRequest(req, this.config), this.nextRequestId);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
+    }
+    // Checked before anything is held: only a config past SUBMIT_RING_WORDS_MAX gets here.
+    const recordWordsMax = this.views.ring('submit').recordWordsMax;
+    if (record.length > recordWordsMax) {
+      return Promise.reject(
+        new RequestCapacityError(
+          'explicit prompt tokens per submit',
+          recordWordsMax - 10,
+          record[7]!,
+        ),
+      );
     }
     const requestId = this.nextRequestId++;
     return new Promise<RequestSummary>((resolve, reject) => {
@@ -727,6 +761,30 @@ interface PendingVerify {
 
 function validateOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
+  // Checked here, before any worker starts: a bad one used to start every
+  // worker and then fail one of them (WorkerFailedError), or, for `external`,
+  // any truthy value turned the built-in engine off.
+  const flag = (name: string, v: unknown) => {
+    if (v !== undefined && typeof v !== 'boolean') {
+      throw new InvalidArgumentError(name, 'must be a boolean');
+    }
+  };
+  flag('external', o.external);
+  flag('unsafeSkipPins', o.unsafeSkipPins);
+  const obj = (name: string, v: unknown) => {
+    if (v !== undefined && (typeof v !== 'object' || v === null || Array.isArray(v))) {
+      throw new InvalidArgumentError(name, 'must be an object');
+    }
+  };
+  obj('lag', o.lag);
+  obj('simulator', o.simulator);
+  const seed: unknown = o.lag?.seed;
+  if (
+    seed !== undefined &&
+    (typeof seed !== 'number' || !Number.isInteger(seed) || seed < -0x80000000 || seed > 0x7fffffff)
+  ) {
+    throw new InvalidArgumentError('lag.seed', 'must be an integer in [-2^31, 2^31)');
+  }
   const int = (name: string, v: unknown, min: number, max: number) => {
     if (v === undefined) return;
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
