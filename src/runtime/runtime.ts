@@ -472,7 +472,15 @@ export class OffloadRuntime {
   }
 
   private spawn(role: RoleName, data: RoleWorkerData): Promise<void> {
-    const worker = spawnWorker(workerUrl(role), { workerData: data, name: `kvoff-${role}` });
+    let worker: Worker;
+    try {
+      worker = spawnWorker(workerUrl(role), { workerData: data, name: `kvoff-${role}` });
+    } catch (err) {
+      // new Worker throws synchronously (Node's permission model without
+      // --allow-worker, a refused flag): a rejection, so start() ends the roles
+      // already spawned instead of leaving them running behind the throw.
+      return Promise.reject(new WorkerFailedError(role, spawnRefusal(err)));
+    }
     this.workers.set(role, worker);
     let exitResolve!: () => void;
     this.exited.set(role, new Promise<void>((r) => (exitResolve = r)));
@@ -828,4 +836,15 @@ function validateOptions(o: RuntimeOptions): void {
   };
   num('lag.allocatorPublishDelayMs', o.lag?.allocatorPublishDelayMs);
   num('lag.jitterMs', o.lag?.jitterMs);
+}
+
+/** Names what refused a worker thread when Node says only that access was denied. */
+function spawnRefusal(err: unknown): unknown {
+  if ((err as { code?: unknown } | null)?.code === 'ERR_ACCESS_DENIED') {
+    return new Error(
+      "Node's permission model refuses worker threads (run node with --allow-worker)",
+      { cause: err },
+    );
+  }
+  return err;
 }
