@@ -12,6 +12,22 @@ export interface RequestHandle {
   readonly generation: number;
 }
 
+/**
+ * The caller's handle read once into a plain object that public methods use
+ * from then on. Read again, a getter or a Proxy could name one slot when the
+ * handle is checked and another (a different live request) when it is
+ * written. A non-object is passed through for checkHandle to refuse; one
+ * whose fields cannot be read (a revoked Proxy) is an InvalidArgumentError.
+ */
+export function ownHandle(handle: RequestHandle): RequestHandle {
+  if (typeof handle !== 'object' || handle === null) return handle;
+  try {
+    return { slot: handle.slot, generation: handle.generation };
+  } catch {
+    throw new InvalidArgumentError('handle', 'must be a request handle whose fields can be read');
+  }
+}
+
 export function checkHandle(state: SharedState, handle: RequestHandle): void {
   if (
     typeof handle !== 'object' ||

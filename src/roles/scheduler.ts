@@ -26,7 +26,15 @@ import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
 import { IntInput } from './input.js';
-import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
+import {
+  DirtyBatch,
+  SlotMarks,
+  batchLength,
+  checkHandle,
+  ownHandle,
+  statusName,
+  statusOf,
+} from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 const TOKEN_MAX = 0x7fffffff;
@@ -206,6 +214,7 @@ export class SchedulerRole {
 
   /** Appends sampled (or known) tokens; the count is published after the data. */
   appendTokens(handle: RequestHandle, newTokens: ArrayLike<number>): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'append tokens to');
@@ -238,6 +247,7 @@ export class SchedulerRole {
    * Scheduled tokens may run past them (speculative drafts).
    */
   progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    handle = ownHandle(handle);
     this.claim.check();
     this.checkProgress(handle, computedTokens, scheduledTokens);
     this.claim.take();
@@ -262,7 +272,7 @@ export class SchedulerRole {
     const max = this.state.config.maxTokensPerRequest;
     const hs = this.handleCopy;
     hs.length = n;
-    for (let i = 0; i < n; i += 1) hs[i] = handles[i]!;
+    for (let i = 0; i < n; i += 1) hs[i] = ownHandle(handles[i]!);
     const computed = this.input.read(computedTokens, n, 'computedTokens', 0, max);
     const scheduled =
       scheduledTokens === undefined
@@ -347,6 +357,7 @@ export class SchedulerRole {
 
   /** Preemption (recompute): progress restarts from zero; the allocator clears the blocks. */
   preempt(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'preempt');
@@ -361,6 +372,7 @@ export class SchedulerRole {
 
   /** Normal finish: the store role takes one final pass with the finished horizon. */
   finish(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'finish');
@@ -370,6 +382,7 @@ export class SchedulerRole {
 
   /** Abort (queued or running): only computed tokens remain offloadable. */
   abort(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'abort');
@@ -379,6 +392,7 @@ export class SchedulerRole {
 
   /** Frees the slot; the handle (and every copy of it) becomes stale. */
   release(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.claim.take();
