@@ -16,6 +16,24 @@ export default tseslint.config(
       'no-constant-condition': ['error', { checkLoops: false }],
     },
   },
+  {
+    files: ['src/**/*.ts'],
+    rules: {
+      // invariant(cond, `... ${x}`) builds its message on every call, also
+      // when the condition holds: on hot paths (unpin per block, completion per
+      // job) that string was most of the call. Guard it instead:
+      // if (!cond) invariant(false, `... ${x}`).
+      'no-restricted-syntax': [
+        'error',
+        {
+          selector:
+            'CallExpression[callee.name="invariant"]:not([arguments.0.value=false]) > TemplateLiteral[expressions.length>0]',
+          message:
+            'Build an invariant message only when it fails: if (!cond) invariant(false, `...`).',
+        },
+      ],
+    },
+  },
   // The JavaScript examples are type-checked by tsc (checkJs), which knows Node's globals.
   { files: ['examples/**/*.mjs'], rules: { 'no-undef': 'off' } },
 );

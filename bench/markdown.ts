@@ -197,8 +197,10 @@ export function renderMarkdown(res: BenchResults): string {
     });
     out.push(
       table([
-        row('runtime, offloading on', s.eventLoop.offloadOn),
-        row('runtime, offloading off', s.eventLoop.offloadOff),
+        row('runtime, offloading on (steady state)', s.eventLoop.offloadOn),
+        row('runtime, offloading off (steady state)', s.eventLoop.offloadOff),
+        row('fresh runtime, first workload, on', s.eventLoop.offloadOnFresh),
+        row('fresh runtime, first workload, off', s.eventLoop.offloadOffFresh),
         row('no runtime', s.eventLoop.noRuntime),
       ]),
     );

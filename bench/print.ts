@@ -152,8 +152,10 @@ export function printScenario(s: ScenarioResults): void {
     'loop busy %': d.busyPercent ? round(d.busyPercent.median, 2) : '-',
   });
   printTable('6. Event-loop delay of the embedding main thread (beyond the 1 ms timer)', [
-    row('runtime, offloading on', s.eventLoop.offloadOn),
-    row('runtime, offloading off', s.eventLoop.offloadOff),
+    row('runtime, offloading on (steady state)', s.eventLoop.offloadOn),
+    row('runtime, offloading off (steady state)', s.eventLoop.offloadOff),
+    row('fresh runtime, first workload, on', s.eventLoop.offloadOnFresh),
+    row('fresh runtime, first workload, off', s.eventLoop.offloadOffFresh),
     row('no runtime (machine alone)', s.eventLoop.noRuntime),
   ]);
 }

@@ -93,6 +93,12 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     snapshot: { requests: 4, writerCounts: [0, 3], durationMs: 20, repeats: 1 },
     designs: { shape: { requests: 4, chunks: 16 }, writerCounts: [3], repeats: 1, batch: 8 },
     copy: { blockBytes: [64 * KIB], threads: [1, 2], arenaBytes: MIB, passes: 1, repeats: 1 },
-    scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
+    scenario: {
+      repeats: 1,
+      requests: 2,
+      promptTokens: 2000,
+      steadySecondsMin: 0.2,
+      steadyRunsMin: 1,
+    },
   },
 };

@@ -58,7 +58,7 @@ export class GpuBlockPool {
     // quarantine like any pinned block. (Found by the race fuzzer.)
     while (out.length < n && this.freeCount > 0) {
       const b = this.free[--this.freeCount]!;
-      invariant(this.allocated[b] === 0, `block ${b} on the free list is not allocated`);
+      if (this.allocated[b] !== 0) invariant(false, `block ${b} on the free list is not allocated`);
       if (!this.ignorePins && Atomics.load(this.pins, b) > 0) {
         this.quarantine.push(b);
         continue;
@@ -81,10 +81,8 @@ export class GpuBlockPool {
   release(blocks: readonly number[]): void {
     for (const b of blocks) {
       if (b === 0) continue;
-      invariant(
-        b > 0 && b < this.gpuBlocks && this.allocated[b] === 1,
-        `block ${b} freed while allocated`,
-      );
+      if (!(b > 0 && b < this.gpuBlocks && this.allocated[b] === 1))
+        invariant(false, `block ${b} freed while allocated`);
       this.allocated[b] = 0;
       if (!this.ignorePins && Atomics.load(this.pins, b) > 0) this.quarantine.push(b);
       else this.free[this.freeCount++] = b;

@@ -182,7 +182,7 @@ export class LoadPath {
     }
     if (this.loads.has(slot)) throw new IllegalTransitionError('load', 'loading');
     const taken = this.store.snapshot(slot, this.snap);
-    invariant(taken === 'ok', `slot ${slot} of a checked handle reads ${taken}`);
+    if (taken !== 'ok') invariant(false, `slot ${slot} of a checked handle reads ${taken}`);
     const numTokens = Atomics.load(
       this.state.control,
       this.state.schedulerWord(slot, S_NUM_TOKENS),
@@ -283,12 +283,13 @@ export class LoadPath {
 
   /** One more chunk of `slot` dispatched for store (the planner's observer calls this). */
   storeDispatched(slot: number): void {
-    invariant(!this.loads.has(slot), `slot ${slot} stores while it loads`);
+    if (this.loads.has(slot)) invariant(false, `slot ${slot} stores while it loads`);
     this.storesInFlight[slot]! += 1;
   }
 
   storeCompleted(slot: number, chunks: number): void {
-    invariant(this.storesInFlight[slot]! >= chunks, `slot ${slot} has ${chunks} chunks in flight`);
+    if (!(this.storesInFlight[slot]! >= chunks))
+      invariant(false, `slot ${slot} has ${chunks} chunks in flight`);
     this.storesInFlight[slot]! -= chunks;
   }
 

@@ -219,7 +219,8 @@ export class LocalOffload {
     }
     const result = this.reader.snapshot(handle.slot, this.snap);
     // One thread drives every role here, so no writer can be mid-change.
-    invariant(result === 'ok', `slot ${handle.slot} of a checked handle reads ${result}`);
+    if (result !== 'ok')
+      invariant(false, `slot ${handle.slot} of a checked handle reads ${result}`);
     const g = this.config.groups[group]!;
     const tc = tokenChunks(this.snap, g, offloadableTokens(this.snap, this.config));
     const keys = this.snap.keyCount[group]!;

@@ -96,7 +96,7 @@ export function maximalPrefix(states: readonly ChunkState[]): LookupResult {
  * met before the answer counts toward its run and defers.
  */
 export function slidingWindow(states: readonly ChunkState[], w: number): LookupResult {
-  invariant(Number.isInteger(w) && w >= 1, `window ${w} is a positive chunk count`);
+  if (!(Number.isInteger(w) && w >= 1)) invariant(false, `window ${w} is a positive chunk count`);
   let run = 0;
   let defer = false;
   for (let i = states.length - 1; i >= 0; i -= 1) {

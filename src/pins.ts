@@ -19,12 +19,10 @@ export function unpinBlocks(pins: Int32Array, blocks: readonly number[]): void {
     // thread's unpin landed, so the loop ends within the number of pinners.
     for (let attempt = 0; ; attempt += 1) {
       const before = Atomics.load(pins, b);
-      invariant(before > 0, `block ${b} was pinned before its unpin`);
+      if (!(before > 0)) invariant(false, `block ${b} was pinned before its unpin`);
       if (Atomics.compareExchange(pins, b, before, before - 1) === before) break;
-      invariant(
-        attempt < UNPIN_ATTEMPTS_MAX,
-        `unpin of block ${b} settled within ${UNPIN_ATTEMPTS_MAX} attempts`,
-      );
+      if (!(attempt < UNPIN_ATTEMPTS_MAX))
+        invariant(false, `unpin of block ${b} settled within ${UNPIN_ATTEMPTS_MAX} attempts`);
     }
   }
 }

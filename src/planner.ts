@@ -221,7 +221,14 @@ export class StorePlanner {
   private readonly finalWaitGeneration: Int32Array;
   private nextJobId = 1;
   /** Jobs handed out and not completed (weak: a driver that completes jobs elsewhere leaks nothing). */
-  private readonly issued = new WeakSet<StoreJob>();
+  /**
+   * Jobs handed out and not yet completed, by jobId. A Map keyed by the
+   * number, not a WeakSet of the job: an object key needs an identity hash
+   * (and a WeakSet an ephemeron entry) per job, which was the largest single
+   * cost of planning a one-chunk job. A job never completed stays here, as
+   * its pins do.
+   */
+  private readonly issued = new Map<number, StoreJob>();
   /**
    * The first pass visits every slot: a planner attached to state that
    * already holds requests (or whose bits an earlier planner took) must not
@@ -335,7 +342,7 @@ export class StorePlanner {
    * drive a pin count below zero and let the pool hand out a block mid-copy).
    */
   complete(job: StoreJob, success = true): void {
-    if (typeof job !== 'object' || job === null || !this.issued.has(job)) {
+    if (typeof job !== 'object' || job === null || this.issued.get(job.jobId) !== job) {
       throw new InvalidArgumentError(
         'job',
         'was not issued by this planner, or was already completed',
@@ -346,14 +353,12 @@ export class StorePlanner {
     if (!this.skipPins) {
       for (const c of job.chunks) {
         for (const b of c.blocks) {
-          invariant(
-            Atomics.load(this.state.pins, b) > 0,
-            `block ${b} of job ${job.jobId} is pinned`,
-          );
+          if (!(Atomics.load(this.state.pins, b) > 0))
+            invariant(false, `block ${b} of job ${job.jobId} is pinned`);
         }
       }
     }
-    this.issued.delete(job);
+    this.issued.delete(job.jobId);
     if (!success) this.counters.chunksTransferFailed += job.chunks.length;
     this.tier.completeStore(
       job.chunks.map((c) => c.key),
@@ -564,7 +569,7 @@ export class StorePlanner {
       requestId: snap.requestId,
       chunks: stored,
     };
-    this.issued.add(job);
+    this.issued.set(job.jobId, job);
     return job;
   }
 

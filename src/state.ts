@@ -24,14 +24,10 @@ export class SharedState {
     invariant(config.groups.length <= GROUPS_MAX, 'group count within GROUPS_MAX');
     const sizes = bufferSizes(config);
     for (const name of Object.keys(sizes) as (keyof SharedBuffers)[]) {
-      invariant(
-        buffers[name] instanceof SharedArrayBuffer,
-        `buffer ${name} is a SharedArrayBuffer`,
-      );
-      invariant(
-        buffers[name].byteLength === sizes[name],
-        `buffer ${name} has ${sizes[name]} bytes for this config`,
-      );
+      if (!(buffers[name] instanceof SharedArrayBuffer))
+        invariant(false, `buffer ${name} is a SharedArrayBuffer`);
+      if (buffers[name].byteLength !== sizes[name])
+        invariant(false, `buffer ${name} has ${sizes[name]} bytes for this config`);
     }
     this.config = config;
     this.buffers = buffers;

@@ -290,7 +290,7 @@ export class PiscinaTransferBackend implements TransferBackend {
   private completed(r: Int32Array): void {
     const c = decodeCompletion(r);
     const t = this.tickets.get(c.ticket);
-    invariant(t !== undefined, `transfer ticket ${c.ticket} was in flight`);
+    if (t === undefined) invariant(false, `transfer ticket ${c.ticket} was in flight`);
     this.tickets.delete(c.ticket);
     this.threads[t.thread]!.inFlight -= 1;
     this.done.push({

@@ -848,7 +848,7 @@ export class EngineSimulator {
 
   private onStoreAnswer(a: Int32Array): void {
     const r = this.byId.get(a[1]!);
-    invariant(r !== undefined, `store answer for a known request ${a[1]}`);
+    if (r === undefined) invariant(false, `store answer for a known request ${a[1]}`);
     if (a[0] === ANS_LOOKED_UP) {
       invariant(r.phase === 'lookup' && this.lookupsPending > 0, 'lookup answer while looking up');
       this.lookupsPending -= 1;
@@ -907,7 +907,7 @@ export class EngineSimulator {
 
   private onAllocAnswer(a: Int32Array): void {
     const r = this.byId.get(a[1]!);
-    invariant(r !== undefined, `allocator answer for a known request ${a[1]}`);
+    if (r === undefined) invariant(false, `allocator answer for a known request ${a[1]}`);
     if (a[0] === ANS_RELEASED) {
       this.released(r);
       return;
@@ -924,7 +924,8 @@ export class EngineSimulator {
       return;
     }
     // Requests with an answer outstanding are never preempted or ended.
-    invariant(r.phase === 'running', `allocation answered to a running request (${r.phase})`);
+    if (r.phase !== 'running')
+      invariant(false, `allocation answered to a running request (${r.phase})`);
     if (!ok) {
       this.counters.poolAllocationFailures += 1;
       r.allocFailures += 1;

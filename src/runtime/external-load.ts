@@ -217,7 +217,7 @@ export class ExternalLoadPath {
     return new Promise<Int32Array>((resolve, reject) => {
       const deadline = Date.now() + timeoutMs;
       this.waiting.set(tag, (a) => {
-        invariant(a[0] === answerOp, `answer ${a[0]} to tag ${tag} is ${answerOp}`);
+        if (a[0] !== answerOp) invariant(false, `answer ${a[0]} to tag ${tag} is ${answerOp}`);
         resolve(a);
       });
       this.toStore.send(record);

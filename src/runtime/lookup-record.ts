@@ -126,8 +126,9 @@ export function decodeLookup(config: Config, r: Int32Array): DecodedLookup {
   const numTokens = r[2]!;
   const flags = r[3]!;
   const cap = r[4]!;
-  invariant((flags & ~(FLAG_FORCE | FLAG_SKIP_READING)) === 0, `lookup flags ${flags} are known`);
-  invariant(cap === UNSET || cap >= 0, `lookup cap ${cap} is UNSET or a token count`);
+  if (!((flags & ~(FLAG_FORCE | FLAG_SKIP_READING)) === 0))
+    invariant(false, `lookup flags ${flags} are known`);
+  if (!(cap === UNSET || cap >= 0)) invariant(false, `lookup cap ${cap} is UNSET or a token count`);
   const keys: bigint[][] = [];
   let at = HEADER_WORDS;
   for (let g = 0; g < config.groups.length; g += 1) {
@@ -136,7 +137,7 @@ export function decodeLookup(config: Config, r: Int32Array): DecodedLookup {
     for (let c = 0; c < n; c += 1, at += 2) ks.push(readKey(r, at));
     keys.push(ks);
   }
-  invariant(at === r.length, `lookup record of ${r.length} words holds ${at}`);
+  if (at !== r.length) invariant(false, `lookup record of ${r.length} words holds ${at}`);
   return {
     tag: r[1]!,
     numTokens,

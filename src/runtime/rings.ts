@@ -100,7 +100,7 @@ export class SpscRing {
       invariant(head !== tail, 'a wrap marker is followed by a record');
       n = w[DATA]!;
     }
-    invariant(n >= 0 && n <= this.recordWordsMax, `ring record length ${n} is valid`);
+    if (!(n >= 0 && n <= this.recordWordsMax)) invariant(false, `ring record length ${n} is valid`);
     try {
       fn(w.subarray(DATA + index + 1, DATA + index + 1 + n));
     } finally {

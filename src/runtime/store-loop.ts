@@ -402,10 +402,8 @@ export class StoreLoop {
 
   private dispatch(job: StoreJob): void {
     // One load xor stores per request (vLLM's §7.6): a loading request has computed nothing to store.
-    invariant(
-      !this.loadingRequests.has(job.requestId),
-      `request ${job.requestId} stores while it loads`,
-    );
+    if (this.loadingRequests.has(job.requestId))
+      invariant(false, `request ${job.requestId} stores while it loads`);
     const keys: bigint[] = [];
     const bpc = this.views.config.blocksPerChunk;
     for (const c of job.chunks) {
@@ -433,7 +431,7 @@ export class StoreLoop {
 
   private completeStore(c: TransferCompletion): void {
     const entry = this.stores.get(c.jobId);
-    invariant(entry !== undefined, `store job ${c.jobId} was in flight`);
+    if (entry === undefined) invariant(false, `store job ${c.jobId} was in flight`);
     this.stores.delete(c.jobId);
     // A copy that failed may have left its slots half-written and its pins held: the store cannot go on.
     if (!c.ok) throw new TransferFailedError(c.error);
@@ -628,7 +626,7 @@ export class StoreLoop {
   private load(r: Int32Array): void {
     const tag = r[1]!;
     const lock = this.locks.get(tag);
-    invariant(lock !== undefined, `load ${tag} follows a lookup hit`);
+    if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
     this.locks.delete(tag);
     const bpc = this.views.config.blocksPerChunk;
     invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
@@ -639,7 +637,8 @@ export class StoreLoop {
       }
     }
     for (const s of this.stores.values()) {
-      invariant(s.job.requestId !== tag, `request ${tag} loads while its stores are in flight`);
+      if (s.job.requestId === tag)
+        invariant(false, `request ${tag} loads while its stores are in flight`);
     }
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
@@ -649,7 +648,7 @@ export class StoreLoop {
 
   private completeLoad(c: TransferCompletion): void {
     const load = this.loads.get(c.jobId);
-    invariant(load !== undefined, `load job ${c.jobId} was in flight`);
+    if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
     // The unsafe variant parks the failed load's lock where nothing ever releases it.

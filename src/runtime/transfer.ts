@@ -109,7 +109,7 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
   if (delayMs > 0) Atomics.wait(sleepCell, 0, 0, delayMs);
   if (task[0] === TASK_FAULT) throw new Error('injected fault in a transfer task (test switch)');
   if (task[0] === TASK_LOAD) return runLoad(arenas, task);
-  invariant(task[0] === TASK_STORE, `transfer task kind ${task[0]} is known`);
+  if (task[0] !== TASK_STORE) invariant(false, `transfer task kind ${task[0]} is known`);
   const unpin = task[2] === 1;
   const blocks: number[] = [];
   let bytes = 0;
