@@ -30,6 +30,7 @@ import { RoleClaim } from './claim.js';
 import { IntInput } from './input.js';
 import {
   DirtyBatch,
+  HandleCopies,
   SlotMarks,
   batchLength,
   checkHandle,
@@ -66,7 +67,7 @@ export class AllocatorRole {
   /** Private copies of the caller's arrays, each read once (see IntInput). */
   private readonly idInput = new IntInput();
   private readonly countInput = new IntInput();
-  private readonly handleCopy: RequestHandle[] = [];
+  private readonly handleCopies = new HandleCopies();
 
   constructor(state: SharedState, options: AllocatorRoleOptions = {}) {
     this.state = state;
@@ -138,9 +139,7 @@ export class AllocatorRole {
     const n = batchLength(handles, { counts });
     const ids = this.readBlockIds(blockIds);
     // Each entry is read once: the handles and counts written are the ones checked.
-    const hs = this.handleCopy;
-    hs.length = n;
-    for (let i = 0; i < n; i += 1) hs[i] = ownHandle(handles[i]!);
+    const hs = this.handleCopies.copy(handles, n);
     const ks =
       counts === undefined
         ? undefined
