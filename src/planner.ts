@@ -617,16 +617,19 @@ export class StorePlanner {
     if (tier.touch === undefined) return; // a tier without recency: no key list to build
     // One list lent to every touch (the tier keeps none): a request's keys are
     // read after each of its stores, so a fresh array per call was garbage in
-    // proportion to the prompt on every job.
+    // proportion to the prompt on every job. It holds the last keys until the
+    // next touch.
     const keys = this.touchKeys;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const w = config.groups[g]!.windowChunks;
       const from = w === null ? 0 : Math.max(0, role.hitChunks(snap, g) - w);
       const n = snap.keyCount[g]!;
       if (n <= from) continue;
-      for (let c = from; c < n; c += 1) keys.push(role.key(snap, g, c));
+      // Resized, not emptied and pushed to: emptying dropped the backing store,
+      // and pushing n keys grew it again a few times per call.
+      if (keys.length !== n - from) keys.length = n - from;
+      for (let c = from; c < n; c += 1) keys[c - from] = role.key(snap, g, c);
       tier.touch(keys);
-      keys.length = 0;
     }
   }
 
