@@ -16,7 +16,16 @@ export class GpuBlockPool {
   private readonly ignorePins: boolean;
 
   constructor(gpuBlocks: number, pins: Int32Array, options: { unsafeIgnorePins?: boolean } = {}) {
-    invariant(pins.length >= gpuBlocks, 'a pin count per block');
+    // Built by host programs too (an external engine's own pool): bad arguments are typed.
+    if (!Number.isInteger(gpuBlocks) || gpuBlocks < 2 || gpuBlocks > 2 ** 30) {
+      throw new InvalidArgumentError('gpuBlocks', 'must be an integer in [2, 2^30]');
+    }
+    if (!(pins instanceof Int32Array) || pins.length < gpuBlocks) {
+      throw new InvalidArgumentError(
+        'pins',
+        `must be the shared pin counts: an Int32Array of at least ${gpuBlocks} entries`,
+      );
+    }
     this.gpuBlocks = gpuBlocks;
     this.pins = pins;
     this.ignorePins = options.unsafeIgnorePins ?? false;

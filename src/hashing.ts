@@ -13,6 +13,7 @@
 // after that every call is synchronous.
 import xxhash from 'xxhash-wasm';
 import type { XXHashAPI } from 'xxhash-wasm';
+import { InvalidArgumentError } from './errors.js';
 import { xxh64 } from './xxh64.js';
 
 /** Seed of the first block hash of every request ("kvoff" in ASCII). */
@@ -74,6 +75,16 @@ function makeHashing(api: Pick<XXHashAPI, 'h64Raw'>): Hashing {
  * incrementally.
  */
 export function chainHashes(hashing: Hashing, tokens: Int32Array, tokensPerHash: number): bigint[] {
+  // 0 or a negative size never moved the loop past its first block: a hang.
+  if (!Number.isInteger(tokensPerHash) || tokensPerHash < 1) {
+    throw new InvalidArgumentError('tokensPerHash', 'must be a positive integer');
+  }
+  if (!(tokens instanceof Int32Array)) {
+    throw new InvalidArgumentError(
+      'tokens',
+      'must be an Int32Array (e.g. Int32Array.from(prompt))',
+    );
+  }
   const out: bigint[] = [];
   let parent = ROOT_SEED;
   for (let i = 0; (i + 1) * tokensPerHash <= tokens.length; i += 1) {

@@ -10,7 +10,7 @@ import { IllegalTransitionError, InvalidArgumentError, invariant } from './error
 import type { Hashing } from './hashing.js';
 import { DEFER, loadPlan, lookupHitTokens, promptKeys, touchRanges } from './lookup.js';
 import type { ChunkState, CursorPolicy } from './lookup.js';
-import { checkHandle } from './roles/handle.js';
+import { checkHandle, ownHandle } from './roles/handle.js';
 import { IntInput } from './roles/input.js';
 import type { RequestHandle } from './roles/handle.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
@@ -115,12 +115,13 @@ export class LoadPath {
       throw new InvalidArgumentError('skipReadingPrefixCache', 'must be a boolean');
     }
     if (options.handle !== undefined) {
-      checkHandle(this.state, options.handle);
+      const handle = ownHandle(options.handle);
+      checkHandle(this.state, handle);
       // vLLM defers a request with jobs in flight before any lookup (no touch either).
-      if (this.storesInFlight[options.handle.slot]! > 0 && !this.loadWhileStoring) {
+      if (this.storesInFlight[handle.slot]! > 0 && !this.loadWhileStoring) {
         return { deferred: true };
       }
-      if (this.loads.has(options.handle.slot)) {
+      if (this.loads.has(handle.slot)) {
         throw new IllegalTransitionError('look up', 'loading');
       }
     }
@@ -162,6 +163,7 @@ export class LoadPath {
    * cursors to the hit's end.
    */
   load(handle: RequestHandle, answer: LookupAnswer): LoadJob {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     if (
       typeof answer !== 'object' ||

@@ -15,7 +15,7 @@ import { StorePlanner } from './planner.js';
 import type { PlannerCounters, PlannerOptions } from './planner.js';
 import { offloadableTokens, readyPrefix, tokenChunks } from './ready.js';
 import { AllocatorRole } from './roles/allocator.js';
-import { checkHandle } from './roles/handle.js';
+import { checkHandle, ownHandle } from './roles/handle.js';
 import type { RequestHandle } from './roles/handle.js';
 import { HasherRole } from './roles/hasher.js';
 import { SchedulerRole } from './roles/scheduler.js';
@@ -135,11 +135,13 @@ export class LocalOffload {
     return this.allocator.nullBlock(handle, group, position);
   }
   progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    handle = ownHandle(handle);
     this.loadPath.expectNotLoading(handle, 'set progress of');
     this.scheduler.progress(handle, computedTokens, scheduledTokens);
   }
   /** Preemption: progress restarts and the block tables are cleared; cursors stay. */
   preempt(handle: RequestHandle): number[] {
+    handle = ownHandle(handle);
     this.loadPath.expectNotLoading(handle, 'preempt');
     this.scheduler.preempt(handle);
     return this.allocator.clear(handle);
@@ -157,6 +159,7 @@ export class LocalOffload {
    * releasing would lose its last chunks. IllegalTransitionError otherwise.
    */
   release(handle: RequestHandle): number[] {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     this.loadPath.expectNotLoading(handle, 'release');
     // A plain read of the drained mark: a snapshot would adopt the store line (a write).
@@ -197,6 +200,7 @@ export class LocalOffload {
   }
   /** Starts loading a hit into the request's appended blocks; copy each chunk, then completeLoad. */
   load(handle: RequestHandle, answer: LookupAnswer): LoadJob {
+    handle = ownHandle(handle);
     return this.loadPath.load(handle, answer);
   }
   completeLoad(job: LoadJob): void {
@@ -208,6 +212,7 @@ export class LocalOffload {
 
   /** The rule's view of one group right now (what the next pass would see). */
   groupProgress(handle: RequestHandle, group: number): GroupProgress {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     if (!Number.isInteger(group) || group < 0 || group >= this.state.groupCount) {
       throw new InvalidArgumentError('group', `must be in [0, ${this.state.groupCount})`);
@@ -231,6 +236,7 @@ export class LocalOffload {
 
   /** True once the store role took the final pass of an ended request (its blocks may be freed). */
   drained(handle: RequestHandle): boolean {
+    handle = ownHandle(handle);
     this.groupProgress(handle, 0);
     return this.snap.drained;
   }
@@ -241,6 +247,7 @@ export class LocalOffload {
 
   /** The offload keys published for a group (a copy). */
   keys(handle: RequestHandle, group: number): bigint[] {
+    handle = ownHandle(handle);
     const n = this.groupProgress(handle, group).keys;
     const base = this.state.keyBase(handle.slot, group);
     return Array.from(this.state.keys.subarray(base, base + n));

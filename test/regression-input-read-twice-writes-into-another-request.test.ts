@@ -151,4 +151,36 @@ describe('regression: an input read twice wrote into another request', () => {
     lo.allocator.appendBlocksBatch(swapping, 0, [3, 4, 9], shifty([1, 2], { value: 0 }).values);
     expect([a, b, c].map((h) => lo.groupProgress(h, 0).blocks)).toEqual([1, 2, 0]);
   });
+
+  it('a handle whose slot reads differently later is used as first read: checked and written request are one', async () => {
+    const lo = await LocalOffload.create(CONFIG);
+    const prompt = [1, 2, 3, 4, 5, 6, 7, 8];
+    const a = lo.open({ requestId: 1, promptTokens: prompt });
+    const b = lo.open({ requestId: 2, promptTokens: prompt });
+    /** Names `a` on its first read of `slot`, `b` on every later one. */
+    const lying = (): RequestHandle => {
+      let reads = 0;
+      return {
+        get slot() {
+          reads += 1;
+          return reads > 1 ? b.slot : a.slot;
+        },
+        generation: a.generation,
+      };
+    };
+    lo.progress(lying(), 8);
+    lo.appendBlocks(lying(), 0, [3, 4]);
+    lo.hash(lying());
+    lo.finish(lying());
+    expect(lo.groupProgress(a, 0)).toMatchObject({ tokenChunks: 2, keys: 2, blocks: 2 });
+    expect(lo.groupProgress(b, 0)).toMatchObject({ tokenChunks: 0, keys: 0, blocks: 0 });
+    // b was neither finished nor given progress: it still runs.
+    lo.progress(b, 4);
+    expect(() => lo.progress(a, 8)).toThrow(/finished/);
+    // A revoked Proxy is a typed refusal, not a TypeError.
+    const { proxy, revoke } = Proxy.revocable(b, {});
+    revoke();
+    expect(() => lo.progress(proxy, 8)).toThrow(InvalidArgumentError);
+    expect(() => lo.scheduler.progressBatch([proxy], [8])).toThrow(InvalidArgumentError);
+  });
 });

@@ -28,7 +28,16 @@ import {
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
 import { IntInput } from './input.js';
-import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
+import {
+  DirtyBatch,
+  HandleCopies,
+  SlotMarks,
+  batchLength,
+  checkHandle,
+  ownHandle,
+  statusName,
+  statusOf,
+} from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export interface AllocatorRoleOptions {
@@ -58,7 +67,7 @@ export class AllocatorRole {
   /** Private copies of the caller's arrays, each read once (see IntInput). */
   private readonly idInput = new IntInput();
   private readonly countInput = new IntInput();
-  private readonly handleCopy: RequestHandle[] = [];
+  private readonly handleCopies = new HandleCopies();
 
   constructor(state: SharedState, options: AllocatorRoleOptions = {}) {
     this.state = state;
@@ -101,6 +110,7 @@ export class AllocatorRole {
    * another live request, or (with a pool) not handed out by the pool.
    */
   appendBlocks(handle: RequestHandle, group: number, blockIds: ArrayLike<number>): void {
+    handle = ownHandle(handle);
     this.claim.check();
     this.checkGroup(group);
     const ids = this.readBlockIds(blockIds);
@@ -129,9 +139,7 @@ export class AllocatorRole {
     const n = batchLength(handles, { counts });
     const ids = this.readBlockIds(blockIds);
     // Each entry is read once: the handles and counts written are the ones checked.
-    const hs = this.handleCopy;
-    hs.length = n;
-    for (let i = 0; i < n; i += 1) hs[i] = handles[i]!;
+    const hs = this.handleCopies.copy(handles, n);
     const ks =
       counts === undefined
         ? undefined
@@ -223,6 +231,7 @@ export class AllocatorRole {
    * before it counts still-missing chunks as dropped. Idempotent.
    */
   settle(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     const status = statusOf(this.state, handle.slot);
@@ -242,6 +251,7 @@ export class AllocatorRole {
 
   /** True once `settle` ran for this handle's generation. */
   settled(handle: RequestHandle): boolean {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     return this.settledChecked(handle);
   }
@@ -258,6 +268,7 @@ export class AllocatorRole {
 
   /** Block IDs currently held in `group` (a copy). */
   blockIds(handle: RequestHandle, group: number): number[] {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     this.checkGroup(group);
     const n = this.count(handle, group);
@@ -271,6 +282,7 @@ export class AllocatorRole {
    * touched: chunks come back once blocks are re-appended.
    */
   clear(handle: RequestHandle): number[] {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.claim.take();
@@ -296,6 +308,7 @@ export class AllocatorRole {
    * null block (it slid out of the window) and returns the ID it held.
    */
   nullBlock(handle: RequestHandle, group: number, position: number): number {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.checkGroup(group);
@@ -322,6 +335,7 @@ export class AllocatorRole {
 
   /** Block IDs published in `group` for this handle's generation (0 before the first append). */
   count(handle: RequestHandle, group: number): number {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     this.checkGroup(group);
     return this.countChecked(handle, group);

@@ -12,6 +12,59 @@ export interface RequestHandle {
   readonly generation: number;
 }
 
+/**
+ * The caller's handle read once into a plain object that public methods use
+ * from then on. Read again, a getter or a Proxy could name one slot when the
+ * handle is checked and another (a different live request) when it is
+ * written. A non-object is passed through for checkHandle to refuse; one
+ * whose fields cannot be read (a revoked Proxy) is an InvalidArgumentError.
+ */
+export function ownHandle(handle: RequestHandle): RequestHandle {
+  if (typeof handle !== 'object' || handle === null) return handle;
+  try {
+    return { slot: handle.slot, generation: handle.generation };
+  } catch {
+    throw new InvalidArgumentError('handle', 'must be a request handle whose fields can be read');
+  }
+}
+
+/**
+ * A batch's handles, each read once (as ownHandle) into objects this role
+ * view owns and reuses: fresh objects stored into a long-lived array cost a
+ * write barrier each and made the batch calls a third slower. A non-object
+ * entry is kept as given, for checkHandle to refuse.
+ */
+export class HandleCopies {
+  private readonly pool: { slot: number; generation: number }[] = [];
+  private readonly out: RequestHandle[] = [];
+
+  /** Copies of handles[0, n), valid until the next copy. */
+  copy(handles: readonly RequestHandle[], n: number): readonly RequestHandle[] {
+    const { pool, out } = this;
+    while (pool.length < n) pool.push({ slot: 0, generation: 0 });
+    out.length = n;
+    for (let i = 0; i < n; i += 1) {
+      const h = handles[i]!;
+      if (typeof h !== 'object' || h === null) {
+        out[i] = h;
+        continue;
+      }
+      const c = pool[i]!;
+      try {
+        c.slot = h.slot;
+        c.generation = h.generation;
+      } catch {
+        throw new InvalidArgumentError(
+          `handles[${i}]`,
+          'must be a request handle whose fields can be read',
+        );
+      }
+      out[i] = c;
+    }
+    return out;
+  }
+}
+
 export function checkHandle(state: SharedState, handle: RequestHandle): void {
   if (
     typeof handle !== 'object' ||

@@ -6,7 +6,7 @@ import type { Hashing } from '../hashing.js';
 import { ROOT_SEED } from '../hashing.js';
 import { H_GENERATION, H_HASH_COUNT, H_KEY_COUNT, S_NUM_TOKENS, markDirty } from '../layout.js';
 import type { SharedState } from '../state.js';
-import { checkHandle } from './handle.js';
+import { checkHandle, ownHandle } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export class HasherRole {
@@ -24,6 +24,7 @@ export class HasherRole {
    * driver can lag the hasher on purpose by giving it a small budget.
    */
   hash(handle: RequestHandle, hashesMax = Number.MAX_SAFE_INTEGER): number {
+    handle = ownHandle(handle);
     checkHandle(this.state, handle);
     // NaN or a fraction would publish a count that disagrees with the hashes written.
     if (!(Number.isInteger(hashesMax) || hashesMax === Infinity) || hashesMax < 0) {

@@ -26,7 +26,16 @@ import type { StatusCode } from '../layout.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
 import { IntInput } from './input.js';
-import { DirtyBatch, SlotMarks, batchLength, checkHandle, statusName, statusOf } from './handle.js';
+import {
+  DirtyBatch,
+  HandleCopies,
+  SlotMarks,
+  batchLength,
+  checkHandle,
+  ownHandle,
+  statusName,
+  statusOf,
+} from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 const TOKEN_MAX = 0x7fffffff;
@@ -65,7 +74,9 @@ export class SchedulerRole {
   /** Private copies of the caller's arrays (tokens, hits, a batch's progress), each read once. */
   private readonly input = new IntInput();
   private readonly auxInput = new IntInput(8);
-  private readonly handleCopy: RequestHandle[] = [];
+  private readonly handleCopies = new HandleCopies();
+  private readonly computedCopy: number[] = [];
+  private readonly scheduledCopy: number[] = [];
 
   constructor(state: SharedState) {
     this.state = state;
@@ -206,6 +217,7 @@ export class SchedulerRole {
 
   /** Appends sampled (or known) tokens; the count is published after the data. */
   appendTokens(handle: RequestHandle, newTokens: ArrayLike<number>): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'append tokens to');
@@ -238,6 +250,7 @@ export class SchedulerRole {
    * Scheduled tokens may run past them (speculative drafts).
    */
   progress(handle: RequestHandle, computedTokens: number, scheduledTokens = 0): void {
+    handle = ownHandle(handle);
     this.claim.check();
     this.checkProgress(handle, computedTokens, scheduledTokens);
     this.claim.take();
@@ -258,27 +271,29 @@ export class SchedulerRole {
   ): void {
     this.claim.check();
     const n = batchLength(handles, { computedTokens, scheduledTokens });
-    // Each entry is read once (see IntInput): the values written are the ones checked.
-    const max = this.state.config.maxTokensPerRequest;
-    const hs = this.handleCopy;
-    hs.length = n;
-    for (let i = 0; i < n; i += 1) hs[i] = handles[i]!;
-    const computed = this.input.read(computedTokens, n, 'computedTokens', 0, max);
-    const scheduled =
-      scheduledTokens === undefined
-        ? undefined
-        : this.auxInput.read(scheduledTokens, n, 'scheduledTokens', 0, max);
+    // Each entry is read once, in this one loop (see IntInput): the handles
+    // and values checked and written below are these copies. checkProgress
+    // checks the values as given (a non-number is refused, not coerced).
+    const hs = this.handleCopies.copy(handles, n);
+    const computed = this.computedCopy;
+    const scheduled = this.scheduledCopy;
+    computed.length = n;
+    scheduled.length = n;
+    for (let i = 0; i < n; i += 1) {
+      computed[i] = computedTokens[i]!;
+      scheduled[i] = scheduledTokens === undefined ? 0 : scheduledTokens[i]!;
+    }
     this.named.begin();
     for (let i = 0; i < n; i += 1) {
       const h = hs[i]!;
-      this.checkProgress(h, computed[i]!, scheduled === undefined ? 0 : scheduled[i]!);
+      this.checkProgress(h, computed[i]!, scheduled[i]!);
       // Entries are checked against the published words: a slot named twice
       // would be checked against a value its own first entry replaces.
       this.named.once(h.slot, i);
     }
     this.claim.take();
     for (let i = 0; i < n; i += 1) {
-      this.writeProgress(hs[i]!, computed[i]!, scheduled === undefined ? 0 : scheduled[i]!, false);
+      this.writeProgress(hs[i]!, computed[i]!, scheduled[i]!, false);
       this.dirtyBatch.add(hs[i]!.slot);
     }
     // One Atomics.or per bitmap word, after all of the batch's writes.
@@ -347,6 +362,7 @@ export class SchedulerRole {
 
   /** Preemption (recompute): progress restarts from zero; the allocator clears the blocks. */
   preempt(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'preempt');
@@ -361,6 +377,7 @@ export class SchedulerRole {
 
   /** Normal finish: the store role takes one final pass with the finished horizon. */
   finish(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'finish');
@@ -370,6 +387,7 @@ export class SchedulerRole {
 
   /** Abort (queued or running): only computed tokens remain offloadable. */
   abort(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.expectLive(handle, 'abort');
@@ -379,6 +397,7 @@ export class SchedulerRole {
 
   /** Frees the slot; the handle (and every copy of it) becomes stale. */
   release(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.claim.check();
     checkHandle(this.state, handle);
     this.claim.take();

@@ -244,6 +244,8 @@ export class EngineSimulator {
   private readonly random: Random;
   private readonly submissions: SpscRing;
   private readonly allocAnswers: SpscRing;
+  /** Most block IDs one allocation answer can carry (see tokensFor). */
+  private readonly allocIdsMax: number;
   private readonly storeAnswers: SpscRing;
   private readonly toAllocator: Outbox;
   private readonly toStore: Outbox;
@@ -310,6 +312,8 @@ export class EngineSimulator {
     this.random = new Random(this.options.seed);
     this.submissions = views.ring('submit');
     this.allocAnswers = views.ring('allocAnswer');
+    // An answer is [ANS_ALLOCATED, tag, ok, ...ids].
+    this.allocIdsMax = this.allocAnswers.recordWordsMax - 3;
     this.storeAnswers = views.ring('storeAnswer');
     this.toAllocator = new Outbox(views.ring('allocRequest'));
     const storeRequests = views.ring('storeRequest');
@@ -667,9 +671,16 @@ export class EngineSimulator {
 
   /** Tokens to schedule for `r` this step: a prefill chunk, or a decode token plus drafts. */
   private tokensFor(r: SimRequest, budget: number): number {
-    if (r.computed < r.promptLength) return Math.min(r.promptLength - r.computed, budget);
-    const room = this.views.config.maxTokensPerRequest - r.computed - 1;
-    return Math.max(0, Math.min(1 + (this.eagle ? this.options.eagleDraftTokens : 0), room));
+    let n: number;
+    if (r.computed < r.promptLength) n = Math.min(r.promptLength - r.computed, budget);
+    else {
+      const room = this.views.config.maxTokensPerRequest - r.computed - 1;
+      n = Math.max(0, Math.min(1 + (this.eagle ? this.options.eagleDraftTokens : 0), room));
+    }
+    // The allocator answers a step's allocation with every block ID in one
+    // ring record: a larger step (a big stepTokenBudget over small blocks)
+    // made it throw and took the runtime down. Such a prefill takes more steps.
+    return this.fitTokens(r, n, this.allocIdsMax);
   }
 
   private requestBlocks(r: SimRequest, n: number): void {

@@ -12,7 +12,7 @@ import type { Hashing } from '../hashing.js';
 import { loadHashing } from '../hashing.js';
 import { A_BLOCK_COUNT, OWNER_CLOSED } from '../layout.js';
 import { loadPlan, promptKeys } from '../lookup.js';
-import { checkHandle } from '../roles/handle.js';
+import { checkHandle, ownHandle } from '../roles/handle.js';
 import { IntInput } from '../roles/input.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { RuntimeViews } from './buffers.js';
@@ -129,6 +129,7 @@ export class ExternalLoadPath {
   ): Promise<ExternalLoadResult> {
     const { state } = this.views;
     this.expectOpen();
+    handle = ownHandle(handle);
     checkHandle(state, handle);
     if (
       typeof answer !== 'object' ||

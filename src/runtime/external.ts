@@ -25,6 +25,7 @@ import {
 } from '../layout.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import type { AllocatorRoleOptions } from '../roles/allocator.js';
+import { ownHandle } from '../roles/handle.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
@@ -161,6 +162,7 @@ export class ExternalHost {
 
   /** Resolves once the store drained `handle` (after finish or abort); bounded by `timeoutMs`. */
   whenDrained(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    handle = ownHandle(handle);
     try {
       this.checkArgs(handle, timeoutMs);
     } catch (err) {
@@ -175,6 +177,7 @@ export class ExternalHost {
    * sees fewer keys and stores fewer chunks (never a hole: they were not ready).
    */
   whenHashed(handle: RequestHandle, timeoutMs = 10_000): Promise<void> {
+    handle = ownHandle(handle);
     try {
       this.checkArgs(handle, timeoutMs);
     } catch (err) {
@@ -221,6 +224,7 @@ export class ExternalHost {
 
   /** Frees the request's blocks and its slot; only after it was drained. */
   release(handle: RequestHandle): void {
+    handle = ownHandle(handle);
     this.checkArgs(handle, 0);
     if (this.loadPath.closed()) throw new ClosedError('the external host');
     if (!this.roles.drained(handle)) {

@@ -80,7 +80,8 @@ export function lookupTokensThatFit(
   const groups = config.groups.length;
   const chunks = Math.min(
     Math.floor((recordWordsMax - HEADER_WORDS) / (2 * groups)),
-    Math.floor((recordWordsMax - 2) / (config.blocksPerChunk * groups)),
+    // The load record has 2 header words; the allocator's answer for the hit's blocks 3.
+    Math.floor((recordWordsMax - 3) / (config.blocksPerChunk * groups)),
   );
   if (chunks < 1) return 0;
   const tpc = Math.max(...config.groups.map((g) => g.tokensPerChunk));

@@ -3,6 +3,8 @@
 // reports how to replay it.
 import type { Hashing } from '../hashing.js';
 import { loadHashing } from '../hashing.js';
+import { InvalidArgumentError } from '../errors.js';
+import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName, Violation } from './oracle.js';
 import { estimateSteps, requestSpecs, scenarioFromSeed } from './scenario.js';
@@ -12,7 +14,7 @@ import type { RuntimeSwitch } from './runtime-world.js';
 import { estimateRuntimeSteps, runtimeScenarioFromSeed } from './runtime-scenario.js';
 import type { RuntimeScenario } from './runtime-scenario.js';
 import { shrinkFailure } from './shrink.js';
-import { DecisionListStrategy, makeStrategy } from './strategy.js';
+import { DecisionListStrategy, makeStrategy, parseStrategy } from './strategy.js';
 import type { StrategyName } from './strategy.js';
 import { encodeReplayToken } from './token.js';
 import type { FuzzTarget, ReplaySpec } from './token.js';
@@ -157,6 +159,7 @@ const PROGRESS_EVERY = 64;
 export const FUZZ_SCHEDULES_MAX = 1e12;
 
 export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
+  checkFuzzOptions(options);
   const hashing = await loadHashing();
   const limit = options.schedules ?? FUZZ_SCHEDULES_MAX;
   const deadline = options.seconds !== undefined ? options.seconds * 1000 : Infinity;
@@ -247,4 +250,33 @@ export function describeFailure(hashing: Hashing, spec: ReplaySpec, shrink = tru
     shrunkTrace: shrunk.lines,
     shrunkScenario: shrunk.scenario,
   };
+}
+
+/**
+ * The budget and the names a fuzz() caller gives, checked before anything
+ * runs: `seconds: NaN` compared false with every elapsed time, so the loop
+ * ran to FUZZ_SCHEDULES_MAX schedules (a hang), and a bad name failed deep
+ * inside the first schedule. Throws InvalidArgumentError or UnknownPolicyError.
+ */
+function checkFuzzOptions(o: FuzzOptions): void {
+  if (typeof o !== 'object' || o === null) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  parseStorePolicy(o.policy);
+  parseStrategy(o.strategy);
+  if (typeof o.pins !== 'boolean') throw new InvalidArgumentError('pins', 'must be a boolean');
+  if (typeof o.seed !== 'number' || !Number.isSafeInteger(o.seed) || o.seed < 0) {
+    throw new InvalidArgumentError('seed', 'must be a non-negative safe integer');
+  }
+  const s = o.schedules;
+  if (
+    s !== undefined &&
+    (typeof s !== 'number' || !Number.isInteger(s) || s < 0 || s > FUZZ_SCHEDULES_MAX)
+  ) {
+    throw new InvalidArgumentError('schedules', `must be an integer in [0, ${FUZZ_SCHEDULES_MAX}]`);
+  }
+  const t = o.seconds;
+  if (t !== undefined && (typeof t !== 'number' || !(t >= 0) || !Number.isFinite(t))) {
+    throw new InvalidArgumentError('seconds', 'must be a finite number of seconds, at least 0');
+  }
 }
