@@ -57,12 +57,64 @@ export interface CopyScalingRow {
   readonly baselineSpeedup: Figure;
 }
 
+/**
+ * A control for the scaling target: memcpy on 1 and 2 bench threads over an
+ * arena that stays in cache (1 MiB in all), timing as many bytes as a figure
+ * does. If two threads scale here but not over the DRAM-sized arenas, the
+ * limit is the memory bandwidth, not the threads or the cores.
+ */
+export interface CopyCacheControl {
+  readonly arenaKiB: number;
+  readonly blockKiB: number;
+  readonly gbPerSecond1: Figure;
+  readonly gbPerSecond2: Figure;
+  /** 2 threads over 1, paired per repeat. */
+  readonly speedup: Figure;
+}
+
 export interface CopyResults {
   readonly description: string;
   readonly arenaMiB: number;
   readonly bytesPerMeasurement: number;
   readonly rows: readonly CopyRow[];
   readonly scaling: readonly CopyScalingRow[];
+  /** Absent when the run does not measure 1 and 2 threads. */
+  readonly cacheControl?: CopyCacheControl;
+}
+
+const CACHE_ARENA_BYTES = 1024 * KIB;
+const CACHE_BLOCK_BYTES = 64 * KIB;
+
+async function cacheControl(
+  bench: ThreadPool,
+  bytesPerMeasurement: number,
+  repeats: number,
+): Promise<CopyCacheControl> {
+  const a = makeArenas(CACHE_BLOCK_BYTES, CACHE_ARENA_BYTES);
+  const passes = Math.max(1, Math.ceil(bytesPerMeasurement / CACHE_ARENA_BYTES));
+  const bytes = a.blocks * CACHE_BLOCK_BYTES * passes;
+  await baselineCopy(bench, a, 4, 1);
+  await baselineCopy(bench, a, 4, 2);
+  const one: number[] = [];
+  const two: number[] = [];
+  for (let rep = 0; rep < repeats; rep += 1) {
+    const run = async (threads: number, into: number[]) =>
+      into.push(bytes / 1e9 / ((await baselineCopy(bench, a, passes, threads)) / 1000));
+    if (rep % 2 === 0) {
+      await run(1, one);
+      await run(2, two);
+    } else {
+      await run(2, two);
+      await run(1, one);
+    }
+  }
+  return {
+    arenaKiB: CACHE_ARENA_BYTES / KIB,
+    blockKiB: CACHE_BLOCK_BYTES / KIB,
+    gbPerSecond1: figure(one, 'GB/s'),
+    gbPerSecond2: figure(two, 'GB/s'),
+    speedup: ratioFigure(two, one),
+  };
 }
 
 interface Arenas extends TransferArenas {
@@ -184,7 +236,8 @@ export async function runCopyBench(options: CopyOptions): Promise<CopyResults> {
   const rows: CopyRow[] = [];
   const scaling: CopyScalingRow[] = [];
   const threadCounts = [...options.threads].sort((x, y) => x - y);
-  const bench = await ThreadPool.open(Math.max(...threadCounts));
+  const bench = await ThreadPool.open(Math.max(2, ...threadCounts));
+  let control: CopyCacheControl | undefined;
   try {
     for (const blockBytes of options.blockBytes) {
       const a = makeArenas(blockBytes, options.arenaBytes);
@@ -251,6 +304,9 @@ export async function runCopyBench(options: CopyOptions): Promise<CopyResults> {
         for (const b of backends) await b.close();
       }
     }
+    if (threadCounts.includes(1) && threadCounts.includes(2)) {
+      control = await cacheControl(bench, options.arenaBytes * options.passes, options.repeats);
+    }
   } finally {
     await bench.close();
   }
@@ -261,5 +317,6 @@ export async function runCopyBench(options: CopyOptions): Promise<CopyResults> {
     bytesPerMeasurement: options.arenaBytes * options.passes,
     rows,
     scaling,
+    ...(control ? { cacheControl: control } : {}),
   };
 }

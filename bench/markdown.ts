@@ -149,6 +149,13 @@ export function renderMarkdown(res: BenchResults): string {
         })),
       ),
     );
+    const cc = res.copy.cacheControl;
+    if (cc) {
+      out.push(
+        '',
+        `Control: memcpy over a ${cc.arenaKiB} KiB arena that stays in cache (${cc.blockKiB} KiB blocks, as many bytes as a figure): 1 thread ${r2(cc.gbPerSecond1.median)} GB/s, 2 threads ${r2(cc.gbPerSecond2.median)} GB/s, 1 → 2 threads ${r2(cc.speedup.median)}×.`,
+      );
+    }
   }
   if (res.scenario) {
     const s = res.scenario;

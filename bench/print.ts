@@ -109,6 +109,12 @@ export function printCopy(c: CopyResults): void {
       memcpy: round(r.baselineSpeedup.median, 2),
     })),
   );
+  const cc = c.cacheControl;
+  if (cc) {
+    process.stdout.write(
+      `   control: memcpy over a ${cc.arenaKiB} KiB arena (in cache), ${cc.blockKiB} KiB blocks: 1 thread ${round(cc.gbPerSecond1.median, 2)} GB/s, 2 threads ${round(cc.gbPerSecond2.median, 2)} GB/s, 1 -> 2 threads ${round(cc.speedup.median, 2)}x\n\n`,
+    );
+  }
 }
 
 export function printScenario(s: ScenarioResults): void {

@@ -147,12 +147,12 @@ export function copyTargets(c: CopyResults): TargetCheck[] {
       'pool copy from 1 to 2 threads >= 1.6x, blocks >= 64 KiB',
       worstScale === undefined
         ? 'not measured (needs 1 and 2 threads)'
-        : `worst ${fmt(worstScale.poolSpeedup.median)}x at ${worstScale.blockKiB} KiB (memcpy itself: ${fmt(worstScale.baselineSpeedup.median)}x)`,
+        : `worst ${fmt(worstScale.poolSpeedup.median)}x at ${worstScale.blockKiB} KiB (memcpy itself: ${fmt(worstScale.baselineSpeedup.median)}x; memcpy over an arena in cache: ${c.cacheControl ? `${fmt(c.cacheControl.speedup.median)}x` : 'not measured'})`,
       worstScale !== undefined && worstScale.poolSpeedup.median >= 1.6,
       worstScale === undefined
         ? 'not measured'
         : `${fmt(1.6 - worstScale.poolSpeedup.median)}x short at worst`,
-      'Two copying threads need two free cores and enough memory bandwidth; the memcpy column shows what the machine itself gave two threads in the same repeat, an upper bound for the pool.',
+      "Two copying threads need two free cores and enough memory bandwidth; the memcpy column shows what the machine itself gave two threads over the same DRAM-sized arenas in the same repeat, an upper bound for the pool, and the in-cache control shows what two threads give when memory bandwidth is not the limit: when that scales and the DRAM-sized memcpy does not, the miss is the machine's memory bandwidth, not the pool.",
       'A quiet machine with a core per transfer thread.',
     ),
   ];
