@@ -20,7 +20,7 @@ import type { IncomingMessage, Server, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { IntervalHistogram } from 'node:perf_hooks';
-import { KvoffError } from '../errors.js';
+import { InvalidArgumentError, KvoffError } from '../errors.js';
 import { ClientGoneError, readJsonBody } from './body.js';
 import type { BodyRead } from './body.js';
 import { createMetrics } from './metrics.js';
@@ -112,7 +112,7 @@ export class KvoffServer {
 
   constructor(runtime: EmbeddableRuntime, options: ServeOptions = {}) {
     this.runtime = runtime;
-    this.options = { ...SERVE_DEFAULTS, ...options };
+    this.options = resolveServeOptions(options);
     this.loopDelay = monitorEventLoopDelay({ resolution: LOOP_DELAY_RESOLUTION_MS });
     this.loopDelay.enable();
     this.metrics = createMetrics(runtime, {
@@ -402,4 +402,39 @@ function draining(): HttpError {
 
 function round3(n: number): number {
   return Math.round(n * 1000) / 1000;
+}
+
+/**
+ * Every option, its default where absent or undefined, checked. A spread of
+ * the caller's object over the defaults let `bodyBytesMax: undefined` (an
+ * optional setting passed through) or NaN turn the body bound off, since no
+ * size compares greater than either, and `inFlightMax: undefined` the
+ * in-flight bound; a negative timeout threw node's RangeError. Throws
+ * InvalidArgumentError naming the option.
+ */
+function resolveServeOptions(options: ServeOptions): Required<ServeOptions> {
+  if (typeof options !== 'object' || options === null) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  const int = (name: keyof ServeOptions, lo: number, hi: number): number => {
+    const v: unknown = options[name];
+    if (v === undefined) return SERVE_DEFAULTS[name];
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
+      throw new InvalidArgumentError(name, `must be an integer in [${lo}, ${hi}]`);
+    }
+    return v;
+  };
+  const out = {
+    bodyBytesMax: int('bodyBytesMax', 1, 2 ** 30),
+    // A valid request body nests 2 deep.
+    bodyDepthMax: int('bodyDepthMax', 2, 1024),
+    inFlightMax: int('inFlightMax', 1, 1 << 20),
+    drainTimeoutMs: int('drainTimeoutMs', 0, 2 ** 31 - 1),
+    headersTimeoutMs: int('headersTimeoutMs', 1, 2 ** 31 - 1),
+    requestTimeoutMs: int('requestTimeoutMs', 1, 2 ** 31 - 1),
+  };
+  if (out.headersTimeoutMs > out.requestTimeoutMs) {
+    throw new InvalidArgumentError('headersTimeoutMs', 'must not exceed requestTimeoutMs');
+  }
+  return out;
 }
