@@ -23,7 +23,7 @@ import { FINAL_STORE_ATTEMPTS_MAX } from '../src/planner.js';
 import type { RequestHandle } from '../src/roles/handle.js';
 import { HostTier } from '../src/tier/host-tier.js';
 import type { LookupState, PrepareStoreResult } from '../src/tier/types.js';
-import { chunkIds, local } from './helpers.js';
+import { chunkIds, local, range } from './helpers.js';
 
 /** The token vLLM's runner ends a request with; any value works, it is only appended. */
 const EOS = 7;
@@ -1019,5 +1019,91 @@ describe('LRU touch order (CPUOffloadingManager with the connector)', () => {
     expect(ids(b.run([EOS]))).toEqual(['0:0', '0:1']);
     expect(lo.tier.stats().evictions).toBe(2);
     expect(lo.lookup(same(16))).toMatchObject({ deferred: false, hitTokens: 8 });
+  });
+});
+
+describe('test_chunked_prefill_uses_final_swa_store_horizon', () => {
+  // vLLM test_scheduler.py::TestEagle::test_chunked_prefill_uses_final_swa_store_horizon
+  // and ::test_active_decode_does_not_advance_swa_final_horizon, newest
+  // revision: FA block 36, SW block 4, window 16 (A = 9, W = 4), 1200-token
+  // prompt prefilled in chunks of 1000. That revision keeps a running
+  // request's partial last segment back and decides it at the final horizon
+  // (the "V-latest" variant of the reference). kvoff implements the
+  // reference's rule (§5.5.3): the partial segment is judged at each pass's
+  // ready boundary, so a chunk reachable then is stored early, and the cursor
+  // passes the ones judged unreachable (they stay so). Where the two agree
+  // (the aborted request) the test says so; where they do not, it asserts
+  // kvoff's rule and names the extra chunks.
+  const A = 9;
+  const W = 4;
+  const HYBRID: ConfigInput = config(
+    [
+      { kind: 'full', tokensPerBlock: 36 },
+      { kind: 'sliding-window', tokensPerBlock: 4, windowTokens: 16 },
+    ],
+    { maxBlocksPerRequest: 512, gpuBlocks: 1024, tierChunks: 512 },
+  );
+  /** vLLM's expected set: SW chunks [from, to) reachable at a horizon of `h` chunks. */
+  const reachable = (h: number, from = 0, to = h): number[] => {
+    const out: number[] = [];
+    for (let c = from; c < to; c += 1) {
+      const segmentStart = c - (c % A);
+      if (c % A >= Math.min(A, h - segmentStart) - W) out.push(c);
+    }
+    return out;
+  };
+  /**
+   * The reference rule over a run: each pass judges [cursor, ready) at its
+   * own ready boundary (4-token SW chunks), the cursor then moves to ready.
+   */
+  const referenceRule = (horizonTokens: readonly number[]): number[] => {
+    const out: number[] = [];
+    let cursor = 0;
+    for (const h of horizonTokens) {
+      const ready = Math.floor(h / 4);
+      if (ready > cursor) out.push(...reachable(ready, cursor, ready));
+      cursor = Math.max(cursor, ready);
+    }
+    return out;
+  };
+  const swStored = (jobs: readonly StoreJob[]): number[] =>
+    jobs.flatMap((j) => j.chunks.filter((c) => c.group === 1).map((c) => c.chunk));
+
+  it('aborted after the first 1000-token chunk: exactly the final-horizon set (both rules agree)', async () => {
+    const e = await Engine.create(HYBRID);
+    e.slideWindows = false;
+    const a = e.open(1, same(1200), 1000);
+    const jobs = a.schedule(1000);
+    e.lo.abort(a.h); // horizon: the 1000 computed tokens
+    jobs.push(...e.pass());
+    expect(e.lo.drained(a.h)).toBe(true);
+    expect(swStored(jobs)).toEqual(reachable(250));
+  });
+
+  it('completed prompt: the final-horizon set plus chunks 246 and 247, stored early at the 1000-token pass', async () => {
+    const e = await Engine.create(HYBRID);
+    e.slideWindows = false;
+    const a = e.open(1, same(1200), 1000);
+    const stored = swStored(a.run([1, 1, EOS]));
+    // kvoff (reference rule): passes at horizons 1000, 1200, 1201, then the finish at 1202.
+    expect(stored).toEqual(referenceRule([1000, 1200, 1201, 1202]));
+    // vLLM's newest expectation, and the two chunks kvoff stores beyond it.
+    const finalSet = new Set(reachable(300));
+    expect(stored.filter((c) => !finalSet.has(c))).toEqual([246, 247]);
+    expect(reachable(300).filter((c) => !stored.includes(c))).toEqual([]);
+    expect(new Set(stored).size).toBe(stored.length);
+  });
+
+  it('active decode: the first decode chunk (300) is stored while running under the reference rule', async () => {
+    const e = await Engine.create(HYBRID);
+    e.slideWindows = false;
+    const a = e.open(1, same(1200), 1000);
+    const stored = swStored(a.run(same(12, 1)));
+    // Passes at 1000, 1200, then one decode token each up to 1211. A chunk
+    // that becomes ready alone is judged at N = c + 1, where it is always in
+    // its segment's tail: every decode chunk is stored (vLLM's newest
+    // revision stores none of them while the request runs).
+    expect(stored).toEqual(referenceRule([1000, 1200, ...range(1201, 1212)]));
+    expect(stored.filter((c) => c >= 297)).toEqual([297, 298, 299, 300, 301]);
   });
 });
