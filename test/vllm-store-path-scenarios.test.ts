@@ -1107,3 +1107,41 @@ describe('test_chunked_prefill_uses_final_swa_store_horizon', () => {
     expect(stored.filter((c) => c >= 297)).toEqual([297, 298, 299, 300, 301]);
   });
 });
+
+describe('test_request_preemption, re-admitted with a shorter hit than its cursor', () => {
+  // No vLLM test pins this; it follows from update_state_after_alloc in
+  // vLLM's scheduler.py, which under BLOCK_LEVEL *assigns* the cursor to the
+  // end of the hit (reference §7.3), so a re-admitted request whose stored
+  // tail was evicted meanwhile moves its cursor back and stores that tail
+  // again after recomputing it. kvoff's cursors only move forward (the one
+  // rule, docs/design.md; the fuzzer's cursor-monotonic invariant), so the
+  // evicted chunk is not stored again by this request: a later request with
+  // the same prefix recomputes and stores it. Asserted here as kvoff's
+  // behaviour; see the report of this file's commit.
+  it('chunk 2 evicted while preempted: the reload covers 0-1, the cursor stays at 3, chunk 2 is not re-stored', async () => {
+    const e = await Engine.create(config([FULL4], { tierChunks: 3 }));
+    const { lo, tier } = e;
+    const a = e.open(1, same(12));
+    expect(ids(a.run([0]))).toEqual(['0:0', '0:1', '0:2']);
+    e.completeAll();
+    lo.preempt(a.h);
+    // Another request's lookup of the same prefix makes chunk 0 the most
+    // recent, so pressure from a third prompt evicts chunk 2.
+    expect(lo.lookup(same(12))).toMatchObject({ hitTokens: 12 });
+    const b = e.open(2, same(4, 1));
+    expect(ids(b.run([EOS]))).toEqual(['0:0']);
+    e.completeAll();
+    const tokensA = same(13);
+    const again = lo.lookup(tokensA, { handle: a.h });
+    if (again.deferred) throw new Error('unexpected deferral');
+    expect(again.hitTokens).toBe(8); // chunk 2 is gone
+    lo.appendBlocks(a.h, 0, e.fresh(2));
+    lo.completeLoad(lo.load(a.h, again));
+    expect(lo.cursor(a.h, 0)).toBe(3); // vLLM: 2
+    tier.offers = [];
+    a.computed = 8;
+    expect(a.run([0, EOS])).toEqual([]); // vLLM offers (and stores) chunk 2 here
+    expect(tier.offers).toEqual([]);
+    expect(lo.lookup(tokensA)).toMatchObject({ hitTokens: 8 });
+  });
+});
