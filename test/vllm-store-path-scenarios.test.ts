@@ -106,6 +106,7 @@ class Req {
     }
     lo.progress(this.h, this.computed, n);
     const jobs = this.engine.pass();
+    if (this.unhashed) this.hash();
     this.computed += n;
     return jobs;
   }
@@ -114,7 +115,14 @@ class Req {
   sample(token: number): void {
     this.engine.lo.appendTokens(this.h, [token]);
     this.numTokens += 1;
+    if (this.engine.asyncScheduling) this.unhashed = true;
+    else this.hash();
+  }
+
+  private unhashed = false;
+  private hash(): void {
     this.engine.lo.hash(this.h);
+    this.unhashed = false;
   }
 
   /**
@@ -133,6 +141,7 @@ class Req {
       const token = decoded[i++]!;
       this.sample(token);
       if (token === EOS) {
+        this.hash(); // vLLM's request_finished picks up the final hash
         this.engine.lo.finish(this.h);
         jobs.push(...this.engine.pass());
       }
@@ -156,15 +165,44 @@ class Engine {
   completeTransfers = true;
   /** Drop sliding-window blocks as they slide out, as vLLM's SlidingWindowManager does. */
   slideWindows = true;
+  /**
+   * vLLM's async scheduling: the next step is scheduled before the last
+   * sampled token's hash lands, so a chunk completed by that token is
+   * token-ready one pass before its key (the keys lag by one step).
+   */
+  asyncScheduling = false;
 
   constructor(
     readonly lo: LocalOffload,
     readonly tier: ScriptedTier,
   ) {}
 
+  /** What happened to each chunk the cursor passed, by "slot:generation:group:chunk". */
+  private readonly outcomes = new Map<string, string[]>();
+  /** Requests whose cursors every pass checks (opened here, not yet released). */
+  private readonly live = new Set<Req>();
+
   static async create(input: ConfigInput, options: LocalOffloadOptions = {}): Promise<Engine> {
     const tier = new ScriptedTier(input.tierChunks ?? 512);
-    return new Engine(await local(input, { ...options, tier }), tier);
+    const made: { engine?: Engine } = {};
+    const lo = await local(input, {
+      ...options,
+      tier,
+      observer: {
+        chunk: (slot, generation, group, chunk, outcome) =>
+          made.engine!.record(`${slot}:${generation}:${group}:${chunk}`, outcome),
+      },
+    });
+    made.engine = new Engine(lo, tier);
+    return made.engine;
+  }
+
+  private record(chunk: string, outcome: string): void {
+    const seen = this.outcomes.get(chunk) ?? [];
+    // Nothing stored twice in one request generation (a refused offer reports nothing).
+    if (outcome === 'stored' && seen.includes('stored')) throw new Error(`${chunk} stored twice`);
+    seen.push(outcome);
+    this.outcomes.set(chunk, seen);
   }
 
   /**
@@ -190,13 +228,35 @@ class Engine {
       ...(hitChunks ? { hitChunks } : {}),
     });
     this.lo.hash(h);
-    return new Req(this, h, prompt.length, budget);
+    return this.track(h, prompt.length, budget);
   }
 
-  /** One store pass; the previous pass's jobs complete first (when transfers complete). */
+  /** Drives (and checks the cursors of) a request opened by the caller. */
+  track(h: RequestHandle, promptLength: number, budget = 1 << 20): Req {
+    const r = new Req(this, h, promptLength, budget);
+    this.live.add(r);
+    return r;
+  }
+
+  /**
+   * One store pass; the previous pass's jobs complete first (when transfers
+   * complete). Checks that every chunk a cursor moved over was accounted for
+   * (stored, present, null, unreachable or counted as dropped): the cursor
+   * never skips an unstored chunk.
+   */
   pass(): StoreJob[] {
     if (this.completeTransfers) this.completeAll();
+    const groups = this.lo.config.groups.length;
+    const before = [...this.live].map((r) => range(0, groups).map((g) => this.lo.cursor(r.h, g)));
     const jobs = this.lo.plan();
+    [...this.live].forEach((r, i) => {
+      for (let g = 0; g < groups; g += 1) {
+        for (let c = before[i]![g]!; c < this.lo.cursor(r.h, g); c += 1) {
+          const chunk = `${r.h.slot}:${r.h.generation}:${g}:${c}`;
+          expect(this.outcomes.get(chunk), `cursor passed ${chunk} silently`).toBeDefined();
+        }
+      }
+    });
     this.inFlight.push(...jobs);
     return jobs;
   }
@@ -228,6 +288,7 @@ class Engine {
 
   /** Ends a request that ended and drained: its slot is free again. */
   release(r: Req): void {
+    this.live.delete(r);
     this.lo.release(r.h);
   }
 }
@@ -352,52 +413,55 @@ describe('test_request_preemption', () => {
   // test_pending_transfer_defers_prefix_lookup and
   // test_async_preempt_readmit_before_transfer_output_is_deferred for the
   // re-admission while the preempted request's stores are in flight.
-  it('keeps stores in flight across preemption, defers re-admission, reloads 3 chunks, stores only chunk 3', async () => {
-    const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
-    const { lo } = e;
-    e.completeTransfers = false;
-    const a = e.open(1, same(24));
-    const jobA = a.run([0]);
-    expect(blockOffsets(jobA)).toEqual(['0:0', '0:1', '0:2', '0:3', '0:4', '0:5']);
-    const jobB = a.run(same(24 - 4));
-    expect(blockOffsets(jobB)).toEqual(['0:6', '0:7', '0:8']);
+  for (const asyncScheduling of [false, true]) {
+    it(`keeps stores in flight across preemption, defers re-admission, reloads 3 chunks, stores only chunk 3 (async scheduling: ${asyncScheduling})`, async () => {
+      const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
+      e.asyncScheduling = asyncScheduling;
+      const { lo } = e;
+      e.completeTransfers = false;
+      const a = e.open(1, same(24));
+      const jobA = a.run([0]);
+      expect(blockOffsets(jobA)).toEqual(['0:0', '0:1', '0:2', '0:3', '0:4', '0:5']);
+      const jobB = a.run(same(24 - 4));
+      expect(blockOffsets(jobB)).toEqual(['0:6', '0:7', '0:8']);
 
-    // Out of KV space: preempted. Its blocks are freed but the in-flight copies keep them pinned.
-    const freed = lo.preempt(a.h);
-    for (const j of [...jobA, ...jobB])
-      for (const b of j.chunks.flatMap((c) => c.blocks))
-        expect(Atomics.load(lo.state.pins, b)).toBe(1);
-    expect(freed).toHaveLength(11); // blocks for 44 tokens
-    expect(lo.plan()).toEqual([]);
+      // Out of KV space: preempted. Its blocks are freed but the in-flight copies keep them pinned.
+      const freed = lo.preempt(a.h);
+      for (const j of [...jobA, ...jobB])
+        for (const b of j.chunks.flatMap((c) => c.blocks))
+          expect(Atomics.load(lo.state.pins, b)).toBe(1);
+      expect(freed).toHaveLength(11); // blocks for 44 tokens
+      expect(lo.plan()).toEqual([]);
 
-    // Re-admitted before the stores' completions are read: deferred, no lookup, no load.
-    const allTokens = [...same(24), ...same(21)];
-    e.tier.lookups = 0;
-    expect(lo.lookup(allTokens, { handle: a.h })).toEqual({ deferred: true });
-    expect(e.tier.lookups).toBe(0);
-    e.completeAll();
-    expect(blockOffsets(e.completed)).toEqual(blockOffsets([...jobA, ...jobB]));
+      // Re-admitted before the stores' completions are read: deferred, no lookup, no load.
+      const allTokens = [...same(24), ...same(21)];
+      e.tier.lookups = 0;
+      expect(lo.lookup(allTokens, { handle: a.h })).toEqual({ deferred: true });
+      expect(e.tier.lookups).toBe(0);
+      e.completeAll();
+      expect(blockOffsets(e.completed)).toEqual(blockOffsets([...jobA, ...jobB]));
 
-    // Back from preemption: all 9 blocks load from the tier.
-    const again = lo.lookup(allTokens, { handle: a.h });
-    if (again.deferred) throw new Error('unexpected deferral');
-    expect(again.hitTokens).toBe(36);
-    lo.appendBlocks(a.h, 0, e.fresh(9));
-    const load = lo.load(a.h, again);
-    expect(load.chunks.flatMap((c) => c.positions)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8]);
-    lo.completeLoad(load);
-    expect(lo.cursor(a.h, 0)).toBe(3);
+      // Back from preemption: all 9 blocks load from the tier.
+      const again = lo.lookup(allTokens, { handle: a.h });
+      if (again.deferred) throw new Error('unexpected deferral');
+      expect(again.hitTokens).toBe(36);
+      lo.appendBlocks(a.h, 0, e.fresh(9));
+      const load = lo.load(a.h, again);
+      expect(load.chunks.flatMap((c) => c.positions)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8]);
+      lo.completeLoad(load);
+      expect(lo.cursor(a.h, 0)).toBe(3);
 
-    // Recompute the rest and decode: chunk 3 (blocks 9, 10, 11) is the only new store.
-    e.completeTransfers = true;
-    a.computed = 36;
-    const after = [...a.run(same(4)), ...a.run([EOS])];
-    expect(ids(after)).toEqual(['0:3']);
-    expect(blockOffsets(after)).toEqual(['0:9', '0:10', '0:11']);
-    e.completeAll();
-    // Every store completed: nothing left pinned (vLLM: the fence index is empty).
-    for (let b = 1; b < 64; b += 1) expect(Atomics.load(lo.state.pins, b)).toBe(0);
-  });
+      // Recompute the rest and decode: chunk 3 (blocks 9, 10, 11) is the only new store.
+      e.completeTransfers = true;
+      a.computed = 36;
+      const after = [...a.run(same(4)), ...a.run([EOS])];
+      expect(ids(after)).toEqual(['0:3']);
+      expect(blockOffsets(after)).toEqual(['0:9', '0:10', '0:11']);
+      e.completeAll();
+      // Every store completed: nothing left pinned (vLLM: the fence index is empty).
+      for (let b = 1; b < 64; b += 1) expect(Atomics.load(lo.state.pins, b)).toBe(0);
+    });
+  }
 });
 
 describe('test_final_sampled_token_does_not_complete_an_offloaded_block', () => {
@@ -530,24 +594,27 @@ describe('test_on_request_finished_not_deferred_until_store_completion', () => {
   // with test_request_finished_with_pending_stores_populates_fence and
   // test_multiple_in_flight_stores_all_flushed_by_fence for what keeps the
   // in-flight copies' blocks safe (kvoff: pins instead of fences).
-  it('drains while 3 store jobs are in flight; they complete afterwards, their blocks pinned until then', async () => {
-    const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
-    const { lo } = e;
-    e.completeTransfers = false;
-    const a = e.open(1, same(24));
-    a.run([0]);
-    a.run(same(24));
-    a.run([EOS]);
-    expect(e.inFlight).toHaveLength(3);
-    expect(lo.drained(a.h)).toBe(true); // the final pass ran; no copy has completed
-    const freed = lo.release(a.h);
-    const sources = e.inFlight.flatMap((j) => j.chunks.flatMap((c) => c.blocks));
-    expect(freed).toEqual(expect.arrayContaining(sources));
-    for (const b of sources) expect(Atomics.load(lo.state.pins, b)).toBe(1);
-    e.completeAll();
-    expect(blockOffsets(e.completed)).toEqual(Array.from({ length: 12 }, (_, i) => `0:${i}`));
-    for (const b of sources) expect(Atomics.load(lo.state.pins, b)).toBe(0);
-  });
+  for (const asyncScheduling of [false, true]) {
+    it(`drains while 3 store jobs are in flight; they complete afterwards, their blocks pinned until then (async scheduling: ${asyncScheduling})`, async () => {
+      const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
+      e.asyncScheduling = asyncScheduling;
+      const { lo } = e;
+      e.completeTransfers = false;
+      const a = e.open(1, same(24));
+      a.run([0]);
+      a.run(same(24));
+      a.run([EOS]);
+      expect(e.inFlight).toHaveLength(3);
+      expect(lo.drained(a.h)).toBe(true); // the final pass ran; no copy has completed
+      const freed = lo.release(a.h);
+      const sources = e.inFlight.flatMap((j) => j.chunks.flatMap((c) => c.blocks));
+      expect(freed).toEqual(expect.arrayContaining(sources));
+      for (const b of sources) expect(Atomics.load(lo.state.pins, b)).toBe(1);
+      e.completeAll();
+      expect(blockOffsets(e.completed)).toEqual(Array.from({ length: 12 }, (_, i) => `0:${i}`));
+      for (const b of sources) expect(Atomics.load(lo.state.pins, b)).toBe(0);
+    });
+  }
 });
 
 describe('test_concurrent_lookups_of_the_same_prefix', () => {
@@ -740,7 +807,7 @@ describe('test_max_offload_tokens_validation', () => {
       ...(cap === undefined ? {} : { maxOffloadTokens: cap }),
     });
     e.lo.hash(h);
-    const r = new Req(e, h, 36, 1 << 20);
+    const r = e.track(h, 36);
     return blockOffsets(r.run([EOS]));
   };
   const all = Array.from({ length: 9 }, (_, i) => `0:${i}`);
@@ -770,13 +837,18 @@ describe('test_max_offload_tokens_validation', () => {
 
 describe('test_offload_prompt_only', () => {
   // vLLM test_scheduler.py::test_offload_prompt_only
-  it('only the 2 prompt chunks are ever offered, through 4 chunks of decode and the finish', async () => {
-    const e = await Engine.create(config([FULL4], { blocksPerChunk: 3, offloadPromptOnly: true }));
-    const a = e.open(1, same(24));
-    const jobs = [...a.run(same(12 * 4)), ...a.run([EOS])];
-    expect(blockOffsets(jobs)).toEqual(['0:0', '0:1', '0:2', '0:3', '0:4', '0:5']);
-    expect(new Set(e.tier.offers.flat()).size).toBe(2);
-  });
+  for (const asyncScheduling of [false, true]) {
+    it(`only the 2 prompt chunks are ever offered, through 4 chunks of decode and the finish (async scheduling: ${asyncScheduling})`, async () => {
+      const e = await Engine.create(
+        config([FULL4], { blocksPerChunk: 3, offloadPromptOnly: true }),
+      );
+      e.asyncScheduling = asyncScheduling;
+      const a = e.open(1, same(24));
+      const jobs = [...a.run(same(12 * 4)), ...a.run([EOS])];
+      expect(blockOffsets(jobs)).toEqual(['0:0', '0:1', '0:2', '0:3', '0:4', '0:5']);
+      expect(new Set(e.tier.offers.flat()).size).toBe(2);
+    });
+  }
 });
 
 describe('test_stale_sliding_window_block_after_prepare_store_failure', () => {
@@ -894,26 +966,29 @@ describe('test_request_level_policy_stores_all_blocks', () => {
 
 describe('test_complete_store_called_per_job', () => {
   // vLLM test_scheduler.py::test_complete_store_called_per_job
-  it("each job's completion publishes only that job's keys; the finish adds none", async () => {
-    const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
-    const { lo, tier } = e;
-    e.completeTransfers = false;
-    const a = e.open(1, same(12));
-    const first = a.run([0, 0]);
-    expect(ids(first)).toEqual(['0:0']);
-    const k = () => lo.keys(a.h, 0);
-    expect(tier.state(k()[0]!)).toBe('pending');
-    e.completeAll();
-    expect(tier.state(k()[0]!)).toBe('hit');
-    const second = a.run(same(12 + 1));
-    expect(ids(second)).toEqual(['0:1']);
-    expect(second[0]!.chunks.map((c) => c.key)).not.toContain(k()[0]);
-    expect(tier.state(k()[1]!)).toBe('pending');
-    e.completeAll();
-    expect(tier.state(k()[1]!)).toBe('hit');
-    expect(a.run([EOS])).toEqual([]);
-    expect(e.inFlight).toEqual([]);
-  });
+  for (const asyncScheduling of [false, true]) {
+    it(`each job's completion publishes only that job's keys; the finish adds none (async scheduling: ${asyncScheduling})`, async () => {
+      const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
+      e.asyncScheduling = asyncScheduling;
+      const { lo, tier } = e;
+      e.completeTransfers = false;
+      const a = e.open(1, same(12));
+      const first = a.run([0, 0]);
+      expect(ids(first)).toEqual(['0:0']);
+      const k = () => lo.keys(a.h, 0);
+      expect(tier.state(k()[0]!)).toBe('pending');
+      e.completeAll();
+      expect(tier.state(k()[0]!)).toBe('hit');
+      const second = a.run(same(12 + 1));
+      expect(ids(second)).toEqual(['0:1']);
+      expect(second[0]!.chunks.map((c) => c.key)).not.toContain(k()[0]);
+      expect(tier.state(k()[1]!)).toBe('pending');
+      e.completeAll();
+      expect(tier.state(k()[1]!)).toBe('hit');
+      expect(a.run([EOS])).toEqual([]);
+      expect(e.inFlight).toEqual([]);
+    });
+  }
 
   // vLLM asserts every transfer succeeds (failures are unsupported); kvoff
   // drops a failed job's reservation and counts its chunks (never readable).
@@ -936,15 +1011,18 @@ describe('TestEagle', () => {
   const EAGLE4: GroupInput = { kind: 'full', tokensPerBlock: 4, eagle: true };
 
   // vLLM test_scheduler.py::TestEagle::test_full_attn_store_excludes_trailing_decode_block (#52771)
-  it('test_full_attn_store_excludes_trailing_decode_block: (1, 3) held back while decoding, stored at finish', async () => {
-    const e = await Engine.create(config([FULL4, EAGLE4]));
-    const a = e.open(1, same(12));
-    const decoding = a.run(same(7, 1));
-    expect(ids(decoding)).toEqual(['0:0', '0:1', '0:2', '1:0', '1:1', '1:2', '0:3']);
-    expect(e.lo.cursor(a.h, 1)).toBe(3);
-    expect(ids(a.run([EOS]))).toEqual(['1:3']);
-    expect(e.lo.cursor(a.h, 0)).toBe(4); // block 4 ends with the last sampled token: not stored
-  });
+  for (const asyncScheduling of [false, true]) {
+    it(`test_full_attn_store_excludes_trailing_decode_block: (1, 3) held back while decoding, stored at finish (async scheduling: ${asyncScheduling})`, async () => {
+      const e = await Engine.create(config([FULL4, EAGLE4]));
+      e.asyncScheduling = asyncScheduling;
+      const a = e.open(1, same(12));
+      const decoding = a.run(same(7, 1));
+      expect(ids(decoding)).toEqual(['0:0', '0:1', '0:2', '1:0', '1:1', '1:2', '0:3']);
+      expect(e.lo.cursor(a.h, 1)).toBe(3);
+      expect(ids(a.run([EOS]))).toEqual(['1:3']);
+      expect(e.lo.cursor(a.h, 0)).toBe(4); // block 4 ends with the last sampled token: not stored
+    });
+  }
 
   // vLLM TestEagle::test_sw_store_excludes_trailing_decode_block
   it('test_sw_store_excludes_trailing_decode_block: an EAGLE window group stores the prompt, then the tail at finish', async () => {
@@ -965,18 +1043,21 @@ describe('TestEagle', () => {
   });
 
   // vLLM TestEagle::test_multichunk_store_no_interior_holes (#46971)
-  it('test_multichunk_store_no_interior_holes: chunked prefill of 256 blocks, every block stored once, contiguous', async () => {
-    const e = await Engine.create(
-      config([EAGLE4], { maxBlocksPerRequest: 512, gpuBlocks: 1024, tierChunks: 512 }),
-    );
-    const a = e.open(1, same(256 * 4), 1000);
-    const jobs = a.run([1, 1, 1, 1, EOS]);
-    e.completeAll();
-    const stored = ids(jobs).map((c) => Number(c.split(':')[1]));
-    expect(stored).toEqual(Array.from({ length: stored.length }, (_, i) => i));
-    // 256 prompt chunks and, once finished, the decoded chunk (horizon 1028).
-    expect(stored).toHaveLength(257);
-  });
+  for (const asyncScheduling of [false, true]) {
+    it(`test_multichunk_store_no_interior_holes: chunked prefill of 256 blocks, every block stored once, contiguous (async scheduling: ${asyncScheduling})`, async () => {
+      const e = await Engine.create(
+        config([EAGLE4], { maxBlocksPerRequest: 512, gpuBlocks: 1024, tierChunks: 512 }),
+      );
+      e.asyncScheduling = asyncScheduling;
+      const a = e.open(1, same(256 * 4), 1000);
+      const jobs = a.run([1, 1, 1, 1, EOS]);
+      e.completeAll();
+      const stored = ids(jobs).map((c) => Number(c.split(':')[1]));
+      expect(stored).toEqual(Array.from({ length: stored.length }, (_, i) => i));
+      // 256 prompt chunks and, once finished, the decoded chunk (horizon 1028).
+      expect(stored).toHaveLength(257);
+    });
+  }
 
   // vLLM TestEagle::test_full_attn_store_then_load
   it('test_full_attn_store_then_load: the EAGLE group pops its last hit, both groups load 2 chunks', async () => {
