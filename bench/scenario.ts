@@ -191,7 +191,14 @@ const STEADY_RUNS_MAX = 40;
 async function steadyDelays(
   offload: boolean,
   options: ScenarioOptions,
-): Promise<{ delays: DelaySample[]; utilization: number[]; seconds: number; holes: number }> {
+): Promise<{
+  delays: DelaySample[];
+  utilization: number[];
+  seconds: number;
+  holes: number;
+  mismatches: number;
+  verifyOk: boolean;
+}> {
   const secondsMin = options.steadySecondsMin ?? EVENT_LOOP_SECONDS_MIN;
   const runsMin = options.steadyRunsMin ?? 5;
   const rt = await OffloadRuntime.start(offload ? {} : { offload: false });
@@ -199,6 +206,8 @@ async function steadyDelays(
   const utilization: number[] = [];
   let seconds = 0;
   let holes = 0;
+  let mismatches = 0;
+  let verifyOk = true;
   try {
     const workload = (seed: number) =>
       defaultWorkload({
@@ -221,11 +230,15 @@ async function steadyDelays(
       delays.push(delayOf(h));
       holes += summaries.reduce((n, x) => n + x.holes, 0);
     }
-    holes += rt.stats().holes;
+    const stats = rt.stats();
+    holes += stats.holes;
+    mismatches += stats.mismatches;
+    // Every byte stored over all those workloads still checks out.
+    if (offload) verifyOk = (await rt.verify()).ok;
   } finally {
     await rt.close();
   }
-  return { delays, utilization, seconds, holes };
+  return { delays, utilization, seconds, holes, mismatches, verifyOk };
 }
 
 /** The same measurement with nothing running: the machine's own contribution. */
@@ -341,8 +354,8 @@ export async function runScenarioBench(options: ScenarioOptions): Promise<Scenar
           (r.stats.stepsPlannedDuringLookups ?? 0) === 0,
       ).length,
       holes: on.reduce((n, r) => n + r.stats.holes + r.requestHoles, 0) + steadyOn.holes,
-      mismatches: on.reduce((n, r) => n + r.stats.mismatches, 0),
-      verifyOk: on.every((r) => r.verifyOk),
+      mismatches: on.reduce((n, r) => n + r.stats.mismatches, 0) + steadyOn.mismatches,
+      verifyOk: on.every((r) => r.verifyOk) && steadyOn.verifyOk,
       leaksZero: on.every((r) => r.leaksZero),
     },
     offloadOff: {

@@ -360,10 +360,11 @@ export class StorePlanner {
     }
     this.issued.delete(job.jobId);
     if (!success) this.counters.chunksTransferFailed += job.chunks.length;
-    this.tier.completeStore(
-      job.chunks.map((c) => c.key),
-      success,
-    );
+    // A plain loop: Array.prototype.map with a fresh closure was over half of
+    // complete()'s time for the one-chunk jobs a store that keeps pace makes.
+    const keys = new Array<bigint>(job.chunks.length);
+    for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
+    this.tier.completeStore(keys, success);
     if (this.skipPins || (!success && this.skipUnpinOnFailure)) return;
     for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
   }

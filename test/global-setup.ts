@@ -3,7 +3,7 @@
 // run when it is missing or older than any source file, so `npx vitest run`
 // works from a fresh clone and never tests a stale build.
 import { execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -22,6 +22,8 @@ export function setup(): void {
   const built = join(ROOT, 'dist', 'src', 'index.js');
   const sources = Math.max(newestMtimeMs(join(ROOT, 'src')), newestMtimeMs(join(ROOT, 'workers')));
   if (existsSync(built) && statSync(built).mtimeMs >= sources) return;
+  // From an empty dist/, as `npm run build` does: a file removed from src/ must not linger.
+  rmSync(join(ROOT, 'dist'), { recursive: true, force: true });
   execFileSync(
     process.execPath,
     [join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'],
