@@ -1100,6 +1100,14 @@ describe('LRU touch order (CPUOffloadingManager with the connector)', () => {
     expect(ids(b.run([EOS]))).toEqual(['0:0', '0:1']);
     expect(lo.tier.stats().evictions).toBe(2);
     expect(lo.lookup(same(16))).toMatchObject({ deferred: false, hitTokens: 8 });
+    // The manager's events (vLLM's BlockStored / BlockRemoved): stored at
+    // completion, the tail's removal at the eviction; they decide nothing.
+    const events = lo.tier.takeEvents();
+    expect(events.map((ev) => [ev.kind, ev.keys.length])).toEqual([
+      ['stored', 4],
+      ['removed', 2],
+      ['stored', 2],
+    ]);
   });
 });
 
@@ -1224,5 +1232,34 @@ describe('test_request_preemption, re-admitted with a shorter hit than its curso
     expect(a.run([0, EOS])).toEqual([]); // vLLM offers (and stores) chunk 2 here
     expect(tier.offers).toEqual([]);
     expect(lo.lookup(tokensA)).toMatchObject({ hitTokens: 8 });
+  });
+});
+
+describe('test_request_finished_mixed_full_attn_and_sliding_window', () => {
+  // vLLM test_scheduler.py::test_request_finished_mixed_full_attn_and_sliding_window:
+  // a store job of a finished request holds a full-attention and a
+  // sliding-window block; vLLM fences both (the SW one at creation, the FA one
+  // at request_finished) and flushes the job when a block is reused. kvoff's
+  // counterpart is the pin: both source blocks stay pinned, whatever the
+  // request's state, until the job completes, and a pool never hands a pinned
+  // block out (docs/design.md, "Pins and quarantine").
+  it('both source blocks stay pinned after the finish, the slide-out and the release, until the job completes', async () => {
+    const SWA: GroupInput = { kind: 'sliding-window', tokensPerBlock: 4, windowTokens: 8 };
+    const e = await Engine.create(config([FULL4, SWA], { gpuBlocks: 64 }));
+    const { lo } = e;
+    e.completeTransfers = false;
+    const a = e.open(1, same(4));
+    const jobs = a.run([EOS]);
+    expect(ids(jobs)).toEqual(['0:0', '1:0']);
+    const [fa, sw] = jobs[0]!.chunks.map((c) => c.blocks[0]!);
+    expect(lo.drained(a.h)).toBe(true);
+    expect(lo.nullBlock(a.h, 1, 0)).toBe(sw); // the window frees it while the copy is in flight
+    e.freed.push(sw!);
+    lo.release(a.h);
+    expect([Atomics.load(lo.state.pins, fa!), Atomics.load(lo.state.pins, sw!)]).toEqual([1, 1]);
+    expect(e.fresh(2)).not.toContain(sw); // the engine's pool skips the pinned block
+    e.completeAll();
+    expect([Atomics.load(lo.state.pins, fa!), Atomics.load(lo.state.pins, sw!)]).toEqual([0, 0]);
+    expect(e.fresh(1)).toEqual([sw]); // unpinned: handed out again
   });
 });
