@@ -7,7 +7,11 @@
 // `schedule` per engine step (block IDs allocated for the scheduled tokens,
 // progress published, one store pass), then the step's sampled token appended
 // and hashed. A store job made at step N is completed at step N + 1, as the
-// runner's mock transfers do, unless a test keeps it in flight.
+// runner's mock transfers do, unless a test keeps it in flight. Runs marked
+// "async scheduling" hash each sampled token one step late, as vLLM's async
+// scheduler sees it. Every pass also checks, through the planner's observer,
+// that no cursor moved over a chunk without accounting for it (stored,
+// present, null, unreachable, dropped) and that no chunk was stored twice.
 //
 // vLLM's runner uses a MagicMock manager whose prepare_store "stores" every
 // key it is told to, present or not; kvoff's tier is a real one that skips
