@@ -203,6 +203,11 @@ export class LoadPath {
     const partial: Omit<LoadChunk, 'tierSlot'>[] = [];
     const bpc = this.config.blocksPerChunk;
     for (const p of plans) {
+      // A window's first blocks may be null: the plan asks for the window in
+      // whole chunks, and vLLM's allocator nulls what the next token cannot
+      // see (a window of 9 tokens over 4-token blocks). Those are left out,
+      // as vLLM loads from the first non-null block; any other null is refused.
+      let leadingNulls = this.config.groups[p.group]!.windowChunks !== null;
       if (this.snap.blockCount[p.group]! < p.endBlock) {
         throw new InvalidArgumentError(
           'handle',
@@ -225,15 +230,18 @@ export class LoadPath {
           q += 1
         ) {
           const b = this.store.block(this.snap, p.group, q);
+          if (b === 0 && leadingNulls) continue;
           if (b === 0) {
             throw new InvalidArgumentError(
               'handle',
               `group ${p.group} block ${q} is null but loaded`,
             );
           }
+          leadingNulls = false;
           positions.push(q);
           blocks.push(b);
         }
+        if (blocks.length === 0) continue; // all of it below the window: nothing to read
         keys.push(key);
         partial.push({ group: p.group, chunk: c, key, positions, blocks });
       }

@@ -158,8 +158,17 @@ export class ExternalLoadPath {
         );
       }
       const base = state.blockBase(handle.slot, p.group);
+      // A window's leading null blocks are left out, as in LocalOffload.load
+      // (vLLM loads from the first non-null block): they go as 0, which the
+      // store does not copy into, and are not checked.
+      let leadingNulls = this.config.groups[p.group]!.windowChunks !== null;
       for (let q = p.firstChunk * bpc; q < p.endChunk * bpc; q += 1) {
         const block = state.blocks[base + q]!;
+        if (block === 0 && leadingNulls) {
+          record.push(0);
+          continue;
+        }
+        leadingNulls = false;
         if (block === 0) {
           throw new InvalidArgumentError(
             'handle',

@@ -633,7 +633,11 @@ export class StoreLoop {
     const entries: LoadEntry[] = [];
     for (let i = 0; i < lock.chunks.length; i += 1) {
       for (let p = 0; p < bpc; p += 1) {
-        entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block: r[2 + i * bpc + p]! });
+        const block = r[2 + i * bpc + p]!;
+        // 0: a window's leading null block the engine left out of the load (and never a
+        // copy into the null block, whatever a host sends).
+        if (block === 0) continue;
+        entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block });
       }
     }
     for (const s of this.stores.values()) {
