@@ -16,11 +16,25 @@ export function runCli(
   args: readonly string[],
   options: { env?: Record<string, string>; timeoutMs?: number } = {},
 ): Promise<CliRun> {
+  return runNode(['--import', 'tsx', 'src/cli.ts', ...args], {
+    env: { NO_COLOR: '1', ...options.env },
+    ...(options.timeoutMs !== undefined ? { timeoutMs: options.timeoutMs } : {}),
+  });
+}
+
+/**
+ * Runs `node ...nodeArgs` from the repository root to the end (killed after
+ * timeoutMs, 120 s by default): a host program under flags, or the CLI.
+ */
+export function runNode(
+  nodeArgs: readonly string[],
+  options: { env?: Record<string, string>; timeoutMs?: number } = {},
+): Promise<CliRun> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/cli.ts', ...args], {
+    const child = spawn(process.execPath, nodeArgs, {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NO_COLOR: '1', ...options.env },
+      env: { ...process.env, ...options.env },
     });
     let stdout = '';
     let stderr = '';

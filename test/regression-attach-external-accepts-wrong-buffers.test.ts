@@ -13,17 +13,9 @@ import { attachExternal } from '../src/runtime/external.js';
 import type { RuntimeBuffers } from '../src/runtime/buffers.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { ExternalRuntime } from '../src/runtime/runtime.js';
+import { TINY_FULL } from './runtime-helpers.js';
 
-const CONFIG = {
-  groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
-  blocksPerChunk: 2,
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 64,
-  gpuBlocks: 256,
-  tierChunks: 64,
-  bytesPerBlock: 16,
-};
+const CONFIG = TINY_FULL;
 
 let rt: ExternalRuntime;
 beforeAll(async () => {

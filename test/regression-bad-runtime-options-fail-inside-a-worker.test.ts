@@ -9,17 +9,9 @@ import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/errors.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { RuntimeOptions } from '../src/runtime/runtime.js';
+import { TINY_FULL } from './runtime-helpers.js';
 
-const CONFIG = {
-  groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
-  blocksPerChunk: 2,
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 64,
-  gpuBlocks: 256,
-  tierChunks: 64,
-  bytesPerBlock: 16,
-};
+const CONFIG = TINY_FULL;
 
 const BAD: [string, unknown][] = [
   ['options', null],

@@ -7,14 +7,13 @@
 // to the backlog and the retry timer threw it: an uncaught exception that
 // ended the process. The submit ring is now sized for the largest record
 // submit() accepts, and a config past that size is refused up front.
-import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
 import { RequestCapacityError } from '../src/errors.js';
 import { RINGS } from '../src/runtime/layout.js';
 import { OffloadRuntime, SUBMIT_RING_WORDS_MAX, submitRingWords } from '../src/runtime/runtime.js';
 import { KvoffServer } from '../src/serve/server.js';
-import { ROOT } from './cli-helpers.js';
+import { runNode } from './cli-helpers.js';
 import { NO_LEAKS } from './runtime-helpers.js';
 
 /** 41,600 tokens per request: more than one 65,536-word ring record holds. */
@@ -100,25 +99,9 @@ const a = p(30000), b = p(40000);
 const r = await Promise.allSettled([a, a, a, b].map((t) => rt.submit({ promptTokens: t, maxDecodeTokens: 2 })));
 console.log(JSON.stringify(r.map((x) => x.status)));
 `;
-    const run = await new Promise<{ code: number | null; stdout: string; stderr: string }>(
-      (resolve, reject) => {
-        const child = spawn(
-          process.execPath,
-          ['--import', 'tsx', '--input-type=module', '-e', host],
-          { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-        );
-        let stdout = '';
-        let stderr = '';
-        child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-        child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-        const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
-        child.on('error', reject);
-        child.on('close', (code) => {
-          clearTimeout(timer);
-          resolve({ code, stdout, stderr });
-        });
-      },
-    );
+    const run = await runNode(['--import', 'tsx', '--input-type=module', '-e', host], {
+      timeoutMs: 90_000,
+    });
     expect(run.stderr).toBe('');
     expect(run.code).toBe(0);
     expect(JSON.parse(run.stdout.trim())).toEqual(Array(4).fill('fulfilled'));

@@ -8,17 +8,9 @@
 import { describe, expect, it } from 'vitest';
 import { ClosedError } from '../src/errors.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
+import { TINY_FULL } from './runtime-helpers.js';
 
-const CONFIG = {
-  groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
-  blocksPerChunk: 2,
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 64,
-  gpuBlocks: 256,
-  tierChunks: 64,
-  bytesPerBlock: 16,
-};
+const CONFIG = TINY_FULL;
 const PROMPT = Array.from({ length: 16 }, (_, i) => i + 1);
 const BOUND_MS = 20_000;
 

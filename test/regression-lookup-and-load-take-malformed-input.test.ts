@@ -11,17 +11,9 @@ import { InvalidArgumentError } from '../src/errors.js';
 import { LocalOffload } from '../src/local.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { ExternalRuntime } from '../src/runtime/runtime.js';
+import { TINY_FULL } from './runtime-helpers.js';
 
-const CONFIG = {
-  groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
-  blocksPerChunk: 2,
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 64,
-  gpuBlocks: 256,
-  tierChunks: 64,
-  bytesPerBlock: 16,
-};
+const CONFIG = TINY_FULL;
 const PROMPT = Array.from({ length: 40 }, (_, i) => i + 1);
 const BAD_PROMPTS: unknown[] = [
   null,

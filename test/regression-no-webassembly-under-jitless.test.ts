@@ -5,13 +5,13 @@
 // kvoff now hashes with the same XXH64 in plain JavaScript (src/xxh64.ts),
 // checked here bit for bit against xxhash-wasm, so a --jitless process derives
 // the same offload keys as any other process sharing its tiers.
-import { spawn } from 'node:child_process';
 import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import xxhash from 'xxhash-wasm';
 import { LocalOffload } from '../src/local.js';
 import { xxh64 } from '../src/xxh64.js';
-import { ROOT } from './cli-helpers.js';
+import { runNode } from './cli-helpers.js';
+import type { CliRun } from './cli-helpers.js';
 
 const api = await xxhash();
 
@@ -46,23 +46,9 @@ await rt.close();
 console.log(JSON.stringify({ wasm: typeof WebAssembly, keys, status: s.status, holes: s.holes, verified: report.ok, leaks: Object.values(rt.leakReport()) }));
 `;
 
-function runHost(flag: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      [flag, '--no-warnings', '--import', 'tsx', '--input-type=module', '-e', HOST],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
+function runHost(flag: string): Promise<CliRun> {
+  return runNode([flag, '--no-warnings', '--import', 'tsx', '--input-type=module', '-e', HOST], {
+    timeoutMs: 90_000,
   });
 }
 

@@ -3,10 +3,10 @@
 // --expose-gc or --max-old-space-size are not valid for a worker (or, like -e,
 // re-ran the host's code). Workers now get only the loader flags they need.
 // Each case starts the runtime in a child node process with the flag.
-import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { workerExecArgv } from '../src/runtime/worker-files.js';
-import { ROOT } from './cli-helpers.js';
+import { runNode } from './cli-helpers.js';
+import type { CliRun } from './cli-helpers.js';
 
 const FLAGS = [
   '--expose-gc',
@@ -30,23 +30,9 @@ await rt.close();
 console.log(JSON.stringify({ status: s.status, leaks: Object.values(rt.leakReport()) }));
 `;
 
-function runHost(flag: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      [flag, '--import', 'tsx', '--input-type=module', '-e', HOST],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 90_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
+function runHost(flag: string): Promise<CliRun> {
+  return runNode([flag, '--import', 'tsx', '--input-type=module', '-e', HOST], {
+    timeoutMs: 90_000,
   });
 }
 

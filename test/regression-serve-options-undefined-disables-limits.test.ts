@@ -11,17 +11,9 @@ import { InvalidArgumentError } from '../src/errors.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import { KvoffServer } from '../src/serve/server.js';
 import type { ServeOptions } from '../src/serve/server.js';
+import { TINY_FULL } from './runtime-helpers.js';
 
-const CONFIG = {
-  groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
-  blocksPerChunk: 2,
-  tokensPerHash: 4,
-  maxRequests: 4,
-  maxBlocksPerRequest: 64,
-  gpuBlocks: 256,
-  tierChunks: 64,
-  bytesPerBlock: 16,
-};
+const CONFIG = TINY_FULL;
 
 let rt: OffloadRuntime;
 beforeAll(async () => {

@@ -5,9 +5,9 @@
 // throwing one would have been left running. A refused spawn now rejects
 // start() with WorkerFailedError naming the role and the flag to add, and the
 // process ends by itself.
-import { spawn } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { ROOT } from './cli-helpers.js';
+import { runNode } from './cli-helpers.js';
+import type { CliRun } from './cli-helpers.js';
 
 const HOST = `
 const { OffloadRuntime } = await import(${JSON.stringify(new URL('../dist/src/runtime/runtime.js', import.meta.url).href)});
@@ -19,25 +19,12 @@ try {
 }
 `;
 
-function runHost(): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(
-      process.execPath,
-      ['--experimental-permission', '--allow-fs-read=*', '--input-type=module', '-e', HOST],
-      { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (d: string) => (stdout += d));
-    child.stderr.setEncoding('utf8').on('data', (d: string) => (stderr += d));
-    // The host must end on its own: a worker left running would keep it alive.
-    const timer = setTimeout(() => child.kill('SIGKILL'), 30_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+function runHost(): Promise<CliRun> {
+  // The host must end on its own: a worker left running would keep it alive.
+  return runNode(
+    ['--experimental-permission', '--allow-fs-read=*', '--input-type=module', '-e', HOST],
+    { timeoutMs: 30_000 },
+  );
 }
 
 describe('regression: worker spawn refused by the permission model', () => {

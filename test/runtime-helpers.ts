@@ -38,6 +38,18 @@ export const SMALL_HYBRID: ConfigInput = {
   bytesPerBlock: 64,
 };
 
+/** The smallest runtime the regression tests start: one full-attention group, 2 blocks per chunk. */
+export const TINY_FULL: ConfigInput = {
+  groups: [{ kind: 'full', tokensPerBlock: 4 }],
+  blocksPerChunk: 2,
+  tokensPerHash: 4,
+  maxRequests: 4,
+  maxBlocksPerRequest: 64,
+  gpuBlocks: 256,
+  tierChunks: 64,
+  bytesPerBlock: 16,
+};
+
 /** `n` requests of 600-1500 prompt tokens over 3 shared prefixes; every 7th aborts itself mid-prefill. */
 export function pressureWorkload(n: number, seed = 1): SimRequest[] {
   let s = seed >>> 0;
