@@ -133,14 +133,16 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
       bytes += n * w * 4;
     }
   } finally {
-    if (unpin) unpinTaskBlocks(arenas.pins, task, count);
+    // Every block of the task, also after a failed copy: nothing copies them any more.
+    if (unpin) unpinBlocks(arenas.pins, storeTaskBlocks(task));
   }
   return bytes;
 }
 
-/** Unpins every block a store task names (after its copy, or after it failed). */
-function unpinTaskBlocks(pins: Int32Array, task: Int32Array, count: number): void {
+/** Source blocks of a store task, in task order (see the task layout above). */
+export function storeTaskBlocks(task: Int32Array): number[] {
   const blocks: number[] = [];
+  const count = task[4]!;
   let at = 5;
   for (let c = 0; c < count; c += 1) {
     at += 1; // tier slot
@@ -150,7 +152,7 @@ function unpinTaskBlocks(pins: Int32Array, task: Int32Array, count: number): voi
       at += 2;
     }
   }
-  unpinBlocks(pins, blocks);
+  return blocks;
 }
 
 function runLoad(arenas: AttachedArenas, task: Int32Array): number {

@@ -15,6 +15,7 @@ import { unpinBlocks } from '../pins.js';
 import {
   attachArenas,
   runTransferTask,
+  storeTaskBlocks,
   taskJobId,
   taskKind,
   TASK_LOAD,
@@ -107,20 +108,4 @@ export class StepTransferBackend implements TransferBackend {
   close(): Promise<void> {
     return Promise.resolve();
   }
-}
-
-/** Source blocks of a store task (see the task layout in transfer.ts). */
-export function storeTaskBlocks(task: Int32Array): number[] {
-  const blocks: number[] = [];
-  const count = task[4]!;
-  let at = 5;
-  for (let c = 0; c < count; c += 1) {
-    at += 1; // tier slot
-    const n = task[at++]!;
-    for (let i = 0; i < n; i += 1) {
-      blocks.push(task[at]!);
-      at += 2;
-    }
-  }
-  return blocks;
 }
