@@ -11,7 +11,7 @@ import { SMALL_HYBRID, pressureWorkload, settle } from './runtime-helpers.js';
 
 describe('a worker that fails', () => {
   for (const role of ['hasher', 'store', 'allocator', 'scheduler', 'transfer'] as const) {
-    it(`${role}: pending submits reject with WorkerFailedError naming the role and the cause; close() returns`, async () => {
+    it(`${role}: pending submits reject with WorkerFailedError naming the role and the cause; close() settles with it`, async () => {
       const rt = await OffloadRuntime.start({
         config: SMALL_HYBRID,
         faultInjection: { role, afterSteps: 3 },
@@ -28,8 +28,9 @@ describe('a worker that fails', () => {
       }
       await expect(rt.submit({ promptLength: 64 })).rejects.toBeInstanceOf(WorkerFailedError);
       await expect(rt.verify()).rejects.toBeInstanceOf(WorkerFailedError);
-      await rt.close();
-      await rt.close();
+      // close() releases everything, then reports why the runtime stopped (each call).
+      await expect(rt.close()).rejects.toBe(rt.failedWith);
+      await expect(rt.close()).rejects.toBe(rt.failedWith);
     });
   }
 });

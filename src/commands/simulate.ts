@@ -15,6 +15,7 @@ import { defaultWorkload } from '../runtime/defaults.js';
 import { DEFAULT_ENGINE_OPTIONS } from '../runtime/engine-sim.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import type { LeakReport, RequestSummary, RuntimeStats } from '../runtime/runtime.js';
+import type { RuntimeMemory } from '../runtime/memory.js';
 import { buildReportData } from './simulate-report.js';
 import { TRANSFER_THREADS_MAX } from './options.js';
 import {
@@ -75,6 +76,10 @@ export interface SimulateResult extends ReportedStats {
   leaks?: LeakFigures;
   /** Per level (host, disk, redis): stores, hits, misses, drops, errors... */
   tiers: PerTierCounters;
+  /** Chunks of store jobs whose copy failed (each failed its own job; the run went on). */
+  chunksTransferFailed: number;
+  /** Each worker's heap and external memory as it last sampled them, at the end of the workload. */
+  memory: RuntimeMemory;
   /** True when nothing was wrong: no crash, no hole, no mismatch, no double store. */
   ok: boolean;
 }
@@ -186,6 +191,8 @@ export async function runSimulate(
     tierUsed: stats.tierUsed,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
     tiers,
+    chunksTransferFailed: stats.chunksTransferFailed,
+    memory: stats.memory,
     ok: false,
   };
   if (crashed !== undefined) result.crashed = crashed;
