@@ -37,26 +37,26 @@ export { expandBlock, blockMatches } from './bytes.js';
 export { LocalOffload } from './local.js';
 export type { GroupProgress, LocalOffloadOptions } from './local.js';
 export type { PlanPoint, PlanPointListener } from './planner.js';
-export { fuzz, runSchedule, describeFailure, scenarioOf } from './sim/run.js';
-export type { FuzzOptions, FuzzReport, FailureReport, ScheduleResult } from './sim/run.js';
-export { World } from './sim/world.js';
-export type { WorldOptions, WorldOutcome } from './sim/world.js';
-export { INVARIANTS } from './sim/oracle.js';
-export type { InvariantName, Violation } from './sim/oracle.js';
-export { ACTORS, scenarioFromSeed, formatScenario } from './sim/scenario.js';
-export type { Scenario, ScenarioEvent, RequestSpec } from './sim/scenario.js';
+export { fuzz, runSchedule, describeFailure, scenarioOf } from './fuzz/run.js';
+export type { FuzzOptions, FuzzReport, FailureReport, ScheduleResult } from './fuzz/run.js';
+export { World } from './fuzz/world.js';
+export type { WorldOptions, WorldOutcome } from './fuzz/world.js';
+export { INVARIANTS } from './fuzz/oracle.js';
+export type { InvariantName, Violation } from './fuzz/oracle.js';
+export { ACTORS, scenarioFromSeed, formatScenario } from './fuzz/scenario.js';
+export type { Scenario, ScenarioEvent, RequestSpec } from './fuzz/scenario.js';
 export {
   STRATEGIES,
   parseStrategy,
   RandomStrategy,
   PctStrategy,
   DecisionListStrategy,
-} from './sim/strategy.js';
-export type { Strategy, StrategyName } from './sim/strategy.js';
-export { encodeReplayToken, decodeReplayToken } from './sim/token.js';
-export type { ReplaySpec } from './sim/token.js';
-export { shrinkFailure, ddmin } from './sim/shrink.js';
-export { Prng } from './sim/prng.js';
+} from './fuzz/strategy.js';
+export type { Strategy, StrategyName } from './fuzz/strategy.js';
+export { encodeReplayToken, decodeReplayToken } from './fuzz/token.js';
+export type { ReplaySpec } from './fuzz/token.js';
+export { shrinkFailure, ddmin } from './fuzz/shrink.js';
+export { Prng } from './fuzz/prng.js';
 export { OffloadRuntime } from './runtime/runtime.js';
 export type {
   RuntimeOptions,

@@ -4,14 +4,14 @@ import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import { UNSET } from '../src/runtime/protocol.js';
-import { fuzz, runSchedule } from '../src/sim/run.js';
-import { runtimeHangAfterMs } from '../src/sim/runtime-scenario.js';
-import type { RuntimeScenario, RuntimeSubmission } from '../src/sim/runtime-scenario.js';
-import { RuntimeWorld } from '../src/sim/runtime-world.js';
-import { TRANSFER } from '../src/sim/scenario.js';
-import { DecisionListStrategy, RandomStrategy } from '../src/sim/strategy.js';
-import { decodeReplayToken, encodeReplayToken } from '../src/sim/token.js';
-import type { ReplaySpec } from '../src/sim/token.js';
+import { fuzz, runSchedule } from '../src/fuzz/run.js';
+import { runtimeHangAfterMs } from '../src/fuzz/runtime-scenario.js';
+import type { RuntimeScenario, RuntimeSubmission } from '../src/fuzz/runtime-scenario.js';
+import { RuntimeWorld } from '../src/fuzz/runtime-world.js';
+import { TRANSFER } from '../src/fuzz/scenario.js';
+import { DecisionListStrategy, RandomStrategy } from '../src/fuzz/strategy.js';
+import { decodeReplayToken, encodeReplayToken } from '../src/fuzz/token.js';
+import type { ReplaySpec } from '../src/fuzz/token.js';
 
 const hashing = await loadHashing();
 

@@ -37,7 +37,7 @@ export interface ReplaySpec {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
-  /** 'runtime': the runtime's own loop classes (src/sim/runtime-world.ts); the roles world when absent. */
+  /** 'runtime': the runtime's own loop classes (src/fuzz/runtime-world.ts); the roles world when absent. */
   readonly target?: FuzzTarget;
   /** Runtime test-only switches turned on (target runtime only). */
   readonly switches?: readonly RuntimeSwitch[];

@@ -68,7 +68,7 @@ import type { WorldOutcome } from './world.js';
 /**
  * Test-only switches that re-create known bugs (the safe code has none on).
  * The ones in RUNTIME_ONLY_SWITCHES live in the runtime's store loop; the
- * others are the planner's, so the roles world (src/sim/world.ts) takes them
+ * others are the planner's, so the roles world (src/fuzz/world.ts) takes them
  * as well.
  */
 export const RUNTIME_SWITCHES = [
