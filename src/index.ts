@@ -61,7 +61,7 @@ export { OffloadRuntime } from './runtime/runtime.js';
 export type {
   RuntimeOptions,
   LagOptions,
-  SimRequest,
+  RequestInput,
   RequestSummary,
   RuntimeStats,
   VerifyReport,

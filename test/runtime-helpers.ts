@@ -7,7 +7,7 @@ import type {
   LeakReport,
   OffloadRuntime,
   RequestSummary,
-  SimRequest,
+  RequestInput,
 } from '../src/runtime/runtime.js';
 
 /** The leak report of a runtime closed with nothing held. */
@@ -51,7 +51,7 @@ export const TINY_FULL: ConfigInput = {
 };
 
 /** `n` requests of 600-1500 prompt tokens over 3 shared prefixes; every 7th aborts itself mid-prefill. */
-export function pressureWorkload(n: number, seed = 1): SimRequest[] {
+export function pressureWorkload(n: number, seed = 1): RequestInput[] {
   let s = seed >>> 0;
   const rand = () => {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
@@ -59,7 +59,7 @@ export function pressureWorkload(n: number, seed = 1): SimRequest[] {
   };
   return Array.from({ length: n }, (_, i) => {
     const promptLength = 600 + Math.floor(rand() * 900);
-    const req: SimRequest = {
+    const req: RequestInput = {
       promptLength,
       prefixId: i % 3,
       sharedPrefixTokens: Math.floor(promptLength * 0.5),

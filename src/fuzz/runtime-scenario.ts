@@ -5,7 +5,7 @@
 // them (a dropped fault never happens, a dropped request is never submitted).
 import type { ConfigInput } from '../config.js';
 import type { EngineOptions } from '../runtime/engine-sim.js';
-import type { RingName } from '../runtime/layout.js';
+import type { RingName } from '../runtime/thread-words.js';
 import { UNSET } from '../runtime/protocol.js';
 import { Prng } from './prng.js';
 import { GEOMETRIES, ACTORS } from './scenario.js';

@@ -46,7 +46,7 @@ import type { Doorbell } from '../runtime/doorbell.js';
 import { EngineSimulator } from '../runtime/engine-sim.js';
 import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
-import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/layout.js';
+import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
 import { Random } from '../runtime/random.js';
 import { readStat } from '../runtime/stats.js';

@@ -1,11 +1,11 @@
 // The rules of one simulated request, checked once for every door:
 // OffloadRuntime.submit and the HTTP layer (src/serve/validate.ts) both call
-// validateSimRequest, so what one accepts the other accepts. A refused request
+// validateRequestInput, so what one accepts the other accepts. A refused request
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
 import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
 import { validateLookupLimits } from './lookup-record.js';
-import type { SimRequest } from './runtime.js';
+import type { RequestInput } from './runtime.js';
 
 /** What the rules need from the config; the pool check runs only when the pool is known. */
 export interface RequestLimits {
@@ -34,7 +34,7 @@ const PREFIX_ID_MAX = 2 ** 31 - 1;
  * when the prompt alone needs more GPU blocks than the pool has (it could never
  * run). Unknown fields are refused: a typo must not be silently ignored.
  */
-export function validateSimRequest(body: unknown, limits: RequestLimits): SimRequest {
+export function validateRequestInput(body: unknown, limits: RequestLimits): RequestInput {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new InvalidArgumentError('request', 'must be an object');
   }
@@ -44,7 +44,7 @@ export function validateSimRequest(body: unknown, limits: RequestLimits): SimReq
   }
   // At least one decode token must fit after the prompt.
   const max = limits.maxTokensPerRequest - 1;
-  const out: SimRequest = {};
+  const out: RequestInput = {};
   let promptTokens: number;
   if (obj.promptTokens !== undefined) {
     if (obj.promptLength !== undefined || obj.prefixId !== undefined) {

@@ -13,7 +13,7 @@ import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { unpinBlocks } from '../pins.js';
 import { Doorbell } from './doorbell.js';
-import { PARK_MS_MAX } from './layout.js';
+import { PARK_MS_MAX } from './thread-words.js';
 import { SpscRing } from './rings.js';
 
 export const TASK_STORE = 0;

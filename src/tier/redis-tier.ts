@@ -17,7 +17,7 @@ import { performance } from 'node:perf_hooks';
 import { RESP_TYPES, createCluster } from 'redis';
 import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
-import { StoreWindow } from './store-window.js';
+import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
@@ -46,7 +46,7 @@ export interface RedisTierOptions {
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
 // that halves when a SET takes 90% of the timeout or times out (at most once
-// per that long) and grows by one per faster answer (src/tier/store-window.ts).
+// per that long) and grows by one per faster answer (src/tier/in-flight-window.ts).
 // Measured with the default `kvoff simulate` against a fresh cluster on a
 // loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
 // (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
@@ -119,7 +119,7 @@ export class RedisTier implements LowerTier {
   private queued: { key: bigint; value: Buffer }[] = [];
   private queuedHead = 0;
   private bytesQueued = 0;
-  private readonly window: StoreWindow;
+  private readonly window: InFlightWindow;
   private conn: Connection | undefined;
   private connecting: Promise<Connection | undefined> | undefined;
   private closed = false;
@@ -130,7 +130,7 @@ export class RedisTier implements LowerTier {
     this.options = options;
     this.switches = switches;
     this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
-    this.window = new StoreWindow(
+    this.window = new InFlightWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
       options.timeoutMs * 0.9,
