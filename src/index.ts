@@ -56,7 +56,7 @@ export type { Strategy, StrategyName } from './fuzz/strategy.js';
 export { encodeReplayToken, decodeReplayToken } from './fuzz/token.js';
 export type { ReplaySpec } from './fuzz/token.js';
 export { shrinkFailure, ddmin } from './fuzz/shrink.js';
-export { Prng } from './fuzz/prng.js';
+export { Prng } from './prng.js';
 export { OffloadRuntime } from './runtime/runtime.js';
 export type {
   RuntimeOptions,

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/errors.js';
 import { GpuBlockPool } from '../src/gpu-pool.js';
 import { pinBlocks, unpinBlocks } from '../src/pins.js';
-import { Prng } from '../src/fuzz/prng.js';
+import { Prng } from '../src/prng.js';
 import { geometryNames, scenarioFromSeed } from '../src/fuzz/scenario.js';
 import { ddmin } from '../src/fuzz/shrink.js';
 import { DecisionListStrategy, PctStrategy, RandomStrategy } from '../src/fuzz/strategy.js';

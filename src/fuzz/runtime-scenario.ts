@@ -7,7 +7,7 @@ import type { ConfigInput } from '../config.js';
 import type { EngineOptions } from '../runtime/engine-sim.js';
 import type { RingName } from '../runtime/thread-words.js';
 import { UNSET } from '../runtime/protocol.js';
-import { Prng } from './prng.js';
+import { Prng } from '../prng.js';
 import { GEOMETRIES, ACTORS } from './scenario.js';
 
 /** One submission, as OffloadRuntime.submit encodes it on the submit ring. */

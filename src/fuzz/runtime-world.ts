@@ -48,7 +48,7 @@ import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
-import { Random } from '../runtime/random.js';
+import { Prng } from '../prng.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop, TransferFailedError } from '../runtime/store-loop.js';
 import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
@@ -163,9 +163,9 @@ export class RuntimeWorld {
   private readonly backend: StepTransferBackend;
   private readonly bells: Doorbell[];
   private readonly roles: RolePark[];
-  private readonly hasherRandom: Random;
+  private readonly hasherRandom: Prng;
   /** Which of the oldest queued copies a transfer step runs (the pool's threads race). */
-  private readonly transferRandom: Random;
+  private readonly transferRandom: Prng;
   private readonly strategy: Strategy;
   private readonly record: boolean;
   private readonly watched: ReadonlySet<InvariantName> | undefined;
@@ -244,8 +244,8 @@ export class RuntimeWorld {
     this.hasher = new HasherLoop(views, options.hashing, {
       hashesPerWake: scenario.hasher.hashesPerWake,
     });
-    this.hasherRandom = new Random((scenario.engine.seed ?? 1) ^ 0x4a54);
-    this.transferRandom = new Random((scenario.engine.seed ?? 1) ^ 0x7a5f);
+    this.hasherRandom = new Prng(scenario.engine.seed ?? 1, 0x4a54);
+    this.transferRandom = new Prng(scenario.engine.seed ?? 1, 0x7a5f);
     this.allocator = new AllocatorLoop(views, {
       lag: { ...scenario.allocator, seed: scenario.engine.seed ?? 1 },
       unsafeIgnorePins: !options.pins,

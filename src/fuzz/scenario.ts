@@ -3,7 +3,7 @@
 // any of them (a dropped abort becomes a normal finish, a dropped stall never
 // happens) and still run a valid schedule.
 import type { ConfigInput, GroupInput } from '../config.js';
-import { Prng } from './prng.js';
+import { Prng } from '../prng.js';
 
 /** The five roles the simulator interleaves, in a fixed order (their index is their id). */
 export const ACTORS = ['scheduler', 'hasher', 'allocator', 'store', 'transfer'] as const;

@@ -5,6 +5,7 @@
 // lag on the hasher and allocator. Admission pressure preempts; shared
 // prefixes give later requests tier hits.
 import type { ConfigInput } from '../config.js';
+import { Prng } from '../prng.js';
 import type { RequestInput } from './runtime.js';
 
 export const DEFAULT_RUNTIME_CONFIG: ConfigInput = {
@@ -38,14 +39,10 @@ export function defaultWorkload(options: WorkloadOptions = {}): RequestInput[] {
   const prompt = options.promptTokens ?? 50_000;
   const prefixes = options.prefixes ?? 4;
   const shared = options.sharedPrefixTokens ?? Math.floor(prompt * 0.3);
-  let s = (options.seed ?? 7) >>> 0;
-  const rand = () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
+  const random = new Prng(options.seed ?? 7);
   const out: RequestInput[] = [];
   for (let i = 0; i < n; i += 1) {
-    const length = Math.round(prompt * (0.96 + 0.08 * rand()));
+    const length = Math.round(prompt * (0.96 + 0.08 * random.next()));
     out.push({
       promptLength: length,
       prefixId: i % prefixes,

@@ -42,7 +42,7 @@ import {
   OP_UNLOCK,
   UNSET,
 } from './protocol.js';
-import { Random } from './random.js';
+import { Prng } from '../prng.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import type { LookupLimits } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
@@ -242,7 +242,7 @@ export class EngineSimulator {
   private readonly scheduler: SchedulerRole;
   private readonly hashing: Hashing;
   private readonly events: EngineEvents;
-  private readonly random: Random;
+  private readonly random: Prng;
   private readonly submissions: SpscRing;
   private readonly allocAnswers: SpscRing;
   /** Most block IDs one allocation answer can carry (see tokensFor). */
@@ -310,7 +310,7 @@ export class EngineSimulator {
     this.scheduler = new SchedulerRole(views.state);
     this.hashing = hashing;
     this.events = events;
-    this.random = new Random(this.options.seed);
+    this.random = new Prng(this.options.seed);
     this.submissions = views.ring('submit');
     this.allocAnswers = views.ring('allocAnswer');
     // An answer is [ANS_ALLOCATED, tag, ok, ...ids].
@@ -445,8 +445,8 @@ export class EngineSimulator {
   private makePrompt(id: number, length: number, prefixId: number, shared: number): Int32Array {
     const out = new Int32Array(length);
     const vocab = this.options.vocab;
-    const prefixRandom = new Random(0x5eed ^ Math.imul(prefixId + 1, 0x9e3779b1));
-    const ownRandom = new Random(0xbeef ^ Math.imul(id + 1, 0x85ebca6b));
+    const prefixRandom = new Prng(prefixId, 0x5eed);
+    const ownRandom = new Prng(id, 0xbeef);
     const sharedTokens = prefixId === UNSET ? 0 : Math.min(shared, length);
     for (let i = 0; i < length; i += 1) {
       out[i] = (i < sharedTokens ? prefixRandom : ownRandom).int(vocab);

@@ -17,7 +17,7 @@ import type { EngineOptions } from './engine-sim.js';
 import { HasherLoop } from './hasher-loop.js';
 import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
-import { Random } from './random.js';
+import { Prng } from '../prng.js';
 import { StoreLoop, TransferFailedError } from './store-loop.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -104,7 +104,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   } else if (data.role === 'hasher') {
     const hashing = await loadHashing();
     const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
-    const random = new Random(data.hasher.seed ^ 0x4a54);
+    const random = new Prng(data.hasher.seed, 0x4a54);
     const lagCell = new Int32Array(new SharedArrayBuffer(4));
     post({ type: 'ready', role: data.role });
     syncLoop(
