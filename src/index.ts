@@ -23,7 +23,8 @@ export { AllocatorRole } from './roles/allocator.js';
 export { StoreRole, RequestSnapshot } from './roles/store.js';
 export { StorePlanner, FINAL_STORE_ATTEMPTS_MAX } from './planner.js';
 export type { PlannerCounters, PlannerOptions } from './planner.js';
-export type { StoreJob, StoreChunk } from './job.js';
+export type { StoreJob } from './job.js';
+export type { ChunkCopy } from './copy.js';
 export { HostTier } from './tier/host-tier.js';
 export type {
   OffloadTier,
@@ -114,7 +115,7 @@ export type {
   LookupResult,
 } from './lookup.js';
 export { promptKeys } from './lookup.js';
-export type { LoadChunk, LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
+export type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
 export type { ExternalLoadResult, ExternalLookupAnswer } from './runtime/external-load.js';
 export { TierCascade, DISK_BYTES_DEFAULT } from './tier/cascade.js';
 export type { TiersOptions } from './tier/cascade.js';
