@@ -21,7 +21,7 @@ import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { checkValue, hex16 } from './value.js';
+import { checkedPayload, hex16 } from './value.js';
 
 export interface RedisTierOptions {
   /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
@@ -331,23 +331,16 @@ export class RedisTier implements LowerTier {
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const check = checkValue(
+    const payload = checkedPayload(
       value,
-      this.options.fingerprint,
       key,
-      this.options.payloadBytes,
+      this.options,
+      this.ownCounters,
       this.switches.unsafeSkipChecksum,
     );
-    if (!check.ok) {
-      // Never served: counted, deleted (best-effort), a miss.
-      this.ownCounters.errors += 1;
-      this.ownCounters.missChunks += 1;
-      this.track(this.op((c) => c.del(this.keyOf(key))));
-      return undefined;
-    }
-    this.ownCounters.hitChunks += 1;
-    this.ownCounters.bytesRead += value.length;
-    return check.payload;
+    // Never served: deleted (best-effort).
+    if (payload === undefined) this.track(this.op((c) => c.del(this.keyOf(key))));
+    return payload;
   }
 
   takeSamples() {
