@@ -10,13 +10,3 @@ export interface StoreJob {
   readonly requestId: number;
   readonly chunks: readonly ChunkCopy[];
 }
-
-export function jobKeys(job: StoreJob): bigint[] {
-  return job.chunks.map((c) => c.key);
-}
-
-export function jobBlocks(job: StoreJob): number[] {
-  const out: number[] = [];
-  for (const c of job.chunks) for (const b of c.blocks) out.push(b);
-  return out;
-}

@@ -6,7 +6,7 @@
 // seed alone.
 
 /** splitmix32 step: a well-mixed 32-bit value from a 32-bit counter. */
-export function mix32(x: number): number {
+function mix32(x: number): number {
   let z = (x + 0x9e3779b9) | 0;
   z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
   z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);

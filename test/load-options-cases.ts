@@ -4,7 +4,7 @@
 import type { RequestInput } from '../src/runtime/runtime.js';
 
 /** A 4,096-token prompt; its first half is submitted first. */
-export const LOAD_OPTIONS_PROMPT = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 11) % 50_000);
+const LOAD_OPTIONS_PROMPT = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 11) % 50_000);
 
 /** The sequence both doors run: [request, expected hitChunks]. 64-token chunks (default config). */
 export const LOAD_OPTIONS_SEQUENCE: readonly [RequestInput, number][] = [

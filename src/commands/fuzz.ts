@@ -31,7 +31,7 @@ import { formatTrace } from '../fuzz/trace.js';
 import type { TraceLine } from '../fuzz/trace.js';
 
 /** Budget when neither --seconds nor --schedules is given. */
-export const FUZZ_DEFAULT_SECONDS = 10;
+const FUZZ_DEFAULT_SECONDS = 10;
 const SECONDS_MAX = 7 * 24 * 3600;
 const SCHEDULES_MAX = 1e12;
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;

@@ -80,7 +80,7 @@ export interface SimulateResult extends ReportedStats {
 }
 
 /** LeakReport with null where the figure is unknown. */
-export type LeakFigures = { [K in keyof LeakReport]: number | null };
+type LeakFigures = { [K in keyof LeakReport]: number | null };
 
 export interface SimulateHooks {
   /** Called every PROGRESS_TICK_MS while the workload runs. */
@@ -233,7 +233,7 @@ export const TIMING_NOTE =
   '~ depends on thread timing: the hasher, allocator, store and copy threads race, so the same --seed can give other counts; ' +
   'under ready-prefix, holes, byte mismatches and double stores must be 0 in every run.';
 
-export function formatResult(r: SimulateResult, color: boolean): string {
+function formatResult(r: SimulateResult, color: boolean): string {
   const p = painter(color);
   const zero = (n: number) => (n === 0 ? p.green('0') : p.red(String(n)));
   const unverified = r.chunksStored - r.entriesVerified;

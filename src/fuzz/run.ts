@@ -36,7 +36,7 @@ export function scenarioOf(spec: ReplaySpec): Scenario {
 }
 
 /** The --target runtime scenario a replay spec names. */
-export function runtimeScenarioOf(spec: ReplaySpec): RuntimeScenario {
+function runtimeScenarioOf(spec: ReplaySpec): RuntimeScenario {
   const full = runtimeScenarioFromSeed(spec.seed);
   if (spec.events === undefined) return full;
   const keep = new Set(spec.events);
@@ -156,7 +156,7 @@ export interface FuzzReport {
 /** Schedules between progress callbacks and clock reads. */
 const PROGRESS_EVERY = 64;
 /** Upper bound on schedules in one fuzz call when only seconds are given. */
-export const FUZZ_SCHEDULES_MAX = 1e12;
+const FUZZ_SCHEDULES_MAX = 1e12;
 
 export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   checkFuzzOptions(options);

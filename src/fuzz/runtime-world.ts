@@ -115,7 +115,7 @@ export interface RuntimeWorldOptions {
  * nested decisions inside store passes and the jumps. A schedule that reaches
  * this bound before its virtual budget ran a clock that stopped moving.
  */
-export const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
+const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
 /** role-main's idle parks (see syncLoop's idleParkMs there). */
 const ENGINE_BUSY_PARK_MS = 2;
 const ALLOCATOR_BUSY_PARK_MS = 1;
@@ -124,14 +124,14 @@ const STORE_DRAIN_TICK_MS = 1;
 /** main's backlog timer when the submit ring is full. */
 const BACKLOG_RETRY_MS = 1;
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
-export const RUNTIME_NESTED_STEPS_MAX = 6;
+const RUNTIME_NESTED_STEPS_MAX = 6;
 /**
  * Decisions a runnable role may be passed over before it is run anyway. Real
  * threads run in parallel, so a role that spins (steps that do work while
  * waiting for another role, e.g. an allocation retried until a copy frees its
  * block) never starves the others; under PCT's strict priorities it would.
  */
-export const STARVED_DECISIONS_MAX = 64;
+const STARVED_DECISIONS_MAX = 64;
 /** Roles with a doorbell (the transfer pool has none). */
 const BELL_ROLES = [SCHEDULER, HASHER, ALLOCATOR, STORE] as const;
 

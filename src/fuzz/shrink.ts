@@ -10,7 +10,7 @@ import type { ScheduleResult } from './run.js';
 import type { ReplaySpec } from './token.js';
 
 /** Schedules one shrink may run; each is as short as the failing one, so this bounds its time. */
-export const SHRINK_RUNS_MAX = 400;
+const SHRINK_RUNS_MAX = 400;
 
 export function shrinkFailure(hashing: Hashing, failing: ScheduleResult): ReplaySpec {
   invariant(failing.violation !== undefined, 'shrinking needs a failing schedule');

@@ -38,7 +38,7 @@ export class RandomStrategy implements Strategy {
 }
 
 /** Default PCT depth: bugs needing up to two forced preemptions of a role. */
-export const PCT_DEPTH = 3;
+const PCT_DEPTH = 3;
 
 export class PctStrategy implements Strategy {
   private readonly priority: number[];

@@ -45,7 +45,7 @@ export interface ReplaySpec {
   readonly settle?: boolean;
 }
 
-export const FUZZ_TARGETS = ['roles', 'runtime'] as const;
+const FUZZ_TARGETS = ['roles', 'runtime'] as const;
 export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
@@ -54,7 +54,7 @@ const WATCH_PREFIX = 'watch-';
 /** The old spelling of that part (`whole` = w + hole), still accepted. */
 const WATCH_PREFIX_OLD = 'w';
 /** Longest token accepted (a shrunk schedule's decisions are bounded well below this). */
-export const TOKEN_CHARS_MAX = 200_000;
+const TOKEN_CHARS_MAX = 200_000;
 
 export function encodeReplayToken(spec: ReplaySpec): string {
   const parts = [

@@ -88,9 +88,9 @@ import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
 
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
-export const NESTED_STEPS_MAX = 6;
+const NESTED_STEPS_MAX = 6;
 /** Schedule length limit, as a multiple of the scenario's estimate: past it the schedule hangs. */
-export const STEPS_FACTOR_MAX = 40;
+const STEPS_FACTOR_MAX = 40;
 
 export interface WorldOptions {
   readonly policy: StorePolicy;

@@ -214,15 +214,15 @@ class EngineRequest {
 }
 
 /** How long a request's lookups may be deferred before it takes what is readable then. */
-export const LOOKUP_DEFER_MS_MAX = 5_000;
+const LOOKUP_DEFER_MS_MAX = 5_000;
 /**
  * A deferred lookup is asked again after a back-off that starts at one engine
  * step (at least LOOKUP_RETRY_MS_MIN) and doubles up to LOOKUP_RETRY_MS_MAX:
  * a copy that lands at once costs one step, a long wait costs a few dozen
  * lookups instead of one per step (the store role answers every one).
  */
-export const LOOKUP_RETRY_MS_MIN = 1;
-export const LOOKUP_RETRY_MS_MAX = 64;
+const LOOKUP_RETRY_MS_MIN = 1;
+const LOOKUP_RETRY_MS_MAX = 64;
 /**
  * Refused allocations of the same request (the engine's accounting said the
  * blocks are free, but some still wait in quarantine for a copy to finish)
@@ -1235,7 +1235,7 @@ export function resolveEngineOptions(
   return o;
 }
 
-export function validateEngineOptions(o: EngineOptions, maxRequests: number): void {
+function validateEngineOptions(o: EngineOptions, maxRequests: number): void {
   const int = (name: keyof EngineOptions, min: number, max = Number.MAX_SAFE_INTEGER) => {
     const v = o[name];
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {

@@ -25,7 +25,7 @@ const FIELDS: ReadonlySet<string> = new Set([
   'maxLoadTokens',
   'skipReadingPrefixCache',
 ]);
-export const TOKEN_ID_MAX = 2 ** 31 - 1;
+const TOKEN_ID_MAX = 2 ** 31 - 1;
 const PREFIX_ID_MAX = 2 ** 31 - 1;
 
 /**

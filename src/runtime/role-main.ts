@@ -64,7 +64,7 @@ export type RoleMessage =
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string };
 
-export class InjectedFault extends Error {
+class InjectedFault extends Error {
   constructor(role: string, steps: number) {
     super(`injected fault in the ${role} worker after ${steps} steps (test switch)`);
     this.name = 'InjectedFault';

@@ -69,7 +69,7 @@ export interface DiskTierOptions {
 // the store thread holds, so it is bounded in bytes; the count bound only
 // matters for chunks under 16 KiB. store() stays O(1) and never waits: over
 // either bound it drops and counts.
-export const DISK_DEFAULTS = {
+const DISK_DEFAULTS = {
   freeBytesMin: 64 << 20,
   writesInFlightMax: 4,
   writesQueuedMax: 16_384,

@@ -68,7 +68,7 @@ export interface RedisTierOptions {
 const STORE_WINDOW_MIN = 64;
 const STORE_WINDOW_INITIAL = 4096;
 
-export const REDIS_DEFAULTS = {
+const REDIS_DEFAULTS = {
   timeoutMs: 2_000,
   storesInFlightMax: 4_096,
   storeBytesInFlightMax: 64 << 20,

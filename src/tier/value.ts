@@ -12,8 +12,8 @@ import { invariant } from '../errors.js';
 import type { TierCounters } from './lower.js';
 
 /** "KVOF" as a big-endian u32. */
-export const VALUE_MAGIC = 0x4b564f46;
-export const VALUE_VERSION = 1;
+const VALUE_MAGIC = 0x4b564f46;
+const VALUE_VERSION = 1;
 export const VALUE_HEADER_BYTES = 40;
 
 // Header fields, little-endian: magic u32 | version u16 | reserved u16 |

@@ -16,7 +16,7 @@ import { RedisTier } from '../../src/tier/redis-tier.js';
 import type { RedisTierOptions } from '../../src/tier/redis-tier.js';
 import { VALUE_HEADER_BYTES, encodeValue } from '../../src/tier/value.js';
 
-export const PAYLOAD_BYTES = 4096;
+const PAYLOAD_BYTES = 4096;
 export const VALUE_BYTES = VALUE_HEADER_BYTES + PAYLOAD_BYTES;
 
 export function payloadOf(key: bigint, bytes = PAYLOAD_BYTES): Buffer {
