@@ -3,8 +3,10 @@
 // the main entry: these follow the code they test.
 
 // The race fuzzer: schedules, replay tokens, shrinking.
-export { fuzz, runSchedule, describeFailure, scenarioOf } from './fuzz/run.js';
-export type { FuzzOptions, FuzzReport, FailureReport, ScheduleResult } from './fuzz/run.js';
+export { fuzz, describeFailure } from './fuzz/run.js';
+export type { FuzzOptions, FuzzReport, FailureReport } from './fuzz/run.js';
+export { runSchedule, scenarioOf } from './fuzz/schedule.js';
+export type { ScheduleResult } from './fuzz/schedule.js';
 export { World } from './fuzz/world.js';
 export type { WorldOptions, WorldOutcome } from './fuzz/world.js';
 export { INVARIANTS } from './fuzz/oracle.js';

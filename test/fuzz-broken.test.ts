@@ -14,7 +14,8 @@ import {
   parseFailureClass,
   protectedFuzzOptions,
 } from '../src/fuzz/broken-classes.js';
-import { fuzz, runSchedule } from '../src/fuzz/run.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { runSchedule } from '../src/fuzz/schedule.js';
 import { decodeReplayToken } from '../src/fuzz/token.js';
 import { runCli } from './cli-helpers.js';
 

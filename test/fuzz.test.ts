@@ -6,7 +6,8 @@
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import type { StorePolicy } from '../src/ready.js';
-import { fuzz, runSchedule } from '../src/fuzz/run.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { runSchedule } from '../src/fuzz/schedule.js';
 import type { FuzzReport } from '../src/fuzz/run.js';
 import type { InvariantName } from '../src/fuzz/oracle.js';
 import type { StrategyName } from '../src/fuzz/strategy.js';

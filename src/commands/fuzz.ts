@@ -12,7 +12,8 @@ import { InvalidArgumentError } from '../errors.js';
 import { intOption } from './options.js';
 import { loadHashing } from '../hashing.js';
 import { parseStorePolicy } from '../ready.js';
-import { describeFailure, fuzz, runSchedule } from '../fuzz/run.js';
+import { describeFailure, fuzz } from '../fuzz/run.js';
+import { runSchedule } from '../fuzz/schedule.js';
 import type { FailureReport, FuzzReport } from '../fuzz/run.js';
 import { parseStrategy } from '../fuzz/strategy.js';
 import {
@@ -26,7 +27,7 @@ import {
 import { formatScenario } from '../fuzz/scenario.js';
 import { BROKEN_CLASSES, brokenClass, brokenFuzzOptions } from '../fuzz/broken-classes.js';
 import type { BrokenClass } from '../fuzz/broken-classes.js';
-import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../fuzz/runtime-world.js';
+import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../fuzz/switches.js';
 import { formatTrace } from '../fuzz/trace.js';
 import type { TraceLine } from '../fuzz/trace.js';
 

@@ -63,31 +63,8 @@ import { StepTransferBackend } from './step-backend.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
+import type { RuntimeSwitch } from './switches.js';
 import type { WorldOutcome } from './world.js';
-
-/**
- * Test-only switches that re-create known bugs (the safe code has none on).
- * The ones in RUNTIME_ONLY_SWITCHES live in the runtime's store loop; the
- * others are the planner's, so the roles world (src/fuzz/world.ts) takes them
- * as well.
- */
-export const RUNTIME_SWITCHES = [
-  'load-while-writing',
-  'eagle-cursor-unexcluded',
-  'store-last-sampled-token',
-  'evict-in-use',
-  'leak-on-load-failure',
-  'ack-on-alloc-failure',
-  'drop-deferred',
-] as const;
-export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
-
-/** Switches only the runtime's store loop has: the roles world refuses them rather than ignore them. */
-export const RUNTIME_ONLY_SWITCHES: readonly RuntimeSwitch[] = [
-  'load-while-writing',
-  'evict-in-use',
-  'leak-on-load-failure',
-];
 
 export interface RuntimeWorldOptions {
   readonly policy: StorePolicy;

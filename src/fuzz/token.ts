@@ -19,8 +19,8 @@ import type { StorePolicy } from '../ready.js';
 import { INVARIANTS } from './oracle.js';
 import type { InvariantName } from './oracle.js';
 import { ACTORS } from './scenario.js';
-import { RUNTIME_SWITCHES } from './runtime-world.js';
-import type { RuntimeSwitch } from './runtime-world.js';
+import { RUNTIME_SWITCHES } from './switches.js';
+import type { RuntimeSwitch } from './switches.js';
 import { STRATEGIES } from './strategy.js';
 import type { StrategyName } from './strategy.js';
 

@@ -81,8 +81,8 @@ import {
   requestSpecs,
 } from './scenario.js';
 import type { Scenario, ScenarioEvent } from './scenario.js';
-import { RUNTIME_ONLY_SWITCHES } from './runtime-world.js';
-import type { RuntimeSwitch } from './runtime-world.js';
+import { RUNTIME_ONLY_SWITCHES } from './switches.js';
+import type { RuntimeSwitch } from './switches.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';

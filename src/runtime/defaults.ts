@@ -6,7 +6,7 @@
 // prefixes give later requests tier hits.
 import type { ConfigInput } from '../config.js';
 import { Prng } from '../prng.js';
-import type { RequestInput } from './runtime.js';
+import type { RequestInput } from './request-rules.js';
 
 export const DEFAULT_RUNTIME_CONFIG: ConfigInput = {
   groups: [

@@ -1,11 +1,36 @@
-// The rules of one simulated request, checked once for every door:
+// One submitted request (RequestInput) and its rules, checked once for every door:
 // OffloadRuntime.submit and the HTTP layer (src/serve/validate.ts) both call
 // validateRequestInput, so what one accepts the other accepts. A refused request
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
 import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
 import { validateLookupLimits } from './lookup-record.js';
-import type { RequestInput } from './runtime.js';
+
+/** One request as an embedder submits it (`submit()`, the HTTP server's POST body). */
+export interface RequestInput {
+  /** Explicit prompt; otherwise one is drawn from the fields below. */
+  promptTokens?: number[];
+  promptLength?: number;
+  /**
+   * Requests with the same prefixId share their first sharedPrefixTokens
+   * tokens (the whole prompt when sharedPrefixTokens is not given).
+   */
+  prefixId?: number;
+  sharedPrefixTokens?: number;
+  maxDecodeTokens?: number;
+  /** Abort once this many tokens are computed. */
+  abortAfterTokens?: number;
+  /**
+   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
+   * down to whole chunks; 0 loads nothing. No cap by default.
+   */
+  maxLoadTokens?: number;
+  /**
+   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
+   * its hit is 0 even when its prefix is stored. It still stores its chunks.
+   */
+  skipReadingPrefixCache?: boolean;
+}
 
 /** What the rules need from the config; the pool check runs only when the pool is known. */
 export interface RequestLimits {

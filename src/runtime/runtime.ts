@@ -37,6 +37,7 @@ import { spawnWorker, workerUrl } from './worker-files.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
+import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -44,6 +45,7 @@ import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 
 export type { RuntimeStats } from './stats.js';
+export type { RequestInput } from './request-rules.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
 
 export interface LagOptions {
@@ -103,32 +105,6 @@ export interface RuntimeOptions {
    * verify() is then unavailable. Default true.
    */
   offload?: boolean;
-}
-
-/** One request as an embedder submits it (`submit()`, the HTTP server's POST body). */
-export interface RequestInput {
-  /** Explicit prompt; otherwise one is drawn from the fields below. */
-  promptTokens?: number[];
-  promptLength?: number;
-  /**
-   * Requests with the same prefixId share their first sharedPrefixTokens
-   * tokens (the whole prompt when sharedPrefixTokens is not given).
-   */
-  prefixId?: number;
-  sharedPrefixTokens?: number;
-  maxDecodeTokens?: number;
-  /** Abort once this many tokens are computed. */
-  abortAfterTokens?: number;
-  /**
-   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
-   * down to whole chunks; 0 loads nothing. No cap by default.
-   */
-  maxLoadTokens?: number;
-  /**
-   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
-   * its hit is 0 even when its prefix is stored. It still stores its chunks.
-   */
-  skipReadingPrefixCache?: boolean;
 }
 
 export interface RequestSummary {

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { expect } from 'vitest';
 import { fuzz } from '../../src/fuzz/run.js';
 import type { FuzzReport } from '../../src/fuzz/run.js';
-import type { RuntimeSwitch } from '../../src/fuzz/runtime-world.js';
+import type { RuntimeSwitch } from '../../src/fuzz/switches.js';
 import { DiskTier } from '../../src/tier/disk-tier.js';
 import type { DiskTierOptions } from '../../src/tier/disk-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
