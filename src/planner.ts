@@ -12,7 +12,8 @@
 // waits for an event that may never come.
 import type { Config } from './config.js';
 import { InvalidArgumentError, invariant } from './errors.js';
-import type { StoreChunk, StoreJob } from './job.js';
+import type { ChunkCopy } from './copy.js';
+import type { StoreJob } from './job.js';
 import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX, Status, markDirty } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
 import {
@@ -592,7 +593,7 @@ export class StorePlanner {
       return undefined; // cursors unchanged: the same chunks are offered next pass
     }
 
-    const stored: StoreChunk[] = [];
+    const stored: ChunkCopy[] = [];
     let next = 0;
     for (const c of chunks) {
       if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
@@ -782,7 +783,7 @@ function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
 const RETRY = Symbol('retry');
 const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
 
-/** A chunk offered to the tier; once the tier gives it a slot it is the job's StoreChunk as it is (one object per chunk). */
+/** A chunk offered to the tier; once the tier gives it a slot it is the job's ChunkCopy as it is (one object per chunk). */
 interface Candidate {
   readonly group: number;
   readonly chunk: number;

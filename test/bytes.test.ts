@@ -11,7 +11,7 @@ import {
   writeComputedBlock,
 } from '../src/copy.js';
 import type { ArenaGeometry } from '../src/copy.js';
-import type { StoreChunk } from '../src/job.js';
+import type { ChunkCopy } from '../src/copy.js';
 
 const WORDS = 16;
 
@@ -62,7 +62,7 @@ describe('arena copy helpers', () => {
     writeComputedBlock(gpu, geo, 2, key, 7);
     expect(gpuBlockMatches(gpu, geo, 5, key, 6)).toBe(true);
     expect(gpuBlockMatches(gpu, geo, 2, key, 6)).toBe(false);
-    const chunk: StoreChunk = {
+    const chunk: ChunkCopy = {
       group: 0,
       chunk: 3,
       key,
@@ -84,7 +84,7 @@ describe('arena copy helpers', () => {
   it('a chunk with a null block copies only its non-null blocks', () => {
     const key = 77n;
     writeComputedBlock(gpu, geo, 4, key, 3);
-    const chunk: StoreChunk = { group: 1, chunk: 1, key, tierSlot: 3, blocks: [4], positions: [3] };
+    const chunk: ChunkCopy = { group: 1, chunk: 1, key, tierSlot: 3, blocks: [4], positions: [3] };
     expect(copyChunkToTier(gpu, tier, geo, chunk)).toBe(WORDS * 4);
     expect(tierChunkMatches(tier, geo, 3, key, [1])).toBe(true);
     expect(tierChunkMatches(tier, geo, 3, key, [0, 1])).toBe(false); // position 0 never written
@@ -93,7 +93,7 @@ describe('arena copy helpers', () => {
   it('mispairing is detected: bytes of one key copied under another', () => {
     writeComputedBlock(gpu, geo, 1, 1000n, 0);
     writeComputedBlock(gpu, geo, 3, 1000n, 1);
-    const chunk: StoreChunk = {
+    const chunk: ChunkCopy = {
       group: 0,
       chunk: 0,
       key: 2000n,

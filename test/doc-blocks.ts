@@ -7,7 +7,7 @@ export const RUN_LANGS = ['ts', 'typescript', 'js', 'javascript', 'mjs'] as cons
 /** Languages whose blocks are shell: their kvoff options and npm scripts are checked. */
 export const SHELL_LANGS = ['sh', 'bash', 'shell'] as const;
 
-export type Directive =
+type Directive =
   | { readonly kind: 'include'; readonly path: string }
   | { readonly kind: 'output'; readonly command: string }
   | { readonly kind: 'output-lines'; readonly command: string }
@@ -30,7 +30,7 @@ export interface Block {
 const FENCE = /^(\s*)(`{3,}|~{3,})\s*([^\s`]*)/;
 const COMMENT = /^\s*<!--\s*([a-z-]+)\s*(?::\s*(.*?))?\s*-->\s*$/;
 
-export function parseDirective(text: string): Directive | undefined {
+function parseDirective(text: string): Directive | undefined {
   const m = COMMENT.exec(text);
   if (!m) return undefined;
   const kind = m[1];

@@ -1,5 +1,5 @@
 // `kvoff fuzz --broken <class>`: every row of the broken-class table
-// (src/sim/broken-classes.ts) makes the fuzzer find its class's violation,
+// (src/fuzz/broken-classes.ts) makes the fuzzer find its class's violation,
 // with a shrunk token that replays it, while kvoff as shipped finds none with
 // the same seeds; the class names parse in the F1 and f01 forms; and the CLI
 // refuses unknown classes, classes no switch re-creates, and flags the row sets.
@@ -13,9 +13,10 @@ import {
   brokenFuzzOptions,
   parseFailureClass,
   protectedFuzzOptions,
-} from '../src/sim/broken-classes.js';
-import { fuzz, runSchedule } from '../src/sim/run.js';
-import { decodeReplayToken } from '../src/sim/token.js';
+} from '../src/fuzz/broken-classes.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { runSchedule } from '../src/fuzz/schedule.js';
+import { decodeReplayToken } from '../src/fuzz/token.js';
 import { runCli } from './cli-helpers.js';
 
 /** `kvoff ...args` in a child process, killed after 60 s. */

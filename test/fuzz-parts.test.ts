@@ -5,11 +5,11 @@ import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/errors.js';
 import { GpuBlockPool } from '../src/gpu-pool.js';
 import { pinBlocks, unpinBlocks } from '../src/pins.js';
-import { Prng } from '../src/sim/prng.js';
-import { geometryNames, scenarioFromSeed } from '../src/sim/scenario.js';
-import { ddmin } from '../src/sim/shrink.js';
-import { DecisionListStrategy, PctStrategy, RandomStrategy } from '../src/sim/strategy.js';
-import { decodeReplayToken, encodeReplayToken } from '../src/sim/token.js';
+import { Prng } from '../src/prng.js';
+import { geometryNames, scenarioFromSeed } from '../src/fuzz/scenario.js';
+import { ddmin } from '../src/fuzz/shrink.js';
+import { DecisionListStrategy, PctStrategy, RandomStrategy } from '../src/fuzz/strategy.js';
+import { decodeReplayToken, encodeReplayToken } from '../src/fuzz/token.js';
 
 describe('Prng', () => {
   it('is a pure function of (seed, stream)', () => {

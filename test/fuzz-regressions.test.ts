@@ -5,11 +5,11 @@
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import type { StorePolicy } from '../src/ready.js';
-import type { InvariantName } from '../src/sim/oracle.js';
-import type { Scenario } from '../src/sim/scenario.js';
-import { DecisionListStrategy } from '../src/sim/strategy.js';
-import { World } from '../src/sim/world.js';
-import type { WorldOutcome } from '../src/sim/world.js';
+import type { InvariantName } from '../src/fuzz/oracle.js';
+import type { Scenario } from '../src/fuzz/scenario.js';
+import { DecisionListStrategy } from '../src/fuzz/strategy.js';
+import { World } from '../src/fuzz/world.js';
+import type { WorldOutcome } from '../src/fuzz/world.js';
 
 /** A decision list as the replay token writes it: role indexes, 't' for a tick. */
 function decisions(text: string): number[] {

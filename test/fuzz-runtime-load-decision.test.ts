@@ -1,4 +1,4 @@
-// The runtime fuzzer's load-path oracle (invariant 7, src/sim/lookup-oracle.ts):
+// The runtime fuzzer's load-path oracle (invariant 7, src/fuzz/lookup-oracle.ts):
 // a lookup answer must be the shared lookup decision over the tier state at
 // that moment, with the request's limits, and every chunk a hit protects must
 // hold its key's bytes in the tier. Each check is shown to fail on an answer
@@ -11,7 +11,7 @@ import { DEFER } from '../src/lookup.js';
 import type { ChunkState } from '../src/lookup.js';
 import { RuntimeViews, createRuntimeBuffers } from '../src/runtime/buffers.js';
 import type { LookupAnswered } from '../src/runtime/store-loop.js';
-import { expectedLookupAnswer, lookupAnswerViolation } from '../src/sim/lookup-oracle.js';
+import { expectedLookupAnswer, lookupAnswerViolation } from '../src/fuzz/lookup-oracle.js';
 import { UNPACED_ENGINE, oneThreadLoops, repeatedPrompt } from './one-thread-loops.js';
 import { SMALL_HYBRID } from './runtime-helpers.js';
 

@@ -4,14 +4,15 @@ import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import { UNSET } from '../src/runtime/protocol.js';
-import { fuzz, runSchedule } from '../src/sim/run.js';
-import { runtimeHangAfterMs } from '../src/sim/runtime-scenario.js';
-import type { RuntimeScenario, RuntimeSubmission } from '../src/sim/runtime-scenario.js';
-import { RuntimeWorld } from '../src/sim/runtime-world.js';
-import { TRANSFER } from '../src/sim/scenario.js';
-import { DecisionListStrategy, RandomStrategy } from '../src/sim/strategy.js';
-import { decodeReplayToken, encodeReplayToken } from '../src/sim/token.js';
-import type { ReplaySpec } from '../src/sim/token.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { runSchedule } from '../src/fuzz/schedule.js';
+import { runtimeHangAfterMs } from '../src/fuzz/runtime-scenario.js';
+import type { RuntimeScenario, RuntimeSubmission } from '../src/fuzz/runtime-scenario.js';
+import { RuntimeWorld } from '../src/fuzz/runtime-world.js';
+import { TRANSFER } from '../src/fuzz/scenario.js';
+import { DecisionListStrategy, RandomStrategy } from '../src/fuzz/strategy.js';
+import { decodeReplayToken, encodeReplayToken } from '../src/fuzz/token.js';
+import type { ReplaySpec } from '../src/fuzz/token.js';
 
 const hashing = await loadHashing();
 
@@ -171,7 +172,8 @@ describe('fuzz --target runtime', () => {
       strategy: 'random',
       pins: true,
       revalidate: false,
-      seed: 15_839_000,
+      // The first torn read from seed 1 is seed 534.
+      seed: 1,
       schedules: 600,
       target: 'runtime',
       watch: ['mispairing'],
@@ -301,7 +303,10 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
 // runtime rounded it down to whole chunks afterwards: the sliding-window
 // group's window moved onto chunks the lookup never checked, and the load
 // plan asked for one that was never stored. Found by --target runtime; these
-// are the two schedules that crashed on the committed code.
+// are the two schedules that crashed on the committed code, drawn when the
+// engine simulator had its own generator (mulberry32): since it draws from the
+// one PRNG (src/prng.ts) the first still names the same trace, the second
+// another.
 describe('regression: a hybrid lookup rounded down to whole chunks after the fact loaded an unchecked window', () => {
   for (const token of [
     'kvf1.ready-prefix.random.pins.20030415.trt',
@@ -316,8 +321,9 @@ describe('regression: a hybrid lookup rounded down to whole chunks after the fac
   }
 });
 
-// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt) was
-// reported as a hang. The copy threads were stalled for 200 virtual ms while a
+// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt, drawn
+// with the engine's former generator; the token now names another trace, and
+// the stalled-copies scenarios below pin the case down) was reported as a hang. The copy threads were stalled for 200 virtual ms while a
 // second request's tier lookup was deferred on the first one's entries, still
 // being written; the engine asked again at every step and the store deferred
 // again, about a hundred decisions per virtual ms. The schedule would have

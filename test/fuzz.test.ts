@@ -6,11 +6,12 @@
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
 import type { StorePolicy } from '../src/ready.js';
-import { fuzz, runSchedule } from '../src/sim/run.js';
-import type { FuzzReport } from '../src/sim/run.js';
-import type { InvariantName } from '../src/sim/oracle.js';
-import type { StrategyName } from '../src/sim/strategy.js';
-import { decodeReplayToken } from '../src/sim/token.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { runSchedule } from '../src/fuzz/schedule.js';
+import type { FuzzReport } from '../src/fuzz/run.js';
+import type { InvariantName } from '../src/fuzz/oracle.js';
+import type { StrategyName } from '../src/fuzz/strategy.js';
+import { decodeReplayToken } from '../src/fuzz/token.js';
 
 /** Schedules ready-prefix must pass per strategy (a few thousand by default). */
 const CLEAN_SCHEDULES = Number(process.env.KVOFF_FUZZ_SCHEDULES ?? 2500);

@@ -1,13 +1,13 @@
 // The per-request load limits' cases, shared by the library test
 // (lookup-load-options.test.ts) and the HTTP test (serve-load-options.test.ts)
 // so both doors are held to the same answers.
-import type { SimRequest } from '../src/runtime/runtime.js';
+import type { RequestInput } from '../src/runtime/runtime.js';
 
 /** A 4,096-token prompt; its first half is submitted first. */
-export const LOAD_OPTIONS_PROMPT = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 11) % 50_000);
+const LOAD_OPTIONS_PROMPT = Array.from({ length: 4096 }, (_, i) => (i * 7919 + 11) % 50_000);
 
 /** The sequence both doors run: [request, expected hitChunks]. 64-token chunks (default config). */
-export const LOAD_OPTIONS_SEQUENCE: readonly [SimRequest, number][] = [
+export const LOAD_OPTIONS_SEQUENCE: readonly [RequestInput, number][] = [
   [{ promptTokens: LOAD_OPTIONS_PROMPT.slice(0, 2048), maxDecodeTokens: 2 }, 0],
   // 2,048 tokens are stored, yet it reads nothing; it stores its own second half.
   [{ promptTokens: LOAD_OPTIONS_PROMPT, maxDecodeTokens: 2, skipReadingPrefixCache: true }, 0],

@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { ConfigError, InvalidArgumentError } from '../src/errors.js';
 import { DEFAULT_RUNTIME_CONFIG } from '../src/runtime/defaults.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
-import type { RequestSummary, SimRequest } from '../src/runtime/runtime.js';
+import type { RequestSummary, RequestInput } from '../src/runtime/runtime.js';
 import { BAD_LOAD_OPTIONS, LOAD_OPTIONS_SEQUENCE } from './load-options-cases.js';
 import { checkAndClose } from './runtime-helpers.js';
 
@@ -29,7 +29,7 @@ describe('per-request load limits through OffloadRuntime.submit', () => {
   it('bad limits are refused with InvalidArgumentError naming the field; nothing is sent', async () => {
     const rt = await OffloadRuntime.start();
     for (const [fields, name] of BAD_LOAD_OPTIONS) {
-      const submitted = rt.submit({ promptLength: 128, ...fields } as SimRequest);
+      const submitted = rt.submit({ promptLength: 128, ...fields } as RequestInput);
       await expect(submitted).rejects.toBeInstanceOf(InvalidArgumentError);
       await expect(submitted).rejects.toThrow(name);
     }

@@ -89,3 +89,23 @@ describe('npm pack contents', () => {
     expect(readme).toContain('Node.js ≥ 20.19');
   });
 });
+
+describe('entries', () => {
+  it('the main entry is what an embedder uses; the fuzzer and the simulator are in kvoff/testing', async () => {
+    const main = (await import(join(ROOT, 'dist', 'src', 'index.js'))) as Record<string, unknown>;
+    const testing = (await import(join(ROOT, 'dist', 'src', 'testing.js'))) as Record<
+      string,
+      unknown
+    >;
+    for (const name of ['OffloadRuntime', 'LocalOffload', 'KvoffServer', 'DiskTier', 'KvoffError'])
+      expect(main[name], name).toBeDefined();
+    for (const name of ['runSchedule', 'World', 'EngineSimulator', 'SchedulerRole']) {
+      expect(main[name], name).toBeUndefined();
+      expect(testing[name], name).toBeDefined();
+    }
+    expect(pkg.exports['./testing']).toEqual({
+      types: './dist/src/testing.d.ts',
+      import: './dist/src/testing.js',
+    });
+  });
+});

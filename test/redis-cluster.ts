@@ -21,7 +21,7 @@ export interface TestCluster {
 /** Attempts at a fresh port range when a node cannot bind (a port taken by someone else). */
 const START_ATTEMPTS_MAX = 3;
 
-export async function startCluster(): Promise<TestCluster> {
+async function startCluster(): Promise<TestCluster> {
   let lastError: unknown;
   for (let attempt = 0; attempt < START_ATTEMPTS_MAX; attempt += 1) {
     try {

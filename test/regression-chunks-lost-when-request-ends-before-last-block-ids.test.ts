@@ -6,7 +6,7 @@
 // settle, an append after settle is refused, and what never came is counted.
 import { describe, expect, it } from 'vitest';
 import { BlocksSettledError, IllegalTransitionError, InvalidArgumentError } from '../src/errors.js';
-import { fuzz } from '../src/sim/run.js';
+import { fuzz } from '../src/fuzz/run.js';
 import { chunkIds, local, planAndComplete, tokens } from './helpers.js';
 import type { LocalOffload } from '../src/local.js';
 import type { RequestHandle } from '../src/roles/handle.js';

@@ -1,4 +1,4 @@
-// Regression: an explicit prompt that validateSimRequest accepts (up to
+// Regression: an explicit prompt that validateRequestInput accepts (up to
 // maxTokensPerRequest - 1 tokens) could be larger than one record of the
 // submit ring (half of its 65,536 words). submit() then threw inside its own
 // promise after registering the request, so the request stayed pending: the
@@ -10,7 +10,7 @@
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
 import { RequestCapacityError } from '../src/errors.js';
-import { RINGS } from '../src/runtime/layout.js';
+import { RINGS } from '../src/runtime/thread-words.js';
 import { OffloadRuntime, SUBMIT_RING_WORDS_MAX, submitRingWords } from '../src/runtime/runtime.js';
 import { KvoffServer } from '../src/serve/server.js';
 import { runNode } from './cli-helpers.js';

@@ -6,8 +6,8 @@
 // now refused before anything runs, with a typed error naming the option.
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError, UnknownPolicyError } from '../src/errors.js';
-import { fuzz } from '../src/sim/run.js';
-import type { FuzzOptions } from '../src/sim/run.js';
+import { fuzz } from '../src/fuzz/run.js';
+import type { FuzzOptions } from '../src/fuzz/run.js';
 
 const GOOD: FuzzOptions = { policy: 'ready-prefix', strategy: 'random', pins: true, seed: 1 };
 

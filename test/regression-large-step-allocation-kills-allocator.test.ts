@@ -9,7 +9,7 @@
 // header words, one more than the load record the lookup was sized for).
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
-import { RINGS } from '../src/runtime/layout.js';
+import { RINGS } from '../src/runtime/thread-words.js';
 import { lookupTokensThatFit } from '../src/runtime/lookup-record.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import { NO_LEAKS } from './runtime-helpers.js';

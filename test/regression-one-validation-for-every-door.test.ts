@@ -7,9 +7,9 @@
 import { describe, expect, it } from 'vitest';
 import { ClosedError, InvalidArgumentError, KvoffError } from '../src/errors.js';
 import type { RequestHandle } from '../src/roles/handle.js';
-import { validateSimRequest } from '../src/runtime/request-rules.js';
+import { validateRequestInput } from '../src/runtime/request-rules.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
-import { HttpError, parseSimRequest } from '../src/serve/validate.js';
+import { HttpError, parseRequestInput } from '../src/serve/validate.js';
 import { local, tokens } from './helpers.js';
 import { SMALL_HYBRID } from './runtime-helpers.js';
 
@@ -39,12 +39,12 @@ describe('regression: one validation for every door', () => {
       let direct: unknown;
       let http: unknown;
       try {
-        direct = validateSimRequest(body, limits);
+        direct = validateRequestInput(body, limits);
       } catch (err) {
         direct = err;
       }
       try {
-        http = parseSimRequest(body, limits);
+        http = parseRequestInput(body, limits);
       } catch (err) {
         http = err;
       }

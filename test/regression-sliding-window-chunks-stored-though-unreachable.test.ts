@@ -8,8 +8,8 @@ import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../src/config.js';
 import type { ConfigInput } from '../src/config.js';
 import { alignmentChunks, storeReachable } from '../src/ready.js';
-import { fuzz } from '../src/sim/run.js';
-import { scenarioFromSeed } from '../src/sim/scenario.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { scenarioFromSeed } from '../src/fuzz/scenario.js';
 import { chunkIds, local, planAndComplete, tokens } from './helpers.js';
 import { oneThreadLoops } from './one-thread-loops.js';
 

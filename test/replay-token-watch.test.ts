@@ -3,8 +3,8 @@
 // now `.watch-<names>`; tokens printed before still replay the same schedule.
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../src/errors.js';
-import { decodeReplayToken, encodeReplayToken } from '../src/sim/token.js';
-import type { ReplaySpec } from '../src/sim/token.js';
+import { decodeReplayToken, encodeReplayToken } from '../src/fuzz/token.js';
+import type { ReplaySpec } from '../src/fuzz/token.js';
 
 const SPEC: ReplaySpec = {
   policy: 'legacy-zip',

@@ -15,6 +15,8 @@ describe('a worker that fails', () => {
       const rt = await OffloadRuntime.start({
         config: SMALL_HYBRID,
         faultInjection: { role, afterSteps: 3 },
+        // For 'transfer': every copy from the fourth fails; two in a row fail the backend.
+        transferFailuresMax: 2,
       });
       const results = await Promise.allSettled(pressureWorkload(6, 3).map((r) => rt.submit(r)));
       const rejected = results.filter((r) => r.status === 'rejected');

@@ -3,11 +3,12 @@
 // workload with aborts, and the checks every run must pass.
 import { expect } from 'vitest';
 import type { ConfigInput } from '../src/config.js';
+import { Prng } from '../src/prng.js';
 import type {
   LeakReport,
   OffloadRuntime,
   RequestSummary,
-  SimRequest,
+  RequestInput,
 } from '../src/runtime/runtime.js';
 
 /** The leak report of a runtime closed with nothing held. */
@@ -51,19 +52,15 @@ export const TINY_FULL: ConfigInput = {
 };
 
 /** `n` requests of 600-1500 prompt tokens over 3 shared prefixes; every 7th aborts itself mid-prefill. */
-export function pressureWorkload(n: number, seed = 1): SimRequest[] {
-  let s = seed >>> 0;
-  const rand = () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
+export function pressureWorkload(n: number, seed = 1): RequestInput[] {
+  const random = new Prng(seed);
   return Array.from({ length: n }, (_, i) => {
-    const promptLength = 600 + Math.floor(rand() * 900);
-    const req: SimRequest = {
+    const promptLength = 600 + random.int(900);
+    const req: RequestInput = {
       promptLength,
       prefixId: i % 3,
       sharedPrefixTokens: Math.floor(promptLength * 0.5),
-      maxDecodeTokens: 8 + Math.floor(rand() * 24),
+      maxDecodeTokens: 8 + random.int(24),
     };
     if (i % 7 === 3) req.abortAfterTokens = Math.floor(promptLength / 2);
     return req;

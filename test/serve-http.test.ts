@@ -11,19 +11,19 @@ import type {
   JobEvent,
   RequestSummary,
   RuntimeStats,
-  SimRequest,
+  RequestInput,
 } from '../src/serve/runtime-api.js';
 
 class StandInRuntime implements EmbeddableRuntime {
   readonly config = { maxTokensPerRequest: 4096 };
-  readonly submitted: SimRequest[] = [];
+  readonly submitted: RequestInput[] = [];
   closed = 0;
   private listeners: Array<(e: JobEvent) => void> = [];
   private counters = { stored: 0, completed: 0 };
   /** Resolves pending submits when set; otherwise they answer after a few ms. */
   hold: Promise<void> | undefined;
 
-  async submit(req: SimRequest): Promise<RequestSummary> {
+  async submit(req: RequestInput): Promise<RequestSummary> {
     this.submitted.push(req);
     await (this.hold ?? new Promise((r) => setTimeout(r, 2)));
     this.counters.stored += 3;

@@ -9,7 +9,7 @@
 // small host tier full (eviction); the lower tiers join when given.
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { JOBS_IN_FLIGHT_MAX } from '../../src/runtime/store-loop.js';
-import type { LeakReport, SimRequest } from '../../src/runtime/runtime.js';
+import type { LeakReport, RequestInput } from '../../src/runtime/runtime.js';
 import type { RuntimeMemory } from '../../src/runtime/memory.js';
 import type { TiersOptions } from '../../src/tier/cascade.js';
 import type { ConfigInput } from '../../src/config.js';
@@ -32,7 +32,7 @@ export interface SoakOptions {
 }
 
 /** One sample a second: when, how many lifecycles, every worker's memory. */
-export interface MemoryPoint {
+interface MemoryPoint {
   atS: number;
   lifecycles: number;
   /** Store jobs the planner held at that moment (dispatched, not completed). */
@@ -40,7 +40,7 @@ export interface MemoryPoint {
   memory: RuntimeMemory;
 }
 
-export interface WorkerVerdict {
+interface WorkerVerdict {
   worker: string;
   /** Heap floor (the lowest sample) of the first window after warm-up, bytes. */
   heapBaselineBytes: number;
@@ -82,7 +82,7 @@ export interface SoakReport {
 }
 
 /** Small requests over many slots: lifecycles are what a leak per request or job scales with. */
-export const SOAK_CONFIG: ConfigInput = {
+const SOAK_CONFIG: ConfigInput = {
   groups: [
     { kind: 'full', tokensPerBlock: 16, eagle: true },
     { kind: 'sliding-window', tokensPerBlock: 16, windowTokens: 256 },
@@ -122,9 +122,9 @@ function xorshift(seed: number): () => number {
   };
 }
 
-function soakRequest(rand: () => number): SimRequest {
+function soakRequest(rand: () => number): RequestInput {
   const promptLength = PROMPT_TOKENS_MIN + Math.floor(rand() * PROMPT_TOKENS_SPAN);
-  const req: SimRequest = {
+  const req: RequestInput = {
     promptLength,
     prefixId: Math.floor(rand() * PREFIXES),
     sharedPrefixTokens: Math.floor(promptLength * (0.25 + 0.5 * rand())),

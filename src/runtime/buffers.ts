@@ -16,8 +16,8 @@ import {
   RINGS,
   STATS_BUFFER_BYTES,
   doorbellWord,
-} from './layout.js';
-import type { DoorbellName, RingName } from './layout.js';
+} from './thread-words.js';
+import type { DoorbellName, RingName } from './thread-words.js';
 import { SpscRing, ringBufferBytes } from './rings.js';
 import { TIER_STATS_BYTES } from '../tier/tier-stats.js';
 import { MEMORY_BUFFER_BYTES } from './memory.js';

@@ -10,11 +10,11 @@
 import { getHeapStatistics } from 'node:v8';
 
 /** Role workers with a memory slot, in slot order; transfer threads follow. */
-export const MEMORY_ROLES = ['scheduler', 'hasher', 'allocator', 'store'] as const;
+const MEMORY_ROLES = ['scheduler', 'hasher', 'allocator', 'store'] as const;
 export type MemoryRole = (typeof MEMORY_ROLES)[number];
 
 /** Transfer threads with a slot of their own (OffloadRuntime caps transferThreads at this). */
-export const TRANSFER_MEMORY_SLOTS = 64;
+const TRANSFER_MEMORY_SLOTS = 64;
 
 const WORDS_PER_SLOT = 2;
 const W_HEAP_USED = 0;
@@ -23,7 +23,7 @@ const SLOTS = MEMORY_ROLES.length + TRANSFER_MEMORY_SLOTS;
 export const MEMORY_BUFFER_BYTES = SLOTS * WORDS_PER_SLOT * 8;
 
 /** How often a worker refreshes its slot: often enough for a soak's slope, cheap (a few µs). */
-export const MEMORY_SAMPLE_MS = 250;
+const MEMORY_SAMPLE_MS = 250;
 
 export interface WorkerMemory {
   /** V8 heap in use by the worker's isolate (bytes). */
@@ -67,7 +67,7 @@ export class MemorySampler {
 }
 
 /** A slot's last sample, or undefined when its worker never sampled (not running). */
-export function readWorkerMemory(memory: BigInt64Array, slot: number): WorkerMemory | undefined {
+function readWorkerMemory(memory: BigInt64Array, slot: number): WorkerMemory | undefined {
   const heap = Number(Atomics.load(memory, slot * WORDS_PER_SLOT + W_HEAP_USED));
   if (heap === 0) return undefined;
   return {
@@ -77,7 +77,7 @@ export function readWorkerMemory(memory: BigInt64Array, slot: number): WorkerMem
 }
 
 /** The calling thread's own figures (main samples itself when asked). */
-export function ownMemory(): WorkerMemory {
+function ownMemory(): WorkerMemory {
   const h = getHeapStatistics();
   return { heapUsedBytes: h.used_heap_size, externalBytes: h.external_memory };
 }

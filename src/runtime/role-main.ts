@@ -15,9 +15,9 @@ import type { Doorbell } from './doorbell.js';
 import { EngineSimulator } from './engine-sim.js';
 import type { EngineOptions } from './engine-sim.js';
 import { HasherLoop } from './hasher-loop.js';
-import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
-import type { DoorbellName } from './layout.js';
-import { Random } from './random.js';
+import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './thread-words.js';
+import type { DoorbellName } from './thread-words.js';
+import { Prng } from '../prng.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { StoreLoop } from './store-loop.js';
 import { TransferBackendFailedError } from '../errors.js';
@@ -68,7 +68,7 @@ export type RoleMessage =
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number };
 
-export class InjectedFault extends Error {
+class InjectedFault extends Error {
   constructor(role: string, steps: number) {
     super(`injected fault in the ${role} worker after ${steps} steps (test switch)`);
     this.name = 'InjectedFault';
@@ -111,7 +111,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   } else if (data.role === 'hasher') {
     const hashing = await loadHashing();
     const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
-    const random = new Random(data.hasher.seed ^ 0x4a54);
+    const random = new Prng(data.hasher.seed, 0x4a54);
     const lagCell = new Int32Array(new SharedArrayBuffer(4));
     post({ type: 'ready', role: data.role });
     syncLoop(

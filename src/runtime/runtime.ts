@@ -28,8 +28,8 @@ import type { RuntimeBuffers } from './buffers.js';
 import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
 import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
-import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './layout.js';
-import type { DoorbellName } from './layout.js';
+import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
+import type { DoorbellName } from './thread-words.js';
 import { OP_SUBMIT, UNSET } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
 import { readAllStats } from './stats.js';
@@ -38,7 +38,8 @@ import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
-import { checkLoadableGroups, validateSimRequest } from './request-rules.js';
+import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
+import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -46,6 +47,7 @@ import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 
 export type { RuntimeStats } from './stats.js';
+export type { RequestInput } from './request-rules.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
 
 export interface LagOptions {
@@ -120,31 +122,6 @@ export interface RuntimeOptions {
    * verify() is then unavailable. Default true.
    */
   offload?: boolean;
-}
-
-export interface SimRequest {
-  /** Explicit prompt; otherwise one is drawn from the fields below. */
-  promptTokens?: number[];
-  promptLength?: number;
-  /**
-   * Requests with the same prefixId share their first sharedPrefixTokens
-   * tokens (the whole prompt when sharedPrefixTokens is not given).
-   */
-  prefixId?: number;
-  sharedPrefixTokens?: number;
-  maxDecodeTokens?: number;
-  /** Abort once this many tokens are computed. */
-  abortAfterTokens?: number;
-  /**
-   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
-   * down to whole chunks; 0 loads nothing. No cap by default.
-   */
-  maxLoadTokens?: number;
-  /**
-   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
-   * its hit is 0 even when its prefix is stored. It still stores its chunks.
-   */
-  skipReadingPrefixCache?: boolean;
 }
 
 export interface RequestSummary {
@@ -284,7 +261,7 @@ export class OffloadRuntime {
    * rejects with InvalidArgumentError (or RequestCapacityError when its prompt
    * can never fit the GPU pool) and sends nothing.
    */
-  submit(req: SimRequest): Promise<RequestSummary> {
+  submit(req: RequestInput): Promise<RequestSummary> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closing) return Promise.reject(new ClosedError('runtime'));
     if (this.external) {
@@ -301,7 +278,7 @@ export class OffloadRuntime {
     }
     let record: number[];
     try {
-      record = this.encode(validateSimRequest(req, this.config), this.nextRequestId);
+      record = this.encode(validateRequestInput(req, this.config), this.nextRequestId);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
@@ -643,8 +620,8 @@ export class OffloadRuntime {
     await Promise.all([...this.workers.values()].map((w) => w.terminate()));
   }
 
-  /** A record for the submit ring; `req` passed validateSimRequest (the one validator). */
-  private encode(req: SimRequest, requestId: number): number[] {
+  /** A record for the submit ring; `req` passed validateRequestInput (the one validator). */
+  private encode(req: RequestInput, requestId: number): number[] {
     const tokens = req.promptTokens;
     const length = tokens?.length ?? req.promptLength!;
     const record = [

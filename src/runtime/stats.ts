@@ -1,8 +1,8 @@
 // Runtime counters: each role keeps plain local counters and publishes them to
 // its own words of the stats buffer with Atomics.store (one writer per word);
 // main reads a snapshot with Atomics.load.
-import { STATS, STAT_INDEX } from './layout.js';
-import type { StatName } from './layout.js';
+import { STATS, STAT_INDEX } from './thread-words.js';
+import type { StatName } from './thread-words.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { RuntimeMemory } from './memory.js';
 

@@ -190,7 +190,7 @@ interface HitLock {
  * itself is broken, and a store that kept dispatching to it would drop every
  * chunk of every request while reporting a healthy runtime.
  */
-export const TRANSFER_FAILURES_MAX = 16;
+const TRANSFER_FAILURES_MAX = 16;
 
 /** Store jobs in flight before a pass is skipped (bounds the backend's queue), by default. */
 export const JOBS_IN_FLIGHT_MAX = 256;

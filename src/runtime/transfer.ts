@@ -14,7 +14,7 @@ import type { StoreJob } from '../job.js';
 import { unpinBlocks } from '../pins.js';
 import { Doorbell } from './doorbell.js';
 import { MemorySampler } from './memory.js';
-import { PARK_MS_MAX } from './layout.js';
+import { PARK_MS_MAX } from './thread-words.js';
 import { SpscRing } from './rings.js';
 
 export const TASK_STORE = 0;

@@ -91,7 +91,7 @@ const JOB_LATENCY_BUCKETS_S = [
 ];
 
 /** The HTTP layer's counters, as /v1/stats reports them under `http`. */
-export interface HttpCounterSnapshot {
+interface HttpCounterSnapshot {
   inFlight: number;
   served: number;
   clientErrors: number;

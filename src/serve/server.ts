@@ -26,7 +26,7 @@ import type { BodyRead } from './body.js';
 import { createMetrics } from './metrics.js';
 import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
-import { HttpError, parseSimRequest } from './validate.js';
+import { HttpError, parseRequestInput } from './validate.js';
 
 export interface ServeOptions {
   /** Largest request body accepted, in bytes. */
@@ -275,11 +275,11 @@ export class KvoffServer {
     } finally {
       this.reading.delete(read);
     }
-    const simReq = parseSimRequest(body, this.runtime.config);
+    const input = parseRequestInput(body, this.runtime.config);
     // From here the runtime has the request: a drain waits for its answer.
     this.counters.inFlight += 1;
     try {
-      const summary = await this.runtime.submit(simReq);
+      const summary = await this.runtime.submit(input);
       this.counters.served += 1;
       this.json(res, 200, summary);
     } finally {

@@ -20,7 +20,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ConfigInput } from '../../src/config.js';
 import type { PlannerOptions } from '../../src/planner.js';
-import { FaultyTier } from '../../src/sim/faulty-tier.js';
+import { FaultyTier } from '../../src/fuzz/faulty-tier.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { hex16 } from '../../src/tier/value.js';

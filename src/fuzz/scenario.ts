@@ -3,11 +3,10 @@
 // any of them (a dropped abort becomes a normal finish, a dropped stall never
 // happens) and still run a valid schedule.
 import type { ConfigInput, GroupInput } from '../config.js';
-import { Prng } from './prng.js';
+import { Prng } from '../prng.js';
 
 /** The five roles the simulator interleaves, in a fixed order (their index is their id). */
 export const ACTORS = ['scheduler', 'hasher', 'allocator', 'store', 'transfer'] as const;
-export type ActorName = (typeof ACTORS)[number];
 export const SCHEDULER = 0;
 export const HASHER = 1;
 export const ALLOCATOR = 2;
@@ -52,7 +51,7 @@ export interface Scenario {
 }
 
 /** Largest request (prompt + decode + drafts) in tokens; fits every geometry's block table. */
-export const REQUEST_TOKENS_MAX = 48;
+const REQUEST_TOKENS_MAX = 48;
 const BLOCKS_PER_REQUEST = 32;
 const BYTES_PER_BLOCK = 32;
 

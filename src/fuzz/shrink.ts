@@ -5,12 +5,12 @@
 // replay spec: the seed, the events kept and the decisions.
 import type { Hashing } from '../hashing.js';
 import { invariant } from '../errors.js';
-import { runSchedule } from './run.js';
-import type { ScheduleResult } from './run.js';
+import { runSchedule } from './schedule.js';
+import type { ScheduleResult } from './schedule.js';
 import type { ReplaySpec } from './token.js';
 
 /** Schedules one shrink may run; each is as short as the failing one, so this bounds its time. */
-export const SHRINK_RUNS_MAX = 400;
+const SHRINK_RUNS_MAX = 400;
 
 export function shrinkFailure(hashing: Hashing, failing: ScheduleResult): ReplaySpec {
   invariant(failing.violation !== undefined, 'shrinking needs a failing schedule');

@@ -9,7 +9,7 @@
 // so one slow burst counts as one signal rather than thousands.
 import { invariant } from '../errors.js';
 
-export class StoreWindow {
+export class InFlightWindow {
   private limitNow: number;
   private halvedAtMs = -Infinity;
 
@@ -22,9 +22,9 @@ export class StoreWindow {
   ) {
     invariant(
       Number.isInteger(min) && min >= 1 && min <= max,
-      'a store window has 1 <= min <= max',
+      'an in-flight window has 1 <= min <= max',
     );
-    invariant(latencyHighMs > 0, 'a store window has a positive latency mark');
+    invariant(latencyHighMs > 0, 'an in-flight window has a positive latency mark');
     this.limitNow = Math.min(max, Math.max(min, Math.floor(initial)));
   }
 

@@ -1,89 +1,22 @@
-// Running schedules: one from a seed (or a replay spec), and a fuzz loop over
-// consecutive seeds that stops at the first violation, shrinks it and
-// reports how to replay it.
+// The fuzz loop over consecutive seeds: it stops at the first violation,
+// shrinks it and reports how to replay it (one schedule: schedule.ts).
 import type { Hashing } from '../hashing.js';
 import { loadHashing } from '../hashing.js';
 import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName, Violation } from './oracle.js';
-import { estimateSteps, requestSpecs, scenarioFromSeed } from './scenario.js';
 import type { Scenario } from './scenario.js';
-import { RuntimeWorld } from './runtime-world.js';
-import type { RuntimeSwitch } from './runtime-world.js';
-import { estimateRuntimeSteps, runtimeScenarioFromSeed } from './runtime-scenario.js';
+import type { RuntimeSwitch } from './switches.js';
 import type { RuntimeScenario } from './runtime-scenario.js';
+import { runSchedule } from './schedule.js';
+import type { ScheduleResult } from './schedule.js';
 import { shrinkFailure } from './shrink.js';
-import { DecisionListStrategy, makeStrategy, parseStrategy } from './strategy.js';
+import { parseStrategy } from './strategy.js';
 import type { StrategyName } from './strategy.js';
 import { encodeReplayToken } from './token.js';
 import type { FuzzTarget, ReplaySpec } from './token.js';
 import type { TraceLine } from './trace.js';
-import { World } from './world.js';
-import type { WorldOutcome } from './world.js';
-
-export interface ScheduleResult extends WorldOutcome {
-  readonly spec: ReplaySpec;
-  readonly scenario: Scenario | RuntimeScenario;
-}
-
-/** The scenario a replay spec names: the seed's, less the events shrinking dropped. */
-export function scenarioOf(spec: ReplaySpec): Scenario {
-  const full = scenarioFromSeed(spec.seed);
-  if (spec.events === undefined) return full;
-  const keep = new Set(spec.events);
-  return { ...full, events: full.events.filter((_, i) => keep.has(i)) };
-}
-
-/** The --target runtime scenario a replay spec names. */
-export function runtimeScenarioOf(spec: ReplaySpec): RuntimeScenario {
-  const full = runtimeScenarioFromSeed(spec.seed);
-  if (spec.events === undefined) return full;
-  const keep = new Set(spec.events);
-  return { ...full, events: full.events.filter((_, i) => keep.has(i)) };
-}
-
-/** Runs one schedule exactly as `spec` names it. */
-export function runSchedule(hashing: Hashing, spec: ReplaySpec, record = false): ScheduleResult {
-  if (spec.target === 'runtime') return runRuntimeSchedule(hashing, spec, record);
-  const scenario = scenarioOf(spec);
-  const strategy =
-    spec.decisions !== undefined
-      ? new DecisionListStrategy(spec.decisions)
-      : makeStrategy(spec.strategy, spec.seed, estimateSteps(requestSpecs(scenario)));
-  const world = new World(scenario, {
-    policy: spec.policy,
-    pins: spec.pins,
-    hashing,
-    strategy,
-    record,
-    ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
-    ...(spec.revalidate === false ? { revalidate: false } : {}),
-    ...(spec.settle === false ? { settle: false } : {}),
-    ...(spec.switches !== undefined ? { switches: spec.switches } : {}),
-  });
-  return { ...world.run(), spec, scenario };
-}
-
-function runRuntimeSchedule(hashing: Hashing, spec: ReplaySpec, record: boolean): ScheduleResult {
-  const scenario = runtimeScenarioOf(spec);
-  const strategy =
-    spec.decisions !== undefined
-      ? new DecisionListStrategy(spec.decisions)
-      : makeStrategy(spec.strategy, spec.seed, estimateRuntimeSteps(scenario));
-  const world = new RuntimeWorld(scenario, {
-    policy: spec.policy,
-    pins: spec.pins,
-    hashing,
-    strategy,
-    record,
-    ...(spec.switches !== undefined ? { switches: spec.switches } : {}),
-    ...(spec.settle === false ? { settle: false } : {}),
-    ...(spec.revalidate === false ? { revalidate: false } : {}),
-    ...(spec.watch !== undefined ? { watch: new Set(spec.watch) } : {}),
-  });
-  return { ...world.run(), spec, scenario };
-}
 
 export interface FuzzOptions {
   readonly policy: StorePolicy;
@@ -156,7 +89,7 @@ export interface FuzzReport {
 /** Schedules between progress callbacks and clock reads. */
 const PROGRESS_EVERY = 64;
 /** Upper bound on schedules in one fuzz call when only seconds are given. */
-export const FUZZ_SCHEDULES_MAX = 1e12;
+const FUZZ_SCHEDULES_MAX = 1e12;
 
 export async function fuzz(options: FuzzOptions): Promise<FuzzReport> {
   checkFuzzOptions(options);

@@ -46,9 +46,9 @@ import type { Doorbell } from '../runtime/doorbell.js';
 import { EngineSimulator } from '../runtime/engine-sim.js';
 import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
-import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/layout.js';
+import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
-import { Random } from '../runtime/random.js';
+import { Prng } from '../prng.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
@@ -63,31 +63,8 @@ import { StepTransferBackend } from './step-backend.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
+import type { RuntimeSwitch } from './switches.js';
 import type { WorldOutcome } from './world.js';
-
-/**
- * Test-only switches that re-create known bugs (the safe code has none on).
- * The ones in RUNTIME_ONLY_SWITCHES live in the runtime's store loop; the
- * others are the planner's, so the roles world (src/sim/world.ts) takes them
- * as well.
- */
-export const RUNTIME_SWITCHES = [
-  'load-while-writing',
-  'eagle-cursor-unexcluded',
-  'store-last-sampled-token',
-  'evict-in-use',
-  'leak-on-load-failure',
-  'ack-on-alloc-failure',
-  'drop-deferred',
-] as const;
-export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
-
-/** Switches only the runtime's store loop has: the roles world refuses them rather than ignore them. */
-export const RUNTIME_ONLY_SWITCHES: readonly RuntimeSwitch[] = [
-  'load-while-writing',
-  'evict-in-use',
-  'leak-on-load-failure',
-];
 
 export interface RuntimeWorldOptions {
   readonly policy: StorePolicy;
@@ -115,7 +92,7 @@ export interface RuntimeWorldOptions {
  * nested decisions inside store passes and the jumps. A schedule that reaches
  * this bound before its virtual budget ran a clock that stopped moving.
  */
-export const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
+const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
 /** role-main's idle parks (see syncLoop's idleParkMs there). */
 const ENGINE_BUSY_PARK_MS = 2;
 const ALLOCATOR_BUSY_PARK_MS = 1;
@@ -124,14 +101,14 @@ const STORE_DRAIN_TICK_MS = 1;
 /** main's backlog timer when the submit ring is full. */
 const BACKLOG_RETRY_MS = 1;
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
-export const RUNTIME_NESTED_STEPS_MAX = 6;
+const RUNTIME_NESTED_STEPS_MAX = 6;
 /**
  * Decisions a runnable role may be passed over before it is run anyway. Real
  * threads run in parallel, so a role that spins (steps that do work while
  * waiting for another role, e.g. an allocation retried until a copy frees its
  * block) never starves the others; under PCT's strict priorities it would.
  */
-export const STARVED_DECISIONS_MAX = 64;
+const STARVED_DECISIONS_MAX = 64;
 /** Roles with a doorbell (the transfer pool has none). */
 const BELL_ROLES = [SCHEDULER, HASHER, ALLOCATOR, STORE] as const;
 
@@ -163,9 +140,9 @@ export class RuntimeWorld {
   private readonly backend: StepTransferBackend;
   private readonly bells: Doorbell[];
   private readonly roles: RolePark[];
-  private readonly hasherRandom: Random;
+  private readonly hasherRandom: Prng;
   /** Which of the oldest queued copies a transfer step runs (the pool's threads race). */
-  private readonly transferRandom: Random;
+  private readonly transferRandom: Prng;
   private readonly strategy: Strategy;
   private readonly record: boolean;
   private readonly watched: ReadonlySet<InvariantName> | undefined;
@@ -244,8 +221,8 @@ export class RuntimeWorld {
     this.hasher = new HasherLoop(views, options.hashing, {
       hashesPerWake: scenario.hasher.hashesPerWake,
     });
-    this.hasherRandom = new Random((scenario.engine.seed ?? 1) ^ 0x4a54);
-    this.transferRandom = new Random((scenario.engine.seed ?? 1) ^ 0x7a5f);
+    this.hasherRandom = new Prng(scenario.engine.seed ?? 1, 0x4a54);
+    this.transferRandom = new Prng(scenario.engine.seed ?? 1, 0x7a5f);
     this.allocator = new AllocatorLoop(views, {
       lag: { ...scenario.allocator, seed: scenario.engine.seed ?? 1 },
       unsafeIgnorePins: !options.pins,

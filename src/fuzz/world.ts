@@ -66,7 +66,7 @@ import {
   A_PINNED,
   A_SETTLE,
   GROUP_SHIFT,
-  SimRequest,
+  WorldRequest,
 } from './request.js';
 import type { Violation, InvariantName } from './oracle.js';
 import { ViolationSignal } from './oracle.js';
@@ -81,16 +81,16 @@ import {
   requestSpecs,
 } from './scenario.js';
 import type { Scenario, ScenarioEvent } from './scenario.js';
-import { RUNTIME_ONLY_SWITCHES } from './runtime-world.js';
-import type { RuntimeSwitch } from './runtime-world.js';
+import { RUNTIME_ONLY_SWITCHES } from './switches.js';
+import type { RuntimeSwitch } from './switches.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
 
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
-export const NESTED_STEPS_MAX = 6;
+const NESTED_STEPS_MAX = 6;
 /** Schedule length limit, as a multiple of the scenario's estimate: past it the schedule hangs. */
-export const STEPS_FACTOR_MAX = 40;
+const STEPS_FACTOR_MAX = 40;
 
 export interface WorldOptions {
   readonly policy: StorePolicy;
@@ -152,8 +152,8 @@ export class World {
   private readonly geo: ArenaGeometry;
   private readonly gpu: Uint32Array;
   private readonly tierArena: Uint32Array;
-  private readonly requests: SimRequest[];
-  private readonly slotOwner: (SimRequest | undefined)[];
+  private readonly requests: WorldRequest[];
+  private readonly slotOwner: (WorldRequest | undefined)[];
   private readonly dirty: Uint8Array;
   private readonly starved: Uint8Array;
   private readonly jobs: InFlight[] = [];
@@ -236,14 +236,14 @@ export class World {
     this.gpu = new Uint32Array(config.gpuBlocks * wordsPerBlock);
     this.tierArena = new Uint32Array(config.tierChunks * config.blocksPerChunk * wordsPerBlock);
     const specs = requestSpecs(scenario);
-    this.requests = specs.map((s, i) => new SimRequest(i, s, config, options.hashing));
+    this.requests = specs.map((s, i) => new WorldRequest(i, s, config, options.hashing));
     const byId = new Map(this.requests.map((r) => [r.spec.requestId, r]));
     let finishStall = 0;
     for (const e of scenario.events) this.addEvent(e, byId, (n) => (finishStall = n));
     this.finishStallSteps = finishStall;
     for (const r of this.requests) r.preemptAt.sort((a, b) => a - b);
     this.tierFails.sort((a, b) => a.at - b.at);
-    this.slotOwner = new Array<SimRequest | undefined>(config.maxRequests).fill(undefined);
+    this.slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
     this.snapReady = new Int32Array(config.groups.length);
@@ -253,7 +253,7 @@ export class World {
 
   private addEvent(
     e: ScenarioEvent,
-    byId: Map<number, SimRequest>,
+    byId: Map<number, WorldRequest>,
     setFinishStall: (n: number) => void,
   ): void {
     switch (e.kind) {
@@ -493,7 +493,7 @@ export class World {
 
   // -------------------------------------------------------------- scheduler
 
-  private findSchedulerWork(): SimRequest | undefined {
+  private findSchedulerWork(): WorldRequest | undefined {
     const n = this.requests.length;
     for (let i = 0; i < n; i += 1) {
       const r = this.requests[(this.schedRr + i) % n]!;
@@ -502,7 +502,7 @@ export class World {
     return undefined;
   }
 
-  private schedulerAction(r: SimRequest): number {
+  private schedulerAction(r: WorldRequest): number {
     switch (r.phase) {
       case PENDING: {
         // Admission in arrival order, only when a slot is free and the request's blocks are reserved.
@@ -536,7 +536,7 @@ export class World {
     }
   }
 
-  private blocksShort(r: SimRequest, tokens: number): number {
+  private blocksShort(r: WorldRequest, tokens: number): number {
     let n = 0;
     for (const g of this.config.groups) {
       const want = Math.min(Math.ceil(tokens / g.tokensPerBlock), this.config.maxBlocksPerRequest);
@@ -545,7 +545,7 @@ export class World {
     return n;
   }
 
-  private canCover(r: SimRequest, tokens: number): boolean {
+  private canCover(r: WorldRequest, tokens: number): boolean {
     const n = this.blocksShort(r, tokens);
     if (n <= this.pool.available) return true;
     this.pool.releaseUnpinned(); // the allocator's own housekeeping: copies may have finished
@@ -553,7 +553,7 @@ export class World {
   }
 
   /** Engine-side allocation plus the forward pass: the new blocks get their chunk's bytes now. */
-  private allocateFor(r: SimRequest, tokens: number): boolean {
+  private allocateFor(r: WorldRequest, tokens: number): boolean {
     const n = this.blocksShort(r, tokens);
     if (n === 0) return true;
     // canCover counted the free list; inside a planning pass a free block may be
@@ -576,7 +576,7 @@ export class World {
     return true;
   }
 
-  private waitForBlocks(r: SimRequest): void {
+  private waitForBlocks(r: WorldRequest): void {
     this.note(
       SCHEDULER,
       A_NONE,
@@ -724,13 +724,13 @@ export class World {
 
   // ----------------------------------------------------------------- hasher
 
-  private hashesWanted(r: SimRequest): number {
+  private hashesWanted(r: WorldRequest): number {
     if (r.phase !== LIVE && r.phase !== ENDED) return 0;
     if (r.freed) return 0;
     return Math.floor(r.numTokens / this.config.tokensPerHash) - r.hashed;
   }
 
-  private findHasherWork(): SimRequest | undefined {
+  private findHasherWork(): WorldRequest | undefined {
     const n = this.requests.length;
     for (let i = 0; i < n; i += 1) {
       const r = this.requests[(this.hashRr + i) % n]!;
@@ -756,12 +756,12 @@ export class World {
 
   // -------------------------------------------------------------- allocator
 
-  private drained(r: SimRequest): boolean {
+  private drained(r: WorldRequest): boolean {
     const w = this.state.storeWord(r.handle.slot, T_DRAINED_GENERATION);
     return Atomics.load(this.state.control, w) === r.handle.generation;
   }
 
-  private allocatorAction(r: SimRequest): number {
+  private allocatorAction(r: WorldRequest): number {
     if (r.phase === LIVE && r.clearPending) return A_CLEAR;
     if (r.phase === ENDED && !r.freed) {
       if (this.drained(r)) return A_FREE;
@@ -777,7 +777,7 @@ export class World {
   }
 
   /** [group, position] of a sliding-window block that slid out of the window, if any. */
-  private nullable(r: SimRequest): [number, number] | undefined {
+  private nullable(r: WorldRequest): [number, number] | undefined {
     for (const g of this.config.groups) {
       if (g.kind !== 'sliding-window') continue;
       const windowTokens = (g.windowChunks ?? 0) * g.tokensPerChunk;
@@ -792,7 +792,7 @@ export class World {
     return undefined;
   }
 
-  private findAllocatorWork(): SimRequest | undefined {
+  private findAllocatorWork(): WorldRequest | undefined {
     const n = this.requests.length;
     for (let i = 0; i < n; i += 1) {
       const r = this.requests[(this.allocRr + i) % n]!;
@@ -887,7 +887,7 @@ export class World {
 
   // ------------------------------------------------------------------ store
 
-  private markDirty(r: SimRequest): void {
+  private markDirty(r: WorldRequest): void {
     if (r.handle.slot >= 0 && this.slotOwner[r.handle.slot] === r) this.dirty[r.handle.slot] = 1;
   }
 
@@ -972,7 +972,7 @@ export class World {
     }
   }
 
-  private dispatch(r: SimRequest, job: StoreJob): void {
+  private dispatch(r: WorldRequest, job: StoreJob): void {
     for (const c of job.chunks) {
       const id = c.group * GROUP_SHIFT + c.chunk;
       const expected = r.expectedKeys[c.group]![c.chunk];
@@ -1001,7 +1001,7 @@ export class World {
    * function, at the ready prefix of the snapshot it planned from; else it
    * would be a chunk lost silently.
    */
-  private checkUnreachable(r: SimRequest, group: number, chunk: number): void {
+  private checkUnreachable(r: WorldRequest, group: number, chunk: number): void {
     const g = this.config.groups[group]!;
     if (storeReachable(g, alignmentChunks(g, this.config), chunk, this.snapReady[group]!)) {
       this.flag(
@@ -1018,7 +1018,7 @@ export class World {
    * window. Whether its key or block IDs were ever published does not matter:
    * lag must not hide a hole.
    */
-  private checkNoHole(r: SimRequest): void {
+  private checkNoHole(r: WorldRequest): void {
     const status = this.snapStatus.value;
     if (!this.snapSeen || (status !== Status.finished && status !== Status.aborted)) return;
     for (const g of this.config.groups) {

@@ -11,7 +11,7 @@
 //   order when an entry is not enabled or the list is exhausted (for replay
 //   and shrinking).
 import { UnknownPolicyError, invariant } from '../errors.js';
-import { Prng } from './prng.js';
+import { Prng } from '../prng.js';
 import { ACTORS, ALLOCATOR, HASHER, SCHEDULER, STORE, TRANSFER } from './scenario.js';
 
 export const STRATEGIES = ['random', 'pct'] as const;
@@ -38,7 +38,7 @@ export class RandomStrategy implements Strategy {
 }
 
 /** Default PCT depth: bugs needing up to two forced preemptions of a role. */
-export const PCT_DEPTH = 3;
+const PCT_DEPTH = 3;
 
 export class PctStrategy implements Strategy {
   private readonly priority: number[];

@@ -9,7 +9,7 @@ import { InvalidArgumentError } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName } from './oracle.js';
 import type { FuzzOptions } from './run.js';
-import type { RuntimeSwitch } from './runtime-world.js';
+import type { RuntimeSwitch } from './switches.js';
 import type { FuzzTarget } from './token.js';
 
 /** The twelve classes, F1..F12, as their canonical ids. */

@@ -5,9 +5,9 @@
 // them (a dropped fault never happens, a dropped request is never submitted).
 import type { ConfigInput } from '../config.js';
 import type { EngineOptions } from '../runtime/engine-sim.js';
-import type { RingName } from '../runtime/layout.js';
+import type { RingName } from '../runtime/thread-words.js';
 import { UNSET } from '../runtime/protocol.js';
-import { Prng } from './prng.js';
+import { Prng } from '../prng.js';
 import { GEOMETRIES, ACTORS } from './scenario.js';
 
 /** One submission, as OffloadRuntime.submit encodes it on the submit ring. */
@@ -25,7 +25,7 @@ export interface RuntimeSubmission {
   readonly skipReadingPrefixCache?: boolean;
 }
 
-export type RuntimeEvent =
+type RuntimeEvent =
   /** main submits the request at virtual time atMs (through the real submit ring). */
   | { readonly kind: 'request'; readonly atMs: number; readonly submission: RuntimeSubmission }
   /** The role (actor id) takes no step in virtual [atMs, atMs + forMs): a thread descheduled. */
@@ -188,7 +188,7 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
   };
 }
 
-export function runtimeRequestEvents(s: RuntimeScenario): RuntimeSubmission[] {
+function runtimeRequestEvents(s: RuntimeScenario): RuntimeSubmission[] {
   const out: RuntimeSubmission[] = [];
   for (const e of s.events) if (e.kind === 'request') out.push(e.submission);
   return out;
@@ -219,10 +219,10 @@ export function estimateRuntimeSteps(s: RuntimeScenario): number {
  * more than 11% of the budget. Generous on purpose: a false hang in a long
  * campaign costs more than finding a real livelock a few seconds later.
  */
-export const RUNTIME_SETTLE_MS_PER_REQUEST = 1_000;
-export const RUNTIME_SETTLE_MS_BASE = 2_000;
+const RUNTIME_SETTLE_MS_PER_REQUEST = 1_000;
+const RUNTIME_SETTLE_MS_BASE = 2_000;
 /** Virtual time limit of any schedule, whatever its events. */
-export const RUNTIME_VIRTUAL_MS_MAX = 120_000;
+const RUNTIME_VIRTUAL_MS_MAX = 120_000;
 
 /**
  * The virtual time by which a schedule of `s` has ended, or it hangs: its last

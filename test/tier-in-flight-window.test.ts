@@ -3,12 +3,12 @@
 // mark, and never leaves [min, max], over any sequence of completions.
 import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
-import { StoreWindow } from '../src/tier/store-window.js';
+import { InFlightWindow } from '../src/tier/in-flight-window.js';
 
-describe('store window', () => {
+describe('in-flight window', () => {
   it('grows by one per fast store up to max, halves on a slow one, once per latency mark', () => {
     let now = 0;
-    const w = new StoreWindow(4, 20, 100, 16, () => now);
+    const w = new InFlightWindow(4, 20, 100, 16, () => now);
     expect(w.limit).toBe(16);
     for (let i = 0; i < 10; i += 1) w.completed(5);
     expect(w.limit).toBe(20);
@@ -28,10 +28,10 @@ describe('store window', () => {
   });
 
   it('starts inside [min, max] whatever the initial value', () => {
-    expect(new StoreWindow(8, 64, 10, 1).limit).toBe(8);
-    expect(new StoreWindow(8, 64, 10, 1000).limit).toBe(64);
-    expect(() => new StoreWindow(0, 64, 10, 8)).toThrow();
-    expect(() => new StoreWindow(65, 64, 10, 8)).toThrow();
+    expect(new InFlightWindow(8, 64, 10, 1).limit).toBe(8);
+    expect(new InFlightWindow(8, 64, 10, 1000).limit).toBe(64);
+    expect(() => new InFlightWindow(0, 64, 10, 8)).toThrow();
+    expect(() => new InFlightWindow(65, 64, 10, 8)).toThrow();
   });
 
   test.prop([
@@ -44,7 +44,7 @@ describe('store window', () => {
   ])('never leaves [min, max]; moves by +1 or to half', (min, extra, initial, steps) => {
     let now = 0;
     const max = min + extra;
-    const w = new StoreWindow(min, max, 100, initial, () => now);
+    const w = new InFlightWindow(min, max, 100, initial, () => now);
     for (const [latencyMs, advanceMs] of steps) {
       now += advanceMs;
       const before = w.limit;

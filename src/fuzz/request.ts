@@ -42,7 +42,7 @@ export const A_SETTLE = 19;
 
 export const GROUP_SHIFT = 65536;
 
-export class SimRequest {
+export class WorldRequest {
   readonly index: number;
   readonly spec: RequestSpec;
   readonly need: number;

@@ -19,8 +19,8 @@ import type { StorePolicy } from '../ready.js';
 import { INVARIANTS } from './oracle.js';
 import type { InvariantName } from './oracle.js';
 import { ACTORS } from './scenario.js';
-import { RUNTIME_SWITCHES } from './runtime-world.js';
-import type { RuntimeSwitch } from './runtime-world.js';
+import { RUNTIME_SWITCHES } from './switches.js';
+import type { RuntimeSwitch } from './switches.js';
 import { STRATEGIES } from './strategy.js';
 import type { StrategyName } from './strategy.js';
 
@@ -37,7 +37,7 @@ export interface ReplaySpec {
   readonly watch?: readonly InvariantName[];
   /** False: the planner skips its snapshot re-validation (the unsafe variant). */
   readonly revalidate?: boolean;
-  /** 'runtime': the runtime's own loop classes (src/sim/runtime-world.ts); the roles world when absent. */
+  /** 'runtime': the runtime's own loop classes (src/fuzz/runtime-world.ts); the roles world when absent. */
   readonly target?: FuzzTarget;
   /** Runtime test-only switches turned on (target runtime only). */
   readonly switches?: readonly RuntimeSwitch[];
@@ -45,7 +45,7 @@ export interface ReplaySpec {
   readonly settle?: boolean;
 }
 
-export const FUZZ_TARGETS = ['roles', 'runtime'] as const;
+const FUZZ_TARGETS = ['roles', 'runtime'] as const;
 export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
@@ -54,7 +54,7 @@ const WATCH_PREFIX = 'watch-';
 /** The old spelling of that part (`whole` = w + hole), still accepted. */
 const WATCH_PREFIX_OLD = 'w';
 /** Longest token accepted (a shrunk schedule's decisions are bounded well below this). */
-export const TOKEN_CHARS_MAX = 200_000;
+const TOKEN_CHARS_MAX = 200_000;
 
 export function encodeReplayToken(spec: ReplaySpec): string {
   const parts = [

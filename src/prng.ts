@@ -1,11 +1,12 @@
-// A small seeded PRNG for the simulator: sfc32 (Chris Doty-Humphrey's Small
-// Fast Counting generator, 128-bit state), seeded through splitmix32 so that
-// nearby seeds give unrelated streams. Deterministic on every platform: the
-// same seed always gives the same sequence, which is what makes a schedule
-// replayable from its seed alone.
+// kvoff's one seeded PRNG, for the fuzzer, the engine simulator, lag jitter and
+// generated workloads: sfc32 (Chris Doty-Humphrey's Small Fast Counting
+// generator, 128-bit state), seeded through splitmix32 so that nearby seeds
+// give unrelated streams. Deterministic on every platform: the same seed always
+// gives the same sequence, which is what makes a schedule replayable from its
+// seed alone.
 
 /** splitmix32 step: a well-mixed 32-bit value from a 32-bit counter. */
-export function mix32(x: number): number {
+function mix32(x: number): number {
   let z = (x + 0x9e3779b9) | 0;
   z = Math.imul(z ^ (z >>> 16), 0x85ebca6b);
   z = Math.imul(z ^ (z >>> 13), 0xc2b2ae35);
