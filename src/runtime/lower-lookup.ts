@@ -16,6 +16,7 @@ import { allocValue, sealValue, VALUE_HEADER_BYTES } from '../tier/value.js';
 export interface ReadableEntry {
   readonly slot: number;
   readonly positions: readonly number[];
+  readonly group: number;
 }
 
 /** What a resolution needs from the lookup record it serves. */
@@ -54,6 +55,8 @@ export class LowerLookups {
     private readonly syncEvictions: () => void,
     /** Wakes the store loop when a resolution finished. */
     private readonly wake: () => void,
+    /** Told of each chunk promoted into host memory (KV events), with its group and parent key. */
+    private readonly onPromoted?: (key: bigint, group: number, parent: bigint | null) => void,
   ) {
     this.bpc = views.config.blocksPerChunk;
     this.payloadBytes = this.bpc * views.config.bytesPerBlock;
@@ -157,11 +160,15 @@ export class LowerLookups {
     if (hit <= hostHit) return false;
     // Fetch (and check) what the prefix needs from below.
     const needed: bigint[] = [];
+    const where = new Map<bigint, { group: number; parent: bigint | null }>();
     for (let c = 0; c < hit; c += 1) {
       for (const g of groups) {
         if (g.windowChunks !== null && c < hit - g.windowChunks) continue;
         const k = view.key(g.index, c);
-        if (!inHost(k) && lowerHit(k)) needed.push(k);
+        if (!inHost(k) && lowerHit(k)) {
+          needed.push(k);
+          where.set(k, { group: g.index, parent: c > 0 ? view.key(g.index, c - 1) : null });
+        }
       }
     }
     const payloads = await Promise.all(
@@ -180,7 +187,7 @@ export class LowerLookups {
       for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
-    this.promote(keys, got, run.promoted);
+    this.promote(keys, got, run.promoted, where);
     return false;
   }
 
@@ -189,7 +196,12 @@ export class LowerLookups {
    * owns the host tier). If the host cannot make room for all, a shorter
    * prefix of the list is tried; what is not promoted is simply not a hit.
    */
-  private promote(keys: bigint[], payloads: Map<bigint, Buffer>, promoted: Set<bigint>): void {
+  private promote(
+    keys: bigint[],
+    payloads: Map<bigint, Buffer>,
+    promoted: Set<bigint>,
+    where: ReadonlyMap<bigint, { group: number; parent: bigint | null }>,
+  ): void {
     let offer = keys;
     while (offer.length > 0) {
       const r = this.host.prepareStore(offer);
@@ -201,6 +213,8 @@ export class LowerLookups {
       const positions = Array.from({ length: this.bpc }, (_, p) => p);
       r.keysToStore.forEach((k, i) => {
         const slot = r.slots[i]!;
+        const w = where.get(k)!;
+        this.onPromoted?.(k, w.group, w.parent);
         const dest = new Uint8Array(
           this.views.tier.buffer,
           slot * this.payloadBytes,
@@ -210,7 +224,7 @@ export class LowerLookups {
       });
       this.host.completeStore(r.keysToStore, true);
       r.keysToStore.forEach((k, i) => {
-        this.readable.set(k, { slot: r.slots[i]!, positions });
+        this.readable.set(k, { slot: r.slots[i]!, positions, group: where.get(k)!.group });
         promoted.add(k);
       });
       return;

@@ -5,6 +5,7 @@ import { STATS, STAT_INDEX } from './thread-words.js';
 import type { StatName } from './thread-words.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { RuntimeMemory } from './memory.js';
+import type { EventStats } from '../events/hub.js';
 
 export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
   Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
@@ -64,6 +65,8 @@ export interface RuntimeStats {
   tiers: PerTierCounters;
   /** Each worker's heap and external memory as it last sampled them (every 250 ms), main's and the process's RSS now. */
   memory: RuntimeMemory;
+  /** KV events published and lost, with `events` on. */
+  events?: EventStats;
   /** Why the runtime stopped, once a worker failed (also failedWith, /healthz and close()'s rejection). */
   failure?: { code: string; role: string; message: string };
 }

@@ -40,6 +40,7 @@ import { publishStat } from './stats.js';
 import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
+import { EventCapture } from '../events/capture.js';
 import type { TracedRequest } from './trace-recorder.js';
 
 export interface StoreLoopOptions {
@@ -173,6 +174,8 @@ export interface StoreLoopEvents {
 interface Readable {
   readonly slot: number;
   readonly positions: readonly number[];
+  /** The KV group the chunk belongs to (KV events name it). */
+  readonly group: number;
 }
 
 interface HitLock {
@@ -254,6 +257,8 @@ export class StoreLoop {
   /** The host level's lookup counters (the rest come from the tier and the planner). */
   private readonly hostCounters = zeroCounters();
   private hostBytesRead = 0;
+  /** KV events of every tier change, when the runtime publishes them. */
+  private readonly capture: EventCapture | undefined;
 
   constructor(
     views: RuntimeViews,
@@ -328,16 +333,21 @@ export class StoreLoop {
     });
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
+    const queue = views.buffers.events;
+    this.capture = queue ? new EventCapture(queue, views.state, config) : undefined;
+    const capture = this.capture;
     this.lower = options.cascade
       ? new LowerLookups(
           options.cascade,
           views,
           this.tier,
           this.readable,
-          () => this.trackEvictions(),
+          () => this.takeTierEvents(),
           options.wake ?? (() => {}),
+          capture ? (key, group, parent) => capture.promoted(key, group, parent) : undefined,
         )
       : undefined;
+    if (capture) for (const level of options.cascade?.levels ?? []) level.events.enabled = true;
   }
 
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
@@ -381,7 +391,7 @@ export class StoreLoop {
       this.recorder?.endPass();
       if (this.planner.counters.jobs !== before) did = true;
     }
-    this.trackEvictions();
+    this.takeTierEvents();
     this.publishStats();
     return did;
   }
@@ -432,8 +442,10 @@ export class StoreLoop {
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
+        group: c.group,
       });
     }
+    this.capture?.dispatched(job);
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
     this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
@@ -463,6 +475,7 @@ export class StoreLoop {
     if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
     this.planner.complete(job, c.ok);
     if (!c.ok) {
+      this.capture?.settled(job);
       this.storeFailed(job, c.error);
       return;
     }
@@ -476,6 +489,11 @@ export class StoreLoop {
       this.readable.set(k, w);
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
+    }
+    // Announced now, while the chunks' captured tokens are at hand.
+    if (this.capture) {
+      this.takeTierEvents();
+      this.capture.settled(job);
     }
 
     this.bytesCopied += c.bytes;
@@ -507,8 +525,21 @@ export class StoreLoop {
     }
   }
 
-  private trackEvictions(): void {
-    for (const e of this.tier.takeEvents()) {
+  /**
+   * The host tier's events: evicted entries stop being readable; with KV
+   * events on, every change is announced (removals before their entries are
+   * forgotten, so their group is still known), and so are the lower levels'.
+   */
+  private takeTierEvents(): void {
+    const events = this.tier.takeEvents();
+    if (this.capture) {
+      this.capture.host(events, (k) => this.readable.get(k)?.group ?? this.writing.get(k)?.group);
+      for (const level of this.lower?.cascade.levels ?? []) {
+        const { events: changes, lost } = level.events.take();
+        if (changes.length > 0 || lost > 0) this.capture.lower(level.name, changes, lost);
+      }
+    }
+    for (const e of events) {
       if (e.kind === 'removed') for (const k of e.keys) this.readable.delete(k);
     }
   }
@@ -860,6 +891,10 @@ export class StoreLoop {
     publishStat(s, 'doubleStores', this.doubleStores);
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
+    if (this.capture) {
+      publishStat(s, 'eventsQueued', this.capture.queue.queued);
+      publishStat(s, 'eventsDropped', this.capture.queue.dropped);
+    }
     const t = this.tier.stats();
     const host = this.hostCounters;
     host.storedChunks = t.stores;

@@ -147,6 +147,12 @@ export const STATS = [
     writer: 'store',
     doc: 'lookups answered "ask again later" (an entry they need was being written or read)',
   },
+  { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
+  {
+    name: 'eventsDropped',
+    writer: 'store',
+    doc: 'KV events the full queue to main refused (never published)',
+  },
   // allocator
   { name: 'blocksInUse', writer: 'allocator', doc: 'GPU blocks allocated' },
   {

@@ -32,7 +32,7 @@ import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError } from '../errors.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { VALUE_HEADER_BYTES, checkedPayload, hex16 } from './value.js';
 
@@ -97,6 +97,7 @@ const TEMP_MARK = '.tmp.';
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
   readonly counters: TierCounters = zeroCounters();
+  readonly events = new LevelEventLog();
   /** Removed at open: temp files of dead processes and entries of the wrong size. */
   staleRemoved = 0;
   private readonly root: string;
@@ -209,6 +210,7 @@ export class DiskTier implements LowerTier {
         this.index.set(key, { bytes: value.length, writing: false, readers: 0 });
         this.bytesUsed += value.length;
         this.counters.storedChunks += 1;
+        this.events.stored(key);
         return;
       }
       this.counters.fullChunks += 1;
@@ -240,6 +242,7 @@ export class DiskTier implements LowerTier {
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
           this.samples.push(performance.now() - t0);
+          this.events.stored(key);
         },
         (err: unknown) => {
           this.counters.errors += 1;
@@ -247,6 +250,7 @@ export class DiskTier implements LowerTier {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
             this.counters.storedChunks += 1;
+            this.events.stored(key);
             return;
           }
           this.forget(key, entry);
@@ -272,7 +276,10 @@ export class DiskTier implements LowerTier {
       } catch (err) {
         // Gone (another process evicted it) or unreadable: a miss.
         if (!isNotFound(err)) this.counters.errors += 1;
-        if (this.index.get(key) === e) this.forget(key, e);
+        if (this.index.get(key) === e) {
+          this.forget(key, e);
+          this.events.removed(key);
+        }
         this.counters.missChunks += 1;
         return undefined;
       }
@@ -287,6 +294,7 @@ export class DiskTier implements LowerTier {
         // Never served: deleted.
         if (this.index.get(key) === e) this.forget(key, e);
         this.removeFile(key);
+        this.events.removed(key);
         return undefined;
       }
       if (this.index.get(key) === e) {
@@ -396,6 +404,7 @@ export class DiskTier implements LowerTier {
       this.forget(key, e);
       this.removeFile(key);
       this.counters.evictions += 1;
+      this.events.removed(key);
     }
     return true;
   }

@@ -68,8 +68,46 @@ export interface LowerTier {
   readonly storesInFlight: number;
   /** Store latencies since the last call (bounded). */
   takeSamples(): TierStoreSample[];
+  /** Entries stored here and gone from here, for KV events (recorded once enabled). */
+  readonly events: LevelEventLog;
   /** Waits (bounded by `timeoutMs`) for writes in flight, then releases handles. */
   close(timeoutMs: number): Promise<void>;
+}
+
+/** An entry stored at a level or gone from it (evicted, found bad, vanished): what KV events announce. */
+export interface LevelEvent {
+  readonly kind: 'stored' | 'removed';
+  readonly key: bigint;
+}
+
+/** Level events kept between two takes; beyond this they are counted as lost. */
+const LEVEL_EVENTS_MAX = 1 << 16;
+
+/**
+ * A level's entry changes, recorded only once KV events are on (the store
+ * loop turns it on): off, each call is one branch.
+ */
+export class LevelEventLog {
+  enabled = false;
+  private events: LevelEvent[] = [];
+  private lostCount = 0;
+  stored(key: bigint): void {
+    if (this.enabled) this.add({ kind: 'stored', key });
+  }
+  removed(key: bigint): void {
+    if (this.enabled) this.add({ kind: 'removed', key });
+  }
+  /** The events since the last take, and how many the bound lost. */
+  take(): { events: LevelEvent[]; lost: number } {
+    const out = { events: this.events, lost: this.lostCount };
+    this.events = [];
+    this.lostCount = 0;
+    return out;
+  }
+  private add(e: LevelEvent): void {
+    if (this.events.length < LEVEL_EVENTS_MAX) this.events.push(e);
+    else this.lostCount += 1;
+  }
 }
 
 /** Samples kept between two takeSamples calls; beyond this they are not recorded. */

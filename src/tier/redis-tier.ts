@@ -19,7 +19,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
 import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { checkedPayload, hex16 } from './value.js';
 
@@ -105,6 +105,7 @@ interface Connection {
 
 export class RedisTier implements LowerTier {
   readonly name = 'redis' as const;
+  readonly events = new LevelEventLog();
   private readonly ownCounters: TierCounters = zeroCounters();
   private readonly options: Required<RedisTierOptions>;
   private readonly breaker: CircuitBreaker;
@@ -321,6 +322,7 @@ export class RedisTier implements LowerTier {
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
       this.samples.push(performance.now() - t0);
+      this.events.stored(key);
     });
     this.track(done);
   }
@@ -339,7 +341,10 @@ export class RedisTier implements LowerTier {
       this.switches.unsafeSkipChecksum,
     );
     // Never served: deleted (best-effort).
-    if (payload === undefined) this.track(this.op((c) => c.del(this.keyOf(key))));
+    if (payload === undefined) {
+      this.track(this.op((c) => c.del(this.keyOf(key))));
+      this.events.removed(key);
+    }
     return payload;
   }
 
