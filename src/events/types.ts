@@ -119,7 +119,12 @@ export function resolveEventsOptions(o: unknown): ResolvedEventsOptions {
   if (e.replayEndpoint !== undefined && e.endpoint === undefined) {
     throw new InvalidArgumentError('events.replayEndpoint', 'needs events.endpoint');
   }
-  if (e.replayEndpoint !== undefined && e.replayEndpoint === e.endpoint) {
+  // Two wildcard ports are two ports; the same fixed address twice is a mistake.
+  if (
+    e.replayEndpoint !== undefined &&
+    e.replayEndpoint === e.endpoint &&
+    !e.endpoint.includes('*')
+  ) {
     throw new InvalidArgumentError('events.replayEndpoint', 'must differ from events.endpoint');
   }
   if (e.topic !== undefined && typeof e.topic !== 'string') {
