@@ -62,7 +62,7 @@ export class PythonSubscriber {
       return new PythonSubscriber(child, await ready, batches, errors);
     } catch (err) {
       child.kill('SIGKILL');
-      throw new Error(`${(err as Error).message}: ${errors.text}`);
+      throw new Error(`${(err as Error).message}: ${errors.text}`, { cause: err });
     }
   }
 
