@@ -9,6 +9,9 @@ import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
 import { parseTierOptions } from './tier-options.js';
+import { parseEventOptions } from './event-options.js';
+import type { EventRawOptions } from './event-options.js';
+import type { EventsOptions } from '../events/types.js';
 import type { TierRawOptions } from './tier-options.js';
 import type { TiersOptions } from '../tier/cascade.js';
 
@@ -65,7 +68,7 @@ const PROMPT_SHORTEST = 0.96;
 const DECODE_SLACK_TOKENS = 64;
 
 /** What commander gives the action (all strings, camel-cased). */
-export interface SimulateRawOptions extends TierRawOptions {
+export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   requests?: string;
   promptTokens?: string;
   gpuTokens?: string;
@@ -122,6 +125,8 @@ export interface SimulatePlan {
   json: boolean;
   /** Levels below host memory (--disk, --redis); host only when absent. */
   tiers?: TiersOptions;
+  /** KV events over ZeroMQ (--kv-events); none when absent. */
+  events?: EventsOptions;
 }
 
 export function parseGroups(spec: string): GroupInput[] {
@@ -315,6 +320,8 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
   if (raw.report !== undefined) plan.report = raw.report;
   const tiers = parseTierOptions(raw);
   if (tiers) plan.tiers = tiers;
+  const events = parseEventOptions(raw);
+  if (events) plan.events = events;
   if (abortRate !== undefined) plan.abortRate = abortRate;
   return plan;
 }

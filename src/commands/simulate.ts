@@ -28,6 +28,7 @@ import {
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, progress } from './term.js';
 import { addTierOptions } from './tier-options.js';
+import { addEventOptions } from './event-options.js';
 
 /** How often the progress display is refreshed. */
 const PROGRESS_TICK_MS = 250;
@@ -58,6 +59,7 @@ export async function runSimulate(
     },
     traceSlots: plan.traceRequests,
     ...(plan.tiers ? { tiers: plan.tiers } : {}),
+    ...(plan.events ? { events: plan.events } : {}),
   });
   const requests = defaultWorkload(plan.workload);
   let done = 0;
@@ -241,7 +243,7 @@ export function registerSimulate(program: Command): void {
     )
     .option('--trace-requests <n>', 'requests traced for --report', String(d.traceRequests))
     .option('--json', 'print one JSON object instead of the text report');
-  addTierOptions(cmd)
+  addEventOptions(addTierOptions(cmd))
     .addHelpText(
       'after',
       '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +
