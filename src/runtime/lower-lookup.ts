@@ -30,9 +30,16 @@ export interface LookupView {
 interface Run {
   state: 'running' | 'pending' | 'done';
   retryAtMs: number;
-  /** Keys this resolution promoted into the host tier (counted as lower-level hits, not host hits). */
-  promoted: Set<bigint>;
+  /** Keys this resolution promoted into the host tier, with the level each came from (lower-level hits, not host hits). */
+  promoted: Map<bigint, 'disk' | 'redis'>;
   startedAtMs: number;
+}
+
+/** Where a chunk to promote comes from: its group, its parent's key, the level holding it. */
+interface Where {
+  readonly group: number;
+  readonly parent: bigint | null;
+  readonly level: 'disk' | 'redis';
 }
 
 /** Resolutions not asked about for this long are dropped (their request is gone). */
@@ -82,7 +89,7 @@ export class LowerLookups {
   mustWait(tag: number, view: LookupView): boolean {
     const run = this.runs.get(tag);
     if (run === undefined) {
-      this.start(tag, view, new Set());
+      this.start(tag, view, new Map());
       return true;
     }
     if (run.state === 'running') return true;
@@ -94,13 +101,13 @@ export class LowerLookups {
   }
 
   /** The lookup was answered: forget its resolution; returns the keys it promoted. */
-  finish(tag: number): ReadonlySet<bigint> {
+  finish(tag: number): ReadonlyMap<bigint, 'disk' | 'redis'> {
     const run = this.runs.get(tag);
     this.runs.delete(tag);
-    return run?.promoted ?? new Set();
+    return run?.promoted ?? new Map();
   }
 
-  private start(tag: number, view: LookupView, promoted: Set<bigint>): void {
+  private start(tag: number, view: LookupView, promoted: Map<bigint, 'disk' | 'redis'>): void {
     // A request that ended while deferred never asks again: forget resolutions that old.
     const now = performance.now();
     for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
@@ -160,14 +167,18 @@ export class LowerLookups {
     if (hit <= hostHit) return false;
     // Fetch (and check) what the prefix needs from below.
     const needed: bigint[] = [];
-    const where = new Map<bigint, { group: number; parent: bigint | null }>();
+    const where = new Map<bigint, Where>();
     for (let c = 0; c < hit; c += 1) {
       for (const g of groups) {
         if (g.windowChunks !== null && c < hit - g.windowChunks) continue;
         const k = view.key(g.index, c);
         if (!inHost(k) && lowerHit(k)) {
           needed.push(k);
-          where.set(k, { group: g.index, parent: c > 0 ? view.key(g.index, c - 1) : null });
+          where.set(k, {
+            group: g.index,
+            parent: c > 0 ? view.key(g.index, c - 1) : null,
+            level: found.get(k)!.level!.name,
+          });
         }
       }
     }
@@ -199,8 +210,8 @@ export class LowerLookups {
   private promote(
     keys: bigint[],
     payloads: Map<bigint, Buffer>,
-    promoted: Set<bigint>,
-    where: ReadonlyMap<bigint, { group: number; parent: bigint | null }>,
+    promoted: Map<bigint, 'disk' | 'redis'>,
+    where: ReadonlyMap<bigint, Where>,
   ): void {
     let offer = keys;
     while (offer.length > 0) {
@@ -224,8 +235,9 @@ export class LowerLookups {
       });
       this.host.completeStore(r.keysToStore, true);
       r.keysToStore.forEach((k, i) => {
-        this.readable.set(k, { slot: r.slots[i]!, positions, group: where.get(k)!.group });
-        promoted.add(k);
+        const w = where.get(k)!;
+        this.readable.set(k, { slot: r.slots[i]!, positions, group: w.group });
+        promoted.set(k, w.level);
       });
       return;
     }

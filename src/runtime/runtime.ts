@@ -45,6 +45,7 @@ import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
+import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
 import type { KvEventStream } from '../events/stream.js';
@@ -388,6 +389,10 @@ export class OffloadRuntime {
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
       lookupsDeferred: s.lookupsDeferred,
+      lookupCalls: s.lookupCalls,
+      lookupCallSeconds: s.lookupCallUs / 1e6,
+      lookupsResolvedAfterDefer: s.lookupsResolvedAfterDefer,
+      lookupDeferredSeconds: s.lookupDeferredUs / 1e6,
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
@@ -461,6 +466,11 @@ export class OffloadRuntime {
     return this.leaks;
   }
 
+  /** Same as on('lookup', fn) (the serve layer's optional hook). */
+  onLookup(fn: (e: LookupSample) => void): this {
+    return this.on('lookup', fn);
+  }
+
   /** Same as on('tierStore', fn) (the serve layer's optional hook). */
   onTierStore(fn: (e: TierStoreSample) => void): this {
     return this.on('tierStore', fn);
@@ -469,9 +479,11 @@ export class OffloadRuntime {
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
+  /** One lookup timing: a call's own time ('sync'), or a deferred lookup's wait until resolved ('deferred'). */
+  on(event: 'lookup', fn: (e: LookupSample) => void): this;
   on(
-    event: 'job' | 'tierStore',
-    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void),
+    event: 'job' | 'tierStore' | 'lookup',
+    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void) | ((e: LookupSample) => void),
   ): this {
     this.emitter.on(event, fn);
     return this;
@@ -610,6 +622,9 @@ export class OffloadRuntime {
         return;
       case 'tierStores':
         for (const e of m.samples) this.emitter.emit('tierStore', e);
+        return;
+      case 'lookups':
+        for (const e of m.samples) this.emitter.emit('lookup', e);
         return;
       case 'verified': {
         const done = this.verifies.get(m.id);

@@ -55,6 +55,12 @@ export interface RuntimeStats {
   lookupWaitMsMax?: number;
   /** Engine steps planned while at least one admission lookup was unanswered (the lookup did not hold them back). */
   stepsPlannedDuringLookups?: number;
+  /** Lookup calls the store answered (deferrals included) and the time it spent on them: vLLM's synchronous lookup delay. */
+  lookupCalls: number;
+  lookupCallSeconds: number;
+  /** Lookups answered "ask again later" and later resolved, and the time from the first deferral to the answer: vLLM's asynchronous lookup delay. */
+  lookupsResolvedAfterDefer: number;
+  lookupDeferredSeconds: number;
   /** Store jobs whose copy failed: each failed its own job only (its chunks counted below). */
   jobsTransferFailed: number;
   /** Chunks of those jobs: not stored, counted, never silent. */

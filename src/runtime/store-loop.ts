@@ -41,6 +41,9 @@ import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import { EventCapture } from '../events/capture.js';
+import { LookupTiming } from './lookup-timing.js';
+import type { LookupSample } from './lookup-timing.js';
+import type { TierCounters, TierName } from '../tier/lower.js';
 import type { TracedRequest } from './trace-recorder.js';
 
 export interface StoreLoopOptions {
@@ -259,6 +262,13 @@ export class StoreLoop {
   private hostBytesRead = 0;
   /** KV events of every tier change, when the runtime publishes them. */
   private readonly capture: EventCapture | undefined;
+  private readonly lookupTiming = new LookupTiming();
+  private hostStoreUs = 0;
+  private hostLoadUs = 0;
+  /** Tokens of lookup hits per level that served them (the first full-attention group's chunks). */
+  private readonly hitTokens: Record<TierName, number> = { host: 0, disk: 0, redis: 0 };
+  /** The group whose chunks count hit tokens: the first full-attention one (-1: none). */
+  private readonly tokenGroup: number;
 
   constructor(
     views: RuntimeViews,
@@ -333,6 +343,7 @@ export class StoreLoop {
     });
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
+    this.tokenGroup = config.groups.findIndex((g) => g.windowChunks === null);
     const queue = views.buffers.events;
     this.capture = queue ? new EventCapture(queue, views.state, config) : undefined;
     const capture = this.capture;
@@ -353,6 +364,11 @@ export class StoreLoop {
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
   get jobsInFlight(): number {
     return this.planner.jobsHeld + this.loads.size;
+  }
+
+  /** Lookup timings since the last call (bounded), for the /metrics histograms. */
+  takeLookupSamples(): LookupSample[] {
+    return this.lookupTiming.take();
   }
 
   /** Store latencies of the lower levels since the last call, per chunk (the host's are the job events). */
@@ -497,6 +513,7 @@ export class StoreLoop {
     }
 
     this.bytesCopied += c.bytes;
+    this.hostStoreUs += c.latencyMs * 1000;
     this.jobsCompleted += 1;
     this.jobEvents.push({
       jobId: c.jobId,
@@ -546,8 +563,10 @@ export class StoreLoop {
 
   private handle(r: Int32Array): void {
     const op = r[0];
-    if (op === OP_LOOKUP) this.lookup(r);
-    else if (op === OP_LOAD) this.load(r);
+    if (op === OP_LOOKUP) {
+      const t0 = performance.now();
+      this.lookupTiming.answered(r[1]!, t0, this.lookup(r));
+    } else if (op === OP_LOAD) this.load(r);
     else if (op === OP_UNLOCK) this.unlock(r[1]!);
     else invariant(false, `store opcode ${op} is known`);
   }
@@ -567,7 +586,7 @@ export class StoreLoop {
    * refuses other configs with the load path on; here they hit 0) and the hit
    * is a whole number of chunks.
    */
-  private lookup(r: Int32Array): void {
+  private lookup(r: Int32Array): boolean {
     const { config } = this.views;
     const groups = config.groups;
     const decoded = decodeLookup(config, r);
@@ -631,7 +650,7 @@ export class StoreLoop {
         this.hostCounters.pendingChunks += 1;
         this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: true, locked: [] });
         this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
-        return;
+        return true;
       }
     }
     const promoted = this.lower?.finish(tag);
@@ -640,7 +659,7 @@ export class StoreLoop {
       this.lookupsDeferred += 1;
       this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: false, locked: [] });
       this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
-      return;
+      return true;
     }
     const hit = hitTokens / tpc;
     if (hit < asked) this.hostCounters.missChunks += 1;
@@ -660,6 +679,12 @@ export class StoreLoop {
       for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
       this.locks.set(tag, { keys: prepared, slots, chunks, hit });
       for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
+      for (let i = 0; i < chunks.length; i += 1) {
+        const g = chunks[i]!.group;
+        if (g !== this.tokenGroup) continue;
+        const level = promoted?.get(locked[i]!) ?? 'host';
+        this.hitTokens[level] += groups[g]!.tokensPerChunk;
+      }
       if (this.onLookupAnswered) {
         chunks.forEach((c, i) =>
           lockedChunks.push({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }),
@@ -674,6 +699,7 @@ export class StoreLoop {
       locked: lockedChunks,
     });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return false;
   }
 
   /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
@@ -740,6 +766,7 @@ export class StoreLoop {
     if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
     this.hostBytesRead += c.bytes;
+    this.hostLoadUs += c.latencyMs * 1000;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
@@ -903,10 +930,29 @@ export class StoreLoop {
     host.bytesRead = this.hostBytesRead;
     host.droppedChunks = c.chunksDroppedForCapacity;
     host.fullChunks = c.allocationFailures;
+    host.storeUs = this.hostStoreUs;
+    host.loadUs = this.hostLoadUs;
+    host.hitTokens = this.hitTokens.host;
+    const chunkBytes = this.views.config.blocksPerChunk * this.views.config.bytesPerBlock;
+    host.entries = t.used;
+    host.bytesUsed = t.used * chunkBytes;
+    host.capacityBytes = t.capacityChunks * chunkBytes;
+    host.storesPending = t.writing;
     publishTierCounters(this.views.tierStats, 'host', host);
     for (const level of this.lower?.cascade.levels ?? []) {
-      publishTierCounters(this.views.tierStats, level.name, level.counters);
+      const counters: TierCounters = {
+        ...level.counters,
+        hitTokens: this.hitTokens[level.name],
+        storesPending: level.storesInFlight,
+        ...level.usage?.(),
+      };
+      publishTierCounters(this.views.tierStats, level.name, counters);
     }
+    const lt = this.lookupTiming;
+    publishStat(s, 'lookupCalls', lt.syncCount);
+    publishStat(s, 'lookupCallUs', lt.syncSeconds * 1e6);
+    publishStat(s, 'lookupsResolvedAfterDefer', lt.resolvedCount);
+    publishStat(s, 'lookupDeferredUs', lt.resolvedSeconds * 1e6);
   }
 }
 

@@ -149,6 +149,26 @@ export const STATS = [
   },
   { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
   {
+    name: 'lookupCalls',
+    writer: 'store',
+    doc: 'lookup calls the store answered (deferrals included)',
+  },
+  {
+    name: 'lookupCallUs',
+    writer: 'store',
+    doc: 'time the store spent answering lookup calls (us)',
+  },
+  {
+    name: 'lookupsResolvedAfterDefer',
+    writer: 'store',
+    doc: 'deferred lookups later answered with a hit or a miss',
+  },
+  {
+    name: 'lookupDeferredUs',
+    writer: 'store',
+    doc: 'time from the first deferral of those lookups to their answer (us)',
+  },
+  {
     name: 'eventsDropped',
     writer: 'store',
     doc: 'KV events the full queue to main refused (never published)',

@@ -169,6 +169,14 @@ export class DiskTier implements LowerTier {
     return this.bytesUsed;
   }
 
+  usage(): { entries: number; bytesUsed: number; capacityBytes: number } {
+    return {
+      entries: this.index.size,
+      bytesUsed: this.bytesUsed,
+      capacityBytes: this.options.bytesMax,
+    };
+  }
+
   pathOf(key: bigint): string {
     const h = hex16(key);
     return join(this.root, h.slice(0, 2), h + ENTRY_SUFFIX);
@@ -202,6 +210,7 @@ export class DiskTier implements LowerTier {
     }
     if (this.writes.full || this.bytesQueued + value.length > this.options.writesQueuedBytesMax) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     if (!this.makeRoom(value.length)) {
@@ -226,6 +235,7 @@ export class DiskTier implements LowerTier {
     const write = this.writes.tryRun(() => this.write(key, value));
     if (write === undefined) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     this.index.set(key, entry);
@@ -241,6 +251,7 @@ export class DiskTier implements LowerTier {
           this.index.set(key, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
+          this.counters.storeUs += (performance.now() - t0) * 1000;
           this.samples.push(performance.now() - t0);
           this.events.stored(key);
         },
@@ -268,6 +279,7 @@ export class DiskTier implements LowerTier {
       return undefined;
     }
     e.readers += 1;
+    const t0 = performance.now();
     try {
       const path = this.pathOf(key);
       let value: Buffer;
@@ -301,6 +313,7 @@ export class DiskTier implements LowerTier {
         this.index.delete(key);
         this.index.set(key, e);
       }
+      this.counters.loadUs += (performance.now() - t0) * 1000;
       // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
       const now = new Date();
       this.track(utimes(path, now, now).catch(() => undefined));

@@ -30,7 +30,34 @@ export const TIER_COUNTER_FIELDS = [
   'circuitOpen',
   /** Stores refused because the level is full (byte cap, free-space floor, OOM reply). */
   'fullChunks',
+  /** Stores refused because the level's write queue or in-flight bound was full. */
+  'busyChunks',
+  /** Stores not sent because the level was unreachable (circuit open, no connection, closing). */
+  'unavailableChunks',
+  /** Time spent storing at this level (host: store copies; disk, Redis: writes), in microseconds. */
+  'storeUs',
+  /** Time spent loading from this level (host: load copies; disk, Redis: reads and checks), in microseconds. */
+  'loadUs',
+  /** Tokens of lookup hits this level served (counted in the first full-attention group). */
+  'hitTokens',
+  /** Gauge: entries held (0 where the level cannot tell: Redis). */
+  'entries',
+  /** Gauge: bytes of those entries. */
+  'bytesUsed',
+  /** Gauge: the level's capacity in bytes (0 where it has none of its own: Redis). */
+  'capacityBytes',
+  /** Gauge: stores accepted and not yet visible (copies, queued and in-flight writes). */
+  'storesPending',
 ] as const;
+
+/** Fields that are levels (gauges), not running totals. */
+export const TIER_GAUGE_FIELDS: ReadonlySet<TierCounterField> = new Set([
+  'circuitOpen',
+  'entries',
+  'bytesUsed',
+  'capacityBytes',
+  'storesPending',
+]);
 export type TierCounterField = (typeof TIER_COUNTER_FIELDS)[number];
 export type TierCounters = Record<TierCounterField, number>;
 
@@ -68,6 +95,8 @@ export interface LowerTier {
   readonly storesInFlight: number;
   /** Store latencies since the last call (bounded). */
   takeSamples(): TierStoreSample[];
+  /** Entries, their bytes and the capacity, where the level knows them. */
+  usage?(): { entries: number; bytesUsed: number; capacityBytes: number };
   /** Entries stored here and gone from here, for KV events (recorded once enabled). */
   readonly events: LevelEventLog;
   /** Waits (bounded by `timeoutMs`) for writes in flight, then releases handles. */
