@@ -75,7 +75,7 @@ function asMap(tag: string, fields: Fields, values: Value[]): Record<string, Val
 }
 
 /** One event in vLLM's form for `wire`. */
-export function wireEvent(e: KvEvent, wire: EventWire): Value {
+function wireEvent(e: KvEvent, wire: EventWire): Value {
   const shape = wire === 'array' ? asArray : asMap;
   if (e.type === 'BlockStored') return shape(e.type, STORED_FIELDS, storedValues(e));
   if (e.type === 'BlockRemoved') return shape(e.type, REMOVED_FIELDS, removedValues(e));

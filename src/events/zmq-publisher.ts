@@ -40,7 +40,7 @@ async function load<T>(name: string, importer: () => Promise<T>): Promise<T> {
 }
 
 /** vLLM's rule: an endpoint with `*` or `::`, or ipc:// and inproc://, is bound; any other is connected to. */
-export function bindsEndpoint(endpoint: string): boolean {
+function bindsEndpoint(endpoint: string): boolean {
   return (
     endpoint.includes('*') ||
     endpoint.includes('::') ||

@@ -7,7 +7,7 @@ import type { ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
-export const SYSTEM_PYTHON = '/usr/bin/python3';
+const SYSTEM_PYTHON = '/usr/bin/python3';
 const SCRIPT = fileURLToPath(new URL('../fixtures/kv_events_subscriber.py', import.meta.url));
 
 /** One batch as the subscriber decoded it (vLLM's field names, hashes as decimal strings). */
