@@ -1,6 +1,7 @@
 // The result of one `kvoff simulate` run and its text form: what runSimulate
 // returns, prints, writes with --json and hands to the HTML report.
 import type { LeakReport, RuntimeStats } from '../runtime/runtime.js';
+import type { RuntimeMemory } from '../runtime/memory.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { SimulatePlan } from './simulate-options.js';
 import { painter, table } from './term.js';
@@ -49,6 +50,10 @@ export interface SimulateResult extends ReportedStats {
   leaks?: LeakFigures;
   /** Per level (host, disk, redis): stores, hits, misses, drops, errors... */
   tiers: PerTierCounters;
+  /** Chunks of store jobs whose copy failed (each failed its own job; the run went on). */
+  chunksTransferFailed: number;
+  /** Each worker's heap and external memory as it last sampled them, at the end of the workload. */
+  memory: RuntimeMemory;
   /** True when nothing was wrong: no crash, no hole, no mismatch, no double store. */
   ok: boolean;
 }

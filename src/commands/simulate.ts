@@ -136,6 +136,8 @@ export async function runSimulate(
     tierUsed: stats.tierUsed,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
     tiers,
+    chunksTransferFailed: stats.chunksTransferFailed,
+    memory: stats.memory,
     ok: false,
   };
   if (crashed !== undefined) result.crashed = crashed;

@@ -20,7 +20,7 @@
 // request neither stored nor counted as dropped (hole); a cursor moving back
 // (cursor-monotonic); anything held after close() (leak).
 import { resolveConfig } from '../config.js';
-import { invariant } from '../errors.js';
+import { TransferBackendFailedError, invariant } from '../errors.js';
 import type { Config } from '../config.js';
 import type { Hashing } from '../hashing.js';
 import {
@@ -37,7 +37,7 @@ import {
   T_CURSOR,
   T_GENERATION,
 } from '../layout.js';
-import type { PlanPoint } from '../planner.js';
+import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { offloadableTokens, tokenChunks } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
@@ -50,7 +50,7 @@ import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
 import { Prng } from '../prng.js';
 import { readStat } from '../runtime/stats.js';
-import { StoreLoop, TransferFailedError } from '../runtime/store-loop.js';
+import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
 import { lookupAnswerViolation } from './lookup-oracle.js';
 import type { RequestSnapshot } from '../roles/store.js';
@@ -240,6 +240,8 @@ export class RuntimeWorld {
       { jobs: () => {}, drained: (r) => this.onDrained(r) },
       {
         policy: options.policy,
+        // The final wait runs on the virtual clock, as every other wait here.
+        now: () => this.nowMs,
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
@@ -266,6 +268,11 @@ export class RuntimeWorld {
     this.stepsMax = Math.ceil(
       (RUNTIME_DECISIONS_PER_STEP_MS_MAX * this.hangAfterMs) / stepMsMin + 1000,
     );
+  }
+
+  /** The store planner's counters (what a run stored, deferred, dropped). */
+  get storeCounters(): Readonly<PlannerCounters> {
+    return this.store.planner.counters;
   }
 
   /** The virtual clock, in ms since the schedule began. */
@@ -488,8 +495,8 @@ export class RuntimeWorld {
         this.phase = 'done';
         return;
       }
-      if (err instanceof TransferFailedError && this.transferFaults) {
-        // As designed: a failed copy stops the store and fails the run (WorkerFailedError).
+      if (err instanceof TransferBackendFailedError && this.transferFaults) {
+        // As designed: a run of failed copies stops the store and fails the run (WorkerFailedError).
         this.transferFailed = true;
         this.note(a, 9, 0, () => `store: ${err.message} -> the run fails loudly (as designed)`);
         this.phase = 'done';

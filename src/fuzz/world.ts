@@ -211,6 +211,8 @@ export class World {
     }
     this.planner = new StorePlanner(this.state, this.tier, {
       policy: options.policy,
+      // The final wait's clock is virtual: one ms per decision, so a schedule replays exactly.
+      now: () => this.decision,
       unsafeEagleCursorUnexcluded: switches.has('eagle-cursor-unexcluded'),
       unsafeStoreLastSampledToken: switches.has('store-last-sampled-token'),
       unsafeAckOnAllocFailure: switches.has('ack-on-alloc-failure'),

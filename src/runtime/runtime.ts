@@ -15,8 +15,10 @@ import {
   QueueFullError,
   RequestCapacityError,
   TimeoutError,
+  TransferBackendFailedError,
   WorkerFailedError,
 } from '../errors.js';
+import { readRuntimeMemory } from './memory.js';
 import { OWNER_ROLES, S_GENERATION } from '../layout.js';
 import { closeRoles } from '../roles/claim.js';
 import type { StorePolicy } from '../ready.js';
@@ -85,6 +87,21 @@ export interface RuntimeOptions {
   pendingSubmitsMax?: number;
   /** Bound on every wait of close() (ms), default 60,000. */
   closeTimeoutMs?: number;
+  /**
+   * How long an ended request waits, with no new key or block ID arriving,
+   * before what is still missing is counted as dropped (chunksDroppedUnready), in ms;
+   * default FINAL_WAIT_MS_MAX (1,000). It matters when a host never calls
+   * settle() (external mode): its requests drain after this wait.
+   */
+  finalWaitMsMax?: number;
+  /**
+   * Store copies that may fail in a row before the backend is taken as
+   * broken and the runtime fails (WorkerFailedError naming 'transfer', cause
+   * TransferBackendFailedError); default TRANSFER_FAILURES_MAX (16). A single
+   * failed copy only fails its job: its chunks are counted in
+   * chunksTransferFailed and the runtime goes on.
+   */
+  transferFailuresMax?: number;
   /**
    * The host program feeds scheduler and allocator events itself through
    * `runtime.external` (or from its own workers via attachExternal); the
@@ -318,7 +335,20 @@ export class OffloadRuntime {
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
+      jobsTransferFailed: s.jobsTransferFailed,
+      chunksTransferFailed: s.chunksTransferFailed,
+      jobsHeld: s.jobsHeld,
       tiers: readTierStats(this.views.tierStats),
+      memory: readRuntimeMemory(this.views.memory),
+      ...(this.failure
+        ? {
+            failure: {
+              code: failureCode(this.failure),
+              role: this.failure.role,
+              message: this.failure.message,
+            },
+          }
+        : {}),
     };
   }
 
@@ -424,6 +454,12 @@ export class OffloadRuntime {
         unsafeSkipPins: this.options.unsafeSkipPins ?? false,
         transferDelayMs: this.options.transferDelayMs ?? 0,
         traceRequests: this.options.traceSlots ?? 0,
+        ...(this.options.finalWaitMsMax !== undefined
+          ? { finalWaitMsMax: this.options.finalWaitMsMax }
+          : {}),
+        ...(this.options.transferFailuresMax !== undefined
+          ? { transferFailuresMax: this.options.transferFailuresMax }
+          : {}),
         ...(this.options.transferBackendModule !== undefined
           ? { transferBackendModule: backendModuleHref(this.options.transferBackendModule) }
           : {}),
@@ -534,7 +570,7 @@ export class OffloadRuntime {
         }
         return;
       case 'failed':
-        this.fail(m.role, m.cause);
+        this.fail(m.role, new TransferBackendFailedError(m.failuresInRow, m.cause));
         return;
       default:
         return;
@@ -681,9 +717,11 @@ export class OffloadRuntime {
     for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
     this.pending.clear();
     this.leaks = this.leakCheck();
-    if (this.failure === undefined && Date.now() > deadline) {
-      throw new TimeoutError('OffloadRuntime.close', timeoutMs);
-    }
+    // Everything is released; the caller still learns why the runtime stopped
+    // early (a close() that resolved hid a failed backend from a caller that
+    // only awaited it).
+    if (this.failure !== undefined) throw this.failure;
+    if (Date.now() > deadline) throw new TimeoutError('OffloadRuntime.close', timeoutMs);
   }
 
   private async stop(role: RoleName, deadline: number): Promise<void> {
@@ -736,6 +774,12 @@ export class OffloadRuntime {
 }
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
+
+/** The most specific code: the cause's (TransferBackendFailedError) when it has one. */
+function failureCode(err: WorkerFailedError): string {
+  const code = (err.cause as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && code.startsWith('KVOFF_') ? code : err.code;
+}
 
 const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, jobsInFlight: 0 };
 
@@ -803,6 +847,14 @@ function validateOptions(o: RuntimeOptions): void {
   int('traceSlots', o.traceSlots, 0, 1 << 16);
   int('transferDelayMs', o.transferDelayMs, 0, 10_000);
   int('closeTimeoutMs', o.closeTimeoutMs, 1, 3_600_000);
+  int('transferFailuresMax', o.transferFailuresMax, 1, 1 << 20);
+  if (
+    o.finalWaitMsMax !== undefined &&
+    (typeof o.finalWaitMsMax !== 'number' ||
+      !(o.finalWaitMsMax >= 0 && o.finalWaitMsMax <= 3_600_000))
+  ) {
+    throw new InvalidArgumentError('finalWaitMsMax', 'must be a number of ms in [0, 3600000]');
+  }
   int('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
   int('lag.hasherHashesPerWake', o.lag?.hasherHashesPerWake, 1, 1 << 20);
   const num = (name: string, v: unknown) => {

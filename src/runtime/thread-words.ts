@@ -115,6 +115,21 @@ export const STATS = [
   { name: 'bytesCopied', writer: 'store', doc: 'bytes copied by completed store jobs' },
   { name: 'jobsInFlight', writer: 'store', doc: 'store and load jobs submitted and not completed' },
   { name: 'jobsCompleted', writer: 'store', doc: 'store jobs completed' },
+  {
+    name: 'jobsTransferFailed',
+    writer: 'store',
+    doc: 'store jobs whose copy failed (their chunks dropped and counted; the runtime goes on)',
+  },
+  {
+    name: 'chunksTransferFailed',
+    writer: 'store',
+    doc: 'chunks of store jobs whose copy failed: not stored, counted, never silent',
+  },
+  {
+    name: 'jobsHeld',
+    writer: 'store',
+    doc: 'store jobs the planner holds (dispatched, not completed): equals the store part of jobsInFlight, 0 at rest; more would be a leak',
+  },
   { name: 'tierUsed', writer: 'store', doc: 'tier entries (readable or being written)' },
   {
     name: 'holes',

@@ -197,7 +197,10 @@ export class KvoffServer {
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeAllConnections();
     await closed;
-    await this.runtime.close();
+    await this.runtime.close().catch((err: unknown) => {
+      // A failed runtime's close() rejects with its failure: the result reports it.
+      if (this.runtimeFailure === undefined) throw err;
+    });
     this.loopDelay.disable();
     const result: DrainResult = { drained, abandoned, refusedUnstarted: unstarted.length };
     const failure = this.runtimeFailure;

@@ -392,15 +392,20 @@ describe('final pass under hasher lag', () => {
   });
 
   it('a stalled hasher cannot hold the blocks forever: after the bound the rest is counted as dropped', async () => {
-    const { FINAL_WAIT_VISITS_MAX } = await import('../../src/planner.js');
-    const lo = await local();
+    const { FINAL_WAIT_MS_MAX } = await import('../../src/planner.js');
+    let nowMs = 0;
+    const lo = await local(undefined, { now: () => nowMs });
     const h = lo.open({ requestId: 1, promptTokens: tokens(12) });
     lo.hash(h, 1);
     lo.appendBlocks(h, 0, [1, 2, 3]);
     lo.progress(h, 12, 0);
     lo.abort(h);
     planAndComplete(lo);
-    for (let i = 1; i < FINAL_WAIT_VISITS_MAX && !lo.drained(h); i += 1) lo.plan();
+    nowMs = FINAL_WAIT_MS_MAX - 1;
+    lo.plan();
+    expect(lo.drained(h)).toBe(false);
+    nowMs = FINAL_WAIT_MS_MAX;
+    lo.plan();
     expect(lo.drained(h)).toBe(true);
     expect(lo.counters.chunksDroppedUnready).toBe(2);
   });

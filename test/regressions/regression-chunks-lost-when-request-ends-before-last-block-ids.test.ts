@@ -67,19 +67,25 @@ describe('chunks lost when a request ends before its last block IDs are publishe
     expect(lo.counters.chunksStored + dropped(lo)).toBe(4);
   });
 
-  it('blocks that never come and are never settled: counted once the bound is reached', async () => {
-    const lo = await local(undefined, { finalWaitVisitsMax: 5 });
+  it('blocks that never come and are never settled: counted once the bound (in time, not visits) is reached', async () => {
+    let nowMs = 0;
+    const lo = await local(undefined, { finalWaitMsMax: 5, now: () => nowMs });
     const h = endBeforeLastBlocks(lo);
-    for (let i = 0; i < 4; i += 1) lo.plan();
+    // Visits alone never end the wait: a store that keeps pace visits thousands of times a second.
+    for (let i = 0; i < 1_000; i += 1) lo.plan();
     expect(lo.drained(h)).toBe(false);
-    lo.plan(); // the fifth visit of the ended request
+    nowMs = 4.9;
+    lo.plan();
+    expect(lo.drained(h)).toBe(false);
+    nowMs = 5;
+    lo.plan();
     expect(lo.drained(h)).toBe(true);
     expect(lo.counters.chunksDroppedUnready).toBe(2);
   });
 
-  it('a final wait bound that is not a positive integer is a typed error', async () => {
-    for (const bad of [0, -1, 1.5, Number.NaN]) {
-      await expect(local(undefined, { finalWaitVisitsMax: bad })).rejects.toBeInstanceOf(
+  it('a final wait bound that is not a finite number of ms, 0 or more, is a typed error', async () => {
+    for (const bad of [-1, Number.POSITIVE_INFINITY, Number.NaN, '5' as unknown as number]) {
+      await expect(local(undefined, { finalWaitMsMax: bad })).rejects.toBeInstanceOf(
         InvalidArgumentError,
       );
     }

@@ -75,6 +75,6 @@ describe('regression: verify settles during close and on worker failure', () => 
       expect(err.role).toBe('store');
     }
     for (const o of storm.outcomes) if (o && 'report' in o) expect(o.report.ok).toBe(true);
-    await rt.close();
+    await expect(rt.close()).rejects.toBeInstanceOf(WorkerFailedError);
   });
 });

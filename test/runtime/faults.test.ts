@@ -12,10 +12,12 @@ import { SMALL_HYBRID } from '../helpers/configs.js';
 
 describe('a worker that fails', () => {
   for (const role of ['hasher', 'store', 'allocator', 'scheduler', 'transfer'] as const) {
-    it(`${role}: pending submits reject with WorkerFailedError naming the role and the cause; close() returns`, async () => {
+    it(`${role}: pending submits reject with WorkerFailedError naming the role and the cause; close() settles with it`, async () => {
       const rt = await OffloadRuntime.start({
         config: SMALL_HYBRID,
         faultInjection: { role, afterSteps: 3 },
+        // For 'transfer': every copy from the fourth fails; two in a row fail the backend.
+        transferFailuresMax: 2,
       });
       const results = await Promise.allSettled(pressureWorkload(6, 3).map((r) => rt.submit(r)));
       const rejected = results.filter((r) => r.status === 'rejected');
@@ -29,8 +31,9 @@ describe('a worker that fails', () => {
       }
       await expect(rt.submit({ promptLength: 64 })).rejects.toBeInstanceOf(WorkerFailedError);
       await expect(rt.verify()).rejects.toBeInstanceOf(WorkerFailedError);
-      await rt.close();
-      await rt.close();
+      // close() releases everything, then reports why the runtime stopped (each call).
+      await expect(rt.close()).rejects.toBe(rt.failedWith);
+      await expect(rt.close()).rejects.toBe(rt.failedWith);
     });
   }
 });

@@ -69,7 +69,16 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
       lookupsDeferred: 0,
+      jobsTransferFailed: 0,
+      chunksTransferFailed: 0,
+      jobsHeld: 0,
       tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
+      memory: {
+        rssBytes: 100 << 20,
+        main: { heapUsedBytes: 8 << 20, externalBytes: 1 << 20 },
+        store: { heapUsedBytes: 5 << 20, externalBytes: 2 << 20 },
+        transfer: [{ heapUsedBytes: 3 << 20, externalBytes: 2 << 20 }],
+      },
     };
   }
   close(): Promise<void> {
@@ -274,9 +283,16 @@ describe('GET endpoints', () => {
       'kvoff_holes_total 0',
       'kvoff_job_latency_seconds_bucket{le="0.0005"}',
       'kvoff_event_loop_delay_seconds{quantile="0.99"}',
+      'kvoff_store_jobs_held 0',
+      'kvoff_chunks_transfer_failed_total 0',
+      `kvoff_worker_heap_used_bytes{role="store",thread="0"} ${5 << 20}`,
+      `kvoff_worker_external_bytes{role="transfer",thread="0"} ${2 << 20}`,
+      `kvoff_process_resident_bytes ${100 << 20}`,
     ]) {
       expect(text).toContain(name);
     }
+    // A role that is not running has no sample, so no series.
+    expect(text).not.toContain('kvoff_worker_heap_used_bytes{role="hasher"');
     const stored = Number(/^kvoff_chunks_stored_total (\d+)$/m.exec(text)?.[1]);
     expect(stored).toBe(runtime.stats().chunksStored);
     // A second scrape reports the same monotonic total, not a double count.
