@@ -12,6 +12,7 @@ import type { BlockStored, KvEventBatch } from '../../src/events/types.js';
 import { Prng } from '../../src/prng.js';
 import { ONE_GROUP, SMALL_HYBRID } from '../helpers/configs.js';
 import { settle } from '../helpers/runtime.js';
+import { runNode } from '../helpers/cli.js';
 
 async function collect(stream: AsyncIterable<KvEventBatch>): Promise<KvEventBatch[]> {
   const out: KvEventBatch[] = [];
@@ -129,5 +130,18 @@ describe('KV events: runtime.events()', () => {
     } finally {
       await rt.close();
     }
+  });
+});
+
+describe('KV events: zeromq is loaded only where events go over ZeroMQ', () => {
+  it.each([
+    ['off', false],
+    ['stream', false],
+    ['zmq', true],
+  ] as const)('events %s: native addon loaded %s', async (mode, loaded) => {
+    const run = await runNode(['--import', 'tsx', 'test/fixtures/events-native-load.ts', mode]);
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toEqual({ mode, native: loaded });
   });
 });
