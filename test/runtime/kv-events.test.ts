@@ -145,3 +145,19 @@ describe('KV events: zeromq is loaded only where events go over ZeroMQ', () => {
     expect(JSON.parse(run.stdout)).toEqual({ mode, native: loaded });
   });
 });
+
+describe('KV events: zeromq missing', () => {
+  it('start() rejects with EventsUnavailableError naming the package, before any worker runs', async () => {
+    const run = await runNode([
+      ...['--import', 'tsx', '--import', './test/fixtures/no-zeromq.mjs'],
+      'test/fixtures/events-without-zeromq.ts',
+    ]);
+    expect(run.code).toBe(0);
+    expect(JSON.parse(run.stdout)).toMatchObject({
+      name: 'EventsUnavailableError',
+      code: 'KVOFF_EVENTS_UNAVAILABLE',
+      packageName: 'zeromq',
+      message: expect.stringContaining('KV events over ZeroMQ need the zeromq package') as string,
+    });
+  });
+});
