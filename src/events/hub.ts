@@ -50,6 +50,8 @@ export class EventHub {
   private published = 0;
   private streamDropped = 0;
   private closed = false;
+  /** Readers awaiting a batch: while any waits, the poll timer keeps the process alive. */
+  private waiting = 0;
 
   private constructor(
     buffer: SharedArrayBuffer,
@@ -58,7 +60,7 @@ export class EventHub {
   ) {
     this.ring = new SpscRing(buffer);
     this.timer = setInterval(() => this.poll(), POLL_MS);
-    // Events alone never keep the process alive.
+    // Events alone never keep the process alive; a reader awaiting one does (onWait).
     this.timer.unref();
   }
 
@@ -76,10 +78,18 @@ export class EventHub {
 
   /** A new stream of the batches published from now on. */
   stream(bufferMax: number): KvEventStream {
-    const s = new KvEventStream(bufferMax, (ended) => {
-      this.streamDropped += ended.dropped;
-      this.streams.delete(ended);
-    });
+    const s = new KvEventStream(
+      bufferMax,
+      (ended) => {
+        this.streamDropped += ended.dropped;
+        this.streams.delete(ended);
+      },
+      (waiting) => {
+        this.waiting += waiting ? 1 : -1;
+        if (this.waiting > 0) this.timer.ref();
+        else this.timer.unref();
+      },
+    );
     if (this.closed) s.end();
     else this.streams.add(s);
     return s;

@@ -17,6 +17,8 @@ export class KvEventStream implements AsyncIterableIterator<KvEventBatch> {
   constructor(
     private readonly bufferMax: number,
     private readonly onEnd: (s: KvEventStream) => void,
+    /** Told when a reader starts (true) and stops (false) waiting: a waiting reader is pending work. */
+    private readonly onWait: (waiting: boolean) => void = () => {},
   ) {}
 
   /** Batches waiting to be read. */
@@ -30,6 +32,7 @@ export class KvEventStream implements AsyncIterableIterator<KvEventBatch> {
     if (this.waiter !== undefined) {
       const w = this.waiter;
       this.waiter = undefined;
+      this.onWait(false);
       w({ value: batch, done: false });
       return true;
     }
@@ -49,6 +52,7 @@ export class KvEventStream implements AsyncIterableIterator<KvEventBatch> {
     if (this.waiter !== undefined && this.buffered === 0) {
       const w = this.waiter;
       this.waiter = undefined;
+      this.onWait(false);
       w({ value: undefined, done: true });
     }
   }
@@ -65,6 +69,7 @@ export class KvEventStream implements AsyncIterableIterator<KvEventBatch> {
       return Promise.resolve({ value, done: false });
     }
     if (this.ended) return Promise.resolve({ value: undefined, done: true });
+    this.onWait(true);
     return new Promise((resolve) => (this.waiter = resolve));
   }
 
