@@ -127,3 +127,22 @@ export type { PerTierCounters } from './tier/tier-stats.js';
 export { checkValue, encodeValue, layoutFingerprint } from './tier/value.js';
 export type { ExternalLookupOptions } from './runtime/external-load.js';
 export type { LookupLimits } from './runtime/lookup-record.js';
+export { CACHE_POLICIES, createCachePolicy, parseCachePolicy } from './tier/policy/index.js';
+export type {
+  CacheOptions,
+  CachePolicy,
+  CachePolicyName,
+  PolicyEntry,
+} from './tier/policy/index.js';
+export { MOONCAKE_BLOCK_TOKENS, checkTraceChunk, parseTrace, readTrace } from './trace/trace.js';
+export type { Trace, TraceFigures, TraceReadOptions, TraceRequest } from './trace/trace.js';
+export { chunkKeys, promptTokens } from './trace/tokens.js';
+export { replayCache } from './trace/cache-replay.js';
+export type { CacheReplayOptions, CacheReplayResult } from './trace/cache-replay.js';
+export { replayThreaded, traceRuntimeConfig } from './trace/threaded-replay.js';
+export type {
+  MemorySample,
+  ThreadedReplayOptions,
+  ThreadedReplayResult,
+  TraceGeometry,
+} from './trace/threaded-replay.js';
