@@ -37,7 +37,18 @@ describe.concurrent('kvoff simulate --trace', () => {
         's3-fifo',
         '--json',
       ]),
-      runCli(['simulate', ...common, '--trace-window', '1', '--cache-policy', 's3-fifo', '--json']),
+      // Arrivals at a thousand times the trace's pace: the 40 requests span 12 s of it.
+      runCli([
+        'simulate',
+        ...common,
+        '--trace-window',
+        '1',
+        '--speed',
+        '1000',
+        '--cache-policy',
+        's3-fifo',
+        '--json',
+      ]),
     ]);
     expect(cache.stderr).toBe('');
     expect(cache.code).toBe(0);

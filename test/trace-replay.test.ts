@@ -3,9 +3,10 @@
 // index and policy alone) give every request of a slice the same hit, at a
 // capacity small enough to evict: under vLLM's ARC (at 200,000 tokens it also
 // refuses stores, see tier-policy.test.ts, and both modes drop the same
-// chunks), and under LRU with a store threshold (whose lookup counting runs in
-// the store thread). The threaded run ends with no hole and every stored byte
-// verified.
+// chunks), and under LRU with a store threshold of 2, whose lookup counting
+// runs in the store thread (had it counted only up to the first miss, as vLLM
+// did before #52022, this slice would hit 2,048 tokens instead of 46,592). The
+// threaded run ends with no hole and every stored byte verified.
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadHashing } from '../src/hashing.js';
@@ -28,11 +29,11 @@ beforeAll(async () => {
 describe('trace replay: threaded runtime and cache mode', () => {
   it.each([
     ['synthetic-slice.jsonl', 'arc', 1, 200_000],
-    ['conversation-slice.jsonl', 'lru', 2, 50_000],
+    ['synthetic-slice.jsonl', 'lru', 2, 100_000],
   ] as const)(
     '%s, %s, store threshold %i: the same hit for every request at %i tokens',
     async (name, policy: CachePolicyName, storeThreshold, capacityTokens) => {
-      const trace = slice(name, 120);
+      const trace = slice(name, 80);
       const cacheHits: number[] = [];
       const cache = replayCache(trace, hashing, {
         tokensPerChunk: 512,
@@ -62,7 +63,7 @@ describe('trace replay: threaded runtime and cache mode', () => {
       expect(threads.trace).toEqual(cache.trace);
       expect(threads.hitTokensByTier.host).toBe(cache.trace.hitTokens);
       expect(threads.chunksDroppedForCapacity).toBe(cache.chunksDroppedForCapacity);
-      expect(threads.completed).toBe(120);
+      expect(threads.completed).toBe(80);
       expect(threads.holes).toBe(0);
       expect(threads.mismatches).toBe(0);
       expect(threads.verifyOk).toBe(true);

@@ -111,11 +111,10 @@ export function replayCache(
   let dropped = 0;
   trace.requests.forEach((r, index) => {
     const keys = keysOf(r, index);
-    const hit = replayRequest(tier, groups, r.inputLength, keys);
-    if (hit < 0) dropped += keys.length - (-hit - 1);
-    const h = hit < 0 ? (-hit - 1) * tpc : hit * tpc;
-    hitTokens += h;
-    options.onRequest?.(index, h);
+    const out = replayRequest(tier, groups, r.inputLength, keys);
+    dropped += out.dropped;
+    hitTokens += out.hit * tpc;
+    options.onRequest?.(index, out.hit * tpc);
   });
   const s = tier.stats();
   return {
@@ -135,15 +134,14 @@ export function replayCache(
 
 /**
  * One request's tier calls, as the store thread makes them (see the file
- * comment). Returns its hit in chunks, or -(hit + 1) when its store did not
- * fit the tier.
+ * comment): its hit in chunks, and the chunks it could not store at all.
  */
 function replayRequest(
   tier: HostTier,
   groups: readonly LookupGroup[],
   numTokens: number,
   keys: readonly bigint[],
-): number {
+): { hit: number; dropped: number } {
   const tpc = groups[0]!.tokensPerChunk;
   tier.recordLookup(keys);
   const result = lookupHitTokens(
@@ -160,12 +158,12 @@ function replayRequest(
     tier.prepareLoad(read);
     tier.completeLoad(read);
   }
-  if (hit === keys.length) return hit;
+  if (hit === keys.length) return { hit, dropped: 0 };
   const out = tier.prepareStore(keys.slice(hit));
-  if (!out.ok) return -(hit + 1);
+  if (!out.ok) return { hit, dropped: keys.length - hit };
   if (out.keysToStore.length > 0) {
     tier.touch(keys);
     tier.completeStore(out.keysToStore);
   }
-  return hit;
+  return { hit, dropped: 0 };
 }
