@@ -117,7 +117,10 @@ export interface MemorySample {
 
 export interface ThreadedReplayResult {
   trace: TraceFigures;
-  /** Prompt tokens served per tier level. */
+  /**
+   * Prompt tokens served per tier level: its chunk hits times the chunk size
+   * (with several groups, every group's chunks count).
+   */
   hitTokensByTier: { host: number; disk: number; redis: number };
   completed: number;
   aborted: number;
