@@ -7,6 +7,7 @@ import { InvalidArgumentError, UnknownPolicyError } from '../src/errors.js';
 import { HostTier } from '../src/tier/host-tier.js';
 import { ArcPolicy, LruPolicy, S3FifoPolicy } from '../src/tier/policy/index.js';
 import type { PolicyEntry } from '../src/tier/policy/index.js';
+import { ONE_GROUP, chunkIds, local, planAndComplete, tokens } from './helpers.js';
 
 const [A, B, C, D, E, F] = [1n, 2n, 3n, 4n, 5n, 6n];
 
@@ -178,6 +179,28 @@ describe("store threshold (vLLM's store_threshold)", () => {
     tier.recordLookup([C]); // C2
     const out = tier.prepareStore([A, C]);
     expect(out.ok && out.keysToStore).toEqual([C]);
+  });
+
+  it("the facade's lookups count too: a prompt seen twice is stored, once is not", async () => {
+    const tier = new HostTier(16, { storeThreshold: 2 });
+    const lo = await local(ONE_GROUP, { tier });
+    const prompt = tokens(8, 1); // two 4-token chunks
+    const storeOnce = () => {
+      const h = lo.open({ requestId: 1, promptTokens: prompt });
+      lo.hash(h);
+      lo.appendBlocks(h, 0, [10, 11]);
+      lo.progress(h, 0, 8);
+      const stored = planAndComplete(lo).flatMap((j) => chunkIds(j));
+      lo.finish(h);
+      planAndComplete(lo);
+      lo.release(h);
+      return stored;
+    };
+    expect(lo.lookup(prompt)).toMatchObject({ deferred: false, hitTokens: 0 }); // 1 sighting
+    expect(storeOnce()).toEqual([]);
+    expect(lo.lookup(prompt)).toMatchObject({ deferred: false, hitTokens: 0 }); // 2 sightings
+    expect(storeOnce()).toEqual(['0:0', '0:1']);
+    expect(lo.lookup(prompt)).toMatchObject({ deferred: false, hitTokens: 8 });
   });
 
   it('refuses a bad threshold or policy with a typed error', () => {
