@@ -7,7 +7,7 @@
 // tokens: the paper's local cache, full after the first few hundred requests,
 // so from there memory must not grow), 32 requests in flight, as fast as
 // admission allows. Every 1,000 ended requests: the time so far and
-// the process's memory (RSS of all threads, the main thread's heap). At the
+// the process's RSS (all threads) and every thread's heap. At the
 // end: requests per second, hit ratio, holes, verify(). About 3 minutes on a
 // loaded 2-core box.
 //
@@ -76,9 +76,16 @@ async function runOne(file: string, limit: number | undefined, capacityTokens: n
     samples: r.samples.map((s) => ({
       requests: s.requests,
       seconds: Math.round(s.seconds * 10) / 10,
-      rssMiB: mib(s.rssBytes),
-      mainHeapUsedMiB: mib(s.mainHeapUsedBytes),
-      externalMiB: mib(s.externalBytes),
+      rssMiB: mib(s.memory.rssBytes),
+      // Each thread's V8 heap in use, as it last sampled it (every 250 ms).
+      heapUsedMiB: {
+        main: mib(s.memory.main.heapUsedBytes),
+        scheduler: mib(s.memory.scheduler?.heapUsedBytes ?? 0),
+        hasher: mib(s.memory.hasher?.heapUsedBytes ?? 0),
+        allocator: mib(s.memory.allocator?.heapUsedBytes ?? 0),
+        store: mib(s.memory.store?.heapUsedBytes ?? 0),
+        transfer: s.memory.transfer.map((t) => mib(t.heapUsedBytes)),
+      },
     })),
   };
   return row;
@@ -118,11 +125,13 @@ async function main(): Promise<void> {
         `(${row.requestsPerSecond}/s), hit ratio ${(row.tokenHitRatio * 100).toFixed(2)}%, holes ${row.holes}, verify ${row.verifyOk}\n`,
     );
     process.stdout.write(
-      '| requests | seconds | RSS MiB | main heap MiB |\n| ---: | ---: | ---: | ---: |\n',
+      '| requests | seconds | RSS MiB | heap MiB: main | scheduler | hasher | allocator | store | transfer |\n' +
+        '| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n',
     );
     for (const s of row.samples) {
+      const h = s.heapUsedMiB;
       process.stdout.write(
-        `| ${s.requests} | ${s.seconds} | ${s.rssMiB} | ${s.mainHeapUsedMiB} |\n`,
+        `| ${s.requests} | ${s.seconds} | ${s.rssMiB} | ${h.main} | ${h.scheduler} | ${h.hasher} | ${h.allocator} | ${h.store} | ${h.transfer.join(', ')} |\n`,
       );
     }
   }
@@ -135,7 +144,7 @@ async function main(): Promise<void> {
     source: 'conversation_trace.jsonl',
     window: WINDOW,
     bytesPerBlock: BYTES_PER_BLOCK,
-    note: 'RSS covers every thread of the process; per-worker heaps are not measured (Node 20 has no Worker.getHeapStatistics).',
+    note: "RSS covers every thread of the process; heapUsedMiB is each thread's own V8 heap (runtime.stats().memory).",
     runs,
   };
   mkdirSync(LATEST_DIR, { recursive: true });

@@ -22,11 +22,11 @@ import { colorAllowed, painter, progress, table } from './term.js';
 import { parseTierOptions } from './tier-options.js';
 import type { GroupInput } from '../config.js';
 
-export const TRACE_MODES = ['threads', 'cache'] as const;
-export type TraceMode = (typeof TRACE_MODES)[number];
+const TRACE_MODES = ['threads', 'cache'] as const;
+type TraceMode = (typeof TRACE_MODES)[number];
 
 /** What --trace changes: a full-attention model with 512-token chunks and small blocks. */
-export const TRACE_DEFAULTS = {
+const TRACE_DEFAULTS = {
   groups: 'full',
   blocksPerChunk: 32,
   blockBytes: 8,
@@ -198,7 +198,7 @@ export function parseTraceOptions(
   return plan;
 }
 
-export type TraceResult =
+type TraceResult =
   | ({ mode: 'cache'; source: string; ok: boolean } & CacheReplayResult)
   | ({
       mode: 'threads';
@@ -209,11 +209,11 @@ export type TraceResult =
     } & ThreadedReplayResult);
 
 /** Reads the plan's trace file (TraceFormatError names a bad line). */
-export function readPlanTrace(plan: TracePlan): Trace {
+function readPlanTrace(plan: TracePlan): Trace {
   return readTrace(plan.file, plan.limit !== undefined ? { limit: plan.limit } : {});
 }
 
-export async function runTrace(
+async function runTrace(
   plan: TracePlan,
   trace: Trace,
   onProgress?: (done: number, total: number) => void,
@@ -268,7 +268,7 @@ export async function runTrace(
 const pct = (x: number) => `${(x * 100).toFixed(2)}%`;
 const int = (x: number) => x.toLocaleString('en-US');
 
-export function formatTraceResult(r: TraceResult, color: boolean): string {
+function formatTraceResult(r: TraceResult, color: boolean): string {
   const p = painter(color);
   const policy = `${r.policy}${r.storeThreshold > 1 ? ` + store threshold ${r.storeThreshold}` : ''}`;
   const rows: Array<[string, string]> = [

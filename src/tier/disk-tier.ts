@@ -34,7 +34,7 @@ import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { VALUE_HEADER_BYTES, checkValue, hex16 } from './value.js';
+import { VALUE_HEADER_BYTES, checkedPayload, hex16 } from './value.js';
 
 export interface DiskTierOptions {
   /** Root directory; created if missing. Several processes may share it. */
@@ -69,7 +69,7 @@ export interface DiskTierOptions {
 // the store thread holds, so it is bounded in bytes; the count bound only
 // matters for chunks under 16 KiB. store() stays O(1) and never waits: over
 // either bound it drops and counts.
-export const DISK_DEFAULTS = {
+const DISK_DEFAULTS = {
   freeBytesMin: 64 << 20,
   writesInFlightMax: 4,
   writesQueuedMax: 16_384,
@@ -276,23 +276,19 @@ export class DiskTier implements LowerTier {
         this.counters.missChunks += 1;
         return undefined;
       }
-      const check = checkValue(
+      const payload = checkedPayload(
         value,
-        this.options.fingerprint,
         key,
-        this.options.payloadBytes,
+        this.options,
+        this.counters,
         this.switches.unsafeSkipChecksum,
       );
-      if (!check.ok) {
-        // Never served: counted, deleted, a miss.
-        this.counters.errors += 1;
-        this.counters.missChunks += 1;
+      if (payload === undefined) {
+        // Never served: deleted.
         if (this.index.get(key) === e) this.forget(key, e);
         this.removeFile(key);
         return undefined;
       }
-      this.counters.hitChunks += 1;
-      this.counters.bytesRead += value.length;
       if (this.index.get(key) === e) {
         this.index.delete(key);
         this.index.set(key, e);
@@ -300,7 +296,7 @@ export class DiskTier implements LowerTier {
       // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
       const now = new Date();
       this.track(utimes(path, now, now).catch(() => undefined));
-      return check.payload;
+      return payload;
     } finally {
       e.readers -= 1;
     }

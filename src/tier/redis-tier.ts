@@ -17,11 +17,11 @@ import { performance } from 'node:perf_hooks';
 import { RESP_TYPES, createCluster } from 'redis';
 import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
-import { StoreWindow } from './store-window.js';
+import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { checkValue, hex16 } from './value.js';
+import { checkedPayload, hex16 } from './value.js';
 
 export interface RedisTierOptions {
   /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
@@ -46,7 +46,7 @@ export interface RedisTierOptions {
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
 // that halves when a SET takes 90% of the timeout or times out (at most once
-// per that long) and grows by one per faster answer (src/tier/store-window.ts).
+// per that long) and grows by one per faster answer (src/tier/in-flight-window.ts).
 // Measured with the default `kvoff simulate` against a fresh cluster on a
 // loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
 // (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
@@ -68,7 +68,7 @@ export interface RedisTierOptions {
 const STORE_WINDOW_MIN = 64;
 const STORE_WINDOW_INITIAL = 4096;
 
-export const REDIS_DEFAULTS = {
+const REDIS_DEFAULTS = {
   timeoutMs: 2_000,
   storesInFlightMax: 4_096,
   storeBytesInFlightMax: 64 << 20,
@@ -119,7 +119,7 @@ export class RedisTier implements LowerTier {
   private queued: { key: bigint; value: Buffer }[] = [];
   private queuedHead = 0;
   private bytesQueued = 0;
-  private readonly window: StoreWindow;
+  private readonly window: InFlightWindow;
   private conn: Connection | undefined;
   private connecting: Promise<Connection | undefined> | undefined;
   private closed = false;
@@ -130,7 +130,7 @@ export class RedisTier implements LowerTier {
     this.options = options;
     this.switches = switches;
     this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
-    this.window = new StoreWindow(
+    this.window = new InFlightWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
       options.timeoutMs * 0.9,
@@ -331,23 +331,16 @@ export class RedisTier implements LowerTier {
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const check = checkValue(
+    const payload = checkedPayload(
       value,
-      this.options.fingerprint,
       key,
-      this.options.payloadBytes,
+      this.options,
+      this.ownCounters,
       this.switches.unsafeSkipChecksum,
     );
-    if (!check.ok) {
-      // Never served: counted, deleted (best-effort), a miss.
-      this.ownCounters.errors += 1;
-      this.ownCounters.missChunks += 1;
-      this.track(this.op((c) => c.del(this.keyOf(key))));
-      return undefined;
-    }
-    this.ownCounters.hitChunks += 1;
-    this.ownCounters.bytesRead += value.length;
-    return check.payload;
+    // Never served: deleted (best-effort).
+    if (payload === undefined) this.track(this.op((c) => c.del(this.keyOf(key))));
+    return payload;
   }
 
   takeSamples() {

@@ -9,10 +9,11 @@ import { createHash } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 import type { Config } from '../config.js';
 import { invariant } from '../errors.js';
+import type { TierCounters } from './lower.js';
 
 /** "KVOF" as a big-endian u32. */
-export const VALUE_MAGIC = 0x4b564f46;
-export const VALUE_VERSION = 1;
+const VALUE_MAGIC = 0x4b564f46;
+const VALUE_VERSION = 1;
 export const VALUE_HEADER_BYTES = 40;
 
 // Header fields, little-endian: magic u32 | version u16 | reserved u16 |
@@ -109,6 +110,36 @@ export function checkValue(
     return { ok: false, reason: 'crc' };
   }
   return { ok: true, payload: b.subarray(VALUE_HEADER_BYTES) };
+}
+
+/** What a level checks a value read back against: the layout it serves. */
+export interface ValueLayout {
+  readonly fingerprint: bigint;
+  readonly payloadBytes: number;
+}
+
+/**
+ * The checked read of every level below the host tier: the payload of a value
+ * read back for `key`, counted as a hit; or undefined, counted as an error and
+ * a miss, when it must not be served (the caller then deletes the entry).
+ */
+export function checkedPayload(
+  value: Buffer,
+  key: bigint,
+  layout: ValueLayout,
+  counters: TierCounters,
+  /** Test-only (failure class F11): skip the CRC, so a corrupted payload is served. */
+  unsafeSkipChecksum = false,
+): Buffer | undefined {
+  const check = checkValue(value, layout.fingerprint, key, layout.payloadBytes, unsafeSkipChecksum);
+  if (!check.ok) {
+    counters.errors += 1;
+    counters.missChunks += 1;
+    return undefined;
+  }
+  counters.hitChunks += 1;
+  counters.bytesRead += value.length;
+  return check.payload;
 }
 
 /** CRC-32 over the header up to (not including) the CRC word, then the payload. */

@@ -15,6 +15,7 @@ import type { ConfigInput, GroupInput } from '../config.js';
 import { InvalidArgumentError, TimeoutError } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
+import type { RuntimeMemory } from '../runtime/memory.js';
 import type { LeakReport, RequestSummary, RuntimeStats } from '../runtime/runtime.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { CacheOptions } from '../tier/policy/index.js';
@@ -108,11 +109,8 @@ export interface MemorySample {
   /** Requests ended when it was taken. */
   requests: number;
   seconds: number;
-  /** The whole process (every thread). */
-  rssBytes: number;
-  /** The main thread's V8 heap, and memory outside V8 heaps (SharedArrayBuffers included). */
-  mainHeapUsedBytes: number;
-  externalBytes: number;
+  /** The process's RSS and every worker's heap and external memory (runtime.stats().memory). */
+  memory: RuntimeMemory;
 }
 
 export interface ThreadedReplayResult {
@@ -223,7 +221,11 @@ export async function replayThreaded(
     chunksDispatched += s.chunksStored;
     options.onRequest?.(index, h);
     if (sampleEvery > 0 && (done % sampleEvery === 0 || done === n)) {
-      samples.push(memorySample(done, (performance.now() - tRun) / 1000));
+      samples.push({
+        requests: done,
+        seconds: (performance.now() - tRun) / 1000,
+        memory: runtime.stats().memory,
+      });
     }
     poke();
   };
@@ -283,7 +285,11 @@ export async function replayThreaded(
   const runSeconds = (performance.now() - tRun) / 1000;
   clearInterval(ticker);
   options.onProgress?.(done, n, runtime.stats());
-  const memory = memorySample(done, runSeconds);
+  const memory: MemorySample = {
+    requests: done,
+    seconds: runSeconds,
+    memory: runtime.stats().memory,
+  };
   const verify = await runtime.verify();
   const stats = runtime.stats();
   await runtime.close();
@@ -315,17 +321,6 @@ export async function replayThreaded(
     samples,
     tiers,
     ...(leaks ? { leaks } : {}),
-  };
-}
-
-function memorySample(requests: number, seconds: number): MemorySample {
-  const m = process.memoryUsage();
-  return {
-    requests,
-    seconds,
-    rssBytes: m.rss,
-    mainHeapUsedBytes: m.heapUsed,
-    externalBytes: m.external,
   };
 }
 

@@ -14,7 +14,7 @@ import { InvalidArgumentError, TraceFormatError } from '../errors.js';
 export const MOONCAKE_BLOCK_TOKENS = 512;
 
 /** Largest prompt or output a trace line may give (a bound for every table sized from it). */
-export const TRACE_TOKENS_MAX = 1 << 22;
+const TRACE_TOKENS_MAX = 1 << 22;
 
 export interface TraceRequest {
   /** Arrival, in milliseconds from the start of the trace. */

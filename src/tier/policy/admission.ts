@@ -12,7 +12,7 @@
 import { InvalidArgumentError } from '../../errors.js';
 
 /** vLLM's default max_tracker_size. */
-export const ADMISSION_TRACKER_KEYS_DEFAULT = 64_000;
+const ADMISSION_TRACKER_KEYS_DEFAULT = 64_000;
 /** Largest accepted store threshold (a count a workload could plausibly reach). */
 export const STORE_THRESHOLD_MAX = 1 << 20;
 

@@ -9,11 +9,7 @@ import { STORE_THRESHOLD_MAX } from './admission.js';
 
 export { CACHE_POLICIES, WRITING } from './types.js';
 export type { CachePolicy, CachePolicyName, PolicyEntry } from './types.js';
-export {
-  AdmissionCounter,
-  ADMISSION_TRACKER_KEYS_DEFAULT,
-  STORE_THRESHOLD_MAX,
-} from './admission.js';
+export { AdmissionCounter, STORE_THRESHOLD_MAX } from './admission.js';
 export { ArcPolicy } from './arc.js';
 export { LruPolicy } from './lru.js';
 export { S3FifoPolicy } from './s3-fifo.js';

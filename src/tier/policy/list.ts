@@ -3,6 +3,9 @@
 // entry is in at most one list at a time (its prev/next links are the list's).
 import type { PolicyEntry } from './types.js';
 
+/** `queue` of an entry in no list. */
+const NO_QUEUE = -1;
+
 export class EntryList {
   /** Oldest (least recent) first. */
   private head: PolicyEntry | null = null;
@@ -64,9 +67,6 @@ export class EntryList {
     return out;
   }
 }
-
-/** `queue` of an entry in no list. */
-export const NO_QUEUE = -1;
 
 /**
  * A bounded FIFO of keys without entries (a ghost list): a Map keeps insertion

@@ -21,11 +21,11 @@ import { EntryList, KeyFifo } from './list.js';
 import type { CachePolicy, PolicyEntry } from './types.js';
 
 /** The small queue's share of the capacity. */
-export const S3_FIFO_SMALL_SHARE = 0.1;
+const S3_FIFO_SMALL_SHARE = 0.1;
 /** Reads in S that earn a move to M (the paper's `t.freq > 1`). */
-export const S3_FIFO_MOVE_TO_MAIN_READS = 2;
+const S3_FIFO_MOVE_TO_MAIN_READS = 2;
 /** The counter's cap (two bits). */
-export const S3_FIFO_FREQ_MAX = 3;
+const S3_FIFO_FREQ_MAX = 3;
 
 export class S3FifoPolicy implements CachePolicy {
   readonly name = 's3-fifo' as const;
