@@ -98,6 +98,12 @@ export interface ThreadedReplayOptions {
   seed?: number;
   /** Requests holding GPU blocks at once (the engine's); default 16, at most the window. */
   maxRunning?: number;
+  /**
+   * Cap on each request's output tokens (default: the trace's own). Only
+   * prompts are offloaded, so the hits do not depend on it; decoding is most
+   * of a replay's engine steps.
+   */
+  outputTokensMax?: number;
   /** Every this many ended requests, a sample of time and memory (0: none). */
   sampleEvery?: number;
   onProgress?: (done: number, total: number, stats: RuntimeStats) => void;
@@ -155,6 +161,10 @@ export async function replayThreaded(
   const window = options.window;
   if (!Number.isInteger(window) || window < 1 || window > 4096) {
     throw new InvalidArgumentError('window', 'must be an integer in [1, 4096]');
+  }
+  const outputMax = options.outputTokensMax ?? Infinity;
+  if (outputMax !== Infinity && (!Number.isInteger(outputMax) || outputMax < 1)) {
+    throw new InvalidArgumentError('outputTokensMax', 'must be a positive integer');
   }
   const speed = options.speed;
   if (speed !== undefined && !(Number.isFinite(speed) && speed > 0)) {
@@ -254,7 +264,7 @@ export async function replayThreaded(
         runtime
           .submit({
             promptTokens: Array.from(promptTokens(r, trace.blockTokens)),
-            maxDecodeTokens: Math.max(1, r.outputLength),
+            maxDecodeTokens: Math.max(1, Math.min(r.outputLength, outputMax)),
           })
           .then(
             (s) => ended(index, s),

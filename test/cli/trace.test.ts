@@ -1,8 +1,9 @@
-// `kvoff simulate --trace` end to end, from source, on the fixture slices: the
-// JSON carries `trace: { requests, promptTokens, hitTokens, tokenHitRatio }`
-// in both modes, the two modes report the same figures on a slice replayed one
-// request at a time, and a bad trace is one line with exit 2. Then the option
-// rules on the pure parser.
+// `kvoff simulate --trace` end to end, built, on the fixture slices: the JSON
+// carries `trace: { requests, promptTokens, hitTokens, tokenHitRatio }` in both
+// modes, and the two modes report the same figures on a slice replayed one
+// request at a time, here under vLLM's ARC at a capacity where it evicts and
+// refuses stores (the store threshold's case is test/trace/replay.test.ts); a
+// bad trace is one line with exit 2. Then the option rules on the pure parser.
 import { describe, expect, it } from 'vitest';
 import { parseTraceOptions } from '../../src/commands/simulate-trace.js';
 import { parseSimulateOptions } from '../../src/commands/simulate-options.js';
@@ -14,10 +15,13 @@ const runCli = (args: readonly string[]) =>
   runNode(['dist/src/cli.js', ...args], { env: { NO_COLOR: '1' } });
 
 const CONVERSATION = 'test/fixtures/mooncake/conversation-slice.jsonl';
+const SYNTHETIC = 'test/fixtures/mooncake/synthetic-slice.jsonl';
 
 interface TraceJson {
   mode: string;
   trace: { requests: number; promptTokens: number; hitTokens: number; tokenHitRatio: number };
+  evictions?: number;
+  chunksDroppedForCapacity: number;
   holes?: number;
   ok: boolean;
 }
@@ -30,29 +34,14 @@ function parse(stdout: string): TraceJson {
 
 describe.concurrent('kvoff simulate --trace', () => {
   it('both modes print the trace figures, equal for a slice replayed one by one', async () => {
-    const common = ['--trace', CONVERSATION, '--trace-limit', '40', '--capacity-tokens', '100000'];
+    const common = [
+      ...['--trace', SYNTHETIC, '--trace-limit', '50'],
+      ...['--capacity-tokens', '200000', '--cache-policy', 'arc'],
+    ];
     const [cache, threads] = await Promise.all([
-      runCli([
-        'simulate',
-        ...common,
-        '--trace-mode',
-        'cache',
-        '--cache-policy',
-        's3-fifo',
-        '--json',
-      ]),
-      // Arrivals at a thousand times the trace's pace: the 40 requests span 12 s of it.
-      runCli([
-        'simulate',
-        ...common,
-        '--trace-window',
-        '1',
-        '--speed',
-        '1000',
-        '--cache-policy',
-        's3-fifo',
-        '--json',
-      ]),
+      runCli(['simulate', ...common, '--trace-mode', 'cache', '--json']),
+      // Arrivals at a thousand times the trace's pace: the 50 requests span 10 s of it.
+      runCli(['simulate', ...common, '--trace-window', '1', '--speed', '1000', '--json']),
     ]);
     expect(cache.stderr).toBe('');
     expect(cache.code).toBe(0);
@@ -67,10 +56,14 @@ describe.concurrent('kvoff simulate --trace', () => {
       'requests',
       'tokenHitRatio',
     ]);
-    expect(c.trace.requests).toBe(40);
+    expect(c.trace.requests).toBe(50);
     expect(c.trace.hitTokens).toBeGreaterThan(0);
     expect(c.trace.tokenHitRatio).toBeCloseTo(c.trace.hitTokens / c.trace.promptTokens, 12);
+    // ARC evicts here, and refuses some stores (T1 under its target, T2 busy or empty).
+    expect(c.evictions).toBeGreaterThan(0);
+    expect(c.chunksDroppedForCapacity).toBeGreaterThan(0);
     expect(t.trace).toEqual(c.trace);
+    expect(t.chunksDroppedForCapacity).toBe(c.chunksDroppedForCapacity);
     expect(t.holes).toBe(0);
     expect(t.ok).toBe(true);
   });

@@ -52,7 +52,7 @@ beforeAll(async () => {
 
 describe.each(['conversation-slice.jsonl', 'synthetic-slice.jsonl'])('%s', (name) => {
   it.each([
-    [16, 32, 300], // 512-token chunks: one per trace block
+    [16, 32, 150], // 512-token chunks: one per trace block
     [16, 8, 100], // 128-token chunks: four per block, the last block cut at whole chunks
   ])(
     'chunk keys and token keys are the same relation (%i tokens x %i blocks, %i requests)',
@@ -83,13 +83,13 @@ describe.each(['conversation-slice.jsonl', 'synthetic-slice.jsonl'])('%s', (name
   );
 
   it('the cache replay gives every request the same hit with either key, under every policy', () => {
-    const trace = fixture(name);
+    const trace = fixture(name, 150);
     const byToken = tokenKeys(hashing, trace, 16, 32);
     for (const policy of CACHE_POLICIES) {
       for (const [capacityTokens, storeThreshold] of [
         [0, 1],
-        [200_000, 1],
-        [200_000, 2],
+        [100_000, 1],
+        [50_000, 2],
       ] as const) {
         const a: number[] = [];
         const b: number[] = [];

@@ -1,12 +1,11 @@
 // The two modes of a trace replay agree: with a window of one request, the
 // threaded runtime (real workers, real copies) and the cache mode (the tier's
 // index and policy alone) give every request of a slice the same hit, at a
-// capacity small enough to evict: under vLLM's ARC (at 200,000 tokens it also
-// refuses stores, see tier-policy.test.ts, and both modes drop the same
-// chunks), and under LRU with a store threshold of 2, whose lookup counting
-// runs in the store thread (had it counted only up to the first miss, as vLLM
-// did before #52022, this slice would hit 2,048 tokens instead of 46,592). The
-// threaded run ends with no hole and every stored byte verified.
+// capacity small enough to evict, under LRU with a store threshold of 2, whose
+// lookup counting runs in the store thread (had it counted only up to the
+// first miss, as vLLM did before #52022, these 80 requests would hit 2,048
+// tokens instead of 46,592). The threaded run ends with no hole and every
+// stored byte verified.
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { loadHashing } from '../../src/hashing.js';
@@ -27,13 +26,12 @@ beforeAll(async () => {
 });
 
 describe('trace replay: threaded runtime and cache mode', () => {
-  it.each([
-    ['synthetic-slice.jsonl', 'arc', 1, 200_000],
-    ['synthetic-slice.jsonl', 'lru', 2, 100_000],
-  ] as const)(
-    '%s, %s, store threshold %i: the same hit for every request at %i tokens',
-    async (name, policy: CachePolicyName, storeThreshold, capacityTokens) => {
-      const trace = slice(name, 80);
+  // vLLM's ARC at 200,000 tokens, on the first 50 requests, is the CLI test's case
+  // (test/cli/trace.test.ts), through the built command.
+  it.each([['synthetic-slice.jsonl', 80, 'lru', 2, 100_000]] as const)(
+    '%s, first %i requests, %s, store threshold %i: the same hit for every request at %i tokens',
+    async (name, requests, policy: CachePolicyName, storeThreshold, capacityTokens) => {
+      const trace = slice(name, requests);
       const cacheHits: number[] = [];
       const cache = replayCache(trace, hashing, {
         tokensPerChunk: 512,
@@ -45,9 +43,11 @@ describe('trace replay: threaded runtime and cache mode', () => {
       // The comparison means something: hits, and evictions under the policy.
       expect(cache.trace.hitTokens).toBeGreaterThan(0);
       expect(cache.evictions).toBeGreaterThan(0);
+      // 64-token blocks, 8 per chunk: the same 512-token chunks as the cache mode's,
+      // with a quarter of the blocks and hashes of 16-token ones (a shorter test).
       const config = traceRuntimeConfig(trace, hashing, {
-        groups: [{ kind: 'full', tokensPerBlock: 16 }],
-        blocksPerChunk: 32,
+        groups: [{ kind: 'full', tokensPerBlock: 64 }],
+        blocksPerChunk: 8,
         bytesPerBlock: 8,
         gpuTokens: 262_144,
         capacityTokens,
@@ -57,13 +57,15 @@ describe('trace replay: threaded runtime and cache mode', () => {
         config,
         cache: { policy, storeThreshold },
         window: 1,
+        // Prompts alone are offloaded: the outputs' decode steps would only make the test longer.
+        outputTokensMax: 1,
         onRequest: (i, h) => (threadHits[i] = h),
       });
       expect(threadHits).toEqual(cacheHits);
       expect(threads.trace).toEqual(cache.trace);
       expect(threads.hitTokensByTier.host).toBe(cache.trace.hitTokens);
       expect(threads.chunksDroppedForCapacity).toBe(cache.chunksDroppedForCapacity);
-      expect(threads.completed).toBe(80);
+      expect(threads.completed).toBe(requests);
       expect(threads.holes).toBe(0);
       expect(threads.mismatches).toBe(0);
       expect(threads.verifyOk).toBe(true);
