@@ -149,6 +149,11 @@ export const STATS = [
   },
   { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
   {
+    name: 'storesBelowThreshold',
+    writer: 'store',
+    doc: "chunk stores the host tier's store threshold kept out (vLLM's stores_skipped)",
+  },
+  {
     name: 'lookupCalls',
     writer: 'store',
     doc: 'lookup calls the store answered (deferrals included)',

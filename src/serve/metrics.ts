@@ -339,6 +339,7 @@ const LOOKUP_DEFERRED_BUCKETS_S = [1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.
 
 /** Why a store was not made, per tier: the stats fields behind each reason. */
 const HOST_SKIPS = [
+  ['threshold', 'storesBelowThreshold'],
   ['unreachable', 'chunksUnreachable'],
   ['capacity', 'chunksDroppedForCapacity'],
   ['unready', 'chunksDroppedUnready'],
@@ -412,7 +413,7 @@ function registerOffloadMetrics(
   };
   new Counter({
     name: 'kvoff_stores_skipped_total',
-    help: 'chunk stores not made, per tier and reason (host: unreachable, capacity, unready, transfer_failed; disk and redis: full, busy, unavailable, failed)',
+    help: 'chunk stores not made, per tier and reason (host: threshold, unreachable, capacity, unready, transfer_failed; disk and redis: full, busy, unavailable, failed)',
     labelNames: ['tier', 'reason'],
     registers: [registry],
     collect() {

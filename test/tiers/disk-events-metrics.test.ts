@@ -125,6 +125,9 @@ describe('KV events and offloading metrics with a disk tier', () => {
       );
       expect(s.tiers.disk.hitTokens).toBe(promoted * 4);
       // Stores skipped by reason, and the events.
+      expect(metric(text, 'kvoff_stores_skipped_total', '{tier="host",reason="threshold"}')).toBe(
+        0,
+      );
       metric(text, 'kvoff_stores_skipped_total', '{tier="host",reason="capacity"}');
       metric(text, 'kvoff_stores_skipped_total', '{tier="disk",reason="full"}');
       expect(metric(text, 'kvoff_events_published_total')).toBe(s.events!.published);
