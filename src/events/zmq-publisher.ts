@@ -21,6 +21,8 @@ const EMPTY = Buffer.alloc(0);
 const REPLAY_BYTES_MAX = 256 << 20;
 /** Batches waiting for the PUB socket; beyond this a batch is not sent (its seq is a gap a subscriber can replay). */
 const SENDS_QUEUED_MAX = 4096;
+/** How often the replay socket is looked at, as vLLM's publisher thread polls it between batches. */
+const REPLAY_POLL_MS = 10;
 
 export interface PublisherCounters {
   /** Batches handed to the PUB socket. */
@@ -60,7 +62,8 @@ export class ZmqPublisher {
   private readonly queue: (Buffer | Uint8Array)[][] = [];
   private sending = false;
   private closed = false;
-  private readonly serving: Promise<void> | undefined;
+  private replaying: Promise<void> | undefined;
+  private readonly replayTimer: NodeJS.Timeout | undefined;
 
   private constructor(
     endpoint: string,
@@ -74,7 +77,14 @@ export class ZmqPublisher {
     // A connected socket has no bound address: it is where it connects to.
     this.endpoint = pub.lastEndpoint ?? endpoint;
     this.replayEndpoint = router?.lastEndpoint ?? undefined;
-    this.serving = router ? this.serveReplays(router) : undefined;
+    // Polled without waiting (a receive that waited would hold the process
+    // alive with nothing pending); the timer does not hold it either.
+    if (router) {
+      this.replayTimer = setInterval(() => {
+        this.replaying ??= this.serveReplays(router).finally(() => (this.replaying = undefined));
+      }, REPLAY_POLL_MS);
+      this.replayTimer.unref();
+    }
   }
 
   /** Opens the sockets; EventsUnavailableError when zeromq cannot load, InvalidArgumentError when an endpoint cannot be used. */
@@ -86,7 +96,7 @@ export class ZmqPublisher {
     try {
       await attach(pub, o.endpoint, 'events.endpoint');
       if (o.replayEndpoint !== undefined) {
-        router = new zmq.Router({ linger: 0 });
+        router = new zmq.Router({ linger: 0, receiveTimeout: 0 });
         await attach(router, o.replayEndpoint, 'events.replayEndpoint', true);
       }
     } catch (err) {
@@ -134,9 +144,10 @@ export class ZmqPublisher {
     }
     this.closed = true;
     this.queue.length = 0;
+    clearInterval(this.replayTimer);
+    await this.replaying;
     this.pub.close();
     this.router?.close();
-    await this.serving;
   }
 
   /** One send at a time (the socket allows no more); a PUB send resolves at once, dropping at the HWM. */
@@ -155,10 +166,12 @@ export class ZmqPublisher {
     }
   }
 
-  /** Answers each replay request in turn, as vLLM's publisher thread does. */
+  /** Answers the replay requests waiting now, in turn, as vLLM's publisher thread does. */
   private async serveReplays(router: InstanceType<Zmq['Router']>): Promise<void> {
     try {
-      for await (const frames of router) {
+      while (!this.closed) {
+        // receiveTimeout 0: rejects at once (EAGAIN) when no request waits.
+        const frames = await router.receive();
         // [client id, empty delimiter, start seq]; anything else is not a replay request.
         if (frames.length !== 3 || frames[2]!.length !== 8) continue;
         const [id, , start] = frames as [Buffer, Buffer, Buffer];
@@ -171,7 +184,7 @@ export class ZmqPublisher {
         this.counters.replays += 1;
       }
     } catch {
-      // The socket was closed: replay ends with it.
+      // Nothing waiting (EAGAIN), or the socket was closed: look again on the next tick.
     }
   }
 }

@@ -146,6 +146,17 @@ describe('KV events: zeromq is loaded only where events go over ZeroMQ', () => {
   });
 });
 
+describe('KV events: an idle runtime with ZeroMQ sockets', () => {
+  it('does not hold the process (the replay socket is polled, never awaited)', async () => {
+    const run = await runNode(['--import', 'tsx', 'test/fixtures/events-idle-endpoint.ts'], {
+      timeoutMs: 60_000,
+    });
+    expect(run.stderr).toBe('');
+    expect(run.stdout).toBe('idle\n');
+    expect(run.code).toBe(0);
+  });
+});
+
 describe('KV events: zeromq missing', () => {
   it('start() rejects with EventsUnavailableError naming the package, before any worker runs', async () => {
     const run = await runNode([
