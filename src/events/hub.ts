@@ -28,7 +28,7 @@ export interface EventStats {
   queued: number;
   /** Chunk changes the full queue refused: never published. */
   dropped: number;
-  /** vLLM events published (a run of stored chunks is one BlockStored). */
+  /** vLLM events published, to a stream or a socket (a run of stored chunks is one BlockStored; none while nobody listens). */
   published: number;
   /** Batches published (sequence numbers used). */
   batches: number;
@@ -123,6 +123,10 @@ export class EventHub {
 
   /** One tick: up to BATCHES_PER_TICK_MAX batches; returns the records read. */
   private poll(): number {
+    // Nobody to publish to (kvoff serve with no /v1/events client): free the queue unread.
+    if (this.publisher === undefined && this.streams.size === 0) {
+      return this.ring.drain(() => {}, BATCHES_PER_TICK_MAX * BATCH_RECORDS_MAX);
+    }
     let records = 0;
     for (let b = 0; b < BATCHES_PER_TICK_MAX; b += 1) {
       const events: KvEvent[] = [];
