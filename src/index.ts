@@ -12,8 +12,16 @@ export {
 } from './layout.js';
 export type { Role, FieldSpec, SharedBuffers, StatusCode } from './layout.js';
 export { SharedState } from './state.js';
-export { loadHashing, chainHashes, ROOT_SEED } from './hashing.js';
+export { loadHashing, promptKeys, KeyChain } from './hashing.js';
 export type { Hashing } from './hashing.js';
+export {
+  CACHE_SALT_BYTES_MAX,
+  NAMESPACE_FIELD_BYTES_MAX,
+  KEY_HASHES,
+  requestRoot,
+  keyWord,
+} from './identity.js';
+export type { KeyHash, Namespace, NamespaceInput } from './identity.js';
 export * from './ready.js';
 export type { RequestHandle } from './roles/handle.js';
 export { SchedulerRole } from './roles/scheduler.js';
@@ -113,7 +121,6 @@ export type {
   LookupRequest,
   LookupResult,
 } from './lookup.js';
-export { promptKeys } from './lookup.js';
 export type { LoadChunk, LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
 export type { ExternalLoadResult, ExternalLookupAnswer } from './runtime/external-load.js';
 export { TierCascade, DISK_BYTES_DEFAULT } from './tier/cascade.js';
@@ -124,6 +131,6 @@ export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
 export type { PerTierCounters } from './tier/tier-stats.js';
-export { checkValue, encodeValue, layoutFingerprint } from './tier/value.js';
+export { checkValue, encodeValue, tierScope } from './tier/value.js';
 export type { ExternalLookupOptions } from './runtime/external-load.js';
 export type { LookupLimits } from './runtime/lookup-record.js';

@@ -8,7 +8,9 @@
 import type { Config } from './config.js';
 import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
 import type { Hashing } from './hashing.js';
-import { DEFER, loadPlan, lookupHitTokens, promptKeys, touchRanges } from './lookup.js';
+import { DEFER, loadPlan, lookupHitTokens, touchRanges } from './lookup.js';
+import { KeyChain, promptKeys } from './hashing.js';
+import { DIGEST_BYTES, validateCacheSalt } from './identity.js';
 import type { ChunkState, CursorPolicy } from './lookup.js';
 import { checkHandle, ownHandle } from './roles/handle.js';
 import { IntInput } from './roles/input.js';
@@ -27,6 +29,8 @@ export interface LookupOptions {
   maxLoadTokens?: number;
   /** The request does not read the cache: the answer is a hit of 0 (keys are still touched). */
   skipReadingPrefixCache?: boolean;
+  /** The request's cache salt (open it with the same): only entries of the same salt hit. */
+  cacheSalt?: string;
 }
 
 /** A lookup's answer: ask again later, or the hit (possibly 0). */
@@ -114,6 +118,7 @@ export class LoadPath {
     ) {
       throw new InvalidArgumentError('skipReadingPrefixCache', 'must be a boolean');
     }
+    const salt = validateCacheSalt(options.cacheSalt);
     if (options.handle !== undefined) {
       const handle = ownHandle(options.handle);
       checkHandle(this.state, handle);
@@ -125,7 +130,7 @@ export class LoadPath {
         throw new IllegalTransitionError('look up', 'loading');
       }
     }
-    const keys = promptKeys(this.config, this.hashing, promptTokens);
+    const keys = promptKeys(this.config, this.hashing, promptTokens, salt);
     const result = lookupHitTokens(
       this.config.groups,
       {
@@ -188,11 +193,14 @@ export class LoadPath {
       this.state.schedulerWord(slot, S_NUM_TOKENS),
     );
     const base = this.state.tokenBase(slot);
-    const own = promptKeys(
+    // The request's own keys: its tokens chained on its root (its namespace and salt).
+    const chain = new KeyChain(
       this.config,
       this.hashing,
-      this.state.tokens.subarray(base, base + numTokens),
+      this.state.roots.slice(slot * DIGEST_BYTES, (slot + 1) * DIGEST_BYTES),
     );
+    chain.extend(this.state.tokens.subarray(base, base + numTokens));
+    const own = chain.keys;
     const plans = loadPlan(
       this.config.groups,
       answer.localHitTokens,

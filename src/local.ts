@@ -103,7 +103,7 @@ export class LocalOffload {
   ): Promise<LocalOffload> {
     const config = resolveConfig(input);
     const state = SharedState.create(config);
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(config.keyHash);
     const hasher = new HasherRole(state, hashing);
     return new LocalOffload(config, state, hasher, hashing, options);
   }
@@ -245,11 +245,10 @@ export class LocalOffload {
     return this.groupProgress(handle, group).cursor;
   }
 
-  /** The offload keys published for a group (a copy). */
+  /** The offload keys (256-bit identities) published for a group. */
   keys(handle: RequestHandle, group: number): bigint[] {
     handle = ownHandle(handle);
     const n = this.groupProgress(handle, group).keys;
-    const base = this.state.keyBase(handle.slot, group);
-    return Array.from(this.state.keys.subarray(base, base + n));
+    return Array.from({ length: n }, (_, c) => this.state.key(handle.slot, group, c));
   }
 }

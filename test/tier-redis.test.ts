@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { createCluster } from 'redis';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
-import { defaultWorkload } from '../src/runtime/defaults.js';
+import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../src/runtime/defaults.js';
 import { RedisTier } from '../src/tier/redis-tier.js';
 import { encodeValue, hex16 } from '../src/tier/value.js';
 import { redisCli, useCluster } from './redis-cluster.js';
@@ -37,7 +37,7 @@ function payloadOf(key: bigint): Buffer {
 /** A fresh layout fingerprint per test, so tests never see each other's keys. */
 async function openTier(extra: Partial<Parameters<typeof RedisTier.open>[0]> = {}) {
   fp += 1n;
-  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, fingerprint: fp, ...extra });
+  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, scope: fp, ...extra });
 }
 
 /** Waits for the SETs in flight, bounded generously (each is bounded by its own timeout too). */
@@ -148,10 +148,12 @@ describe('redis tier', () => {
   });
 
   it('two runtimes in separate processes: the second gets Redis hits with the bytes checked', async () => {
-    const redisOnly = JSON.stringify({ redis: { urls: [cluster.url] } });
+    const redisOnly = JSON.stringify({ tiers: { redis: { urls: [cluster.url] } } });
     // The second also has an empty disk level in front: the cascade misses there, then hits Redis.
     const diskDir = mkdtempSync(join(tmpdir(), 'kvoff-redis-disk-'));
-    const withDisk = JSON.stringify({ disk: { dir: diskDir }, redis: { urls: [cluster.url] } });
+    const withDisk = JSON.stringify({
+      tiers: { disk: { dir: diskDir }, redis: { urls: [cluster.url] } },
+    });
     const child = async (tiers: string) => {
       const { stdout } = await run(
         process.execPath,
@@ -216,7 +218,7 @@ describe('redis tier', () => {
     const tier = await RedisTier.open({
       urls: [dead],
       payloadBytes: PAYLOAD,
-      fingerprint: 1n,
+      scope: 1n,
       timeoutMs: 300,
     });
     expect(performance.now() - t0).toBeLessThan(3000);
@@ -230,6 +232,7 @@ describe('redis tier', () => {
     await tier.close(1000);
 
     const runtime = await OffloadRuntime.start({
+      config: { ...DEFAULT_RUNTIME_CONFIG, namespace: { model: 'dead-cluster' } },
       tiers: { redis: { urls: [dead], timeoutMs: 300 } },
     });
     const summaries = await Promise.all(

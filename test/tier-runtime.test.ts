@@ -18,7 +18,11 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 async function runOnce(tiers?: TiersOptions | undefined) {
   const runtime = await OffloadRuntime.start({
     // Full attention only: what a windowed group stored depends on thread timing, hits here must not.
-    config: { ...DEFAULT_RUNTIME_CONFIG, groups: [{ kind: 'full', tokensPerBlock: 16 }] },
+    config: {
+      ...DEFAULT_RUNTIME_CONFIG,
+      groups: [{ kind: 'full', tokensPerBlock: 16 }],
+      namespace: { model: 'tier-runtime' },
+    },
     ...(tiers ? { tiers } : {}),
     simulator: { seed: 9 },
   });

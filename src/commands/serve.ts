@@ -11,7 +11,8 @@ import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
 import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
-import { addTierOptions, parseTierOptions } from './tier-options.js';
+import { DEFAULT_RUNTIME_CONFIG } from '../runtime/defaults.js';
+import { addTierOptions, parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
 
 interface ServeRawOptions extends TierRawOptions {
@@ -79,8 +80,10 @@ export function registerServe(program: Command): void {
       if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
       const policy = parseStorePolicy(raw.policy);
       const tiers = parseTierOptions(raw);
+      const namespace = parseNamespaceOptions(raw);
 
       const runtime = await OffloadRuntime.start({
+        config: { ...DEFAULT_RUNTIME_CONFIG, namespace },
         policy,
         transferThreads,
         lag: { seed },

@@ -8,7 +8,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
-import { parseTierOptions } from './tier-options.js';
+import { parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
 import type { TiersOptions } from '../tier/cascade.js';
 
@@ -278,6 +278,7 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
     gpuBlocks,
     tierChunks,
     bytesPerBlock: blockBytes,
+    namespace: parseNamespaceOptions(raw),
   };
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);

@@ -57,9 +57,21 @@ export type SnapshotResult = 'ok' | 'free' | 'busy';
 
 export class StoreRole {
   readonly state: SharedState;
+  /**
+   * Per slot and group, the offload keys read so far for the generation in
+   * keyGeneration (a key is written once per generation, before the count
+   * that publishes it, and never changes after). A key is 256 bits in four
+   * shared words; after each store the planner reads every key of the
+   * request to touch it, and composing them anew each time cost about 85 ns
+   * a key more than one read of the key word did.
+   */
+  private readonly keyCache: bigint[][];
+  private readonly keyGeneration: Int32Array;
 
   constructor(state: SharedState) {
     this.state = state;
+    this.keyCache = Array.from({ length: state.config.maxRequests * state.groupCount }, () => []);
+    this.keyGeneration = new Int32Array(state.config.maxRequests);
   }
 
   /**
@@ -140,8 +152,23 @@ export class StoreRole {
     snap.drained = true;
   }
 
+  /** The offload key (its whole 256-bit identity) of a chunk below the snapshot's key count. */
   key(snap: RequestSnapshot, group: number, chunk: number): bigint {
-    return this.state.keys[this.state.keyBase(snap.slot, group) + chunk]!;
+    const slot = snap.slot;
+    if (this.keyGeneration[slot] !== snap.generation) {
+      this.keyGeneration[slot] = snap.generation;
+      for (let g = 0; g < this.state.groupCount; g += 1) {
+        this.keyCache[slot * this.state.groupCount + g]!.length = 0;
+      }
+    }
+    const cache = this.keyCache[slot * this.state.groupCount + group]!;
+    let key = cache[chunk];
+    if (key === undefined) {
+      key = this.state.key(slot, group, chunk);
+      // Filled in order as the planner reads (chunks below the snapshot's count), so no hole.
+      if (chunk === cache.length) cache.push(key);
+    }
+    return key;
   }
 
   /** Chunks of `group` loaded from the tier at admission (written once, before the generation is published). */

@@ -18,7 +18,8 @@
 import { gpuBlockMatches, writeComputedBlock } from '../copy.js';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { ROOT_SEED } from '../hashing.js';
+import { KeyChain } from '../hashing.js';
+import { CACHE_SALT_BYTES_MAX, requestRoot, validateCacheSalt } from '../identity.js';
 import { S_HIT_CHUNKS, T_CURSOR, T_GENERATION } from '../layout.js';
 import { loadPlan } from '../lookup.js';
 import type { GroupLoad } from '../lookup.js';
@@ -41,6 +42,7 @@ import {
   OP_SUBMIT,
   OP_UNLOCK,
   UNSET,
+  readText,
 } from './protocol.js';
 import { Random } from './random.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
@@ -112,6 +114,8 @@ export interface EngineSubmission {
   maxLoadTokens?: number;
   /** It reads nothing from the tier (vLLM's skip_reading_prefix_cache); it still stores. */
   skipReadingPrefixCache?: boolean;
+  /** vLLM's cache_salt (checked by validateCacheSalt); absent: none. */
+  cacheSalt?: string;
 }
 
 export interface EngineSummary {
@@ -158,8 +162,9 @@ class SimRequest {
   bytesChunks: number[];
   /** Per group: blocks requested by the outstanding allocation. */
   wanted: number[];
-  readonly hashes: bigint[] = [];
-  readonly keys: bigint[][];
+  /** The request's key chain, computed by the engine itself (vLLM's block hashes). */
+  readonly chain: KeyChain;
+  readonly cacheSalt: string | undefined;
   hit = 0;
   decoded = 0;
   preemptions = 0;
@@ -196,8 +201,12 @@ class SimRequest {
     capacity: number,
     maxDecode: number,
     abortAfter: number,
-    groups: number,
+    chain: KeyChain,
+    cacheSalt: string | undefined,
   ) {
+    const groups = chain.keys.length;
+    this.chain = chain;
+    this.cacheSalt = cacheSalt;
     this.tokens = new Int32Array(capacity);
     this.tokens.set(prompt);
     this.numTokens = prompt.length;
@@ -208,7 +217,22 @@ class SimRequest {
     this.nulledTo = new Array<number>(groups).fill(0);
     this.bytesChunks = new Array<number>(groups).fill(0);
     this.wanted = new Array<number>(groups).fill(0);
-    this.keys = Array.from({ length: groups }, () => []);
+  }
+
+  /** Per group, the offload keys hashed so far. */
+  get keys(): bigint[][] {
+    return this.chain.keys;
+  }
+}
+
+/** A submit record's cache salt at `at` (its length word), or undefined when it is not a valid one. */
+function saltOf(r: Int32Array, at: number): string | undefined {
+  const salt = readText(r, at, CACHE_SALT_BYTES_MAX);
+  if (salt === undefined) return undefined;
+  try {
+    return validateCacheSalt(salt);
+  } catch {
+    return undefined;
   }
 }
 
@@ -374,10 +398,11 @@ export class EngineSimulator {
     };
     const explicit = r[7]!;
     if (explicit > 0) s.promptTokens = r.subarray(8, 8 + explicit);
-    if (r.length === 8 + explicit + 2) {
+    if (r.length >= 8 + explicit + 2) {
       s.maxLoadTokens = r[8 + explicit]!;
       s.skipReadingPrefixCache = r[9 + explicit] === 1;
     }
+    if (r.length > 8 + explicit + 2) s.cacheSalt = saltOf(r, 8 + explicit + 2)!;
     this.add(s);
   }
 
@@ -397,12 +422,13 @@ export class EngineSimulator {
     if (abortAfter! < UNSET) return false;
     if (explicit! < 0 || (explicit! > 0 && explicit !== length)) return false;
     const tokensEnd = 8 + explicit!;
-    if (r.length !== tokensEnd && r.length !== tokensEnd + 2) return false;
+    if (r.length !== tokensEnd && r.length < tokensEnd + 2) return false;
     for (let i = 8; i < tokensEnd; i += 1) if (r[i]! < 0) return false;
-    if (r.length === tokensEnd + 2) {
+    if (r.length >= tokensEnd + 2) {
       if (r[tokensEnd]! < UNSET) return false;
       if (r[tokensEnd + 1] !== 0 && r[tokensEnd + 1] !== 1) return false;
     }
+    if (r.length > tokensEnd + 2 && saltOf(r, tokensEnd + 2) === undefined) return false;
     return true;
   }
 
@@ -419,7 +445,8 @@ export class EngineSimulator {
       config.maxTokensPerRequest,
       Math.max(1, Math.min(maxDecode, config.maxTokensPerRequest - prompt.length - 1)),
       s.abortAfterTokens,
-      config.groups.length,
+      new KeyChain(config, this.hashing, requestRoot(config, s.cacheSalt)),
+      s.cacheSalt,
     );
     if (s.maxLoadTokens !== undefined && s.maxLoadTokens !== UNSET) {
       req.limits = { ...req.limits, maxLoadTokens: s.maxLoadTokens };
@@ -809,6 +836,7 @@ export class EngineSimulator {
       promptTokens: r.tokens.subarray(0, r.numTokens),
       hitChunks: new Array<number>(groups).fill(hit),
       ...(this.options.offload ? {} : { maxOffloadTokens: 0 }),
+      ...(r.cacheSalt !== undefined ? { cacheSalt: r.cacheSalt } : {}),
     });
     if (hit > 0) {
       r.phase = 'hit-alloc';
@@ -1056,27 +1084,7 @@ export class EngineSimulator {
 
   /** Extends the request's hash chain and keys to cover `tokenLimit` known tokens. */
   private ensureKeys(r: SimRequest, tokenLimit: number): void {
-    const { config } = this.views;
-    const tph = config.tokensPerHash;
-    const want = Math.min(
-      Math.floor(Math.min(tokenLimit, r.numTokens) / tph),
-      config.maxHashesPerRequest,
-    );
-    let parent = r.hashes.length === 0 ? ROOT_SEED : r.hashes[r.hashes.length - 1]!;
-    for (let i = r.hashes.length; i < want; i += 1) {
-      parent = this.hashing.blockHash(parent, r.tokens.subarray(i * tph, (i + 1) * tph));
-      r.hashes.push(parent);
-    }
-    for (const g of config.groups) {
-      const keys = r.keys[g.index]!;
-      const target = Math.min(
-        Math.floor(r.hashes.length / g.hashesPerChunk),
-        config.maxChunksPerRequest,
-      );
-      for (let c = keys.length; c < target; c += 1) {
-        keys.push(this.hashing.offloadKey(r.hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index));
-      }
-    }
+    r.chain.extend(r.tokens, Math.min(tokenLimit, r.numTokens));
   }
 
   /** Windowed groups: blocks that left the window are nulled and freed by the allocator. */

@@ -9,9 +9,10 @@ import type { Config } from '../config.js';
 import { gpuBlockMatches } from '../copy.js';
 import { ClosedError, InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { loadHashing } from '../hashing.js';
+import { loadHashing, promptKeys } from '../hashing.js';
+import { validateCacheSalt } from '../identity.js';
 import { A_BLOCK_COUNT, OWNER_CLOSED } from '../layout.js';
-import { loadPlan, promptKeys } from '../lookup.js';
+import { loadPlan } from '../lookup.js';
 import { checkHandle, ownHandle } from '../roles/handle.js';
 import { IntInput } from '../roles/input.js';
 import type { RequestHandle } from '../roles/handle.js';
@@ -41,6 +42,8 @@ export type ExternalLookupAnswer =
 export interface ExternalLookupOptions extends LookupLimits {
   /** The request was deferred for too long: pending entries count as what they are now. */
   readonly force?: boolean;
+  /** The request's cache salt (open it with the same): only entries of the same salt hit. */
+  readonly cacheSalt?: string;
   readonly timeoutMs?: number;
 }
 
@@ -90,9 +93,10 @@ export class ExternalLoadPath {
       throw new InvalidArgumentError('options', 'must be an object');
     }
     const limits = validateLookupLimits(options.maxLoadTokens, options.skipReadingPrefixCache);
+    const salt = validateCacheSalt(options.cacheSalt);
     checkLoadableGroups(this.config);
-    this.hashing ??= await loadHashing();
-    const keys = promptKeys(this.config, this.hashing, promptTokens);
+    this.hashing ??= await loadHashing(this.config.keyHash);
+    const keys = promptKeys(this.config, this.hashing, promptTokens, salt);
     const tag = this.takeTag();
     const record = encodeLookup(
       this.config,

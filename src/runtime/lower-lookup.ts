@@ -11,7 +11,6 @@
 import type { RuntimeViews } from './buffers.js';
 import type { HostTier } from '../tier/host-tier.js';
 import type { TierCascade, LowerState } from '../tier/cascade.js';
-import { allocValue, sealValue, VALUE_HEADER_BYTES } from '../tier/value.js';
 
 export interface ReadableEntry {
   readonly slot: number;
@@ -63,12 +62,10 @@ export class LowerLookups {
     return this.runs.size;
   }
 
-  /** Copies a just-published full host entry into a sealed value and offers it to every lower level. */
+  /** Offers a just-published full host entry to every lower level (each seals its own copy). */
   writeThrough(key: bigint, slot: number): void {
-    const value = allocValue(this.payloadBytes);
     const from = slot * this.payloadBytes;
-    value.set(new Uint8Array(this.views.tier.buffer, from, this.payloadBytes), VALUE_HEADER_BYTES);
-    this.cascade.writeThrough(key, sealValue(value, this.cascade.fingerprint, key));
+    this.cascade.writeThrough(key, new Uint8Array(this.views.tier.buffer, from, this.payloadBytes));
   }
 
   /**

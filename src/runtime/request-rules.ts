@@ -4,6 +4,7 @@
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
 import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { validateCacheSalt } from '../identity.js';
 import { validateLookupLimits } from './lookup-record.js';
 import type { SimRequest } from './runtime.js';
 
@@ -24,6 +25,7 @@ const FIELDS: ReadonlySet<string> = new Set([
   'abortAfterTokens',
   'maxLoadTokens',
   'skipReadingPrefixCache',
+  'cacheSalt',
 ]);
 export const TOKEN_ID_MAX = 2 ** 31 - 1;
 const PREFIX_ID_MAX = 2 ** 31 - 1;
@@ -95,6 +97,8 @@ export function validateSimRequest(body: unknown, limits: RequestLimits): SimReq
   if (load.skipReadingPrefixCache !== undefined) {
     out.skipReadingPrefixCache = load.skipReadingPrefixCache;
   }
+  const salt = validateCacheSalt(obj.cacheSalt);
+  if (salt !== undefined) out.cacheSalt = salt;
   if (limits.gpuBlocks !== undefined && limits.groups !== undefined) {
     const least = poolBlocksLeast(limits, promptTokens);
     if (least > limits.gpuBlocks - 1) {

@@ -83,7 +83,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   const post = (m: RoleMessage) => port.postMessage(m);
 
   if (data.role === 'scheduler') {
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(data.config.keyHash);
     const engine = new EngineSimulator(
       views,
       hashing,
@@ -102,7 +102,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
     );
     post({ type: 'final', role: data.role, report: { pending: engine.pending } });
   } else if (data.role === 'hasher') {
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(data.config.keyHash);
     const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
     const random = new Random(data.hasher.seed ^ 0x4a54);
     const lagCell = new Int32Array(new SharedArrayBuffer(4));

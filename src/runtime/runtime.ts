@@ -28,7 +28,7 @@ import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './layout.js';
 import type { DoorbellName } from './layout.js';
-import { OP_SUBMIT, UNSET } from './protocol.js';
+import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
 import { readAllStats } from './stats.js';
 import type { RuntimeStats } from './stats.js';
@@ -38,7 +38,7 @@ import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateSimRequest } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
-import { validateTiersOptions } from '../tier/cascade.js';
+import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
@@ -128,6 +128,12 @@ export interface SimRequest {
    * its hit is 0 even when its prefix is stored. It still stores its chunks.
    */
   skipReadingPrefixCache?: boolean;
+  /**
+   * vLLM's cache_salt: it shares tier entries (host, disk, Redis) only with
+   * requests of the same salt; no salt is a domain of its own. A non-empty
+   * string of at most CACHE_SALT_BYTES_MAX UTF-8 bytes.
+   */
+  cacheSalt?: string;
 }
 
 export interface RequestSummary {
@@ -247,6 +253,8 @@ export class OffloadRuntime {
     }
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);
+    // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
+    if (options.tiers !== undefined) checkShareable(options.tiers, config);
     // A bad backend module is refused here, as a typed error, before any worker starts.
     if (options.transferBackendModule !== undefined) {
       await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
@@ -623,9 +631,14 @@ export class OffloadRuntime {
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
-    if (req.maxLoadTokens !== undefined || req.skipReadingPrefixCache === true) {
+    if (
+      req.maxLoadTokens !== undefined ||
+      req.skipReadingPrefixCache === true ||
+      req.cacheSalt !== undefined
+    ) {
       record.push(req.maxLoadTokens ?? UNSET, req.skipReadingPrefixCache === true ? 1 : 0);
     }
+    if (req.cacheSalt !== undefined) pushText(record, req.cacheSalt);
     return record;
   }
 
