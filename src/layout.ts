@@ -73,10 +73,11 @@ export const A_GENERATION = 0;
 export const A_SEQ = 1;
 export const A_SETTLED_GENERATION = 2;
 export const A_BLOCK_COUNT = 3; // + group
-// Store line: cursors and the final-pass marker.
+// Store line: cursors, their epoch and the final-pass marker.
 export const T_GENERATION = 0;
 export const T_DRAINED_GENERATION = 1;
-export const T_CURSOR = 2; // + group
+export const T_EPOCH = 2;
+export const T_CURSOR = 3; // + group
 
 export const FIELDS: readonly FieldSpec[] = [
   f(
@@ -168,6 +169,13 @@ export const FIELDS: readonly FieldSpec[] = [
     false,
     T_DRAINED_GENERATION,
     'set to the generation once the final pass of a finished/aborted request ran',
+  ),
+  f(
+    'storeEpoch',
+    'store',
+    false,
+    T_EPOCH,
+    "resets this generation's store state went through: a reset (vLLM's reset_cache) sets the cursors to 0 and bumps it; cursors move only forward within one (generation, storeEpoch)",
   ),
   f('cursor', 'store', true, T_CURSOR, 'index of the next chunk to store, per group'),
 ];

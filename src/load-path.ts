@@ -80,6 +80,8 @@ export class LoadPath {
   private readonly loads = new Map<number, LoadJob>();
   /** Keys read by loads in flight, with how many loads read each. */
   private readonly beingLoaded = new Map<bigint, number>();
+  /** Loads in flight at the last reset: they finish reading their retired slots and publish nothing. */
+  private readonly staleLoads = new Set<LoadJob>();
   private nextLoadId = 1;
   private readonly loadWhileStoring: boolean;
 
@@ -279,6 +281,11 @@ export class LoadPath {
       throw new InvalidArgumentError('job', 'is not a load in flight');
     }
     this.loads.delete(job.slot);
+    if (this.staleLoads.delete(job)) {
+      // Read from slots a reset retired: give them back; the entries it read are gone.
+      this.tier.releaseRetired!(job.chunks.map((c) => c.tierSlot));
+      return;
+    }
     const keys = job.chunks.map((c) => c.key);
     this.tier.completeLoad(keys);
     for (const k of keys) {
@@ -290,6 +297,16 @@ export class LoadPath {
 
   loading(slot: number): boolean {
     return this.loads.has(slot);
+  }
+
+  /**
+   * At a reset (after the tier's): loads in flight go on reading the slots
+   * the reset retired and, when they complete, publish nothing; no entry of
+   * the new epoch is "being read" by them.
+   */
+  reset(): void {
+    for (const job of this.loads.values()) this.staleLoads.add(job);
+    this.beingLoaded.clear();
   }
 
   /** Refuses a change that would mix a load with stores (or free the blocks a load writes). */

@@ -90,6 +90,7 @@ describe('FIELDS table', () => {
       blockCount: ['allocator', L.A_BLOCK_COUNT, true],
       storeGeneration: ['store', L.T_GENERATION, false],
       drainedGeneration: ['store', L.T_DRAINED_GENERATION, false],
+      storeEpoch: ['store', L.T_EPOCH, false],
       cursor: ['store', L.T_CURSOR, true],
     };
     expect(L.FIELDS.map((f) => f.name).sort()).toEqual(Object.keys(expected).sort());
@@ -144,8 +145,8 @@ describe('slot geometry', () => {
       expect(g.slotWords).toBe(g.storeLine + size('store'));
       expect(g.slotWords).toBeLessThan(4 * L.LINE_WORDS);
     }
-    // Two groups: 10 + 4 + 5 + 4 words.
-    expect(L.slotGeometry(2, false).slotWords).toBe(23);
+    // Two groups: 10 + 4 + 5 + 5 words.
+    expect(L.slotGeometry(2, false).slotWords).toBe(24);
   });
 });
 

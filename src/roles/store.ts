@@ -22,6 +22,7 @@ import {
   S_STATUS,
   T_CURSOR,
   T_DRAINED_GENERATION,
+  T_EPOCH,
   T_GENERATION,
 } from '../layout.js';
 import type { RequestFacts } from '../ready.js';
@@ -40,6 +41,8 @@ export class RequestSnapshot implements RequestFacts {
   scheduledTokens = 0;
   maxOffloadTokens = 0;
   drained = false;
+  /** Resets this generation's store state went through (storeEpoch): cursors are monotonic within one. */
+  epoch = 0;
   /** The allocator settled this generation's blocks: the block counts read are final. */
   blocksSettled = false;
   readonly keyCount: Int32Array;
@@ -104,6 +107,7 @@ export class StoreRole {
     out.scheduledTokens = Atomics.load(control, s.schedulerWord(slot, S_SCHEDULED_TOKENS));
     out.maxOffloadTokens = control[s.schedulerWord(slot, S_MAX_OFFLOAD_TOKENS)]!;
     out.drained = control[s.storeWord(slot, T_DRAINED_GENERATION)] === generation;
+    out.epoch = control[s.storeWord(slot, T_EPOCH)]!;
     // Before the block counts: the allocator stores the mark after its last
     // append, so counts loaded after a set mark are the final ones.
     out.blocksSettled =
@@ -127,6 +131,28 @@ export class StoreRole {
       Atomics.load(control, this.state.allocatorWord(snap.slot, A_SEQ)) === snap.seq &&
       Atomics.load(control, this.state.schedulerWord(snap.slot, S_GENERATION)) === snap.generation
     );
+  }
+
+  /**
+   * A reset (vLLM's reset_cache) for one live request: its store state starts
+   * a new epoch, every cursor back to 0 so its chunks are stored again (the
+   * tier they were in is gone). The store line is this role's own, so this
+   * is one more write by its single writer; within the new epoch cursors
+   * again only move forward. A drained request is left as it is (its final
+   * pass ran; nothing more is stored for it). Returns false for a free or
+   * drained slot.
+   */
+  restartEpoch(slot: number): boolean {
+    const s = this.state;
+    const control = s.control;
+    const generation = Atomics.load(control, s.schedulerWord(slot, S_GENERATION));
+    if ((generation & 1) === 0) return false;
+    this.adopt(slot, generation);
+    if (control[s.storeWord(slot, T_DRAINED_GENERATION)] === generation) return false;
+    for (let g = 0; g < s.groupCount; g += 1)
+      Atomics.store(control, s.storeWord(slot, T_CURSOR + g), 0);
+    Atomics.store(control, s.storeWord(slot, T_EPOCH), control[s.storeWord(slot, T_EPOCH)]! + 1);
+    return true;
   }
 
   /** Moves a cursor forward; never backwards (the one rule). */
@@ -193,6 +219,7 @@ export class StoreRole {
       );
     }
     Atomics.store(s.control, s.storeWord(slot, T_DRAINED_GENERATION), 0);
+    Atomics.store(s.control, s.storeWord(slot, T_EPOCH), 0);
     Atomics.store(s.control, genWord, generation);
   }
 }

@@ -41,6 +41,8 @@ const PENDING_RETRY_MS = 5;
 
 export class LowerLookups {
   private readonly runs = new Map<number, Run>();
+  /** Resets so far: a resolution that began before the last one promotes nothing. */
+  private resets = 0;
   private readonly bpc: number;
   private readonly payloadBytes: number;
 
@@ -87,6 +89,12 @@ export class LowerLookups {
     return false;
   }
 
+  /** At a reset: every resolution under way is forgotten, and promotes nothing when it ends. */
+  reset(): void {
+    this.resets += 1;
+    this.runs.clear();
+  }
+
   /** The lookup was answered: forget its resolution; returns the keys it promoted. */
   finish(tag: number): ReadonlySet<bigint> {
     const run = this.runs.get(tag);
@@ -117,6 +125,7 @@ export class LowerLookups {
 
   /** Resolves and promotes; true when a key of the prefix is still being written at a lower level. */
   private async resolve(view: LookupView, run: Run): Promise<boolean> {
+    const resets = this.resets;
     const groups = this.views.config.groups;
     const inHost = (k: bigint) => this.readable.get(k)?.positions.length === this.bpc;
     const hostHit = view.prefixHit(inHost);
@@ -177,6 +186,8 @@ export class LowerLookups {
       for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
+    // Fetched before a reset (perhaps from entries a shared reset retired since): not promoted.
+    if (resets !== this.resets) return false;
     this.promote(keys, got, run.promoted);
     return false;
   }

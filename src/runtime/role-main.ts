@@ -19,6 +19,7 @@ import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
 import type { DoorbellName } from './layout.js';
 import { Random } from './random.js';
 import { StoreLoop, TransferFailedError } from './store-loop.js';
+import { SharedResetFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { TierStoreSample } from '../tier/lower.js';
@@ -60,6 +61,8 @@ export type RoleMessage =
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
+  | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string };
@@ -237,8 +240,22 @@ async function runStore(
       ...(data.fault?.role === 'transfer' ? { faultAfterTasks: data.fault.afterSteps } : {}),
     },
   );
-  const onMessage = (m: { type: string; id: number }) => {
+  const onMessage = (m: { type: string; id: number; shared?: boolean }) => {
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+    // Between two steps (a message is handled only while the loop awaits), as vLLM resets between steps.
+    if (m.type === 'reset') {
+      loop.reset(m.shared === true).then(
+        () => post({ type: 'reset', id: m.id }),
+        (err: unknown) =>
+          post({
+            type: 'reset',
+            id: m.id,
+            failedTier: err instanceof SharedResetFailedError ? err.tier : 'store',
+            cause: err instanceof Error ? err.message : String(err),
+          }),
+      );
+      bell.ring(); // the next pass plans the restarted requests at once
+    }
   };
   port.on('message', onMessage);
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();

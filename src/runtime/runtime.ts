@@ -14,6 +14,7 @@ import {
   InvalidArgumentError,
   QueueFullError,
   RequestCapacityError,
+  SharedResetFailedError,
   TimeoutError,
   WorkerFailedError,
 } from '../errors.js';
@@ -215,6 +216,8 @@ export class OffloadRuntime {
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
+  /** reset() calls the store has not answered yet: each settles exactly once. */
+  private readonly resets = new Map<number, PendingReset>();
   private readonly emitter = new EventEmitter();
   private readonly backlog: number[][] = [];
   private backlogTimer: NodeJS.Timeout | undefined;
@@ -236,7 +239,9 @@ export class OffloadRuntime {
     // or threw from the backlog timer and took the process down).
     this.buffers = createRuntimeBuffers(config, { submit: submitRingWords(config) });
     this.views = new RuntimeViews(config, this.buffers);
-    this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
+    this.external = options.external
+      ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
+      : undefined;
     this.roles = options.external
       ? ['hasher', 'store']
       : options.offload === false
@@ -385,6 +390,51 @@ export class OffloadRuntime {
         },
       });
       store.postMessage({ type: 'verify', id });
+    });
+  }
+
+  /**
+   * vLLM's reset_cache (and, with `shared`, reset_prefix_cache's
+   * reset_external): the host tier is emptied between two store steps; copies
+   * in flight finish and publish nothing (stores are ignored by job id, loads
+   * read slots the reset retired); every live request that was not drained
+   * stores its chunks again from cursor 0; a request already drained is not
+   * signalled again. With `shared: true` the disk and Redis tiers also move
+   * their scope's epoch, which retires every entry of this namespace and
+   * layout for every instance (other namespaces untouched, no FLUSHALL).
+   * Resolves once done; rejects with SharedResetFailedError when a level
+   * could not store its new epoch (the host tier was reset), ClosedError
+   * after close(), WorkerFailedError if the store fails first.
+   */
+  reset(options: { shared?: boolean } = {}): Promise<void> {
+    if (typeof options !== 'object' || options === null) {
+      return Promise.reject(new InvalidArgumentError('options', 'must be an object'));
+    }
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') {
+      return Promise.reject(new InvalidArgumentError('shared', 'must be a boolean'));
+    }
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    // No store runs: nothing is stored anywhere, nothing to reset.
+    if (this.options.offload === false) return Promise.resolve();
+    const store = this.workers.get('store');
+    if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
+    const id = this.nextVerifyId++;
+    this.hold();
+    return new Promise<void>((resolve, reject) => {
+      this.resets.set(id, {
+        resolve: () => {
+          this.release();
+          resolve();
+        },
+        reject: (err) => {
+          this.release();
+          reject(err);
+        },
+      });
+      store.postMessage({ type: 'reset', id, shared: options.shared === true });
+      // A parked store handles the message at its next turn; wake it now.
+      this.views.doorbell('store').ring();
     });
   }
 
@@ -555,6 +605,13 @@ export class OffloadRuntime {
         done?.resolve(m.report);
         return;
       }
+      case 'reset': {
+        const done = this.resets.get(m.id);
+        this.resets.delete(m.id);
+        if (m.failedTier === undefined) done?.resolve();
+        else done?.reject(new SharedResetFailedError(m.failedTier, m.cause));
+        return;
+      }
       case 'final':
         this.finals.set(m.role, m.report);
         return;
@@ -603,10 +660,11 @@ export class OffloadRuntime {
     void this.terminateAll();
   }
 
-  /** Settles every unanswered verify() with `err` (each exactly once). */
+  /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
   private rejectVerifies(err: Error): void {
-    const pending = [...this.verifies.values()];
+    const pending = [...this.verifies.values(), ...this.resets.values()];
     this.verifies.clear();
+    this.resets.clear();
     for (const v of pending) v.reject(err);
   }
 
@@ -777,6 +835,11 @@ const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, j
 
 interface PendingVerify {
   resolve: (r: VerifyReport) => void;
+  reject: (e: Error) => void;
+}
+
+interface PendingReset {
+  resolve: () => void;
   reject: (e: Error) => void;
 }
 

@@ -8,7 +8,7 @@
 import { tierChunkMatches } from '../copy.js';
 import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
-import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
+import { S_GENERATION, S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status, T_EPOCH } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
@@ -174,6 +174,8 @@ interface HitLock {
   readonly slots: number[];
   readonly chunks: { group: number; chunk: number }[];
   readonly hit: number;
+  /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
+  readonly resets: number;
 }
 
 /** A transfer task failed; the store role stops and the runtime reports the transfer role. */
@@ -228,6 +230,12 @@ export class StoreLoop {
   private readonly slotStored: Int32Array;
   private readonly slotDeferred: Int32Array;
   private readonly slotDoubles: Int32Array;
+  /** Per slot: the store epoch the coverage below belongs to (a reset starts a new one). */
+  private readonly slotEpoch: Int32Array;
+  /** Per slot: a reset came during this generation, so its admission hit is no longer in the tier. */
+  private readonly hitVoid: Uint8Array;
+  /** Resets this loop ran (HitLock.resets compares against it). */
+  private resets = 0;
   private holes = 0;
   private doubleStores = 0;
   private deferredThenStored = 0;
@@ -273,6 +281,8 @@ export class StoreLoop {
     this.slotStored = new Int32Array(config.maxRequests);
     this.slotDeferred = new Int32Array(config.maxRequests);
     this.slotDoubles = new Int32Array(config.maxRequests);
+    this.slotEpoch = new Int32Array(config.maxRequests);
+    this.hitVoid = new Uint8Array(config.maxRequests);
     const traceRequests = options.traceRequests ?? 0;
     const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
     this.recorder = recorder;
@@ -394,10 +404,45 @@ export class StoreLoop {
     };
   }
 
-  /** Leftovers after a run: entries still being written or read (should be 0 after close). */
+  /** Leftovers after a run: entries still being written or read, slots a reset retired (0 after close). */
   leftovers(): { writing: number; reading: number; locks: number } {
     const s = this.tier.stats();
-    return { writing: s.writing, reading: s.reading, locks: this.locks.size + this.loads.size };
+    return {
+      writing: s.writing + (s.retired ?? 0),
+      reading: s.reading,
+      locks: this.locks.size + this.loads.size,
+    };
+  }
+
+  /**
+   * vLLM's reset_cache, run between two steps on this thread: the host tier
+   * is emptied (the planner's reset: stores in flight become stale by job id,
+   * live requests start a new store epoch at cursor 0); a load in flight, or
+   * a hit answered and not loaded yet, goes on reading the slots the reset
+   * retired and publishes nothing; a lower-level resolution under way
+   * promotes nothing. With `shared`, the levels below first move their
+   * scope's epoch, which retires this namespace's entries for every instance
+   * (rejects with SharedResetFailedError when a level could not store it;
+   * the host tier is reset either way), and the host tier is reset after
+   * that, so nothing promoted from below while the epoch moved survives.
+   */
+  async reset(shared: boolean): Promise<void> {
+    let failure: unknown;
+    if (shared && this.lower) {
+      this.lower.reset();
+      try {
+        await this.lower.cascade.retire();
+      } catch (err) {
+        failure = err;
+      }
+    }
+    this.planner.reset();
+    this.resets += 1;
+    this.readable.clear();
+    this.writing.clear();
+    this.beingLoaded.clear();
+    this.lower?.reset();
+    if (failure !== undefined) throw failure;
   }
 
   private dispatch(job: StoreJob): void {
@@ -435,6 +480,13 @@ export class StoreLoop {
     this.stores.delete(c.jobId);
     // A copy that failed may have left its slots half-written and its pins held: the store cannot go on.
     if (!c.ok) throw new TransferFailedError(c.error);
+    if (this.planner.isStale(entry.job)) {
+      // In flight at a reset: nothing is published (the tier it was for is gone), its slots go back.
+      this.planner.discardStale(entry.job);
+      this.bytesCopied += c.bytes;
+      this.jobsCompleted += 1;
+      return;
+    }
     // Publish after complete: the bytes are in the slots, now the keys become readable.
     this.tier.completeStore(entry.keys, true);
     const bpc = this.views.config.blocksPerChunk;
@@ -577,7 +629,7 @@ export class StoreLoop {
       }
       const { keys: prepared, slots } = this.protect(locked);
       for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-      this.locks.set(tag, { keys: prepared, slots, chunks, hit });
+      this.locks.set(tag, { keys: prepared, slots, chunks, hit, resets: this.resets });
       for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
       if (this.onLookupAnswered) {
         chunks.forEach((c, i) =>
@@ -644,6 +696,9 @@ export class StoreLoop {
       if (s.job.requestId === tag)
         invariant(false, `request ${tag} loads while its stores are in flight`);
     }
+    // A hit answered before a reset loads from its retired slots; the request's
+    // cursor started after that hit, which the tier no longer holds: from 0 again.
+    if (lock.resets !== this.resets) this.restartRequest(tag);
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
     this.loadingRequests.add(tag);
@@ -666,10 +721,29 @@ export class StoreLoop {
     const lock = this.locks.get(tag);
     if (lock === undefined) return;
     this.locks.delete(tag);
+    // Given up: the request recomputes from its cursor, which a stale hit placed past chunks the tier lost.
+    if (lock.resets !== this.resets) this.restartRequest(tag);
     this.release(lock);
   }
 
+  /** The live request with host id `requestId` (if any) starts a new store epoch from cursor 0. */
+  private restartRequest(requestId: number): void {
+    const { state, config } = this.views;
+    for (let slot = 0; slot < config.maxRequests; slot += 1) {
+      const generation = Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION));
+      if ((generation & 1) === 0) continue;
+      if (Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID)) !== requestId)
+        continue;
+      this.planner.restart(slot);
+    }
+  }
+
   private release(lock: HitLock): void {
+    if (lock.resets !== this.resets) {
+      // Read from slots a reset retired: they go back; the entries are gone.
+      this.tier.releaseRetired(lock.slots);
+      return;
+    }
     this.tier.completeLoad(lock.keys);
     for (const k of lock.keys) {
       const n = this.beingLoaded.get(k)!;
@@ -681,13 +755,21 @@ export class StoreLoop {
   // --- planner observer: this thread only ---
 
   private adopt(slot: number, generation: number): void {
-    if (this.slotGeneration[slot] === generation) return;
+    const { state } = this.views;
+    // The store line is this thread's own: a plain read of the epoch.
+    const epoch = state.control[state.storeWord(slot, T_EPOCH)]!;
+    const fresh = this.slotGeneration[slot] !== generation;
+    if (!fresh && this.slotEpoch[slot] === epoch) return;
     this.slotGeneration[slot] = generation;
-    const groups = this.views.state.groupCount;
+    // A new epoch (a reset) starts the coverage over: its chunks are stored again.
+    this.hitVoid[slot] = fresh ? 0 : 1;
+    this.slotEpoch[slot] = epoch;
+    const groups = state.groupCount;
     for (let g = 0; g < groups; g += 1) {
       this.coverage[slot * groups + g]!.fill(0);
       this.markedTo[slot * groups + g] = 0;
     }
+    if (!fresh) return;
     this.slotStored[slot] = 0;
     this.slotDeferred[slot] = 0;
     this.slotDoubles[slot] = 0;
@@ -747,7 +829,11 @@ export class StoreLoop {
     let counted = 0;
     const offloadable = offloadableTokens(snap, config);
     for (let g = 0; g < state.groupCount; g += 1) {
-      const hit = Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
+      // After a reset the admission hit is gone from the tier: those chunks count as anything else.
+      const hit =
+        this.hitVoid[slot] === 1
+          ? 0
+          : Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
       const cov = this.coverage[slot * state.groupCount + g]!;
       const end = Math.min(tokenChunks(snap, config.groups[g]!, offloadable), cov.length);
       tokenReady += Math.max(end, 0);

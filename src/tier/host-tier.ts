@@ -73,6 +73,8 @@ export class HostTier implements OffloadTier {
   private storeCount = 0;
   private evictionCount = 0;
   private allocationFailureCount = 0;
+  /** Slot -> jobs still holding it: entries dropped by reset() while written or read. */
+  private readonly retiredSlots = new Map<number, number>();
   private readonly evictInUse: boolean;
   private readonly publishBeforeComplete: boolean;
 
@@ -213,6 +215,34 @@ export class HostTier implements OffloadTier {
     return this.entries.get(key)?.slot;
   }
 
+  reset(): void {
+    for (const e of this.entries.values()) {
+      if (e.refCount === 0) this.freeSlots.push(e.slot);
+      // Written by one job, or read by refCount loads: each gives its slot back when it ends.
+      else this.retiredSlots.set(e.slot, e.refCount === WRITING ? 1 : e.refCount);
+    }
+    this.entries.clear();
+    this.recency.next = this.recency;
+    this.recency.prev = this.recency;
+    this.evictableCount = 0;
+    this.writingCount = 0;
+    this.readingCount = 0;
+    // Events of entries that no longer exist (vLLM resets its event tracker too).
+    this.events = [];
+  }
+
+  releaseRetired(slots: readonly number[]): void {
+    for (const slot of slots) {
+      const n = this.retiredSlots.get(slot);
+      if (n === undefined) invariant(false, `slot ${slot} was retired by a reset`);
+      if (n > 1) this.retiredSlots.set(slot, n - 1);
+      else {
+        this.retiredSlots.delete(slot);
+        this.freeSlots.push(slot);
+      }
+    }
+  }
+
   takeEvents(): TierEvent[] {
     const out = this.events;
     this.events = [];
@@ -229,6 +259,7 @@ export class HostTier implements OffloadTier {
       stores: this.storeCount,
       evictions: this.evictionCount,
       allocationFailures: this.allocationFailureCount,
+      retired: this.retiredSlots.size,
     };
   }
 
