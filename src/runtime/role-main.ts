@@ -22,7 +22,7 @@ import { StoreLoop, TransferFailedError } from './store-loop.js';
 import { SharedResetFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
@@ -51,6 +51,8 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /** Test only: the lower levels' switches. */
+  tierSwitches?: LowerTierSwitches;
 }
 
 /** Messages a role worker posts to main. */
@@ -225,7 +227,7 @@ async function runStore(
         })
       : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  const cascade = await TierCascade.open(data.tiers, data.config);
+  const cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
   const loop = new StoreLoop(
     views,
     backend,

@@ -40,6 +40,7 @@ import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateSimRequest } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
+import type { LowerTierSwitches } from '../tier/lower.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
@@ -78,6 +79,12 @@ export interface RuntimeOptions {
   unsafeSkipPins?: boolean;
   /** Test only: each copy sleeps this long first (widens the reuse-mid-copy window). */
   transferDelayMs?: number;
+  /**
+   * Test only: the lower levels' switches (LowerTierSwitches), e.g.
+   * unsafeKeyWordOnly, which serves an entry whose key word collides. Shows
+   * what each check prevents; never set it otherwise.
+   */
+  unsafeTierSwitches?: LowerTierSwitches;
   /** Test only: make one role's worker throw after N loop steps. */
   faultInjection?: FaultInjection;
   /** Submits pending at once before submit() rejects with QueueFullError; default PENDING_SUBMITS_MAX. */
@@ -517,6 +524,7 @@ export class OffloadRuntime {
       },
       policy: this.options.policy ?? 'ready-prefix',
       ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
+      ...(this.options.unsafeTierSwitches ? { tierSwitches: this.options.unsafeTierSwitches } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
     };
     const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
@@ -862,6 +870,7 @@ function validateOptions(o: RuntimeOptions): void {
   };
   obj('lag', o.lag);
   obj('simulator', o.simulator);
+  obj('unsafeTierSwitches', o.unsafeTierSwitches);
   const seed: unknown = o.lag?.seed;
   if (
     seed !== undefined &&

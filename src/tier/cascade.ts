@@ -15,7 +15,7 @@ import {
 } from '../errors.js';
 import { DiskTier } from './disk-tier.js';
 import { Limiter } from './limiter.js';
-import type { LowerTier, TierStoreSample } from './lower.js';
+import type { LowerTier, LowerTierSwitches, TierStoreSample } from './lower.js';
 import type { LookupState } from './types.js';
 import { VALUE_HEADER_BYTES, allocValue, sealValue, tierScope } from './value.js';
 
@@ -73,6 +73,8 @@ export class TierCascade {
   static async open(
     options: TiersOptions | undefined,
     config: Config,
+    /** Test-only: see LowerTierSwitches. */
+    switches: LowerTierSwitches = {},
   ): Promise<TierCascade | undefined> {
     if (options === undefined || (options.disk === undefined && options.redis === undefined)) {
       return undefined;
@@ -84,37 +86,45 @@ export class TierCascade {
     const levels: LowerTier[] = [];
     if (options.disk) {
       levels.push(
-        await DiskTier.open({
-          dir: options.disk.dir,
-          bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
-          ...(options.disk.freeBytesMin !== undefined
-            ? { freeBytesMin: options.disk.freeBytesMin }
-            : {}),
-          ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
-          ...(options.disk.writesQueuedBytesMax !== undefined
-            ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
-            : {}),
-          payloadBytes,
-          scope,
-        }),
+        await DiskTier.open(
+          {
+            dir: options.disk.dir,
+            bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
+            ...(options.disk.freeBytesMin !== undefined
+              ? { freeBytesMin: options.disk.freeBytesMin }
+              : {}),
+            ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
+            ...(options.disk.writesQueuedBytesMax !== undefined
+              ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
+              : {}),
+            payloadBytes,
+            scope,
+          },
+          switches,
+        ),
       );
     }
     if (options.redis) {
       // Loaded only when asked for: node-redis takes most of a second to import on a busy machine.
       const { RedisTier } = await import('./redis-tier.js');
       levels.push(
-        await RedisTier.open({
-          urls: options.redis.urls,
-          ...(options.redis.timeoutMs !== undefined ? { timeoutMs: options.redis.timeoutMs } : {}),
-          ...(options.redis.storesInFlightMax !== undefined
-            ? { storesInFlightMax: options.redis.storesInFlightMax }
-            : {}),
-          ...(options.redis.storesQueuedBytesMax !== undefined
-            ? { storesQueuedBytesMax: options.redis.storesQueuedBytesMax }
-            : {}),
-          payloadBytes,
-          scope,
-        }),
+        await RedisTier.open(
+          {
+            urls: options.redis.urls,
+            ...(options.redis.timeoutMs !== undefined
+              ? { timeoutMs: options.redis.timeoutMs }
+              : {}),
+            ...(options.redis.storesInFlightMax !== undefined
+              ? { storesInFlightMax: options.redis.storesInFlightMax }
+              : {}),
+            ...(options.redis.storesQueuedBytesMax !== undefined
+              ? { storesQueuedBytesMax: options.redis.storesQueuedBytesMax }
+              : {}),
+            payloadBytes,
+            scope,
+          },
+          switches,
+        ),
       );
     }
     return new TierCascade(levels, scope, payloadBytes);
