@@ -147,6 +147,45 @@ describe('redis tier', () => {
     }
   });
 
+  it("a shared reset moves the scope's epoch: another instance serves none of its entries, another scope keeps its own, nothing else is deleted", async () => {
+    const writer = await openTier();
+    const scope = fp;
+    const resetter = await openTier({ scope });
+    const other = await openTier();
+    const raw = await rawClient();
+    try {
+      for (const k of [1n, 2n]) {
+        writer.store(k, encodeValue(scope, k, payloadOf(k)));
+        other.store(k, encodeValue(fp, k, payloadOf(k)));
+      }
+      await settle(writer);
+      await settle(other);
+      await resetter.retire();
+      expect(resetter.epoch).not.toBe(0n);
+      expect((await raw.get(resetter.epochKey))?.toString()).toBe(hex16(resetter.epoch));
+      // The writer reads the epoch before each resolution (the cascade does it).
+      await writer.refreshEpoch();
+      expect(writer.epoch).toBe(resetter.epoch);
+      expect(await writer.load(1n)).toBeUndefined();
+      expect(writer.counters).toMatchObject({ retiredChunks: 1, hitChunks: 0 });
+      // Retired entries are deleted as they are met; new ones carry the new epoch.
+      expect(await eventually(async () => (await raw.exists(writer.keyOf(1n))) === 0, 10_000)).toBe(
+        true,
+      );
+      writer.store(3n, encodeValue(scope, 3n, payloadOf(3n), writer.epoch));
+      await settle(writer);
+      expect(await writer.load(3n)).toEqual(payloadOf(3n));
+      // No FLUSHALL: the other scope's entries (and the writer's unread one) are still there.
+      expect(await raw.exists(other.keyOf(1n))).toBe(1);
+      expect(await raw.exists(writer.keyOf(2n))).toBe(1);
+      await other.refreshEpoch();
+      expect(await other.load(2n)).toEqual(payloadOf(2n));
+    } finally {
+      raw.destroy();
+      for (const t of [writer, resetter, other]) await t.close(2000);
+    }
+  });
+
   it('two runtimes in separate processes: the second gets Redis hits with the bytes checked', async () => {
     const redisOnly = JSON.stringify({ tiers: { redis: { urls: [cluster.url] } } });
     // The second also has an empty disk level in front: the cascade misses there, then hits Redis.

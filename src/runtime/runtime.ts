@@ -361,6 +361,8 @@ export class OffloadRuntime {
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
+      resets: s.resets,
+      chunksDiscardedByReset: s.chunksDiscardedByReset,
       tiers: readTierStats(this.views.tierStats),
     };
   }

@@ -53,6 +53,10 @@ export interface RuntimeStats {
   lookupWaitMsMax?: number;
   /** Engine steps planned while at least one admission lookup was unanswered (the lookup did not hold them back). */
   stepsPlannedDuringLookups?: number;
+  /** Resets (vLLM's reset_cache) the store ran. */
+  resets?: number;
+  /** Chunks of store jobs in flight at a reset: copied, never published; their requests store them again. */
+  chunksDiscardedByReset?: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
   tiers: PerTierCounters;
 }

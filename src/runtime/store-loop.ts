@@ -442,6 +442,8 @@ export class StoreLoop {
     this.writing.clear();
     this.beingLoaded.clear();
     this.lower?.reset();
+    // Before the caller hears of it: stats() after reset() sees it.
+    this.publishStats();
     if (failure !== undefined) throw failure;
   }
 
@@ -877,6 +879,8 @@ export class StoreLoop {
     const s = this.views.stats;
     const c = this.planner.counters;
     publishStat(s, 'chunksStored', c.chunksStored);
+    publishStat(s, 'resets', c.resets);
+    publishStat(s, 'chunksDiscardedByReset', c.chunksDiscardedByReset);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
     publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
     publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);

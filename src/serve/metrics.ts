@@ -59,6 +59,12 @@ const COUNTERS = [
     'token-ready chunks of ended requests neither stored nor counted (must stay 0)',
   ],
   ['mismatches', 'kvoff_mismatches_total', 'tier bytes that did not match their key (must stay 0)'],
+  ['resets', 'kvoff_resets_total', 'resets (POST /v1/reset, vLLM reset_cache) the store ran'],
+  [
+    'chunksDiscardedByReset',
+    'kvoff_chunks_discarded_by_reset_total',
+    'chunks of store jobs in flight at a reset: copied, never published',
+  ],
 ] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
 
 /** Levels exported as Prometheus gauges. */
@@ -124,7 +130,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
       help,
       registers: [registry],
       collect() {
-        const now = take()[field];
+        const now = take()[field] ?? 0; // optional fields a stand-in runtime may leave out
         const delta = now - (exported[field] ?? 0);
         if (delta > 0) this.inc(delta);
         exported[field] = Math.max(now, exported[field] ?? 0);
