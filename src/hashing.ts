@@ -52,7 +52,6 @@ export interface Hashing {
   ): void;
 }
 
-const loaded = new Map<KeyHash, Hashing>();
 const loading = new Map<KeyHash, Promise<Hashing>>();
 
 /** The key hash of this thread (once per thread per algorithm; SHA-256 by default). */
@@ -62,18 +61,10 @@ export function loadHashing(algorithm: KeyHash = 'sha256'): Promise<Hashing> {
     if (algorithm !== 'sha256' && algorithm !== 'xxh64') {
       return Promise.reject(new InvalidArgumentError('algorithm', 'must be sha256 or xxh64'));
     }
-    p = (algorithm === 'sha256' ? Promise.resolve(sha256Hashing()) : xxh64Hashing()).then((h) => {
-      loaded.set(algorithm, h);
-      return h;
-    });
+    p = algorithm === 'sha256' ? Promise.resolve(sha256Hashing()) : xxh64Hashing();
     loading.set(algorithm, p);
   }
   return p;
-}
-
-/** The hashing of this thread once `loadHashing(algorithm)` resolved; undefined before. */
-export function hashingIfLoaded(algorithm: KeyHash = 'sha256'): Hashing | undefined {
-  return loaded.get(algorithm);
 }
 
 const TAG_DOMAIN = 0x01;

@@ -9,7 +9,6 @@
 // collided), an absent field is no field at all, and a field's bytes can never
 // run into the next one's.
 import { createHash } from 'node:crypto';
-import type { Config } from './config.js';
 import { ConfigError, InvalidArgumentError } from './errors.js';
 
 /** The key hash: SHA-256 by default; xxHash64 only as a documented opt-in for one trusted process. */
@@ -121,7 +120,10 @@ function field(parts: Buffer[], tag: number, bytes: Uint8Array): void {
  * every block digest, being chained, covers them. Computed once per request,
  * synchronously, by whoever opens it (node:crypto needs no loading).
  */
-export function requestRoot(config: Config, cacheSalt?: string): Uint8Array {
+export function requestRoot(
+  config: { readonly keyHash: KeyHash; readonly namespace: Namespace | null },
+  cacheSalt?: string,
+): Uint8Array {
   const parts: Buffer[] = [];
   field(parts, TAG_DOMAIN, Buffer.from(ROOT_DOMAIN, 'utf8'));
   field(parts, TAG_KEY_HASH, Buffer.from(config.keyHash, 'utf8'));

@@ -43,7 +43,7 @@ import type { Source, StoreOutcome, StreamShape } from './stream.js';
  * threads, and the other designs receive precomputed keys. Still chained and
  * distinct per request and chunk, so no two chunks share a key.
  */
-export const CHEAP_HASHING: Hashing = {
+const CHEAP_HASHING: Hashing = {
   algorithm: 'sha256',
   chain(parent, parentAt, tokens, tph, out, outAt) {
     let h = new DataView(parent.buffer, parent.byteOffset).getBigUint64(parentAt, true);
@@ -55,7 +55,7 @@ export const CHEAP_HASHING: Hashing = {
   },
 };
 
-export function kvoffDesignConfig(s: StreamShape): ConfigInput {
+function kvoffDesignConfig(s: StreamShape): ConfigInput {
   return {
     groups: [{ kind: 'full', tokensPerBlock: TOKENS_PER_CHUNK }],
     tokensPerHash: TOKENS_PER_CHUNK,

@@ -49,7 +49,7 @@ import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { keyWord } from '../identity.js';
-import { VALUE_HEADER_BYTES, checkValue, hex16, keyName } from './value.js';
+import { VALUE_HEADER_BYTES, checkedPayload, hex16, keyName } from './value.js';
 
 export interface DiskTierOptions {
   /** Root directory; created if missing. Several processes may share it. */
@@ -85,7 +85,7 @@ export interface DiskTierOptions {
 // the store thread holds, so it is bounded in bytes; the count bound only
 // matters for chunks under 16 KiB. store() stays O(1) and never waits: over
 // either bound it drops and counts.
-export const DISK_DEFAULTS = {
+const DISK_DEFAULTS = {
   freeBytesMin: 64 << 20,
   writesInFlightMax: 4,
   writesQueuedMax: 16_384,
@@ -365,31 +365,22 @@ export class DiskTier implements LowerTier {
         this.counters.missChunks += 1;
         return undefined;
       }
-      const check = checkValue(
+      const payload = checkedPayload(
         value,
-        this.options.scope,
         key,
-        this.options.payloadBytes,
+        this.options,
         this.currentEpoch,
-        this.switches.unsafeSkipChecksum,
-        this.switches.unsafeKeyWordOnly,
+        this.counters,
+        this.switches,
       );
-      if (!check.ok) {
-        this.counters.missChunks += 1;
-        // Another chunk's sound entry under this key word: not ours to delete.
-        if (check.reason === 'identity') {
-          this.counters.keyCollisions += 1;
-          return undefined;
-        }
-        // Never served: counted, deleted, a miss.
-        if (check.reason === 'epoch') this.counters.retiredChunks += 1;
-        else this.counters.errors += 1;
+      // Another chunk's sound entry under this key word: not ours to delete.
+      if (payload === 'collision') return undefined;
+      if (payload === 'refused') {
+        // Never served: deleted.
         if (this.index.get(word) === e) this.forget(word, e);
         this.removeFile(word);
         return undefined;
       }
-      this.counters.hitChunks += 1;
-      this.counters.bytesRead += value.length;
       if (this.index.get(word) === e) {
         this.index.delete(word);
         this.index.set(word, e);
@@ -397,7 +388,7 @@ export class DiskTier implements LowerTier {
       // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
       const now = new Date();
       this.track(utimes(path, now, now).catch(() => undefined));
-      return check.payload;
+      return payload;
     } finally {
       e.readers -= 1;
     }

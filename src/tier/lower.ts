@@ -7,7 +7,7 @@ import type { LookupState } from './types.js';
 
 export const TIER_NAMES = ['host', 'disk', 'redis'] as const;
 export type TierName = (typeof TIER_NAMES)[number];
-export type LowerTierName = Exclude<TierName, 'host'>;
+type LowerTierName = Exclude<TierName, 'host'>;
 
 /** Per-level counters, in chunks (one offload key of one group) and bytes. */
 export const TIER_COUNTER_FIELDS = [
@@ -99,7 +99,7 @@ export interface LowerTier {
 }
 
 /** Samples kept between two takeSamples calls; beyond this they are not recorded. */
-export const SAMPLES_MAX = 4096;
+const SAMPLES_MAX = 4096;
 
 export class SampleBuffer {
   private samples: TierStoreSample[] = [];

@@ -24,11 +24,11 @@ import { RESP_TYPES, createCluster } from 'redis';
 import { randomBytes } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
-import { StoreWindow } from './store-window.js';
+import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { checkValue, hex16, keyName } from './value.js';
+import { checkedPayload, hex16, keyName } from './value.js';
 
 export interface RedisTierOptions {
   /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
@@ -54,7 +54,7 @@ export interface RedisTierOptions {
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
 // that halves when a SET takes 90% of the timeout or times out (at most once
-// per that long) and grows by one per faster answer (src/tier/store-window.ts).
+// per that long) and grows by one per faster answer (src/tier/in-flight-window.ts).
 // Measured with the default `kvoff simulate` against a fresh cluster on a
 // loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
 // (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
@@ -76,7 +76,7 @@ export interface RedisTierOptions {
 const STORE_WINDOW_MIN = 64;
 const STORE_WINDOW_INITIAL = 4096;
 
-export const REDIS_DEFAULTS = {
+const REDIS_DEFAULTS = {
   timeoutMs: 2_000,
   storesInFlightMax: 4_096,
   storeBytesInFlightMax: 64 << 20,
@@ -127,7 +127,7 @@ export class RedisTier implements LowerTier {
   private queued: { key: bigint; value: Buffer }[] = [];
   private queuedHead = 0;
   private bytesQueued = 0;
-  private readonly window: StoreWindow;
+  private readonly window: InFlightWindow;
   private conn: Connection | undefined;
   private connecting: Promise<Connection | undefined> | undefined;
   private closed = false;
@@ -139,7 +139,7 @@ export class RedisTier implements LowerTier {
     this.options = options;
     this.switches = switches;
     this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
-    this.window = new StoreWindow(
+    this.window = new InFlightWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
       options.timeoutMs * 0.9,
@@ -374,31 +374,22 @@ export class RedisTier implements LowerTier {
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const check = checkValue(
+    const payload = checkedPayload(
       value,
-      this.options.scope,
       key,
-      this.options.payloadBytes,
+      this.options,
       this.currentEpoch,
-      this.switches.unsafeSkipChecksum,
-      this.switches.unsafeKeyWordOnly,
+      this.ownCounters,
+      this.switches,
     );
-    if (!check.ok) {
-      this.ownCounters.missChunks += 1;
-      // Another chunk's sound entry under this key word: a miss, and not ours to delete.
-      if (check.reason === 'identity') {
-        this.ownCounters.keyCollisions += 1;
-        return undefined;
-      }
-      // Never served: counted, deleted (best-effort), a miss.
-      if (check.reason === 'epoch') this.ownCounters.retiredChunks += 1;
-      else this.ownCounters.errors += 1;
+    // Another chunk's sound entry under this key word: a miss, and not ours to delete.
+    if (payload === 'collision') return undefined;
+    // Never served: deleted (best-effort).
+    if (payload === 'refused') {
       this.track(this.op((c) => c.del(this.keyOf(key))));
       return undefined;
     }
-    this.ownCounters.hitChunks += 1;
-    this.ownCounters.bytesRead += value.length;
-    return check.payload;
+    return payload;
   }
 
   takeSamples() {

@@ -14,11 +14,12 @@ import { crc32 } from 'node:zlib';
 import type { Config } from '../config.js';
 import { invariant } from '../errors.js';
 import { identityBytes, keyWord, readIdentity } from '../identity.js';
+import type { LowerTierSwitches, TierCounters } from './lower.js';
 
 /** "KVOF" as a big-endian u32. */
-export const VALUE_MAGIC = 0x4b564f46;
+const VALUE_MAGIC = 0x4b564f46;
 /** 2: identity, scope and epoch in the header (1 had a 64-bit key and a layout fingerprint only). */
-export const VALUE_VERSION = 2;
+const VALUE_VERSION = 2;
 export const VALUE_HEADER_BYTES = 72;
 
 // Header fields, little-endian: magic u32 | version u16 | reserved u16 |
@@ -104,7 +105,7 @@ export function encodeValue(scope: bigint, key: bigint, payload: Uint8Array, epo
  * entry under a name that is not its key word's (misplaced). The rest: not a
  * readable entry of this format and scope.
  */
-export type ValueRefusal =
+type ValueRefusal =
   'short' | 'magic' | 'version' | 'scope' | 'length' | 'crc' | 'epoch' | 'key' | 'identity';
 
 export type ValueCheck =
@@ -145,6 +146,53 @@ export function checkValue(
   if (keyWord(stored) !== keyWord(key)) return { ok: false, reason: 'key' };
   if (stored !== key && !unsafeKeyWordOnly) return { ok: false, reason: 'identity' };
   return { ok: true, payload: b.subarray(VALUE_HEADER_BYTES) };
+}
+
+/** What a level checks a value read back against: the scope and layout it serves. */
+export interface ValueLayout {
+  readonly scope: bigint;
+  readonly payloadBytes: number;
+}
+
+/**
+ * The checked read of every level below the host tier, for a value read back
+ * for `key` under the level's current `epoch`: the payload, counted as a hit;
+ * 'collision', counted as a key collision and a miss (a sound, current entry
+ * of another chunk under the same key word: someone else's, left in place);
+ * or 'refused', counted as a miss and as retired (another epoch) or an error
+ * (anything else): the caller deletes the entry. Never a byte of a refused value.
+ */
+export function checkedPayload(
+  value: Buffer,
+  key: bigint,
+  layout: ValueLayout,
+  epoch: bigint,
+  counters: TierCounters,
+  /** Test-only: see LowerTierSwitches (unsafeSkipChecksum, unsafeKeyWordOnly). */
+  switches: LowerTierSwitches = {},
+): Buffer | 'collision' | 'refused' {
+  const check = checkValue(
+    value,
+    layout.scope,
+    key,
+    layout.payloadBytes,
+    epoch,
+    switches.unsafeSkipChecksum,
+    switches.unsafeKeyWordOnly,
+  );
+  if (!check.ok) {
+    counters.missChunks += 1;
+    if (check.reason === 'identity') {
+      counters.keyCollisions += 1;
+      return 'collision';
+    }
+    if (check.reason === 'epoch') counters.retiredChunks += 1;
+    else counters.errors += 1;
+    return 'refused';
+  }
+  counters.hitChunks += 1;
+  counters.bytesRead += value.length;
+  return check.payload;
 }
 
 /** CRC-32 over the header up to (not including) the CRC word, then the payload. */
