@@ -136,6 +136,14 @@ export interface PlannerOptions {
    */
   unsafeDropDeferred?: boolean;
   /**
+   * Test-only: a store job that was in flight at a reset completes as any
+   * other (no job-id threshold): it publishes into the tier the reset
+   * emptied, and its retired slots are never given back. Exists so the
+   * fuzzer can show the threshold is what keeps bytes stored before a reset
+   * from being served after it; never turn it on otherwise.
+   */
+  unsafePublishStaleJobs?: boolean;
+  /**
    * How long (ms, on `now`) an ended request waits, without a new key or block
    * ID, for its blocks and keys to settle before what is missing is counted as
    * dropped; default FINAL_WAIT_MS_MAX. 0 drains at the first visit that finds
@@ -230,6 +238,7 @@ export class StorePlanner {
   private readonly skipUnpinOnFailure: boolean;
   private readonly ackOnAllocFailure: boolean;
   private readonly dropDeferred: boolean;
+  private readonly publishStaleJobs: boolean;
   private readonly finalWaitMsMax: number;
   private readonly now: () => number;
   private readonly transferUnpins: boolean;
@@ -287,6 +296,7 @@ export class StorePlanner {
     this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
     this.dropDeferred = options.unsafeDropDeferred ?? false;
+    this.publishStaleJobs = options.unsafePublishStaleJobs ?? false;
     this.finalWaitMsMax = options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX;
     if (
       typeof this.finalWaitMsMax !== 'number' ||
@@ -443,7 +453,7 @@ export class StorePlanner {
 
   /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */
   isStale(job: StoreJob): boolean {
-    return job.jobId < this.staleJobThreshold;
+    return job.jobId < this.staleJobThreshold && !this.publishStaleJobs;
   }
 
   /**

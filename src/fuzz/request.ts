@@ -40,6 +40,7 @@ export const A_TICK = 16;
 export const A_SNAPSHOT = 17;
 export const A_PINNED = 18;
 export const A_SETTLE = 19;
+export const A_RESET = 20;
 
 export const GROUP_SHIFT = 65536;
 

@@ -15,6 +15,8 @@ import type { TierCascade, LowerState } from '../tier/cascade.js';
 export interface ReadableEntry {
   readonly slot: number;
   readonly positions: readonly number[];
+  /** The store's reset count when it became readable (the runtime fuzzer's oracle reads it). */
+  readonly resets: number;
 }
 
 /** What a resolution needs from the lookup record it serves. */
@@ -55,6 +57,8 @@ export class LowerLookups {
     private readonly syncEvictions: () => void,
     /** Wakes the store loop when a resolution finished. */
     private readonly wake: () => void,
+    /** The store loop's reset count (what a promoted entry records). */
+    private readonly storeResets: () => number,
   ) {
     this.bpc = views.config.blocksPerChunk;
     this.payloadBytes = this.bpc * views.config.bytesPerBlock;
@@ -218,7 +222,7 @@ export class LowerLookups {
       });
       this.host.completeStore(r.keysToStore, true);
       r.keysToStore.forEach((k, i) => {
-        this.readable.set(k, { slot: r.slots[i]!, positions });
+        this.readable.set(k, { slot: r.slots[i]!, positions, resets: this.storeResets() });
         promoted.add(k);
       });
       return;

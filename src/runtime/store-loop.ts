@@ -22,6 +22,7 @@ import { zeroCounters } from '../tier/lower.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
+import type { ReadableEntry } from './lower-lookup.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
@@ -93,6 +94,8 @@ export interface StoreLoopOptions {
   unsafeAckOnAllocFailure?: boolean;
   /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
   unsafeDropDeferred?: boolean;
+  /** Test-only: PlannerOptions.unsafePublishStaleJobs (no job-id threshold at a reset). */
+  unsafePublishStaleJobs?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
@@ -170,7 +173,7 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
-interface Readable {
+interface Writing {
   readonly slot: number;
   readonly positions: readonly number[];
 }
@@ -233,9 +236,9 @@ export class StoreLoop {
   private readonly beingLoaded = new Map<bigint, number>();
   private lookupsDeferred = 0;
   private readonly loadingRequests = new Set<number>();
-  private readonly readable = new Map<bigint, Readable>();
+  private readonly readable = new Map<bigint, ReadableEntry>();
   /** Positions of keys being written, until their job completes. */
-  private readonly writing = new Map<bigint, Readable>();
+  private readonly writing = new Map<bigint, Writing>();
   // Per slot bookkeeping of the generation in slotGeneration.
   private readonly slotGeneration: Int32Array;
   private readonly coverage: Uint8Array[];
@@ -326,6 +329,7 @@ export class StoreLoop {
       ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
       ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
       ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
+      ...(options.unsafePublishStaleJobs ? { unsafePublishStaleJobs: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {
@@ -346,6 +350,7 @@ export class StoreLoop {
           this.readable,
           () => this.trackEvictions(),
           options.wake ?? (() => {}),
+          () => this.resets,
         )
       : undefined;
   }
@@ -425,6 +430,20 @@ export class StoreLoop {
       doubleStores: this.doubleStores,
       mismatchKeys,
     };
+  }
+
+  /** Resets this loop ran. */
+  get resetCount(): number {
+    return this.resets;
+  }
+
+  /**
+   * The reset count at which `key`'s host entry became readable, or undefined
+   * when it is not readable (for the runtime fuzzer's oracle: an entry served
+   * after a reset must have become readable after it).
+   */
+  readableSince(key: bigint): number | undefined {
+    return this.readable.get(key)?.resets;
   }
 
   /** Leftovers after a run: entries still being written or read, slots a reset retired (0 after close). */
@@ -527,7 +546,7 @@ export class StoreLoop {
       const w = this.writing.get(k);
       if (w === undefined) continue;
       this.writing.delete(k);
-      this.readable.set(k, w);
+      this.readable.set(k, { ...w, resets: this.resets });
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
