@@ -226,6 +226,11 @@ class EngineRequest {
   }
 }
 
+/** [UNLOCK, tag, slot, generation] of a request's hit (slot -1 before it holds one). */
+function unlockRecord(r: EngineRequest): number[] {
+  return [OP_UNLOCK, r.id, r.handle?.slot ?? -1, r.handle?.generation ?? 0];
+}
+
 /** A submit record's cache salt at `at` (its length word), or undefined when it is not a valid one. */
 function saltOf(r: Int32Array, at: number): string | undefined {
   const salt = readText(r, at, CACHE_SALT_BYTES_MAX);
@@ -850,7 +855,7 @@ export class EngineSimulator {
 
   /** Gives a tier hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier). */
   private giveUpHit(r: EngineRequest): void {
-    this.toStore.send([OP_UNLOCK, r.id]);
+    this.toStore.send(unlockRecord(r));
     this.setRunning(r);
     r.allocFailures = 0;
   }
@@ -973,7 +978,7 @@ export class EngineSimulator {
   private startLoad(r: EngineRequest, ids: Int32Array): void {
     const { config } = this.views;
     const bpc = config.blocksPerChunk;
-    const record = [OP_LOAD, r.id];
+    const record = [OP_LOAD, r.id, r.handle!.slot, r.handle!.generation];
     let at = 0;
     for (const g of config.groups) {
       const lo = r.load[g.index]!.firstChunk;
@@ -1147,7 +1152,7 @@ export class EngineSimulator {
     } else {
       this.scheduler.abort(h);
     }
-    if (r.phase === 'hit-alloc' && !r.awaiting) this.toStore.send([OP_UNLOCK, r.id]);
+    if (r.phase === 'hit-alloc' && !r.awaiting) this.toStore.send(unlockRecord(r));
     r.phase = 'ending';
     this.toAllocator.send([OP_END, r.id, h.slot, h.generation]);
   }

@@ -148,7 +148,7 @@ export class ExternalLoadPath {
     }
     const plans = loadPlan(this.config.groups, 0, answer.hitTokens);
     const bpc = this.config.blocksPerChunk;
-    const record = [OP_LOAD, answer.tag];
+    const record = [OP_LOAD, answer.tag, handle.slot, handle.generation];
     const checks: { block: number; key: bigint; position: number }[] = [];
     for (const p of plans) {
       const count = Atomics.load(
@@ -198,7 +198,7 @@ export class ExternalLoadPath {
       throw new InvalidArgumentError('answer', 'must be a lookup answer');
     }
     if (answer.deferred || !this.open.delete(answer.tag)) return;
-    this.toStore.send([OP_UNLOCK, answer.tag]);
+    this.toStore.send([OP_UNLOCK, answer.tag, -1, 0]);
     this.pump();
   }
 
@@ -266,7 +266,7 @@ export class ExternalLoadPath {
         resolve(Int32Array.from(a));
       } else if (a[0] === ANS_LOOKED_UP && a[2]! > 0) {
         // A lookup that timed out was answered with a hit after all: release it.
-        this.toStore.send([OP_UNLOCK, tag]);
+        this.toStore.send([OP_UNLOCK, tag, -1, 0]);
       }
     }, ANSWERS_PER_PUMP_MAX);
   }

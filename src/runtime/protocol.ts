@@ -24,9 +24,9 @@ export const ANS_RELEASED = 21;
 // storeRequest ring (scheduler -> store)
 /** [LOOKUP, tag, numTokens, flags (force, skip reading), maxLoadTokens or UNSET, (8 words of the 256-bit key) per chunk per group (group-major)]: see lookup-record.ts */
 export const OP_LOOKUP = 30;
-/** [LOAD, tag, hitChunks, (block) per loaded chunk position ...] see store-loop */
+/** [LOAD, tag, slot, generation, (block) per loaded chunk position ...] see store-loop; the request's handle lets a hit from before a reset restart its store epoch */
 export const OP_LOAD = 31;
-/** [UNLOCK, tag]: the scheduler will not load a looked-up hit after all; release its protection. */
+/** [UNLOCK, tag, slot, generation]: the scheduler will not load a looked-up hit after all; release its protection (slot -1: no request opened for it). */
 export const OP_UNLOCK = 32;
 
 // storeAnswer ring (store -> scheduler)

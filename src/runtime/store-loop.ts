@@ -591,7 +591,7 @@ export class StoreLoop {
     const op = r[0];
     if (op === OP_LOOKUP) this.lookup(r);
     else if (op === OP_LOAD) this.load(r);
-    else if (op === OP_UNLOCK) this.unlock(r[1]!);
+    else if (op === OP_UNLOCK) this.unlock(r[1]!, r[2]!, r[3]!);
     else invariant(false, `store opcode ${op} is known`);
   }
 
@@ -746,18 +746,18 @@ export class StoreLoop {
     return 'miss';
   }
 
-  /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
+  /** [LOAD, tag, slot, generation, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
   private load(r: Int32Array): void {
     const tag = r[1]!;
     const lock = this.locks.get(tag);
     if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
     this.locks.delete(tag);
     const bpc = this.views.config.blocksPerChunk;
-    invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
+    invariant(r.length === 4 + lock.chunks.length * bpc, 'a block per loaded position');
     const entries: LoadEntry[] = [];
     for (let i = 0; i < lock.chunks.length; i += 1) {
       for (let p = 0; p < bpc; p += 1) {
-        const block = r[2 + i * bpc + p]!;
+        const block = r[4 + i * bpc + p]!;
         // 0: a window's leading null block the engine left out of the load (and never a
         // copy into the null block, whatever a host sends).
         if (block === 0) continue;
@@ -770,7 +770,7 @@ export class StoreLoop {
     }
     // A hit answered before a reset loads from its retired slots; the request's
     // cursor started after that hit, which the tier no longer holds: from 0 again.
-    if (lock.resets !== this.resets) this.restartRequest(tag);
+    if (lock.resets !== this.resets) this.restartRequest(r[2]!, r[3]!);
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
     this.loadingRequests.add(tag);
@@ -789,25 +789,21 @@ export class StoreLoop {
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
-  private unlock(tag: number): void {
+  private unlock(tag: number, slot: number, generation: number): void {
     const lock = this.locks.get(tag);
     if (lock === undefined) return;
     this.locks.delete(tag);
     // Given up: the request recomputes from its cursor, which a stale hit placed past chunks the tier lost.
-    if (lock.resets !== this.resets) this.restartRequest(tag);
+    if (lock.resets !== this.resets) this.restartRequest(slot, generation);
     this.release(lock);
   }
 
-  /** The live request with host id `requestId` (if any) starts a new store epoch from cursor 0. */
-  private restartRequest(requestId: number): void {
+  /** The request in `slot` (if it is still `generation`) starts a new store epoch from cursor 0. */
+  private restartRequest(slot: number, generation: number): void {
     const { state, config } = this.views;
-    for (let slot = 0; slot < config.maxRequests; slot += 1) {
-      const generation = Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION));
-      if ((generation & 1) === 0) continue;
-      if (Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID)) !== requestId)
-        continue;
-      this.planner.restart(slot);
-    }
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < config.maxRequests)) return;
+    const now = Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION));
+    if (now === generation) this.planner.restart(slot);
   }
 
   private release(lock: HitLock): void {

@@ -13,6 +13,8 @@ import type { ConfigInput } from '../../src/config.js';
 import { InvalidArgumentError, SharedResetFailedError } from '../../src/errors.js';
 import { DEFAULT_RUNTIME_CONFIG } from '../../src/runtime/defaults.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
+import { loadHashing, promptKeys } from '../../src/hashing.js';
+import type { RequestHandle } from '../../src/roles/handle.js';
 import { DiskTier } from '../../src/tier/disk-tier.js';
 import { encodeValue } from '../../src/tier/value.js';
 
@@ -103,6 +105,75 @@ describe('OffloadRuntime.reset', () => {
     await off.reset();
     await off.close();
   }, 120_000);
+});
+
+describe('ExternalHost.reset', () => {
+  it('a hit looked up before the reset still loads, byte for byte, publishes nothing, and the request stores its chunks again', async () => {
+    const rt = await OffloadRuntime.start({
+      external: true,
+      config: {
+        groups: [{ kind: 'full', tokensPerBlock: 4 }],
+        tokensPerHash: 4,
+        maxRequests: 4,
+        maxBlocksPerRequest: 16,
+        gpuBlocks: 64,
+        tierChunks: 16,
+        bytesPerBlock: 64,
+      },
+    });
+    try {
+      const host = rt.external;
+      const prompt = Array.from({ length: 17 }, (_, i) => (i * 31 + 5) % 1000);
+      const keys = promptKeys(rt.config, await loadHashing(), prompt)[0]!;
+      /** Runs a request over `blocks` (its bytes written first) to its drain and release. */
+      const runToEnd = async (h: RequestHandle) => {
+        host.scheduler.progress(h, prompt.length, 0);
+        host.scheduler.appendTokens(h, [3]);
+        host.scheduler.finish(h);
+        host.allocator.settle(h);
+        await host.whenDrained(h);
+        host.release(h);
+      };
+      const a = host.scheduler.open({ requestId: 1, promptTokens: prompt });
+      const blocks = host.pool.allocate(5)!;
+      for (let p = 0; p < 4; p += 1) host.roles.writeBlock(blocks[p]!, keys[p]!, p);
+      host.allocator.appendBlocks(a, 0, blocks);
+      await runToEnd(a);
+      let answer = await host.lookup(prompt);
+      for (let tries = 0; answer.deferred && tries < 1000; tries += 1) {
+        await new Promise((r) => setTimeout(r, 5));
+        answer = await host.lookup(prompt);
+      }
+      if (answer.deferred) throw new Error('still deferred');
+      expect(answer.hitTokens).toBe(16);
+
+      await host.reset();
+      expect(rt.stats().tierUsed).toBe(0);
+      const b = host.scheduler.open({
+        requestId: 2,
+        promptTokens: prompt,
+        hitChunks: answer.hitChunks,
+      });
+      host.allocator.appendBlocks(b, 0, host.pool.allocate(5)!);
+      // From the slots the reset retired: still the stored bytes.
+      await expect(host.load(b, answer)).resolves.toEqual({
+        ok: true,
+        blocksLoaded: 4,
+        mismatches: 0,
+      });
+      expect(rt.stats().tierUsed).toBe(0); // the load published nothing
+      await runToEnd(b); // its cursor went back to 0: its chunks are stored again
+      expect(rt.stats().tierUsed).toBe(4);
+      expect((await rt.verify()).ok).toBe(true);
+    } finally {
+      await rt.close();
+    }
+    expect(rt.leakReport()).toMatchObject({
+      pinsOutstanding: 0,
+      tierEntriesWriting: 0,
+      tierEntriesReading: 0,
+    });
+  }, 60_000);
 });
 
 describe('reset({ shared: true }) with a disk tier', () => {
