@@ -216,7 +216,7 @@ export function renderMarkdown(res: BenchResults): string {
     const h = res.hashing;
     out.push(
       '',
-      `**8. Key hashing** (CPU ns per token in the hasher thread, a ${h.tokens}-token prompt per run; medians)`,
+      `**9. Key hashing** (CPU ns per token in the hasher thread, a ${h.tokens}-token prompt per run; medians)`,
       '',
     );
     out.push(

@@ -169,7 +169,7 @@ export function printScenario(s: ScenarioResults): void {
 
 export function printHashing(h: HashingResults): void {
   printTable(
-    `8. Key hashing in the hasher thread: CPU ns per token (a ${h.tokens}-token prompt per run)`,
+    `9. Key hashing in the hasher thread: CPU ns per token (a ${h.tokens}-token prompt per run)`,
     h.rows.map((r) => ({
       geometry: r.geometry,
       hash: r.keyHash,

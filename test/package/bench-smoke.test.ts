@@ -46,7 +46,7 @@ describe('bench harness (smoke)', () => {
         '4. Copy',
         '5. Overflow',
         '6. Event-loop',
-        '8. Key hashing',
+        '9. Key hashing',
         'Targets',
       ]) {
         expect(stdout).toContain(title);
