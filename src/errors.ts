@@ -24,7 +24,8 @@ export type KvoffErrorCode =
   | 'KVOFF_INVALID_TRACE'
   | 'KVOFF_NAMESPACE_REQUIRED'
   | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
-  | 'KVOFF_SHARED_RESET_FAILED';
+  | 'KVOFF_SHARED_RESET_FAILED'
+  | 'KVOFF_EVENTS_UNAVAILABLE';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -220,6 +221,24 @@ export class TransferBackendFailedError extends KvoffError {
     );
     this.name = 'TransferBackendFailedError';
     this.failuresInRow = failuresInRow;
+  }
+}
+
+/**
+ * Thrown by OffloadRuntime.start when `events.endpoint` is set and a package
+ * that KV events over ZeroMQ need (`zeromq`, `@msgpack/msgpack`) cannot be
+ * loaded; the runtime did not start. Names the package and why.
+ */
+export class EventsUnavailableError extends KvoffError {
+  readonly packageName: string;
+  constructor(packageName: string, cause: unknown) {
+    super(
+      'KVOFF_EVENTS_UNAVAILABLE',
+      `KV events over ZeroMQ need the ${packageName} package, which cannot be loaded: ${describe(cause)}`,
+      { cause },
+    );
+    this.name = 'EventsUnavailableError';
+    this.packageName = packageName;
   }
 }
 

@@ -65,6 +65,7 @@ export type RoleMessage =
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
   | { type: 'tierStores'; samples: TierStoreSample[] }
+  | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
   | { type: 'reset'; id: number; failedTier?: string; cause?: string }
@@ -286,6 +287,8 @@ async function runStore(
     if (events.length > 0) post({ type: 'jobs', events });
     const samples = loop.takeTierSamples();
     if (samples.length > 0) post({ type: 'tierStores', samples });
+    const lookups = loop.takeLookupSamples();
+    if (lookups.length > 0) post({ type: 'lookups', samples: lookups });
   };
   const step = () => {
     try {

@@ -4,6 +4,8 @@
 import type { JobEvent, RequestSummary, RuntimeStats, RequestInput } from '../runtime/runtime.js';
 
 import type { TierStoreSample } from '../tier/lower.js';
+import type { KvEventBatch } from '../events/types.js';
+import type { LookupSample } from '../runtime/lookup-timing.js';
 
 export type { JobEvent, RequestSummary, RuntimeStats, RequestInput, TierStoreSample };
 
@@ -19,4 +21,8 @@ export interface EmbeddableRuntime {
   onTierStore?(fn: (e: TierStoreSample) => void): unknown;
   /** vLLM's reset_cache (OffloadRuntime.reset); POST /v1/reset answers 501 without it. */
   reset?(options: { shared?: boolean }): Promise<void>;
+  /** Lookup timings (the /metrics lookup histograms); optional like onTierStore. */
+  onLookup?(fn: (e: LookupSample) => void): unknown;
+  /** KV-event batches (GET /v1/events); throws InvalidArgumentError when the runtime has none. */
+  events?(options?: { bufferMax?: number }): AsyncIterableIterator<KvEventBatch>;
 }

@@ -46,7 +46,7 @@ import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError } from '../errors.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { keyWord } from '../identity.js';
 import { VALUE_HEADER_BYTES, checkedPayload, hex16, keyName } from './value.js';
@@ -120,6 +120,7 @@ const OLD_FORMAT_DIR = /^[0-9a-f]{16}$/;
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
   readonly counters: TierCounters = zeroCounters();
+  readonly events = new LevelEventLog();
   /** Removed at open: temp files of dead processes and entries of the wrong size. */
   staleRemoved = 0;
   private readonly root: string;
@@ -230,6 +231,14 @@ export class DiskTier implements LowerTier {
     return this.bytesUsed;
   }
 
+  usage(): { entries: number; bytesUsed: number; capacityBytes: number } {
+    return {
+      entries: this.index.size,
+      bytesUsed: this.bytesUsed,
+      capacityBytes: this.options.bytesMax,
+    };
+  }
+
   /** The file of an offload key (named by its key word). */
   pathOf(key: bigint): string {
     const h = keyName(key);
@@ -275,6 +284,7 @@ export class DiskTier implements LowerTier {
     }
     if (this.writes.full || this.bytesQueued + value.length > this.options.writesQueuedBytesMax) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     if (!this.makeRoom(value.length)) {
@@ -289,6 +299,7 @@ export class DiskTier implements LowerTier {
         });
         this.bytesUsed += value.length;
         this.counters.storedChunks += 1;
+        this.events.stored(key);
         return;
       }
       this.counters.fullChunks += 1;
@@ -307,6 +318,7 @@ export class DiskTier implements LowerTier {
     const write = this.writes.tryRun(() => this.write(key, value));
     if (write === undefined) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     this.index.set(word, entry);
@@ -327,7 +339,9 @@ export class DiskTier implements LowerTier {
           this.index.set(word, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
+          this.counters.storeUs += (performance.now() - t0) * 1000;
           this.samples.push(performance.now() - t0);
+          this.events.stored(key);
         },
         (err: unknown) => {
           this.counters.errors += 1;
@@ -335,6 +349,7 @@ export class DiskTier implements LowerTier {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
             this.counters.storedChunks += 1;
+            this.events.stored(key);
             return;
           }
           if (this.index.get(word) === entry) this.forget(word, entry);
@@ -353,6 +368,7 @@ export class DiskTier implements LowerTier {
       return undefined;
     }
     e.readers += 1;
+    const t0 = performance.now();
     try {
       const path = this.pathOf(key);
       let value: Buffer;
@@ -361,7 +377,10 @@ export class DiskTier implements LowerTier {
       } catch (err) {
         // Gone (another process evicted it) or unreadable: a miss.
         if (!isNotFound(err)) this.counters.errors += 1;
-        if (this.index.get(word) === e) this.forget(word, e);
+        if (this.index.get(word) === e) {
+          this.forget(word, e);
+          this.events.removed(key);
+        }
         this.counters.missChunks += 1;
         return undefined;
       }
@@ -379,12 +398,14 @@ export class DiskTier implements LowerTier {
         // Never served: deleted.
         if (this.index.get(word) === e) this.forget(word, e);
         this.removeFile(word);
+        this.events.removed(key);
         return undefined;
       }
       if (this.index.get(word) === e) {
         this.index.delete(word);
         this.index.set(word, e);
       }
+      this.counters.loadUs += (performance.now() - t0) * 1000;
       // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
       const now = new Date();
       this.track(utimes(path, now, now).catch(() => undefined));
@@ -488,6 +509,7 @@ export class DiskTier implements LowerTier {
       this.forget(key, e);
       this.removeFile(key);
       this.counters.evictions += 1;
+      this.events.removed(key);
     }
     return true;
   }
