@@ -6,11 +6,12 @@
 // time, the runtime failed, or the run left holes or mismatches.
 import { isIP } from 'node:net';
 import type { Command } from 'commander';
-import { InvalidArgumentError } from '../errors.js';
-import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
+import { STORE_POLICIES } from '../ready.js';
+import { DEFAULT_SEED } from '../runtime/defaults.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
-import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
+import { TRANSFER_THREADS_MAX, intOptionOr, policyOption } from './options.js';
 import { addTierOptions, parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
 
@@ -41,7 +42,7 @@ export function registerServe(program: Command): void {
       `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
       '1',
     )
-    .option('--seed <n>', 'seed of the engine simulator and the lag', '1')
+    .option('--seed <n>', 'seed of the engine simulator and the lag', String(DEFAULT_SEED))
     .option(
       '--drain-timeout-ms <ms>',
       'on SIGTERM, how long requests in flight may take to finish',
@@ -67,7 +68,7 @@ export function registerServe(program: Command): void {
         TRANSFER_THREADS_MAX,
         1,
       );
-      const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 1);
+      const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, DEFAULT_SEED);
       const drainTimeoutMs = intOptionOr(
         '--drain-timeout-ms',
         raw.drainTimeoutMs,
@@ -77,7 +78,7 @@ export function registerServe(program: Command): void {
       );
       const hostRule = checkHost(raw.host);
       if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
-      const policy = parseStorePolicy(raw.policy);
+      const policy = policyOption(raw.policy);
       const tiers = parseTierOptions(raw);
 
       const runtime = await OffloadRuntime.start({
@@ -85,8 +86,8 @@ export function registerServe(program: Command): void {
         transferThreads,
         lag: { seed },
         // Requests end when their client's decode budget is spent or they ask
-        // to abort; the simulator's random aborts are for simulate, not serve.
-        simulator: { seed, abortQueuedRate: 0, abortRunningRate: 0 },
+        // to abort: the simulator aborts none at random by default.
+        simulator: { seed },
         ...(tiers ? { tiers } : {}),
       });
       const server = new KvoffServer(runtime, { drainTimeoutMs });
@@ -159,8 +160,8 @@ function checkHost(host: string): string | undefined {
   if (h === '') return 'must not be empty';
   if (isIP(h) !== 0) return undefined;
   // Digits and dots only is meant as IPv4: 999.1.1.1 is not one.
-  if (/^[\d.]+$/.test(h)) return `"${host}" is not an IPv4 address`;
+  if (/^[\d.]+$/.test(h)) return `${quoted(host)} is not an IPv4 address`;
   const label = /^(?!-)[a-z\d-]{1,63}(?<!-)$/i;
   if (h.length <= 253 && h.split('.').every((l) => label.test(l))) return undefined;
-  return `"${host}" is not an IP address or host name`;
+  return `${quoted(host)} is not an IP address or host name`;
 }

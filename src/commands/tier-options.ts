@@ -2,7 +2,7 @@
 // host memory, shared by `kvoff simulate` and `kvoff serve`. Without them the
 // runtime is host-only (the default).
 import type { Command } from 'commander';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
 import { DISK_BYTES_DEFAULT } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { intOption } from './options.js';
@@ -42,7 +42,7 @@ export function parseTierOptions(raw: TierRawOptions): TiersOptions | undefined 
     if (urls.length === 0) throw new InvalidArgumentError('--redis', 'needs at least one URL');
     for (const url of urls) {
       if (!/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('--redis', `"${url}" is not a redis:// URL`);
+        throw new InvalidArgumentError('--redis', `${quoted(url)} is not a redis:// URL`);
       }
     }
     tiers.redis = { urls };

@@ -9,6 +9,7 @@ import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from './allocator-loop.js';
 import type { AllocatorLag } from './allocator-loop.js';
 import { PiscinaTransferBackend, createModuleBackend } from './backend.js';
+import type { PiscinaBackendOptions } from './backend.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { Doorbell } from './doorbell.js';
@@ -207,6 +208,9 @@ function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
+/** verify() waits at most this long for the copies in flight when it was called. */
+const VERIFY_WAIT_MS_MAX = 10_000;
+
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
 
@@ -222,19 +226,22 @@ async function runStore(
   memory: MemorySampler,
 ): Promise<void> {
   const arenas = views.transferArenas();
-  const threads = { threads: data.store.transferThreads };
+  const backendOptions: PiscinaBackendOptions = {
+    threads: data.store.transferThreads,
+    // Completions ring the store's own bell: a parked store wakes when a copy is done.
+    completionBell: bell,
+    taskWordsMax: transferTaskWordsMax(data.config),
+    niceIncrement: TRANSFER_NICE_INCREMENT,
+    // Each copy thread samples its own heap into the runtime's memory words.
+    memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
+  };
+  // A module gets the same options: one that wraps PiscinaTransferBackend
+  // keeps the completion bell (given only { threads }, its store slept up to
+  // a full park after each copy), and its own copies can ring it too.
   const backend =
     data.store.transferBackendModule === undefined
-      ? new PiscinaTransferBackend(arenas, {
-          ...threads,
-          // Completions ring the store's own bell: a parked store wakes when a copy is done.
-          completionBell: bell,
-          taskWordsMax: transferTaskWordsMax(data.config),
-          niceIncrement: TRANSFER_NICE_INCREMENT,
-          // Each copy thread samples its own heap into the runtime's memory words.
-          memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
-        })
-      : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
+      ? new PiscinaTransferBackend(arenas, backendOptions)
+      : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
   const cascade = await TierCascade.open(data.tiers, data.config);
   const loop = new StoreLoop(
@@ -256,8 +263,28 @@ async function runStore(
         : {}),
     },
   );
+  // verify() is a barrier for the copies dispatched before it: it is answered
+  // once they completed (or failed), or after VERIFY_WAIT_MS_MAX with what is
+  // still in flight counted (entriesInFlight). Answering at once left a copy
+  // in flight out of the check, and `kvoff simulate` then called it evicted.
+  const verifies: { id: number; keys: bigint[]; deadline: number }[] = [];
+  const answerVerifies = () => {
+    for (let i = 0; i < verifies.length;) {
+      const v = verifies[i]!;
+      v.keys = v.keys.filter((k) => loop.isWriting(k));
+      if (v.keys.length > 0 && performance.now() < v.deadline) {
+        i += 1;
+        continue;
+      }
+      verifies.splice(i, 1);
+      post({ type: 'verified', id: v.id, report: loop.verify() });
+    }
+  };
   const onMessage = (m: { type: string; id: number }) => {
-    if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+    if (m.type !== 'verify') return;
+    const deadline = performance.now() + VERIFY_WAIT_MS_MAX;
+    verifies.push({ id: m.id, keys: loop.keysBeingWritten(), deadline });
+    answerVerifies();
   };
   port.on('message', onMessage);
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
@@ -300,6 +327,7 @@ async function runStore(
     const seen = bell.read();
     const did = step();
     flushJobs();
+    if (verifies.length > 0) answerVerifies();
     if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
     if (did) wakeOthers();

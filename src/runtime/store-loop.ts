@@ -157,6 +157,13 @@ export interface DrainedRequest {
 export interface VerifyReport {
   ok: boolean;
   entriesChecked: number;
+  /**
+   * Entries whose store copy was still in flight when the check ran, so not
+   * checked: verify() waits (bounded) for the copies dispatched before it was
+   * called, so this is 0 unless a copy took longer than that wait or new
+   * copies were dispatched meanwhile.
+   */
+  entriesInFlight: number;
   blocksChecked: number;
   mismatches: number;
   holes: number;
@@ -393,6 +400,16 @@ export class StoreLoop {
     return out;
   }
 
+  /** Keys whose store copies are in flight now (verify() waits for these). */
+  keysBeingWritten(): bigint[] {
+    return [...this.writing.keys()];
+  }
+
+  /** True while a store copy of this key's entry is in flight. */
+  isWriting(key: bigint): boolean {
+    return this.writing.has(key);
+  }
+
   /** Every readable tier entry's bytes against the expansion of its key. */
   verify(): VerifyReport {
     const { tier, geometry } = this.views;
@@ -409,6 +426,7 @@ export class StoreLoop {
     return {
       ok: mismatches === 0 && this.holes === 0 && this.doubleStores === 0,
       entriesChecked: this.readable.size,
+      entriesInFlight: this.writing.size,
       blocksChecked: blocks,
       mismatches,
       holes: this.holes,

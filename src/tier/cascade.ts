@@ -4,7 +4,7 @@
 // a lower level), answers per-key states across levels for a lookup, and
 // fetches checked payloads for promotion into the host tier.
 import type { Config } from '../config.js';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
 import { DiskTier } from './disk-tier.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, TierStoreSample } from './lower.js';
@@ -191,7 +191,10 @@ export function validateTiersOptions(o: TiersOptions): void {
     }
     for (const url of o.redis.urls) {
       if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
+        throw new InvalidArgumentError(
+          'tiers.redis.urls',
+          `${quoted(String(url))} is not a redis:// URL`,
+        );
       }
     }
     const t = o.redis.timeoutMs;
