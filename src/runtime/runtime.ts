@@ -416,6 +416,7 @@ export class OffloadRuntime {
     return this.on('tierStore', fn);
   }
 
+  /** Each finished store job (its chunks, bytes and latency); loads are not reported here. */
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;

@@ -125,6 +125,7 @@ export interface LookupAnswered {
   }[];
 }
 
+/** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
 export interface JobEvent {
   jobId: number;
   chunks: number;
@@ -180,6 +181,11 @@ export interface StoreLoopEvents {
 interface Readable {
   readonly slot: number;
   readonly positions: readonly number[];
+}
+
+/** An entry whose store copy is in flight: `task` numbers the copies in dispatch order. */
+interface Writing extends Readable {
+  readonly task: number;
 }
 
 interface HitLock {
@@ -240,7 +246,7 @@ export class StoreLoop {
   private readonly loadingRequests = new Set<number>();
   private readonly readable = new Map<bigint, Readable>();
   /** Positions of keys being written, until their job completes. */
-  private readonly writing = new Map<bigint, Readable>();
+  private readonly writing = new Map<bigint, Writing>();
   // Per slot bookkeeping of the generation in slotGeneration.
   private readonly slotGeneration: Int32Array;
   private readonly coverage: Uint8Array[];
@@ -400,14 +406,15 @@ export class StoreLoop {
     return out;
   }
 
-  /** Keys whose store copies are in flight now (verify() waits for these). */
-  keysBeingWritten(): bigint[] {
-    return [...this.writing.keys()];
+  /** Store copies dispatched so far; verify() waits for those up to this one. */
+  get copiesDispatched(): number {
+    return this.tasks;
   }
 
-  /** True while a store copy of this key's entry is in flight. */
-  isWriting(key: bigint): boolean {
-    return this.writing.has(key);
+  /** True while a store copy dispatched at or before copy number `task` is in flight (O(1)). */
+  copiesInFlightUpTo(task: number): boolean {
+    for (const w of this.writing.values()) return w.task <= task;
+    return false;
   }
 
   /** Every readable tier entry's bytes against the expansion of its key. */
@@ -446,14 +453,17 @@ export class StoreLoop {
     if (this.loadingRequests.has(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
     const bpc = this.views.config.blocksPerChunk;
+    this.tasks += 1;
     for (const c of job.chunks) {
+      // Deleted first so the map stays in dispatch order: its first entry is the oldest copy.
+      this.writing.delete(c.key);
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
+        task: this.tasks,
       });
     }
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-    this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
       task[0] = TASK_FAULT;
     this.backend.submit(task);
