@@ -95,7 +95,8 @@ export function formatResult(r: SimulateResult, color: boolean): string {
   rows.push(
     [`tier allocation retries${TIMED}`, String(r.allocationRetries)],
     [`tier hits on reuse${TIMED}`, `${r.tierHits} chunks`],
-    ['dropped for capacity', String(r.chunksDroppedForCapacity)],
+    // Timed: whether a request's chunks reach the tier as one job or several decides what fits.
+    [`dropped for capacity${TIMED}`, String(r.chunksDroppedForCapacity)],
     ['dropped, never ready', String(r.chunksDroppedUnready)],
     ['unreachable, not copied', String(r.chunksUnreachable)],
     [
@@ -197,10 +198,13 @@ function okLine(r: SimulateResult): string {
   if (r.chunksTransferFailed > 0) {
     notStored.push(`${count(r.chunksTransferFailed, 'chunk')} whose copy failed`);
   }
+  // Nothing verified means nothing to vouch for: say so rather than claim every (no) byte matched.
   const checked =
-    r.entriesInFlight > 0
-      ? 'every checked byte matches its key'
-      : 'every stored byte matches its key';
+    r.entriesVerified === 0
+      ? 'nothing was stored, so no byte was checked'
+      : r.entriesInFlight > 0
+        ? 'every checked byte matches its key'
+        : 'every stored byte matches its key';
   if (notStored.length === 0) {
     return `ok: every chunk below the ready prefix was stored; ${checked}`;
   }

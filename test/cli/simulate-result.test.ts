@@ -111,5 +111,7 @@ describe('kvoff simulate text', () => {
     );
     expect(text).not.toContain('every chunk below the ready prefix was stored;');
     expect(text).toContain('not stored: 82 chunks dropped for capacity (the tier holds 50)');
+    expect(text).not.toContain('every stored byte matches its key');
+    expect(text).toContain('nothing was stored, so no byte was checked');
   });
 });
