@@ -16,6 +16,7 @@ import { addTierOptions, parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
 import { addEventOptions, parseEventOptions } from './event-options.js';
 import type { EventRawOptions } from './event-options.js';
+import { count } from './term.js';
 
 interface ServeRawOptions extends TierRawOptions, EventRawOptions {
   port: string;
@@ -150,10 +151,10 @@ export function registerServe(program: Command): void {
             ? `the runtime had failed (${drain.runtimeFailure})`
             : drain.drained
               ? 'drained'
-              : `drain timed out with ${drain.abandoned} requests in flight`;
+              : `drain timed out with ${count(drain.abandoned, 'request')} in flight`;
         process.stderr.write(
           `kvoff serve: ${how}; ` +
-            `${stats.completed} requests completed, ${stats.chunksStored} chunks stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
+            `${count(stats.completed, 'request')} completed, ${count(stats.chunksStored, 'chunk')} stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
         );
       }
       if (!clean) process.exitCode = 1;

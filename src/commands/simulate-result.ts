@@ -4,7 +4,7 @@ import type { LeakReport, RuntimeStats } from '../runtime/runtime.js';
 import type { RuntimeMemory } from '../runtime/memory.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { SimulatePlan } from './simulate-options.js';
-import { painter, table } from './term.js';
+import { count, painter, table } from './term.js';
 
 /** The runtime counters a simulate report carries, as the runtime names them. */
 type ReportedStats = Pick<
@@ -155,11 +155,6 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     lines.push(p.green(okLine(r)));
   }
   return `${lines.join('\n')}\n`;
-}
-
-/** "1 chunk", "2 chunks"; "1 entry", "2 entries" with the plural given. */
-function count(n: number, noun: string, plural = `${noun}s`): string {
-  return `${n} ${n === 1 ? noun : plural}`;
 }
 
 /**

@@ -63,13 +63,20 @@ describe("the README's serve command", () => {
         void exited.then(() => reject(new Error(`exited before listening:\n${stderr}`)));
       });
       expect(await answers(url)).toBe(true);
+      const served = await fetch(`${url}/v1/requests`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ promptLength: 256, maxDecodeTokens: 2 }),
+      });
+      expect(served.status).toBe(200);
       child.kill('SIGTERM');
       const timer = setTimeout(() => child.kill('SIGKILL'), 60_000);
       const code = await exited;
       clearTimeout(timer);
       expect(code, stderr).toBe(0);
       expect(stderr).toMatch(/SIGTERM: draining/);
-      expect(stderr).toMatch(/drained/);
+      // One request: the drain line counts it in the singular ("1 requests" before).
+      expect(stderr).toMatch(/drained; 1 request completed, \d+ chunks? stored, holes 0/);
       expect(await answers(url), 'something still serves on the port after the exit').toBe(false);
     } finally {
       try {
