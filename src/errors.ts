@@ -99,7 +99,7 @@ export class IllegalTransitionError extends KvoffError {
 /** Thrown when a policy or strategy name is not one kvoff knows. */
 export class UnknownPolicyError extends KvoffError {
   constructor(kind: string, name: string, known: readonly string[]) {
-    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} "${name}"; known: ${known.join(', ')}`);
+    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} ${quoted(name)}; known: ${known.join(', ')}`);
     this.name = 'UnknownPolicyError';
   }
 }
@@ -163,6 +163,27 @@ export class QueueFullError extends KvoffError {
 /** A broken internal invariant: a bug in kvoff, never an operating condition. */
 export function invariant(condition: unknown, message: string): asserts condition {
   if (!condition) throw new AssertionError({ message: `kvoff invariant: ${message}` });
+}
+
+/** Characters of a caller's input an error message quotes at most. */
+export const QUOTED_CHARS_MAX = 64;
+
+/**
+ * A caller's input as an error message quotes it: in double quotes, escaped as
+ * JSON (no control character reaches a log line), and cut after
+ * QUOTED_CHARS_MAX characters with the length said, so a 900 KB field name is
+ * not echoed back whole.
+ */
+export function quoted(text: string): string {
+  const s = String(text);
+  if (s.length <= QUOTED_CHARS_MAX) return JSON.stringify(s);
+  return `${JSON.stringify(s.slice(0, QUOTED_CHARS_MAX))}… (${s.length} characters)`;
+}
+
+/** Input already checked to be plain (digits, a name), cut as quoted() cuts it, without quotes. */
+export function clipped(text: string): string {
+  if (text.length <= QUOTED_CHARS_MAX) return text;
+  return `${text.slice(0, QUOTED_CHARS_MAX)}… (${text.length} characters)`;
 }
 
 function describe(cause: unknown): string {

@@ -64,10 +64,12 @@ export type { GpuBlockPool } from './gpu-pool.js';
 // Transfer backends: the copy between the GPU and tier arenas.
 export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
 export type {
+  PiscinaBackendOptions,
   TransferBackend,
   TransferBackendModule,
   TransferCompletion,
 } from './runtime/backend.js';
+export type { Doorbell } from './runtime/doorbell.js';
 export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
 export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
 

@@ -1078,7 +1078,7 @@ export class World {
         if (r.unreachable.has(id)) continue; // no aligned hit can use it (checked when passed)
         this.flag(
           'hole',
-          `r${r.spec.requestId} ${statusName(status)} with ${tc} token-ready chunks in group ${g.index} (ready prefix ${this.snapReady[g.index]}), but chunk ${c} was never stored (nor counted as dropped)`,
+          `r${r.spec.requestId} ${statusName(status)} with ${tc} token-ready chunk${tc === 1 ? '' : 's'} in group ${g.index} (ready prefix ${this.snapReady[g.index]}), but chunk ${c} was never stored (nor counted as dropped)`,
         );
       }
     }

@@ -45,6 +45,7 @@ import {
   readText,
 } from './protocol.js';
 import { Prng } from '../prng.js';
+import { DEFAULT_SEED } from './defaults.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import type { LookupLimits } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
@@ -92,13 +93,16 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   decodeTokens: 48,
   eagleDraftTokens: 3,
   eagleAcceptRate: 0.6,
-  abortQueuedRate: 0.002,
-  abortRunningRate: 0.002,
+  // No random aborts unless asked: an embedding program's requests end when
+  // they finish. `kvoff simulate` asks for 0.002 (its --abort-rate) to
+  // exercise the abort paths.
+  abortQueuedRate: 0,
+  abortRunningRate: 0,
   loadFromTier: true,
   offload: true,
   vocab: 32000,
   stepMs: 1,
-  seed: 1,
+  seed: DEFAULT_SEED,
 };
 
 /** One submission, as the runtime's `submit` passes it (validated by the runtime). */

@@ -26,8 +26,8 @@ import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
-import { resolveEngineOptions } from './engine-sim.js';
+import { DEFAULT_SEED, runtimeConfigInput } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
@@ -44,6 +44,8 @@ import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
@@ -71,8 +73,12 @@ export interface LagOptions {
 }
 
 export interface RuntimeOptions {
-  /** Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window, async lag). */
-  config?: ConfigInput;
+  /**
+   * Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window). A
+   * partial config is merged over it: each field left out takes
+   * DEFAULT_RUNTIME_CONFIG's value (see runtimeConfigInput).
+   */
+  config?: Partial<ConfigInput>;
   /** Default 'ready-prefix'. */
   policy?: StorePolicy;
   /** piscina threads that copy, default 1. */
@@ -277,7 +283,8 @@ export class OffloadRuntime {
     if (typeof options !== 'object' || options === null || Array.isArray(options)) {
       throw new InvalidArgumentError('options', 'must be an object');
     }
-    const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
+    refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
+    const config = resolveConfig(runtimeConfigInput(options.config));
     validateOptions(options);
     // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
     if (options.tiers !== undefined) checkShareable(options.tiers, config);
@@ -546,6 +553,7 @@ export class OffloadRuntime {
     return this.on('tierStore', fn);
   }
 
+  /** Each finished store job (its chunks, bytes and latency); loads are not reported here. */
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
@@ -572,7 +580,7 @@ export class OffloadRuntime {
 
   private async spawnAll(): Promise<void> {
     const lag = this.options.lag ?? {};
-    const seed = lag.seed ?? 1;
+    const seed = lag.seed ?? DEFAULT_SEED;
     const base: Omit<RoleWorkerData, 'role'> = {
       config: this.config,
       buffers: this.buffers,
@@ -952,6 +960,64 @@ interface PendingReset {
   reject: (e: Error) => void;
 }
 
+/** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
+const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
+  config: true,
+  policy: true,
+  transferThreads: true,
+  transferBackendModule: true,
+  lag: true,
+  simulator: true,
+  traceSlots: true,
+  unsafeSkipPins: true,
+  transferDelayMs: true,
+  faultInjection: true,
+  pendingSubmitsMax: true,
+  closeTimeoutMs: true,
+  finalWaitMsMax: true,
+  transferFailuresMax: true,
+  external: true,
+  tiers: true,
+  offload: true,
+  cache: true,
+  events: true,
+  unsafeTierSwitches: true,
+};
+const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
+  hasherHashesPerWake: true,
+  allocatorPublishDelayMs: true,
+  jitterMs: true,
+  seed: true,
+};
+/** The simulator's options are exactly those DEFAULT_ENGINE_OPTIONS gives a value. */
+const ENGINE_OPTION_KEYS = Object.fromEntries(
+  Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
+) as KnownKeys<EngineOptions>;
+const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = { disk: true, redis: true };
+const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
+  dir: true,
+  bytesMax: true,
+  freeBytesMin: true,
+  fdatasync: true,
+  writesQueuedBytesMax: true,
+};
+const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
+  urls: true,
+  timeoutMs: true,
+  storesInFlightMax: true,
+  storesQueuedBytesMax: true,
+};
+
+function refuseUnknownTierKeys(tiers: object): void {
+  refuseUnknownKeys(tiers, TIERS_OPTION_KEYS, 'tiers.');
+  const { disk, redis } = tiers as TiersOptions;
+  if (typeof disk === 'object' && disk !== null)
+    refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
+  if (typeof redis === 'object' && redis !== null) {
+    refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
+  }
+}
+
 function validateOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
   // Checked here, before any worker starts: a bad one used to start every
@@ -972,6 +1038,11 @@ function validateOptions(o: RuntimeOptions): void {
   obj('lag', o.lag);
   obj('simulator', o.simulator);
   obj('unsafeTierSwitches', o.unsafeTierSwitches);
+  if (o.lag !== undefined) refuseUnknownKeys(o.lag, LAG_OPTION_KEYS, 'lag.');
+  if (o.simulator !== undefined) refuseUnknownKeys(o.simulator, ENGINE_OPTION_KEYS, 'simulator.');
+  if (o.tiers !== undefined && typeof o.tiers === 'object' && o.tiers !== null) {
+    refuseUnknownTierKeys(o.tiers);
+  }
   const seed: unknown = o.lag?.seed;
   if (
     seed !== undefined &&

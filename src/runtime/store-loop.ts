@@ -135,6 +135,7 @@ export interface LookupAnswered {
   }[];
 }
 
+/** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
 export interface JobEvent {
   jobId: number;
   chunks: number;
@@ -167,6 +168,13 @@ export interface DrainedRequest {
 export interface VerifyReport {
   ok: boolean;
   entriesChecked: number;
+  /**
+   * Entries whose store copy was still in flight when the check ran, so not
+   * checked: verify() waits (bounded) for the copies dispatched before it was
+   * called, so this is 0 unless a copy took longer than that wait or new
+   * copies were dispatched meanwhile.
+   */
+  entriesInFlight: number;
   blocksChecked: number;
   mismatches: number;
   holes: number;
@@ -180,11 +188,13 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
+/** An entry whose store copy is in flight: `task` numbers the copies in dispatch order. */
 interface Writing {
   readonly slot: number;
   readonly positions: readonly number[];
   /** The KV group the chunk belongs to (KV events name it). */
   readonly group: number;
+  readonly task: number;
 }
 
 interface HitLock {
@@ -440,6 +450,17 @@ export class StoreLoop {
     return out;
   }
 
+  /** Store copies dispatched so far; verify() waits for those up to this one. */
+  get copiesDispatched(): number {
+    return this.tasks;
+  }
+
+  /** True while a store copy dispatched at or before copy number `task` is in flight (O(1)). */
+  copiesInFlightUpTo(task: number): boolean {
+    for (const w of this.writing.values()) return w.task <= task;
+    return false;
+  }
+
   /** Every readable tier entry's bytes against the expansion of its key. */
   verify(): VerifyReport {
     const { tier, geometry } = this.views;
@@ -456,6 +477,7 @@ export class StoreLoop {
     return {
       ok: mismatches === 0 && this.holes === 0 && this.doubleStores === 0,
       entriesChecked: this.readable.size,
+      entriesInFlight: this.writing.size,
       blocksChecked: blocks,
       mismatches,
       holes: this.holes,
@@ -529,16 +551,19 @@ export class StoreLoop {
     if (this.loadingRequests.has(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
     const bpc = this.views.config.blocksPerChunk;
+    this.tasks += 1;
     for (const c of job.chunks) {
+      // Deleted first so the map stays in dispatch order: its first entry is the oldest copy.
+      this.writing.delete(c.key);
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
         group: c.group,
+        task: this.tasks,
       });
     }
     this.capture?.dispatched(job);
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-    this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
       task[0] = TASK_FAULT;
     this.backend.submit(task);
