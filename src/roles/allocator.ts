@@ -33,6 +33,7 @@ import {
   HandleCopies,
   SlotMarks,
   batchLength,
+  batchValues,
   checkHandle,
   ownHandle,
   statusName,
@@ -136,7 +137,8 @@ export class AllocatorRole {
   ): void {
     this.claim.check();
     this.checkGroup(group);
-    const n = batchLength(handles, { counts });
+    const n = batchLength(handles);
+    batchValues('counts', counts, n);
     const ids = this.readBlockIds(blockIds);
     // Each entry is read once: the handles and counts written are the ones checked.
     const hs = this.handleCopies.copy(handles, n);
