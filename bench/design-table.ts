@@ -44,10 +44,18 @@ export function designTableNotes(d: DesignResults): string[] {
     (l) =>
       `${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered, half of the slowest (${designLabel(l.slowestDesign)}, ${Math.round(l.slowestEventsPerSecond)} events/s)`,
   );
+  const hash = d.rows
+    .filter((r) => r.design === 'floor' && r.hashCpuNsPerEvent !== undefined)
+    .map((r) => `${round(r.hashCpuNsPerEvent, 0)} ns per event (${r.writers} writer(s) run)`);
   return [
     d.cpuMeasure === 'run'
       ? "CPU: every thread but the harness from go to the last dispatch (writers and store apart from each thread's own counter); × floor: CPU per event over the floor's, paired per repeat; the floor's writers and store columns are its two phases, the least a publication and the least the store's side cost per event."
       : 'CPU: the whole process over the whole run, harness included (this file predates the per-run measure, aLean and the floor).',
     `Load at 50%: ${loads.join('; ')}.`,
+    ...(hash.length
+      ? [
+          `The hash stand-in alone, as a's hasher role calls it per chunk (a, b, c and d hash; the lean designs and the floor are handed precomputed keys), timed on the floor's thread outside its run: ${hash.join(', ')}.`,
+        ]
+      : []),
   ];
 }

@@ -45,7 +45,7 @@ import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.
  * threads, and the other designs receive precomputed keys. Still chained and
  * distinct per request and chunk, so no two chunks share a key.
  */
-const CHEAP_HASHING: Hashing = {
+export const CHEAP_HASHING: Hashing = {
   blockHash: (parent, tokens) =>
     BigInt.asUintN(64, parent * 0x100000001b3n + BigInt(tokens[0]! + 1)),
   offloadKey: (lastBlockHash, group) => lastBlockHash ^ BigInt(group),

@@ -21,8 +21,9 @@
 import { emptyWindow, storeWindow } from '../../src/ready.js';
 import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX } from '../../src/layout.js';
 import { epochMs } from '../lib/clock.js';
-import { ThreadCpuClock } from '../lib/cpu.js';
+import { ThreadCpuClock, threadCpuMs } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
+import { CHEAP_HASHING } from './kvoff.js';
 import {
   ALL_SOURCES,
   LatencyLog,
@@ -33,6 +34,7 @@ import {
   blockIdOf,
   checkDeadline,
   keyOf,
+  TOKENS_PER_CHUNK,
   newBellBuffer,
   newPubBuffer,
   paceRound,
@@ -254,16 +256,21 @@ export function sharedLeanStoreThread(
  * two phases are timed apart (publishCpuMs, then threadCpuMs): the least a
  * publication costs, and the least the store's side costs, per event. Its
  * latency is the whole run's and means nothing.
+ *
+ * Before it is ready (outside the run's CPU) it times the hash stand-in as
+ * design a's hasher role calls it, once per chunk (hashCpuMs): work a does
+ * and the lean designs do not, as they are handed precomputed keys.
  */
 export function floorThread(
   p: { shape: StreamShape },
   round: Round,
   ready: () => void,
-): StoreOutcome & { readonly publishCpuMs: number } {
+): StoreOutcome & { readonly publishCpuMs: number; readonly hashCpuMs: number } {
   const { shape } = p;
   const R = shape.requests;
   const C = shape.chunks;
   const total = R * C;
+  const hashCpuMs = hashStandInCpuMs(shape);
   const tokens = new Int32Array(R);
   const keyCount = new Int32Array(R);
   const blockCount = new Int32Array(R);
@@ -324,6 +331,30 @@ export function floorThread(
     latenciesMs: latency.recorded(),
     notes: { jobs },
     publishCpuMs,
+    hashCpuMs,
     threadCpuMs: cpu.elapsed() - publishCpuMs,
   };
+}
+
+/**
+ * The CPU of the stream's hashing alone, as HasherRole.hash does it per chunk
+ * here (one hash block per chunk): blockHash over a subarray of the request's
+ * tokens, chained, then offloadKey, both stored into BigUint64Arrays.
+ */
+function hashStandInCpuMs(shape: StreamShape): number {
+  const tokens = new Int32Array(shape.chunks * TOKENS_PER_CHUNK);
+  const hashes = new BigUint64Array(shape.chunks);
+  const keys = new BigUint64Array(shape.chunks);
+  // Parked first, so the running thread's total is current at the start too.
+  const startMs = threadCpuMs(true);
+  for (let r = 0; r < shape.requests; r += 1) {
+    let parent = BigInt(r);
+    for (let c = 0; c < shape.chunks; c += 1) {
+      const at = c * TOKENS_PER_CHUNK;
+      parent = CHEAP_HASHING.blockHash(parent, tokens.subarray(at, at + TOKENS_PER_CHUNK));
+      hashes[c] = parent;
+      keys[c] = CHEAP_HASHING.offloadKey(parent, 0);
+    }
+  }
+  return threadCpuMs(true) - startMs;
 }

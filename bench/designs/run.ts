@@ -88,6 +88,12 @@ export interface DesignRow {
   readonly writerCpuNsPerEvent?: Figure;
   /** The store thread's own CPU ns per event, likewise. */
   readonly storeCpuNsPerEvent?: Figure;
+  /**
+   * The floor's row only: CPU ns per event of the hash stand-in alone, as
+   * a's hasher role calls it per chunk (the lean designs are handed
+   * precomputed keys), timed on the floor's thread outside its run.
+   */
+  readonly hashCpuNsPerEvent?: Figure;
   /** Events per CPU-second of the process over the whole run, harness included (the measure before 2026-12). */
   readonly eventsPerCpuSecondWholeRun: Figure;
   /** This design's CPU ns per event over the floor's, paired per repeat (1: at the floor). */
@@ -159,6 +165,8 @@ interface Measured {
   /** The writer threads' and the store thread's own CPU (NaN where unknown or one thread). */
   readonly writerCpuMs: number;
   readonly storeCpuMs: number;
+  /** The floor: the hash stand-in alone (NaN for every other design). */
+  readonly hashCpuMs: number;
   readonly latencyMsP50: number;
   readonly latencyMsP99: number;
 }
@@ -190,6 +198,7 @@ interface DesignRun {
   readonly runCpuMs: number;
   readonly writerCpuMs: number;
   readonly storeCpuMs: number;
+  readonly hashCpuMs: number;
 }
 
 async function runDesign(
@@ -203,7 +212,7 @@ async function runDesign(
   if (design === 'd' || design === 'floor') {
     const kind = design === 'd' ? 'design-d' : 'design-floor';
     const round = await pool.runTimed([{ kind, params: { shape } }], { cpu: true });
-    const store = round.results[0] as StoreOutcome & { publishCpuMs?: number };
+    const store = round.results[0] as StoreOutcome & { publishCpuMs?: number; hashCpuMs?: number };
     checkDispatched(design, shape, store);
     // The floor's two phases: the publications (the writers' side) and the windows and jobs (the store's).
     const publish = store.publishCpuMs;
@@ -212,6 +221,7 @@ async function runDesign(
       runCpuMs: round.cpuMs,
       writerCpuMs: publish ?? Number.NaN,
       storeCpuMs: publish === undefined ? Number.NaN : store.threadCpuMs,
+      hashCpuMs: store.hashCpuMs ?? Number.NaN,
     };
   }
   const split = writerSources(writers);
@@ -284,6 +294,7 @@ async function runDesign(
     runCpuMs: round.cpuMs,
     writerCpuMs: writerOutcomes.reduce((n, w) => n + w.threadCpuMs, 0),
     storeCpuMs: store.threadCpuMs,
+    hashCpuMs: Number.NaN,
   };
 }
 
@@ -318,6 +329,7 @@ export async function runDesignBench(
     const cpuNs = series();
     const writerNs = series();
     const storeNs = series();
+    const hashNs = series();
     const p50 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const p99 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const notes = new Map<DesignName, Record<string, number>[]>(ORDER.map((d) => [d, []]));
@@ -332,6 +344,7 @@ export async function runDesignBench(
         cpuNs.get(d)!.push((m.runCpuMs * 1e6) / events);
         writerNs.get(d)!.push((m.writerCpuMs * 1e6) / events);
         storeNs.get(d)!.push((m.storeCpuMs * 1e6) / events);
+        hashNs.get(d)!.push((m.hashCpuMs * 1e6) / events);
         p50.get(d)!.push(m.latencyMsP50);
         p99.get(d)!.push(m.latencyMsP99);
         notes.get(d)!.push(out.notes ?? {});
@@ -363,6 +376,7 @@ export async function runDesignBench(
         m.get(d)!.every(Number.isFinite) ? figure(m.get(d)!, 'ns/event') : undefined;
       const writerCpu = perThread(writerNs);
       const storeCpu = perThread(storeNs);
+      const hashCpu = perThread(hashNs);
       rows.push({
         design: d,
         writers,
@@ -371,6 +385,7 @@ export async function runDesignBench(
         cpuNsPerEvent: figure(cpuNs.get(d)!, 'ns/event'),
         ...(writerCpu ? { writerCpuNsPerEvent: writerCpu } : {}),
         ...(storeCpu ? { storeCpuNsPerEvent: storeCpu } : {}),
+        ...(hashCpu ? { hashCpuNsPerEvent: hashCpu } : {}),
         eventsPerCpuSecondWholeRun: figure(epcWhole.get(d)!, 'events/CPU-s'),
         cpuOverFloor: ratioFigure(cpuNs.get(d)!, cpuNs.get('floor')!),
         aLeanCpuAdvantage: ratioFigure(epc.get('aLean')!, epc.get(d)!),

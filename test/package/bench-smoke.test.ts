@@ -96,6 +96,11 @@ describe('bench harness (smoke)', () => {
       // The floor is the least any design spends: its two phases are measured apart.
       const floor = results.designs.rows.find((r: { design: string }) => r.design === 'floor');
       expect(floor.cpuOverFloor.median).toBe(1);
+      // The hash stand-in a's hasher runs (the lean designs are handed keys), timed on the floor's thread.
+      if (process.platform === 'linux') {
+        expect(floor.hashCpuNsPerEvent).toMatchObject(figureShape);
+        expect(floor.hashCpuNsPerEvent.median).toBeGreaterThan(0);
+      }
       for (const row of results.copy.rows) expect(row.ratio).toMatchObject(figureShape);
       expect(results.scenario.offloadOn.holes).toBe(0);
       expect(results.scenario.offloadOn.verifyOk).toBe(true);
