@@ -45,11 +45,34 @@ import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.
  * threads, and the other designs receive precomputed keys. Still chained and
  * distinct per request and chunk, so no two chunks share a key.
  */
-export const CHEAP_HASHING: Hashing = {
+const CHEAP_HASHING: Hashing = {
   blockHash: (parent, tokens) =>
     BigInt.asUintN(64, parent * 0x100000001b3n + BigInt(tokens[0]! + 1)),
   offloadKey: (lastBlockHash, group) => lastBlockHash ^ BigInt(group),
 };
+
+/**
+ * The stream's hashing alone, through the Hashing interface as
+ * HasherRole.hash calls it here (one hash block per chunk: blockHash over a
+ * subarray of the request's tokens, chained, then offloadKey, both stored in
+ * BigUint64Arrays), for the floor's thread to time: work design a's writers
+ * do and the lean designs, handed precomputed keys, do not. Keep it in step
+ * with the hasher when the Hashing interface changes.
+ */
+export function hashStreamStandIn(s: StreamShape): void {
+  const tokens = new Int32Array(s.chunks * TOKENS_PER_CHUNK);
+  const hashes = new BigUint64Array(s.chunks);
+  const keys = new BigUint64Array(s.chunks);
+  for (let r = 0; r < s.requests; r += 1) {
+    let parent = BigInt(r);
+    for (let c = 0; c < s.chunks; c += 1) {
+      const at = c * TOKENS_PER_CHUNK;
+      parent = CHEAP_HASHING.blockHash(parent, tokens.subarray(at, at + TOKENS_PER_CHUNK));
+      hashes[c] = parent;
+      keys[c] = CHEAP_HASHING.offloadKey(parent, 0);
+    }
+  }
+}
 
 function kvoffDesignConfig(s: StreamShape): ConfigInput {
   return {

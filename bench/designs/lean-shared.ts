@@ -23,7 +23,7 @@ import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX } from '../../src/layout.js'
 import { epochMs } from '../lib/clock.js';
 import { ThreadCpuClock, threadCpuMs } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
-import { CHEAP_HASHING } from './kvoff.js';
+import { hashStreamStandIn } from './kvoff.js';
 import {
   ALL_SOURCES,
   LatencyLog,
@@ -34,7 +34,6 @@ import {
   blockIdOf,
   checkDeadline,
   keyOf,
-  TOKENS_PER_CHUNK,
   newBellBuffer,
   newPubBuffer,
   paceRound,
@@ -336,25 +335,10 @@ export function floorThread(
   };
 }
 
-/**
- * The CPU of the stream's hashing alone, as HasherRole.hash does it per chunk
- * here (one hash block per chunk): blockHash over a subarray of the request's
- * tokens, chained, then offloadKey, both stored into BigUint64Arrays.
- */
+/** The CPU of the stream's hashing alone (see hashStreamStandIn), ms. */
 function hashStandInCpuMs(shape: StreamShape): number {
-  const tokens = new Int32Array(shape.chunks * TOKENS_PER_CHUNK);
-  const hashes = new BigUint64Array(shape.chunks);
-  const keys = new BigUint64Array(shape.chunks);
   // Parked first, so the running thread's total is current at the start too.
   const startMs = threadCpuMs(true);
-  for (let r = 0; r < shape.requests; r += 1) {
-    let parent = BigInt(r);
-    for (let c = 0; c < shape.chunks; c += 1) {
-      const at = c * TOKENS_PER_CHUNK;
-      parent = CHEAP_HASHING.blockHash(parent, tokens.subarray(at, at + TOKENS_PER_CHUNK));
-      hashes[c] = parent;
-      keys[c] = CHEAP_HASHING.offloadKey(parent, 0);
-    }
-  }
+  hashStreamStandIn(shape);
   return threadCpuMs(true) - startMs;
 }
