@@ -19,8 +19,9 @@ export {
   BlocksSettledError,
   RoleClaimedError,
   TransferBackendFailedError,
+  WebGpuUnavailableError,
 } from './errors.js';
-export type { KvoffErrorCode } from './errors.js';
+export type { KvoffErrorCode, WebGpuMissing } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
 export type { Config, ConfigInput, GroupConfig, GroupInput, GroupKind } from './config.js';
 
