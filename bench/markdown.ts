@@ -212,5 +212,26 @@ export function renderMarkdown(res: BenchResults): string {
       ]),
     );
   }
+  if (res.webgpu) {
+    const w = res.webgpu;
+    out.push(
+      '',
+      `**8. WebGPU copies beside shared memory** (GB/s, ${w.adapter.name}, ${w.blockKiB} KiB blocks, in the same repeat). ${w.note}`,
+      '',
+    );
+    out.push(
+      table(
+        w.rows.map((r) => ({
+          direction: r.direction === 'gpu-to-host' ? 'GPU → host' : 'host → GPU',
+          'job KiB': r.jobKiB,
+          'WebGPU GB/s': r2(r.webgpuGbPerSecond.median),
+          'shared-memory GB/s': r2(r.sharedMemoryGbPerSecond.median),
+          'WebGPU ÷ shared': r2(r.ratio.median),
+          IQR: iqr(r.ratio),
+          'WebGPU job ms': r2(r.webgpuJobMs.median),
+        })),
+      ),
+    );
+  }
   return `${out.join('\n')}\n`;
 }

@@ -5,6 +5,7 @@ import type { DesignResults } from './designs/run.js';
 import type { PlannerResults } from './planner.js';
 import type { ScenarioResults } from './scenario.js';
 import type { SnapshotResults } from './snapshot.js';
+import type { WebGpuResults } from './webgpu.js';
 import type { Figure } from './lib/stats.js';
 import { formatNumber, printTable } from './lib/table.js';
 import type { TargetCheck } from './targets.js';
@@ -115,6 +116,22 @@ export function printCopy(c: CopyResults): void {
       `   control: memcpy over a ${cc.arenaKiB} KiB arena (in cache), ${cc.blockKiB} KiB blocks: 1 thread ${round(cc.gbPerSecond1.median, 2)} GB/s, 2 threads ${round(cc.gbPerSecond2.median, 2)} GB/s, 1 -> 2 threads ${round(cc.speedup.median, 2)}x\n\n`,
     );
   }
+}
+
+export function printWebGpu(w: WebGpuResults): void {
+  printTable(
+    `8. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    w.rows.map((r) => ({
+      direction: r.direction,
+      'job KiB': r.jobKiB,
+      'WebGPU GB/s': round(r.webgpuGbPerSecond.median, 2),
+      'shared-memory GB/s': round(r.sharedMemoryGbPerSecond.median, 2),
+      'WebGPU / shared': round(r.ratio.median, 2),
+      'ratio IQR': iqr(r.ratio),
+      'WebGPU job ms': round(r.webgpuJobMs.median, 2),
+    })),
+  );
+  process.stdout.write(`   ${w.note}\n\n`);
 }
 
 export function printScenario(s: ScenarioResults): void {

@@ -9,6 +9,7 @@ import type { DesignOptions } from './designs/run.js';
 import type { PlannerOptions } from './planner.js';
 import type { ScenarioOptions } from './scenario.js';
 import type { SnapshotOptions } from './snapshot.js';
+import type { WebGpuBenchOptions } from './webgpu.js';
 
 export const MODES = ['quick', 'full', 'smoke'] as const;
 export type Mode = (typeof MODES)[number];
@@ -19,6 +20,7 @@ export interface Sizes {
   readonly designs: DesignOptions;
   readonly copy: CopyOptions;
   readonly scenario: ScenarioOptions;
+  readonly webgpu: WebGpuBenchOptions;
 }
 
 const KIB = 1024;
@@ -60,6 +62,14 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     // and >= 10 s. Three of them are paired with a run with offloading off
     // for on ÷ off (full mode pairs all five).
     scenario: { repeats: 5, offRepeats: 3, idleDelayMsMax: 1000 },
+    // 64 MiB arenas x 2 passes: 128 MiB timed per figure, 4 job sizes each way.
+    webgpu: {
+      blockBytes: 64 * KIB,
+      jobBytes: [256 * KIB, MIB, 4 * MIB, 16 * MIB],
+      arenaBytes: 64 * MIB,
+      passes: 2,
+      repeats: 3,
+    },
   },
   full: {
     planner: {
@@ -80,6 +90,13 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
     scenario: { repeats: 5 },
+    webgpu: {
+      blockBytes: 64 * KIB,
+      jobBytes: [64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB],
+      arenaBytes: 64 * MIB,
+      passes: 4,
+      repeats: 5,
+    },
   },
   smoke: {
     planner: {
@@ -100,5 +117,6 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       steadySecondsMin: 0.2,
       steadyRunsMin: 1,
     },
+    webgpu: { blockBytes: 16 * KIB, jobBytes: [64 * KIB], arenaBytes: MIB, passes: 1, repeats: 1 },
   },
 };

@@ -17,6 +17,7 @@ import {
   printScenario,
   printSnapshot,
   printTargets,
+  printWebGpu,
 } from './print.js';
 import { runScenarioBench } from './scenario.js';
 import type { ScenarioResults } from './scenario.js';
@@ -24,10 +25,12 @@ import { SIZES } from './sizes.js';
 import type { Mode } from './sizes.js';
 import { runSnapshotBench } from './snapshot.js';
 import type { SnapshotResults } from './snapshot.js';
+import { runWebGpuBench } from './webgpu.js';
+import type { WebGpuResults } from './webgpu.js';
 import { copyTargets, designTargets, plannerTargets, scenarioTargets } from './targets.js';
 import type { TargetCheck } from './targets.js';
 
-export const BENCHMARKS = ['planner', 'snapshot', 'designs', 'copy', 'scenario'] as const;
+export const BENCHMARKS = ['planner', 'snapshot', 'designs', 'copy', 'scenario', 'webgpu'] as const;
 export type BenchmarkName = (typeof BENCHMARKS)[number];
 
 export const RESULTS_SCHEMA = 'kvoff-bench/1';
@@ -55,6 +58,7 @@ export interface BenchResults {
   readonly designs?: DesignResults;
   readonly copy?: CopyResults;
   readonly scenario?: ScenarioResults;
+  readonly webgpu?: WebGpuResults;
 }
 
 export interface SuiteOptions {
@@ -79,6 +83,7 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
     designs?: DesignResults;
     copy?: CopyResults;
     scenario?: ScenarioResults;
+    webgpu?: WebGpuResults;
   } = {};
   const wants = (name: BenchmarkName) => options.only.includes(name);
   const timed = async <T>(name: BenchmarkName, run: () => Promise<T>): Promise<T> => {
@@ -131,6 +136,10 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
     out.scenario = await timed('scenario', () => runScenarioBench(sizes.scenario));
     targets.push(...scenarioTargets(out.scenario));
     if (options.print) printScenario(out.scenario);
+  }
+  if (wants('webgpu')) {
+    out.webgpu = await timed('webgpu', () => runWebGpuBench(sizes.webgpu));
+    if (options.print) printWebGpu(out.webgpu);
   }
   if (options.print) printTargets(targets);
   return {
