@@ -216,7 +216,7 @@ export function renderMarkdown(res: BenchResults): string {
     const w = res.webgpu;
     out.push(
       '',
-      `**8. WebGPU copies beside shared memory** (GB/s, ${w.adapter.name}, ${w.blockKiB} KiB blocks, in the same repeat). ${w.note}`,
+      `**9. WebGPU copies beside shared memory** (GB/s, ${w.adapter.name}, ${w.blockKiB} KiB blocks, in the same repeat). ${w.note}`,
       '',
     );
     out.push(

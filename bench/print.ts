@@ -120,7 +120,7 @@ export function printCopy(c: CopyResults): void {
 
 export function printWebGpu(w: WebGpuResults): void {
   printTable(
-    `8. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    `9. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
     w.rows.map((r) => ({
       direction: r.direction,
       'job KiB': r.jobKiB,

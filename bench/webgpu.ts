@@ -1,4 +1,4 @@
-// Benchmark 8: copies through the WebGPU backend beside the shared-memory one.
+// Benchmark 9: copies through the WebGPU backend beside the shared-memory one.
 // Per job size, store jobs (GPU -> host: copyBufferToBuffer into a pooled
 // staging buffer, mapAsync, a copy into the tier's slots) and load jobs
 // (host -> GPU: the tier's slots into a mapped upload buffer, a copy into the

@@ -46,7 +46,7 @@ describe('bench harness (smoke)', () => {
         '4. Copy',
         '5. Overflow',
         '6. Event-loop',
-        '8. WebGPU',
+        '9. WebGPU',
         'Targets',
       ]) {
         expect(stdout).toContain(title);
