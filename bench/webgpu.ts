@@ -208,16 +208,16 @@ export async function runWebGpuBench(options: WebGpuBenchOptions): Promise<WebGp
     await gpu.close();
     await shm.close();
   }
+  const adapter = gpu.adapter!; // started by this backend: its own thread opened the device
   const software =
-    gpu.adapter.architecture === 'software' ||
-    /llvmpipe|lavapipe|swiftshader/i.test(gpu.adapter.name);
+    adapter.architecture === 'software' || /llvmpipe|lavapipe|swiftshader/i.test(adapter.name);
   return {
     description:
       'Store jobs (GPU -> host) and load jobs (host -> GPU) of consecutive blocks through WebGpuTransferBackend (the GPU thread: copyBufferToBuffer into pooled staging buffers and mapAsync; mapped upload buffers for loads) and through PiscinaTransferBackend with one thread (memcpy between SharedArrayBuffers), alternating in each repeat, 8 jobs in flight. GB/s = 1e9 bytes per second; each figure times passes x arena bytes.',
-    adapter: { name: gpu.adapter.name, architecture: gpu.adapter.architecture, software },
+    adapter: { name: adapter.name, architecture: adapter.architecture, software },
     note: software
-      ? `${gpu.adapter.name} is a software device: these figures measure WebGPU's API path (Dawn, staging maps, a CPU-side Vulkan driver), not a GPU.`
-      : `Measured on ${gpu.adapter.name}.`,
+      ? `${adapter.name} is a software device: these figures measure WebGPU's API path (Dawn, staging maps, a CPU-side Vulkan driver), not a GPU.`
+      : `Measured on ${adapter.name}.`,
     blockKiB: options.blockBytes / KIB,
     arenaMiB: options.arenaBytes / (KIB * KIB),
     bytesPerMeasurement: a.blocks * options.blockBytes * options.passes,

@@ -5,8 +5,8 @@
 // buffers of whole blocks as it takes. Staging buffers for copies out of and
 // into it come from pools, by power-of-two size class, so a steady stream of
 // jobs allocates nothing.
-import { invariant } from '../errors.js';
-import type { WebGpuFlags } from './webgpu-device.js';
+import { InvalidArgumentError, invariant } from '../errors.js';
+import { GPU_BUFFER_USAGE } from './webgpu-device.js';
 
 /** Smallest staging buffer: below this, a pooled buffer costs more than its bytes. */
 const STAGING_BYTES_MIN = 64 * 1024;
@@ -32,17 +32,32 @@ export class GpuArena {
   readonly bytesPerBlock: number;
   readonly blocksPerBuffer: number;
 
-  constructor(device: GPUDevice, flags: WebGpuFlags, geometry: GpuArenaGeometry) {
+  /** Whether destroy() frees the buffers (kvoff made them) or leaves them to their owner. */
+  private readonly owned: boolean;
+
+  private constructor(
+    buffers: readonly GPUBuffer[],
+    geometry: GpuArenaGeometry,
+    blocksPerBuffer: number,
+    owned: boolean,
+  ) {
+    this.buffers = buffers;
+    this.blocks = geometry.blocks;
+    this.bytesPerBlock = geometry.bytesPerBlock;
+    this.blocksPerBuffer = blocksPerBuffer;
+    this.owned = owned;
+  }
+
+  /** A new arena on `device`: buffers as large as a storage binding allows, of whole blocks. */
+  static create(device: GPUDevice, geometry: GpuArenaGeometry): GpuArena {
     const { blocks, bytesPerBlock } = geometry;
     invariant(bytesPerBlock % 4 === 0, 'a block is whole words');
     const limit = Math.min(device.limits.maxStorageBufferBindingSize, device.limits.maxBufferSize);
-    this.blocks = blocks;
-    this.bytesPerBlock = bytesPerBlock;
-    this.blocksPerBuffer = Math.max(1, Math.min(blocks, Math.floor(limit / bytesPerBlock)));
-    const u = flags.BufferUsage;
+    const perBuffer = Math.max(1, Math.min(blocks, Math.floor(limit / bytesPerBlock)));
+    const u = GPU_BUFFER_USAGE;
     const buffers: GPUBuffer[] = [];
-    for (let first = 0; first < blocks; first += this.blocksPerBuffer) {
-      const n = Math.min(this.blocksPerBuffer, blocks - first);
+    for (let first = 0; first < blocks; first += perBuffer) {
+      const n = Math.min(perBuffer, blocks - first);
       buffers.push(
         device.createBuffer({
           size: n * bytesPerBlock,
@@ -51,7 +66,25 @@ export class GpuArena {
         }),
       );
     }
-    this.buffers = buffers;
+    return new GpuArena(buffers, geometry, perBuffer, true);
+  }
+
+  /**
+   * An engine's own KV buffers as the arena: block b in buffer
+   * floor(b / blocksPerBuffer) at (b mod blocksPerBuffer) x bytesPerBlock.
+   * Each buffer must allow COPY_SRC and COPY_DST and hold its blocks; the
+   * engine keeps owning them (destroy() leaves them alone).
+   */
+  static adopt(
+    buffers: readonly GPUBuffer[],
+    geometry: GpuArenaGeometry,
+    blocksPerBuffer: number,
+  ): GpuArena {
+    const { blocks, bytesPerBlock } = geometry;
+    const need = GPU_BUFFER_USAGE.COPY_SRC | GPU_BUFFER_USAGE.COPY_DST;
+    const problem = adoptProblem(buffers, blocks, bytesPerBlock, blocksPerBuffer, need);
+    if (problem !== undefined) throw new InvalidArgumentError('WebGPU KV buffers', problem);
+    return new GpuArena(buffers, geometry, blocksPerBuffer, false);
   }
 
   bufferOf(block: number): number {
@@ -95,8 +128,33 @@ export class GpuArena {
   }
 
   destroy(): void {
-    for (const b of this.buffers) b.destroy();
+    if (this.owned) for (const b of this.buffers) b.destroy();
   }
+}
+
+function adoptProblem(
+  buffers: readonly GPUBuffer[],
+  blocks: number,
+  bytesPerBlock: number,
+  blocksPerBuffer: number,
+  usage: number,
+): string | undefined {
+  if (!Number.isInteger(blocksPerBuffer) || blocksPerBuffer < 1) {
+    return 'blocksPerBuffer must be a positive integer';
+  }
+  const count = Math.ceil(blocks / blocksPerBuffer);
+  if (buffers.length !== count) {
+    return `${blocks} blocks at ${blocksPerBuffer} per buffer need ${count} buffers, got ${buffers.length}`;
+  }
+  for (let i = 0; i < count; i += 1) {
+    const b = buffers[i]!;
+    const n = Math.min(blocksPerBuffer, blocks - i * blocksPerBuffer);
+    if (b.size < n * bytesPerBlock) {
+      return `buffer ${i} holds ${b.size} bytes, ${n} blocks of ${bytesPerBlock} need ${n * bytesPerBlock}`;
+    }
+    if ((b.usage & usage) !== usage) return `buffer ${i} must allow COPY_SRC and COPY_DST`;
+  }
+  return undefined;
 }
 
 /**
@@ -115,13 +173,8 @@ export class StagingPool {
   /** Buffers handed out and not yet returned or discarded. */
   private busy = 0;
 
-  constructor(
-    device: GPUDevice,
-    flags: WebGpuFlags,
-    kind: 'read' | 'upload',
-    idleBytesMax: number,
-  ) {
-    const u = flags.BufferUsage;
+  constructor(device: GPUDevice, kind: 'read' | 'upload', idleBytesMax: number) {
+    const u = GPU_BUFFER_USAGE;
     this.device = device;
     this.upload = kind === 'upload';
     this.usage = this.upload ? u.MAP_WRITE | u.COPY_SRC : u.MAP_READ | u.COPY_DST;

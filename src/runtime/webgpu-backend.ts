@@ -8,15 +8,16 @@
 //
 // GpuThread starts and stops the thread (whoever owns it: the backend itself,
 // or a runtime that also gives the engine the thread's KV ring).
-import { WebGpuUnavailableError, invariant } from '../errors.js';
+import { WebGpuUnavailableError } from '../errors.js';
 import type { TransferBackend, TransferCompletion } from './backend-types.js';
 import { Doorbell } from './doorbell.js';
 import { RingClient, createRingThreadBuffers } from './ring-client.js';
 import { RING_BELL, RING_STOP } from './transfer.js';
 import type { TransferArenas } from './transfer.js';
 import type { OpenDeviceOptions, WebGpuAdapterInfo } from './webgpu-device.js';
-import { GPU_WORDS_BYTES } from './webgpu-thread.js';
-import type { GpuThreadMessage, GpuThreadReport, GpuThreadSpec } from './webgpu-thread.js';
+import { GPU_WORDS_BYTES } from './webgpu-loop.js';
+import type { GpuCopyReport, GpuRings } from './webgpu-loop.js';
+import type { GpuThreadMessage, GpuThreadSpec } from './webgpu-thread.js';
 import { createKvRingBuffers } from './webgpu-kv.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import type { Worker } from 'node:worker_threads';
@@ -40,7 +41,7 @@ export interface GpuThreadSpecOptions {
 }
 
 /** The rings and words of a GPU thread over `arenas` (its GPU arena is the same number of blocks, on the device). */
-function createGpuThreadSpec(
+export function createGpuThreadSpec(
   arenas: TransferArenas,
   options: GpuThreadSpecOptions = {},
 ): GpuThreadSpec {
@@ -81,10 +82,10 @@ export class GpuThread {
   /** Settles when the thread reported, exited or failed: what close() waits for. */
   private readonly ended: Promise<void>;
   private endedResolve!: () => void;
-  private report: GpuThreadReport | undefined;
+  private report: GpuCopyReport | undefined;
   private failure: unknown;
   private readonly onFailure = new Set<(cause: unknown) => void>();
-  private closing: Promise<GpuThreadReport | undefined> | undefined;
+  private closing: Promise<GpuCopyReport | undefined> | undefined;
 
   private constructor(spec: GpuThreadSpec, worker: Worker, adapter: WebGpuAdapterInfo) {
     this.spec = spec;
@@ -157,12 +158,12 @@ export class GpuThread {
    * reports; then the worker is ended. Resolves with the report (undefined if
    * the thread gave none in time).
    */
-  close(): Promise<GpuThreadReport | undefined> {
+  close(): Promise<GpuCopyReport | undefined> {
     this.closing ??= this.doClose();
     return this.closing;
   }
 
-  private async doClose(): Promise<GpuThreadReport | undefined> {
+  private async doClose(): Promise<GpuCopyReport | undefined> {
     const words = new Int32Array(this.spec.words);
     Atomics.store(words, RING_STOP, 1);
     Atomics.add(words, RING_BELL, 1);
@@ -193,43 +194,52 @@ export class GpuThread {
  */
 export class WebGpuTransferBackend implements TransferBackend {
   readonly name = 'webgpu';
-  readonly adapter: WebGpuAdapterInfo;
-  private readonly client: RingClient;
+  /** The device's adapter when kvoff opened it; undefined when an engine serves its own device. */
+  readonly adapter: WebGpuAdapterInfo | undefined;
   /** The GPU thread, when this backend started it and ends it on close(). */
   readonly thread: GpuThread | undefined;
+  private readonly client: RingClient;
 
-  constructor(thread: GpuThread, owns: boolean);
-  constructor(spec: GpuThreadSpec, adapter: WebGpuAdapterInfo);
-  constructor(thread: GpuThread | GpuThreadSpec, second: boolean | WebGpuAdapterInfo) {
-    if (thread instanceof GpuThread) {
-      invariant(typeof second === 'boolean', 'a thread comes with whether the backend owns it');
-      this.client = new RingClient([thread.spec]);
-      this.adapter = thread.adapter;
-      this.thread = second ? thread : undefined;
-      // The thread died: what is in flight fails, and the store's next collection sees it.
-      const bell = new Doorbell(
-        new Int32Array(thread.spec.completionBell),
-        thread.spec.completionBellIndex,
-      );
-      thread.whenFailed((cause) => {
-        this.client.failAll(cause);
-        bell.ring();
-      });
-    } else {
-      invariant(typeof second === 'object', 'a spec comes with its adapter');
-      this.client = new RingClient([thread]);
-      this.adapter = second;
-      this.thread = undefined;
-    }
+  private constructor(rings: GpuRings, adapter?: WebGpuAdapterInfo, thread?: GpuThread) {
+    this.client = new RingClient([rings]);
+    this.adapter = adapter;
+    this.thread = thread;
   }
 
-  /** Starts a GPU thread over `arenas` and a backend that owns it. */
+  /** Starts a GPU thread over `arenas` and a backend that owns it (close() ends it). */
   static async start(
     arenas: TransferArenas,
     options: GpuThreadSpecOptions = {},
   ): Promise<WebGpuTransferBackend> {
     const thread = await GpuThread.start(createGpuThreadSpec(arenas, options));
-    return new WebGpuTransferBackend(thread, true);
+    return WebGpuTransferBackend.forThread(thread, true);
+  }
+
+  /** A backend over a running GPU thread; `owns`: close() ends the thread. */
+  static forThread(thread: GpuThread, owns: boolean): WebGpuTransferBackend {
+    const backend = new WebGpuTransferBackend(
+      thread.spec,
+      thread.adapter,
+      owns ? thread : undefined,
+    );
+    // The thread died: what is in flight fails, and the store's next collection sees it.
+    const bell = new Doorbell(
+      new Int32Array(thread.spec.completionBell),
+      thread.spec.completionBellIndex,
+    );
+    thread.whenFailed((cause) => {
+      backend.client.failAll(cause);
+      bell.ring();
+    });
+    return backend;
+  }
+
+  /**
+   * A backend over rings that another thread serves (an engine's own device,
+   * through WebGpuCopyServer): submits and collects only.
+   */
+  static attach(rings: GpuRings, adapter?: WebGpuAdapterInfo): WebGpuTransferBackend {
+    return new WebGpuTransferBackend(rings, adapter);
   }
 
   get inFlight(): number {

@@ -14,8 +14,7 @@ import { unpinBlocks } from '../pins.js';
 import { TASK_FAULT, TASK_LOAD, TASK_STORE } from './transfer.js';
 import { GpuArena, StagingPool } from './webgpu-arena.js';
 import type { BlockRun } from './webgpu-arena.js';
-import { describe, openErrorScope } from './webgpu-device.js';
-import type { OpenedDevice } from './webgpu-device.js';
+import { GPU_MAP_MODE, describe, openErrorScope } from './webgpu-device.js';
 
 /** Largest staging buffer: a bigger job is cut into several (a block bigger than this gets its own). */
 const SEGMENT_BYTES_MAX = 64 << 20;
@@ -51,21 +50,21 @@ interface Segment {
 
 export class GpuCopier {
   readonly arena: GpuArena;
-  private readonly opened: OpenedDevice;
+  private readonly device: GPUDevice;
   private readonly host: HostArenas;
   private readonly reads: StagingPool;
   private readonly uploads: StagingPool;
   private readonly hold: MapHold | undefined;
   private lost: string | undefined;
 
-  constructor(opened: OpenedDevice, arena: GpuArena, host: HostArenas, hold?: MapHold) {
-    this.opened = opened;
+  constructor(device: GPUDevice, arena: GpuArena, host: HostArenas, hold?: MapHold) {
+    this.device = device;
     this.arena = arena;
     this.host = host;
     this.hold = hold;
-    this.reads = new StagingPool(opened.device, opened.flags, 'read', IDLE_BYTES_MAX);
-    this.uploads = new StagingPool(opened.device, opened.flags, 'upload', IDLE_BYTES_MAX);
-    void opened.device.lost.then((info) => {
+    this.reads = new StagingPool(device, 'read', IDLE_BYTES_MAX);
+    this.uploads = new StagingPool(device, 'upload', IDLE_BYTES_MAX);
+    void device.lost.then((info) => {
       this.lost ??= `WebGPU device lost (${info.reason}): ${info.message || 'no message'}`;
     });
   }
@@ -110,7 +109,7 @@ export class GpuCopier {
     let scope: ReturnType<typeof openErrorScope> | undefined;
     try {
       if (this.lost !== undefined) throw new Error(this.lost);
-      const device = this.opened.device;
+      const device = this.device;
       scope = openErrorScope(device);
       const encoder = device.createCommandEncoder();
       for (const seg of this.segment(blocks.length)) {
@@ -123,7 +122,7 @@ export class GpuCopier {
       device.queue.submit([encoder.finish()]);
       // Test-only: a map that fails, as it does when its buffer is destroyed under it.
       if (task[0] === TASK_FAULT) segments[0]?.staging.destroy();
-      const read = this.opened.flags.MapMode.READ;
+      const read = GPU_MAP_MODE.READ;
       const maps = Promise.all(segments.map((s) => s.staging.mapAsync(read, 0, s.bytes))).catch(
         (err: unknown) => {
           throw new Error(`staging map failed: ${describe(err)}`);
@@ -164,7 +163,7 @@ export class GpuCopier {
   private async load(task: Int32Array): Promise<number> {
     const { blocks, tierWords } = parseLoad(task, this.host);
     if (this.lost !== undefined) throw new Error(this.lost);
-    const device = this.opened.device;
+    const device = this.device;
     const segments: Segment[] = [];
     const w = this.host.wordsPerBlock;
     const scope = openErrorScope(device);
@@ -195,7 +194,7 @@ export class GpuCopier {
       throw err;
     }
     // Mapped again in the background, then ready for the next load.
-    const write = this.opened.flags.MapMode.WRITE;
+    const write = GPU_MAP_MODE.WRITE;
     for (const s of segments) {
       s.staging.mapAsync(write).then(
         () => this.uploads.release(s.staging),

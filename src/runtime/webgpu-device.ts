@@ -24,16 +24,21 @@ export interface WebGpuAdapterInfo {
   readonly description: string;
 }
 
-/** The WebGPU flag namespaces, from the package (kvoff does not put them on globalThis). */
-export interface WebGpuFlags {
-  readonly BufferUsage: GPUFlagsConstantsOf<
-    'MAP_READ' | 'MAP_WRITE' | 'COPY_SRC' | 'COPY_DST' | 'STORAGE' | 'UNIFORM'
-  >;
-  readonly MapMode: GPUFlagsConstantsOf<'READ' | 'WRITE'>;
-  readonly ShaderStage: GPUFlagsConstantsOf<'COMPUTE'>;
-}
-
-type GPUFlagsConstantsOf<K extends string> = Readonly<Record<K, number>>;
+/**
+ * The WebGPU flag values kvoff uses. They are fixed by the WebGPU
+ * specification, so a device from any implementation (an engine's own) takes
+ * them; kvoff never puts the package's globals on globalThis.
+ */
+export const GPU_BUFFER_USAGE = {
+  MAP_READ: 0x1,
+  MAP_WRITE: 0x2,
+  COPY_SRC: 0x4,
+  COPY_DST: 0x8,
+  UNIFORM: 0x40,
+  STORAGE: 0x80,
+} as const;
+export const GPU_MAP_MODE = { READ: 0x1, WRITE: 0x2 } as const;
+export const GPU_SHADER_STAGE_COMPUTE = 0x4;
 
 export interface OpenedDevice {
   /**
@@ -44,7 +49,6 @@ export interface OpenedDevice {
   readonly gpu: GPU;
   readonly device: GPUDevice;
   readonly adapter: WebGpuAdapterInfo;
-  readonly flags: WebGpuFlags;
 }
 
 export interface OpenDeviceOptions {
@@ -56,7 +60,6 @@ export interface OpenDeviceOptions {
 
 interface WebGpuModule {
   readonly create: typeof createGpu;
-  readonly globals: Record<string, unknown>;
 }
 
 /**
@@ -94,12 +97,7 @@ export async function openWebGpuDevice(options: OpenDeviceOptions = {}): Promise
   } catch (err) {
     throw new WebGpuUnavailableError('device', `${info.name}: ${describe(err)}`);
   }
-  const flags = {
-    BufferUsage: mod.globals.GPUBufferUsage,
-    MapMode: mod.globals.GPUMapMode,
-    ShaderStage: mod.globals.GPUShaderStage,
-  } as WebGpuFlags;
-  return { gpu, device, adapter: info, flags };
+  return { gpu, device, adapter: info };
 }
 
 function adapterInfo(adapter: GPUAdapter): WebGpuAdapterInfo {

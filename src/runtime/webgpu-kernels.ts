@@ -9,8 +9,12 @@
 // over the block's words (so a block of any size fits the 65,535-workgroup
 // limit).
 import type { GpuArena } from './webgpu-arena.js';
-import { openErrorScope } from './webgpu-device.js';
-import type { WebGpuFlags } from './webgpu-device.js';
+import {
+  GPU_BUFFER_USAGE,
+  GPU_MAP_MODE,
+  GPU_SHADER_STAGE_COMPUTE,
+  openErrorScope,
+} from './webgpu-device.js';
 
 const WORKGROUP = 64;
 const WORKGROUPS_X_MAX = 1024;
@@ -71,7 +75,6 @@ export interface KvEntry {
 
 export class BlockKernels {
   private readonly device: GPUDevice;
-  private readonly flags: WebGpuFlags;
   private readonly arena: GpuArena;
   private readonly layout: GPUBindGroupLayout;
   private readonly expandPipeline: GPUComputePipeline;
@@ -81,15 +84,14 @@ export class BlockKernels {
   private readonly dummy: GPUBuffer;
   private readonly xGroups: number;
 
-  constructor(device: GPUDevice, flags: WebGpuFlags, arena: GpuArena) {
+  constructor(device: GPUDevice, arena: GpuArena) {
     this.device = device;
-    this.flags = flags;
     this.arena = arena;
     const module = device.createShaderModule({ code: SHADER });
     const layout = device.createBindGroupLayout({
       entries: [0, 1, 2, 3].map((binding) => ({
         binding,
-        visibility: flags.ShaderStage.COMPUTE,
+        visibility: GPU_SHADER_STAGE_COMPUTE,
         buffer: {
           type: binding === 2 ? 'uniform' : binding === 1 ? 'read-only-storage' : 'storage',
         },
@@ -105,7 +107,7 @@ export class BlockKernels {
       layout: pipelineLayout,
       compute: { module, entryPoint: 'check' },
     });
-    const u = flags.BufferUsage;
+    const u = GPU_BUFFER_USAGE;
     this.params = device.createBuffer({ size: 16, usage: u.UNIFORM | u.COPY_DST });
     this.entries = device.createBuffer({ size: 4096, usage: u.STORAGE | u.COPY_DST });
     this.dummy = device.createBuffer({ size: 16, usage: u.STORAGE });
@@ -136,7 +138,7 @@ export class BlockKernels {
   async check(entries: readonly KvEntry[]): Promise<Uint32Array> {
     const out = new Uint32Array(entries.length);
     const parts = this.byBuffer(entries);
-    const u = this.flags.BufferUsage;
+    const u = GPU_BUFFER_USAGE;
     const scope = openErrorScope(this.device);
     const reads: {
       part: (typeof parts)[number];
@@ -162,7 +164,7 @@ export class BlockKernels {
       const refusal = await scope.close();
       if (refusal !== undefined) throw new Error(`KV check refused: ${refusal}`);
       for (const r of reads) {
-        await r.staging.mapAsync(this.flags.MapMode.READ, 0, r.bytes);
+        await r.staging.mapAsync(GPU_MAP_MODE.READ, 0, r.bytes);
         const got = new Uint32Array(r.staging.getMappedRange(0, r.bytes));
         r.part.indexes.forEach((index, i) => (out[index] = got[i]!));
         r.staging.unmap();
@@ -226,7 +228,7 @@ export class BlockKernels {
   ): void {
     const count = words.length / KV_ENTRY_WORDS;
     if (count === 0) return;
-    const u = this.flags.BufferUsage;
+    const u = GPU_BUFFER_USAGE;
     if (this.entries.size < words.byteLength) {
       this.entries.destroy();
       this.entries = this.device.createBuffer({
