@@ -11,10 +11,11 @@
 // Order: a store job must read the KV the engine wrote before the store saw
 // the block as ready. The engine pushes its write before it publishes, the
 // store pushes its job after it read the publication, so a write is in the KV
-// ring before the job is in the job ring. The loop therefore pops jobs first
-// and starts them only after a drain of the KV ring that began after the pop
-// and reached its end: the writes are then submitted to the queue ahead of the
-// copies, and the queue executes in submission order.
+// ring before the job is in the job ring. The loop therefore notes how far the
+// KV ring was written right after it pops a job, and starts the job only once
+// it has read the KV ring up to there: the writes are then submitted to the
+// queue ahead of the copy, and the queue executes in submission order. Writes
+// pushed after that point never hold the job back.
 import { invariant } from '../errors.js';
 import { unpinBlocks } from '../pins.js';
 import { Doorbell } from './doorbell.js';
@@ -90,6 +91,8 @@ interface Job {
   readonly ticket: number;
   readonly task: Int32Array;
   readonly bytes: number;
+  /** How far the KV ring was written when the job was popped (SpscRing.producedTo). */
+  readonly kvMark: number;
 }
 
 export class GpuCopyLoop {
@@ -187,11 +190,12 @@ export class GpuCopyLoop {
       did = true;
     }
     while (this.hasRoom() && this.jobs.pop((r) => this.hold(r))) did = true;
-    const { handled, reachedEnd } = this.drainKv();
-    if (handled > 0) did = true;
-    if (reachedEnd && this.held.length > 0) {
-      for (const job of this.held) this.start(job);
-      this.held = [];
+    if (this.drainKv() > 0) did = true;
+    // Marks only grow, so the jobs whose writes are all read are a prefix.
+    let ready = 0;
+    while (ready < this.held.length && this.kv.consumedTo(this.held[ready]!.kvMark)) ready += 1;
+    if (ready > 0) {
+      for (const job of this.held.splice(0, ready)) this.start(job);
       did = true;
     }
     return did;
@@ -207,7 +211,7 @@ export class GpuCopyLoop {
     const task = r.slice(1); // the ring's view is valid only during the pop
     const bytes = this.copier.taskBytes(task);
     this.bytesInFlight += bytes;
-    this.held.push({ ticket: r[0]!, task, bytes });
+    this.held.push({ ticket: r[0]!, task, bytes, kvMark: this.kv.producedTo() });
   }
 
   private start(job: Job): void {
@@ -264,17 +268,17 @@ export class GpuCopyLoop {
 
   /**
    * KV writes are queued as they are read; a check is queued and answered
-   * when its read-back resolves. Stops early (reachedEnd false) at the
-   * per-turn bound or while answers wait for room, so held jobs wait too.
+   * when its read-back resolves. Stops at the per-turn bound, and while
+   * answers wait for ring room (held jobs whose writes are behind wait too).
+   * Returns the records handled.
    */
-  private drainKv(): { handled: number; reachedEnd: boolean } {
+  private drainKv(): number {
     let handled = 0;
-    while (handled < KV_RECORDS_PER_TURN_MAX) {
-      if (this.unanswered.length > 0) return { handled, reachedEnd: false };
-      if (!this.kv.pop((r) => this.kvRecord(r))) return { handled, reachedEnd: true };
+    while (handled < KV_RECORDS_PER_TURN_MAX && this.unanswered.length === 0) {
+      if (!this.kv.pop((r) => this.kvRecord(r))) break;
       handled += 1;
     }
-    return { handled, reachedEnd: false };
+    return handled;
   }
 
   private kvRecord(r: Int32Array): void {
