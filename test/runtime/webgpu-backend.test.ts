@@ -15,11 +15,19 @@ import type { StoreJob } from '../../src/job.js';
 import { pinBlocks, pinCount } from '../../src/pins.js';
 import type { TransferCompletion } from '../../src/runtime/backend.js';
 import { Doorbell } from '../../src/runtime/doorbell.js';
-import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from '../../src/runtime/transfer.js';
+import {
+  RING_BELL,
+  RING_STOP,
+  TASK_FAULT,
+  encodeLoadTask,
+  encodeStoreTask,
+} from '../../src/runtime/transfer.js';
 import type { TransferArenas } from '../../src/runtime/transfer.js';
 import { WebGpuTransferBackend, createGpuThreadSpec } from '../../src/runtime/webgpu-backend.js';
 import { GPU_BUFFER_USAGE, GPU_MAP_MODE } from '../../src/runtime/webgpu-device.js';
 import { WebGpuCopyServer } from '../../src/runtime/webgpu-host.js';
+import { GpuArena } from '../../src/runtime/webgpu-arena.js';
+import { GpuCopyLoop } from '../../src/runtime/webgpu-loop.js';
 import { GpuKvClient } from '../../src/runtime/webgpu-kv.js';
 import type { KvAnswer } from '../../src/runtime/webgpu-kv.js';
 import { GPU_HOLD_MAPS, GPU_LOSE_DEVICE, GPU_MAPS_HELD } from '../../src/runtime/webgpu-loop.js';
@@ -338,6 +346,37 @@ describe("an engine's own WebGPU buffers, served on its own thread", () => {
       expect(Array.from(await engineReads(block))).toEqual(
         Array.from(tierBlockWords(tier, geometry, 4, p)),
       );
+    }
+  });
+
+  it('starts a copy only after the KV writes pushed before it, even when both wait in the rings', async () => {
+    // kvoff's own loop and arena on this thread: both pushes land before the loop's next turn.
+    const own = makeArenas();
+    const ownRings = createGpuThreadSpec(own);
+    const loop = new GpuCopyLoop(
+      ownRings,
+      device,
+      GpuArena.create(device, { blocks: GPU_BLOCKS, bytesPerBlock: BYTES }),
+      true,
+    );
+    const running = loop.run();
+    const ownBackend = WebGpuTransferBackend.attach(ownRings);
+    const ownKv = new GpuKvClient(ownRings, ownRings.words);
+    const key = 0x0dde_1234_5678_9abcn;
+    const blocks = [8, 9, 10, 11];
+    try {
+      expect(ownKv.write(kvEntries(key, blocks))).toBe(4);
+      ownBackend.submit(encodeStoreTask(storeJob(1, [{ key, slot: 6, blocks }]), false, 0));
+      const done = await until('the store', () => ownBackend.takeCompletions()[0]);
+      expect(done.ok).toBe(true);
+      expect(tierChunkMatches(new Uint32Array(own.tierArena), geometry, 6, key, [0, 1, 2, 3])).toBe(
+        true,
+      );
+    } finally {
+      const words = new Int32Array(ownRings.words);
+      Atomics.store(words, RING_STOP, 1);
+      new Doorbell(words, RING_BELL).ring();
+      await running;
     }
   });
 
