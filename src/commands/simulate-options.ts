@@ -5,6 +5,8 @@ import { totalmem } from 'node:os';
 import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
 import { resolveConfig } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
+import { TRANSFER_BACKENDS } from '../runtime/runtime-gpu.js';
+import type { TransferBackendName } from '../runtime/runtime-gpu.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
@@ -88,6 +90,7 @@ export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   offload?: boolean;
   seed?: string;
   transferThreads?: string;
+  backend?: string;
   policy?: string;
   report?: string;
   traceRequests?: string;
@@ -111,6 +114,8 @@ export interface SimulatePlan {
   config: ConfigInput;
   groupsName: string;
   transferThreads: number;
+  /** What holds the GPU's KV and copies it (RuntimeOptions.transferBackend). */
+  backend: TransferBackendName;
   lag: {
     hasherHashesPerWake?: number;
     allocatorPublishDelayMs?: number;
@@ -239,6 +244,10 @@ export function parseSimulateOptions(
     TRANSFER_THREADS_MAX,
     SIMULATE_DEFAULTS.transferThreads,
   );
+  const backend = raw.backend ?? 'shared-memory';
+  if (!(TRANSFER_BACKENDS as readonly string[]).includes(backend)) {
+    throw new InvalidArgumentError('--backend', `must be one of ${TRANSFER_BACKENDS.join(', ')}`);
+  }
   const traceRequests = intOptionOr(
     '--trace-requests',
     raw.traceRequests,
@@ -329,6 +338,7 @@ export function parseSimulateOptions(
     config,
     groupsName,
     transferThreads,
+    backend: backend as TransferBackendName,
     lag,
     seed,
     workload,

@@ -20,6 +20,10 @@ import type { DoorbellName } from './thread-words.js';
 import { Prng } from '../prng.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { StoreLoop } from './store-loop.js';
+import { transferTaskWordsMax } from './transfer.js';
+import { GpuEngineKv } from './engine-kv.js';
+import { WebGpuTransferBackend } from './webgpu-backend.js';
+import type { GpuThreadSpec } from './webgpu-thread.js';
 import { TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -54,6 +58,11 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /**
+   * The GPU thread's rings (transferBackend 'webgpu'): the store copies
+   * through them, the built-in engine writes and checks its KV through them.
+   */
+  gpu?: GpuThreadSpec;
 }
 
 /** Messages a role worker posts to main. */
@@ -97,6 +106,8 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       { ended: (summary) => post({ type: 'ended', summary }) },
       data.simulator,
       wakeOthers,
+      undefined,
+      data.gpu ? new GpuEngineKv(data.gpu, bell) : undefined,
     );
     post({ type: 'ready', role: data.role });
     syncLoop(
@@ -196,13 +207,6 @@ function syncLoop(
  */
 const TRANSFER_NICE_INCREMENT = 5;
 
-/** Words of the largest store or load task a job of this config can make. */
-function transferTaskWordsMax(config: Config): number {
-  const chunks = config.groups.length * config.maxChunksPerRequest;
-  const bpc = config.blocksPerChunk;
-  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
-}
-
 /** One event-loop turn (a resolved promise would only queue a microtask). */
 function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
@@ -224,8 +228,9 @@ async function runStore(
 ): Promise<void> {
   const arenas = views.transferArenas();
   const threads = { threads: data.store.transferThreads };
-  const backend =
-    data.store.transferBackendModule === undefined
+  const backend = data.gpu
+    ? WebGpuTransferBackend.attach(data.gpu)
+    : data.store.transferBackendModule === undefined
       ? new PiscinaTransferBackend(arenas, {
           ...threads,
           // Completions ring the store's own bell: a parked store wakes when a copy is done.

@@ -7,6 +7,7 @@
 //   load:  [LOAD,  jobId, 0,     delayMs, entryCount, (tierSlot, chunkPos, block)*]
 // A store copies GPU -> tier and then unpins every source block exactly once
 // (in `finally`, so a failed copy never leaks a pin); a load copies tier -> GPU.
+import type { Config } from '../config.js';
 import { gpuBlockWords, tierBlockWords } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { invariant } from '../errors.js';
@@ -95,6 +96,15 @@ export function encodeLoadTask(
     t[at++] = e.block;
   }
   return t;
+}
+
+/** Words of the largest store or load task a job of this config can make. */
+export function transferTaskWordsMax(
+  config: Pick<Config, 'groups' | 'maxChunksPerRequest' | 'blocksPerChunk'>,
+): number {
+  const chunks = config.groups.length * config.maxChunksPerRequest;
+  const bpc = config.blocksPerChunk;
+  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
 }
 
 export function taskJobId(task: Int32Array): number {

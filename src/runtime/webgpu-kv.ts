@@ -64,6 +64,11 @@ export class GpuKvClient {
     this.perRecord = Math.floor((this.kv.recordWordsMax - 3) / 4);
   }
 
+  /** Most blocks one check may hold. */
+  get checkBlocksMax(): number {
+    return this.perRecord;
+  }
+
   /**
    * Queues the KV of `entries` to be computed into their blocks, in order;
    * returns how many were queued (all, unless the ring filled: queue the rest
