@@ -67,6 +67,14 @@ export interface RuntimeScenario {
    * embedder's own (RuntimeOptions.transferBackendModule), which has no bell.
    */
   readonly completionBell?: boolean;
+  /**
+   * True: copies complete as a WebGPU device's do (StepTransferBackend's
+   * maps): a transfer step makes the GPU's copy, a later one resolves any
+   * pending map, so completions arrive late and out of order, and a store's
+   * pins are held until its map was read. Absent or false: a copy completes
+   * when it runs.
+   */
+  readonly gpuMaps?: boolean;
   /** Virtual ms one step of each role takes (index: actor id). */
   readonly stepMs: readonly number[];
   readonly events: readonly RuntimeEvent[];
@@ -173,6 +181,8 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     }
     return e;
   });
+  // Drawn last, so a seed's other draws stay what they were before it existed.
+  const gpuMaps = rng.chance(0.3);
   return {
     seed,
     geometry: geo.name,
@@ -185,6 +195,7 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     stepMs,
     events: limited,
     completionBell,
+    gpuMaps,
   };
 }
 
