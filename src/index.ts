@@ -127,6 +127,13 @@ export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
 export type { PerTierCounters } from './tier/tier-stats.js';
 
+// WebGPU: an engine that holds its KV in WebGPU buffers serves kvoff's copies on its device's thread.
+export { WebGpuCopyServer } from './runtime/webgpu-host.js';
+export type { WebGpuKvBuffers } from './runtime/webgpu-host.js';
+export type { GpuRings, GpuCopyReport } from './runtime/webgpu-loop.js';
+export type { WebGpuAdapterInfo } from './runtime/webgpu-device.js';
+export type { TransferBackendName } from './runtime/runtime-gpu.js';
+
 // KV events: vLLM's event model, from every tier change.
 export { KvEventStream } from './events/stream.js';
 export type {
