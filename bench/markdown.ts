@@ -232,6 +232,13 @@ export function renderMarkdown(res: BenchResults): string {
         })),
       ),
     );
+    const sc = w.scenario;
+    if (sc) {
+      out.push(
+        '',
+        `The scenario on the WebGPU backend (the engine's KV on the device in both runs), paired per repeat: offloading on ${Math.round(sc.wallMsOn.median)} ms, off ${Math.round(sc.wallMsOff.median)} ms, **on ÷ off ${r2(sc.wallOnOverOff.median)}** (IQR ${iqr(sc.wallOnOverOff)}, ${sc.wallOnOverOff.samples} pairs); holes ${sc.holes}, mismatches ${sc.mismatches}, verify ${sc.verifyOk ? 'ok' : 'failed'}.`,
+      );
+    }
   }
   return `${out.join('\n')}\n`;
 }

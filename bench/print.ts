@@ -132,6 +132,12 @@ export function printWebGpu(w: WebGpuResults): void {
     })),
   );
   process.stdout.write(`   ${w.note}\n\n`);
+  const sc = w.scenario;
+  if (sc) {
+    process.stdout.write(
+      `   the scenario on the WebGPU backend: offloading on ${Math.round(sc.wallMsOn.median)} ms, off ${Math.round(sc.wallMsOff.median)} ms, on / off ${round(sc.wallOnOverOff.median, 2)} (IQR ${iqr(sc.wallOnOverOff)}); holes ${sc.holes}, mismatches ${sc.mismatches}, verify ${sc.verifyOk ? 'ok' : 'FAILED'}\n\n`,
+    );
+  }
 }
 
 export function printScenario(s: ScenarioResults): void {

@@ -69,6 +69,8 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       arenaBytes: 64 * MIB,
       passes: 2,
       repeats: 3,
+      // The default overflow workload on the WebGPU backend, on and off: 3 pairs.
+      scenario: { repeats: 3 },
     },
   },
   full: {
@@ -96,6 +98,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       arenaBytes: 64 * MIB,
       passes: 4,
       repeats: 5,
+      scenario: { repeats: 5 },
     },
   },
   smoke: {
@@ -117,6 +120,13 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       steadySecondsMin: 0.2,
       steadyRunsMin: 1,
     },
-    webgpu: { blockBytes: 16 * KIB, jobBytes: [64 * KIB], arenaBytes: MIB, passes: 1, repeats: 1 },
+    webgpu: {
+      blockBytes: 16 * KIB,
+      jobBytes: [64 * KIB],
+      arenaBytes: MIB,
+      passes: 1,
+      repeats: 1,
+      scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
+    },
   },
 };

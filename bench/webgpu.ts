@@ -6,6 +6,11 @@
 // PiscinaTransferBackend with one thread (a memcpy between two
 // SharedArrayBuffers), alternating in each repeat, paired per repeat.
 //
+// And the overflow scenario (benchmarks 5-6's workload) on the WebGPU backend,
+// offloading on and off, paired per repeat: both keep the engine's KV on the
+// device (its kernel writes every block), so on ÷ off is what offloading
+// through WebGPU costs the run.
+//
 // Where the device is Mesa's llvmpipe (CI, this project's machines), the
 // "GPU" is the CPU: these figures measure WebGPU's API path (Dawn, its
 // staging maps, a software Vulkan driver's copies), not a GPU's memory or bus.
@@ -17,6 +22,8 @@ import { TASK_LOAD, encodeLoadTask, encodeStoreTask } from '../src/runtime/trans
 import type { TransferArenas } from '../src/runtime/transfer.js';
 import { WebGpuTransferBackend } from '../src/runtime/webgpu-backend.js';
 import { epochMs } from './lib/clock.js';
+import { runScenario } from './scenario.js';
+import type { ScenarioRun } from './scenario.js';
 import type { Figure } from './lib/stats.js';
 import { figure, ratioFigure } from './lib/stats.js';
 
@@ -34,6 +41,29 @@ export interface WebGpuBenchOptions {
   readonly arenaBytes: number;
   readonly passes: number;
   readonly repeats: number;
+  /** The scenario on the WebGPU backend, on and off per repeat (absent: not run). */
+  readonly scenario?: {
+    readonly repeats: number;
+    readonly requests?: number;
+    readonly promptTokens?: number;
+  };
+}
+
+export interface WebGpuScenarioResults {
+  readonly workload: {
+    readonly requests: number | 'default';
+    readonly promptTokens: number | 'default';
+  };
+  readonly wallMsOn: Figure;
+  readonly wallMsOff: Figure;
+  /** Wall time with offloading over without, both on the WebGPU backend, paired per repeat. */
+  readonly wallOnOverOff: Figure;
+  readonly chunksStored: Figure;
+  readonly tierHits: Figure;
+  readonly holes: number;
+  readonly mismatches: number;
+  readonly verifyOk: boolean;
+  readonly leaksZero: boolean;
 }
 
 export interface WebGpuCopyRow {
@@ -61,6 +91,7 @@ export interface WebGpuResults {
   readonly arenaMiB: number;
   readonly bytesPerMeasurement: number;
   readonly rows: readonly WebGpuCopyRow[];
+  readonly scenario?: WebGpuScenarioResults;
 }
 
 type Direction = WebGpuCopyRow['direction'];
@@ -208,6 +239,7 @@ export async function runWebGpuBench(options: WebGpuBenchOptions): Promise<WebGp
     await gpu.close();
     await shm.close();
   }
+  const scenario = options.scenario ? await webGpuScenario(options.scenario) : undefined;
   const adapter = gpu.adapter!; // started by this backend: its own thread opened the device
   const software =
     adapter.architecture === 'software' || /llvmpipe|lavapipe|swiftshader/i.test(adapter.name);
@@ -222,5 +254,49 @@ export async function runWebGpuBench(options: WebGpuBenchOptions): Promise<WebGp
     arenaMiB: options.arenaBytes / (KIB * KIB),
     bytesPerMeasurement: a.blocks * options.blockBytes * options.passes,
     rows,
+    ...(scenario ? { scenario } : {}),
+  };
+}
+
+/** The scenario on the WebGPU backend: offloading on, then off (first alternating), per repeat. */
+async function webGpuScenario(
+  o: NonNullable<WebGpuBenchOptions['scenario']>,
+): Promise<WebGpuScenarioResults> {
+  const on: ScenarioRun[] = [];
+  const off: ScenarioRun[] = [];
+  const workload = o; // its repeats are the pairs; runScenario runs one workload
+  for (let rep = 0; rep < o.repeats; rep += 1) {
+    // Alternate which goes first, so drift favours neither.
+    for (const offload of rep % 2 === 0 ? [true, false] : [false, true]) {
+      const run = await runScenario(offload, workload, { transferBackend: 'webgpu' });
+      (offload ? on : off).push(run);
+    }
+  }
+  return {
+    workload: { requests: o.requests ?? 'default', promptTokens: o.promptTokens ?? 'default' },
+    wallMsOn: figure(
+      on.map((r) => r.wallMs),
+      'ms',
+    ),
+    wallMsOff: figure(
+      off.map((r) => r.wallMs),
+      'ms',
+    ),
+    wallOnOverOff: ratioFigure(
+      on.map((r) => r.wallMs),
+      off.map((r) => r.wallMs),
+    ),
+    chunksStored: figure(
+      on.map((r) => r.stats.chunksStored),
+      'chunks',
+    ),
+    tierHits: figure(
+      on.map((r) => r.stats.tierHits),
+      'chunks',
+    ),
+    holes: [...on, ...off].reduce((n, r) => n + r.stats.holes + r.requestHoles, 0),
+    mismatches: [...on, ...off].reduce((n, r) => n + r.stats.mismatches, 0),
+    verifyOk: on.every((r) => r.verifyOk),
+    leaksZero: [...on, ...off].every((r) => r.leaksZero),
   };
 }

@@ -121,6 +121,14 @@ describe('bench harness (smoke)', () => {
       }
       expect(results.webgpu.adapter.name).toEqual(expect.any(String));
       if (results.webgpu.adapter.software) expect(results.webgpu.note).toMatch(/not a GPU/);
+      // The scenario on the WebGPU backend, paired on and off: clean, and a ratio.
+      expect(results.webgpu.scenario).toMatchObject({
+        wallOnOverOff: figureShape,
+        holes: 0,
+        mismatches: 0,
+        verifyOk: true,
+        leaksZero: true,
+      });
     },
   );
 });
