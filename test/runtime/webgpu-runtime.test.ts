@@ -9,6 +9,8 @@ import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import type { RuntimeOptions } from '../../src/runtime/runtime.js';
+import type { RuntimeGpu } from '../../src/runtime/runtime-gpu.js';
+import { GPU_LOSE_DEVICE } from '../../src/runtime/webgpu-loop.js';
 import { SMALL_HYBRID } from '../helpers/configs.js';
 import { runNode } from '../helpers/cli.js';
 import { NO_LEAKS, pressureWorkload, settle } from '../helpers/runtime.js';
@@ -36,6 +38,28 @@ describe("OffloadRuntime { transferBackend: 'webgpu' }", () => {
         holes: 0,
         doubles: 0,
       });
+    } finally {
+      await rt.close();
+    }
+    expect(rt.leakReport()).toEqual(NO_LEAKS);
+  });
+
+  it('a lost device fails the store jobs, not the runtime: chunks counted, every pin released', async () => {
+    const rt = await OffloadRuntime.start({
+      config: SMALL_HYBRID,
+      transferBackend: 'webgpu',
+      transferFailuresMax: 1 << 20,
+    });
+    try {
+      // The GPU thread's test switch: it destroys its device at its next turn.
+      const gpuWords = new Int32Array((rt as unknown as { gpu: RuntimeGpu }).gpu.rings.words);
+      Atomics.store(gpuWords, GPU_LOSE_DEVICE, 1);
+      const summaries = await Promise.all(pressureWorkload(6, 5).map((r) => rt.submit(r)));
+      expect(summaries).toHaveLength(6);
+      await settle(rt);
+      const s = rt.stats();
+      expect(s.chunksTransferFailed).toBeGreaterThan(0);
+      expect(s.failure).toBeUndefined();
     } finally {
       await rt.close();
     }
