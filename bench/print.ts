@@ -2,6 +2,7 @@
 // where noise matters). The JSON file has every figure with its full spread.
 import type { CopyResults } from './copy.js';
 import type { DesignResults } from './designs/run.js';
+import type { HashingResults } from './hashing.js';
 import type { PlannerResults } from './planner.js';
 import type { ScenarioResults } from './scenario.js';
 import type { SnapshotResults } from './snapshot.js';
@@ -120,7 +121,7 @@ export function printCopy(c: CopyResults): void {
 
 export function printWebGpu(w: WebGpuResults): void {
   printTable(
-    `9. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    `10. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
     w.rows.map((r) => ({
       direction: r.direction,
       'job KiB': r.jobKiB,
@@ -187,6 +188,24 @@ export function printScenario(s: ScenarioResults): void {
     row('fresh runtime, first workload, off', s.eventLoop.offloadOffFresh),
     row('no runtime (machine alone)', s.eventLoop.noRuntime),
   ]);
+}
+
+export function printHashing(h: HashingResults): void {
+  printTable(
+    `9. Key hashing in the hasher thread: CPU ns per token (a ${h.tokens}-token prompt per run)`,
+    h.rows.map((r) => ({
+      geometry: r.geometry,
+      hash: r.keyHash,
+      'tokens/block': r.tokensPerHash,
+      'keys/block': round(r.keysPerHashBlock, 2),
+      'ns/token': round(r.nsPerToken.median, 1),
+      IQR: iqr(r.nsPerToken),
+    })),
+  );
+  printTable(
+    '   SHA-256 ÷ xxHash64 (paired per repeat)',
+    h.sha256OverXxh64.map((r) => ({ geometry: r.geometry, ratio: round(r.ratio.median, 2) })),
+  );
 }
 
 export function printTargets(targets: readonly TargetCheck[]): void {

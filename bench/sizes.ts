@@ -6,6 +6,7 @@
 // from rotting (test/package/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
+import type { HashingOptions } from './hashing.js';
 import type { PlannerOptions } from './planner.js';
 import type { ScenarioOptions } from './scenario.js';
 import type { SnapshotOptions } from './snapshot.js';
@@ -21,6 +22,7 @@ export interface Sizes {
   readonly copy: CopyOptions;
   readonly scenario: ScenarioOptions;
   readonly webgpu: WebGpuBenchOptions;
+  readonly hashing: HashingOptions;
 }
 
 const KIB = 1024;
@@ -72,6 +74,8 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       // The default overflow workload on the WebGPU backend, on and off: 3 pairs.
       scenario: { repeats: 3 },
     },
+    // A 64k-token prompt per run (4 ms at 16-token blocks with SHA-256): seconds in all.
+    hashing: { tokens: 65_536, repeats: 15 },
   },
   full: {
     planner: {
@@ -100,6 +104,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       repeats: 5,
       scenario: { repeats: 5 },
     },
+    hashing: { tokens: 262_144, repeats: 25 },
   },
   smoke: {
     planner: {
@@ -128,5 +133,6 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       repeats: 1,
       scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
     },
+    hashing: { tokens: 4096, repeats: 2 },
   },
 };

@@ -5,7 +5,7 @@
 // sends it copy jobs through shared rings. Run it with
 // `node --import tsx examples/webgpu-engine.ts` (needs a Vulkan driver: on
 // Debian 12, Mesa 25 from bookworm-backports; see scripts/webgpu-driver.sh).
-import { OffloadRuntime, WebGpuCopyServer, chainHashes, loadHashing } from 'kvoff';
+import { OffloadRuntime, WebGpuCopyServer, loadHashing, promptKeys } from 'kvoff';
 import { expandBlock } from 'kvoff/testing';
 import { create, globals } from 'webgpu';
 
@@ -37,12 +37,10 @@ if (blocks === undefined) throw new Error('GPU pool exhausted');
 // expansion). Written through the device's queue BEFORE the blocks are
 // published: the store's copies are submitted to the same queue later, and a
 // queue runs in submission order, so a copy reads what was written.
-const hashing = await loadHashing();
-const hashes = chainHashes(hashing, Int32Array.from(prompt), rt.config.tokensPerHash);
+const keys = promptKeys(rt.config, await loadHashing(), prompt)[0]!;
 const words = new Uint32Array(bytesPerBlock / 4);
 blocks.forEach((block, position) => {
-  const chunk = Math.floor(position / rt.config.blocksPerChunk);
-  const key = hashing.offloadKey(hashes[chunk * 2 + 1]!, 0);
+  const key = keys[Math.floor(position / rt.config.blocksPerChunk)]!;
   expandBlock(key, position % rt.config.blocksPerChunk, words);
   device.queue.writeBuffer(kv, block * bytesPerBlock, words);
 });

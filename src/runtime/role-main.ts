@@ -24,10 +24,10 @@ import { transferTaskWordsMax } from './transfer.js';
 import { GpuEngineKv } from './engine-kv.js';
 import { WebGpuTransferBackend } from './webgpu-backend.js';
 import type { GpuThreadSpec } from './webgpu-thread.js';
-import { TransferBackendFailedError } from '../errors.js';
+import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
@@ -63,6 +63,8 @@ export interface RoleWorkerData {
    * through them, the built-in engine writes and checks its KV through them.
    */
   gpu?: GpuThreadSpec;
+  /** Test only: the lower levels' switches. */
+  tierSwitches?: LowerTierSwitches;
 }
 
 /** Messages a role worker posts to main. */
@@ -74,6 +76,8 @@ export type RoleMessage =
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
+  | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number };
@@ -99,7 +103,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   memory.sample();
 
   if (data.role === 'scheduler') {
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(data.config.keyHash);
     const engine = new EngineSimulator(
       views,
       hashing,
@@ -121,7 +125,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
     );
     post({ type: 'final', role: data.role, report: { pending: engine.pending } });
   } else if (data.role === 'hasher') {
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(data.config.keyHash);
     const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
     const random = new Prng(data.hasher.seed, 0x4a54);
     const lagCell = new Int32Array(new SharedArrayBuffer(4));
@@ -242,7 +246,7 @@ async function runStore(
         })
       : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  const cascade = await TierCascade.open(data.tiers, data.config);
+  const cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
   const loop = new StoreLoop(
     views,
     backend,
@@ -262,8 +266,22 @@ async function runStore(
         : {}),
     },
   );
-  const onMessage = (m: { type: string; id: number }) => {
+  const onMessage = (m: { type: string; id: number; shared?: boolean }) => {
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+    // Between two steps (a message is handled only while the loop awaits), as vLLM resets between steps.
+    if (m.type === 'reset') {
+      loop.reset(m.shared === true).then(
+        () => post({ type: 'reset', id: m.id }),
+        (err: unknown) =>
+          post({
+            type: 'reset',
+            id: m.id,
+            failedTier: err instanceof SharedResetFailedError ? err.tier : 'store',
+            cause: err instanceof Error ? err.message : String(err),
+          }),
+      );
+      bell.ring(); // the next pass plans the restarted requests at once
+    }
   };
   port.on('message', onMessage);
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();

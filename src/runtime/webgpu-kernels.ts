@@ -20,7 +20,7 @@ const WORKGROUP = 64;
 const WORKGROUPS_X_MAX = 1024;
 /** Entries per dispatch at most (the y dimension's limit). */
 const ENTRIES_PER_DISPATCH_MAX = 65_535;
-/** Words per entry: block (within its buffer), key low, key high, position. */
+/** Words per entry: block (within its buffer), seed, two unused. */
 const KV_ENTRY_WORDS = 4;
 
 const SHADER = /* wgsl */ `
@@ -30,9 +30,10 @@ struct Params { wordsPerBlock: u32, count: u32, strideX: u32, pad: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 @group(0) @binding(3) var<storage, read_write> mismatches: array<atomic<u32>>;
 
-// src/bytes.ts: seed(key, position) and next(), with u32 wrapping as Math.imul does.
+// src/bytes.ts's next(), with u32 wrapping as Math.imul does, from the seed
+// the host computed (blockSeed: the key's 256 bits and the position).
 fn seedOf(e: vec4<u32>) -> u32 {
-  return e.y ^ (e.z * 0x9e3779b1u) ^ ((e.w + 1u) * 0x85ebca6bu);
+  return e.y;
 }
 fn word(s0: u32, i: u32) -> u32 {
   let s = s0 + (i + 1u) * 0x6d2b79f5u;
@@ -67,6 +68,12 @@ fn check(@builtin(global_invocation_id) id: vec3<u32>) {
 `;
 
 /** One block to write or check: its arena block ID, its chunk's key and its position in the chunk. */
+/** One block for a kernel: its arena block ID and its bytes' seed (blockSeed of its key and position). */
+export interface SeededBlock {
+  readonly block: number;
+  readonly seed: number;
+}
+
 export interface KvEntry {
   readonly block: number;
   readonly key: bigint;
@@ -120,7 +127,7 @@ export class BlockKernels {
    * arena buffer touched); resolves with the device's refusal, if it refused
    * (the blocks then hold whatever they held, which a verify would find).
    */
-  write(entries: readonly KvEntry[]): Promise<string | undefined> {
+  write(entries: readonly SeededBlock[]): Promise<string | undefined> {
     const scope = openErrorScope(this.device);
     try {
       for (const part of this.byBuffer(entries)) this.dispatch('expand', part.buffer, part.words);
@@ -135,7 +142,7 @@ export class BlockKernels {
    * with the mismatching words of each entry, in order (all 0: the GPU holds
    * exactly those bytes).
    */
-  async check(entries: readonly KvEntry[]): Promise<Uint32Array> {
+  async check(entries: readonly SeededBlock[]): Promise<Uint32Array> {
     const out = new Uint32Array(entries.length);
     const parts = this.byBuffer(entries);
     const u = GPU_BUFFER_USAGE;
@@ -186,7 +193,7 @@ export class BlockKernels {
 
   /** Entries grouped by arena buffer and cut to dispatch size, each as the kernel's words. */
   private byBuffer(
-    entries: readonly KvEntry[],
+    entries: readonly SeededBlock[],
   ): { buffer: number; words: Uint32Array; indexes: number[] }[] {
     const groups = new Map<number, number[]>();
     entries.forEach((e, i) => {
@@ -203,9 +210,7 @@ export class BlockKernels {
         indexes.forEach((index, i) => {
           const e = entries[index]!;
           words[i * 4] = this.arena.indexInBuffer(e.block);
-          words[i * 4 + 1] = Number(e.key & 0xffffffffn);
-          words[i * 4 + 2] = Number((e.key >> 32n) & 0xffffffffn);
-          words[i * 4 + 3] = e.position;
+          words[i * 4 + 1] = e.seed >>> 0;
         });
         parts.push({ buffer, words, indexes });
       }

@@ -2,12 +2,13 @@
 // computed by the GPU thread's kernel) and KV checks (were these blocks'
 // bytes what their keys expand to?) travel through a single-producer ring,
 // answers come back through another. Records:
-//   write:  [KV_WRITE, count, (block, keyLow, keyHigh, position)*]
-//   check:  [KV_CHECK, tag, count, (block, keyLow, keyHigh, position)*]
+//   write:  [KV_WRITE, count, (block, seed, 0, 0)*]
+//   check:  [KV_CHECK, tag, count, (block, seed, 0, 0)*]
 //   answer: [tag, blocks that mismatched, or -1 when the device could not check]
 import { ringBufferBytes, SpscRing } from './rings.js';
 import { RING_BELL } from './transfer.js';
-import type { KvEntry } from './webgpu-kernels.js';
+import { blockSeed } from '../bytes.js';
+import type { KvEntry, SeededBlock } from './webgpu-kernels.js';
 
 export const KV_WRITE = 1;
 export const KV_CHECK = 2;
@@ -28,15 +29,9 @@ export function createKvRingBuffers(): KvRingBuffers {
   };
 }
 
-export function decodeKvEntries(r: Int32Array, at: number, count: number): KvEntry[] {
-  const out: KvEntry[] = [];
-  for (let i = 0; i < count; i += 1, at += 4) {
-    out.push({
-      block: r[at]!,
-      key: (BigInt(r[at + 2]! >>> 0) << 32n) | BigInt(r[at + 1]! >>> 0),
-      position: r[at + 3]!,
-    });
-  }
+export function decodeKvEntries(r: Int32Array, at: number, count: number): SeededBlock[] {
+  const out: SeededBlock[] = [];
+  for (let i = 0; i < count; i += 1, at += 4) out.push({ block: r[at]!, seed: r[at + 1]! });
   return out;
 }
 
@@ -112,10 +107,9 @@ export class GpuKvClient {
 function encodeEntries(entries: readonly KvEntry[]): Int32Array {
   const words = new Int32Array(entries.length * 4);
   entries.forEach((e, i) => {
+    // The seed, not the key: a key is 256 bits, and the kernel needs only where its bytes start.
     words[i * 4] = e.block;
-    words[i * 4 + 1] = Number(e.key & 0xffffffffn) | 0;
-    words[i * 4 + 2] = Number((e.key >> 32n) & 0xffffffffn) | 0;
-    words[i * 4 + 3] = e.position;
+    words[i * 4 + 1] = blockSeed(e.key, e.position);
   });
   return words;
 }
