@@ -25,7 +25,8 @@ export type KvoffErrorCode =
   | 'KVOFF_NAMESPACE_REQUIRED'
   | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
   | 'KVOFF_SHARED_RESET_FAILED'
-  | 'KVOFF_EVENTS_UNAVAILABLE';
+  | 'KVOFF_EVENTS_UNAVAILABLE'
+  | 'KVOFF_WEBGPU_UNAVAILABLE';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -281,6 +282,39 @@ export class TraceFormatError extends KvoffError {
     this.source = source;
     this.line = line;
   }
+}
+
+/** What a WebGPU backend could not get: the optional package, an adapter (a driver), or a device from it. */
+export type WebGpuMissing = 'package' | 'adapter' | 'device';
+
+/**
+ * Thrown (as a rejection of start()) when the WebGPU transfer backend was
+ * chosen and cannot run: the optional npm package `webgpu` is not installed,
+ * no adapter was found (without a GPU: Mesa's software Vulkan driver,
+ * mesa-vulkan-drivers 25 or later), or the adapter refused a device. Nothing
+ * was started.
+ */
+export class WebGpuUnavailableError extends KvoffError {
+  readonly missing: WebGpuMissing;
+  constructor(missing: WebGpuMissing, detail: string) {
+    super(
+      'KVOFF_WEBGPU_UNAVAILABLE',
+      `WebGPU backend unavailable: ${webGpuAdvice(missing)} (${detail})`,
+    );
+    this.name = 'WebGpuUnavailableError';
+    this.missing = missing;
+  }
+}
+
+function webGpuAdvice(missing: WebGpuMissing): string {
+  if (missing === 'package') {
+    return 'the optional npm package "webgpu" (Dawn for Node.js) is not installed: npm install webgpu';
+  }
+  const driver =
+    "without a GPU, install Mesa's software Vulkan driver, mesa-vulkan-drivers 25 or later (Debian 12: from bookworm-backports; scripts/webgpu-driver.sh install)";
+  return missing === 'adapter'
+    ? `no WebGPU adapter was found: install a Vulkan driver for your GPU, or ${driver}`
+    : `the WebGPU adapter refused a device: update its Vulkan driver, or ${driver}`;
 }
 
 /**

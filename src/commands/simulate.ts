@@ -49,6 +49,7 @@ export async function runSimulate(
     config: plan.config,
     policy: plan.policy,
     transferThreads: plan.transferThreads,
+    transferBackend: plan.backend,
     lag: plan.lag,
     simulator: {
       seed: plan.seed,
@@ -112,6 +113,7 @@ export async function runSimulate(
       gpuTokens: plan.gpuTokens,
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
+      backend: plan.backend,
       abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
@@ -145,6 +147,8 @@ export async function runSimulate(
     memory: stats.memory,
     ok: false,
   };
+  // The device the figures came from (a software device measures the API path, not a GPU).
+  if (runtime.webgpuAdapter) result.adapter = runtime.webgpuAdapter.name;
   if (crashed !== undefined) result.crashed = crashed;
   const leaks = runtime.leakReport();
   // The runtime says -1 when a role's final report never came (it crashed): unknown, so null.
@@ -238,6 +242,11 @@ export function registerSimulate(program: Command): void {
       '--transfer-threads <n>',
       `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
       String(d.transferThreads),
+    )
+    .option(
+      '--backend <name>',
+      'where the GPU KV lives and what copies it: shared-memory, or webgpu (a WebGPU device; needs the optional webgpu package and a Vulkan driver)',
+      'shared-memory',
     )
     .option('--block-bytes <n>', BLOCK_BYTES_MEANING, String(d.blockBytes))
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))

@@ -240,6 +240,7 @@ export class RuntimeWorld {
       failing,
       scenario.events.some((e) => e.kind === 'load-fail'),
       scenario.completionBell === false ? undefined : this.bells[STORE],
+      scenario.gpuMaps === true,
     );
     this.store = new StoreLoop(
       views,
@@ -428,7 +429,7 @@ export class RuntimeWorld {
     }
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.queued === 0) {
+      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.pending === 0) {
         store.stopped = true;
         // The allocator leaves its loop and steps once more (quarantined blocks go back).
         this.allocator.step();
@@ -448,7 +449,7 @@ export class RuntimeWorld {
   }
 
   private runnable(actor: number): boolean {
-    if (actor === TRANSFER) return this.backend.queued > 0 && !this.stalled(TRANSFER);
+    if (actor === TRANSFER) return this.backend.pending > 0 && !this.stalled(TRANSFER);
     const r = this.roles[actor]!;
     if (r.stopped || this.stalled(actor) || this.nowMs < r.busyUntilMs) return false;
     if (r.seen === undefined) return true;
@@ -652,15 +653,26 @@ export class RuntimeWorld {
   }
 
   private transferStep(): void {
+    const maps = this.backend.mapsPending;
+    // A device resolves its maps in its own order, and copies on while they wait.
+    if (maps > 0 && (this.backend.queued === 0 || this.transferRandom.chance(0.5))) {
+      const m = this.backend.resolveMap(this.transferRandom.int(maps))!;
+      this.note(
+        TRANSFER,
+        m.kind === 'store' ? 3 : 4,
+        m.jobId,
+        () =>
+          `transfer ${m.kind} job ${m.jobId} (task ${m.index}): map resolved, bytes written${m.kind === 'store' ? ', blocks unpinned' : ''}`,
+      );
+      return;
+    }
     const threads = Math.min(this.scenario.transferThreads, this.backend.queued);
     const t = this.backend.runNext(threads > 1 ? this.transferRandom.int(threads) : 0);
     if (t === undefined) return;
-    this.note(
-      TRANSFER,
-      t.kind === 'store' ? 1 : 2,
-      t.jobId,
-      () =>
-        `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
+    this.note(TRANSFER, t.kind === 'store' ? 1 : 2, t.jobId, () =>
+      this.scenario.gpuMaps === true
+        ? `transfer ${t.kind} job ${t.jobId} (task ${t.index}): GPU copy made, map pending`
+        : `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
     );
   }
 

@@ -21,6 +21,10 @@ import type { DoorbellName } from './thread-words.js';
 import { Prng } from '../prng.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { StoreLoop } from './store-loop.js';
+import { transferTaskWordsMax } from './transfer.js';
+import { GpuEngineKv } from './engine-kv.js';
+import { WebGpuTransferBackend } from './webgpu-backend.js';
+import type { GpuThreadSpec } from './webgpu-thread.js';
 import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -55,6 +59,11 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /**
+   * The GPU thread's rings (transferBackend 'webgpu'): the store copies
+   * through them, the built-in engine writes and checks its KV through them.
+   */
+  gpu?: GpuThreadSpec;
   /** Test only: the lower levels' switches. */
   tierSwitches?: LowerTierSwitches;
 }
@@ -102,6 +111,8 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       { ended: (summary) => post({ type: 'ended', summary }) },
       data.simulator,
       wakeOthers,
+      undefined,
+      data.gpu ? new GpuEngineKv(data.gpu, bell) : undefined,
     );
     post({ type: 'ready', role: data.role });
     syncLoop(
@@ -201,13 +212,6 @@ function syncLoop(
  */
 const TRANSFER_NICE_INCREMENT = 5;
 
-/** Words of the largest store or load task a job of this config can make. */
-function transferTaskWordsMax(config: Config): number {
-  const chunks = config.groups.length * config.maxChunksPerRequest;
-  const bpc = config.blocksPerChunk;
-  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
-}
-
 /** One event-loop turn (a resolved promise would only queue a microtask). */
 function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
@@ -243,8 +247,9 @@ async function runStore(
   // A module gets the same options: one that wraps PiscinaTransferBackend
   // keeps the completion bell (given only { threads }, its store slept up to
   // a full park after each copy), and its own copies can ring it too.
-  const backend =
-    data.store.transferBackendModule === undefined
+  const backend = data.gpu
+    ? WebGpuTransferBackend.attach(data.gpu)
+    : data.store.transferBackendModule === undefined
       ? new PiscinaTransferBackend(arenas, backendOptions)
       : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.

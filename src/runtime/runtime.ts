@@ -53,6 +53,10 @@ import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
+import { RuntimeGpu, TRANSFER_BACKENDS } from './runtime-gpu.js';
+import type { TransferBackendName } from './runtime-gpu.js';
+import type { WebGpuAdapterInfo } from './webgpu-device.js';
+import type { GpuRings } from './webgpu-loop.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
 import type { KvEventStream } from '../events/stream.js';
 import { resolveEventsOptions } from '../events/types.js';
@@ -89,6 +93,15 @@ export interface RuntimeOptions {
    * worker; see docs/embedding.md. Default: kvoff's piscina pool over the arenas.
    */
   transferBackendModule?: string | URL;
+  /**
+   * What holds the GPU's KV and copies it: 'shared-memory' (default, host
+   * memory and piscina threads) or 'webgpu' (a WebGPU device on kvoff's GPU
+   * thread through the optional `webgpu` package; with `external`, the
+   * engine's own device, served on its thread with WebGpuCopyServer.serve
+   * over `runtime.webgpuRings`). start() rejects with WebGpuUnavailableError
+   * when the package or an adapter is missing.
+   */
+  transferBackend?: TransferBackendName;
   lag?: LagOptions;
   simulator?: Partial<EngineOptions>;
   /** Record per-pass windows of the first N requests (for the HTML report); 0 by default. */
@@ -253,6 +266,8 @@ export class OffloadRuntime {
   private readonly startedAtEpochMs = Date.now();
   /** KV events' main side, with `events` on. */
   private hub: EventHub | undefined;
+  /** The WebGPU device's rings and thread, with transferBackend 'webgpu'. */
+  private gpu: RuntimeGpu | undefined;
 
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
@@ -303,8 +318,18 @@ export class OffloadRuntime {
       rt.hub = await EventHub.open(rt.buffers.events, config, resolveEventsOptions(options.events));
     }
     try {
+      if (options.transferBackend === 'webgpu') {
+        rt.gpu = await RuntimeGpu.open(
+          config,
+          rt.views,
+          rt.buffers.memory,
+          !options.external,
+          (c) => rt.fail('transfer', c),
+        );
+      }
       await rt.spawnAll();
     } catch (err) {
+      await rt.gpu?.close();
       await rt.hub?.close();
       throw err;
     }
@@ -548,6 +573,20 @@ export class OffloadRuntime {
     return this.on('lookup', fn);
   }
 
+  /** The WebGPU adapter kvoff's GPU thread opened (transferBackend 'webgpu' with the built-in engine). */
+  get webgpuAdapter(): WebGpuAdapterInfo | undefined {
+    return this.gpu?.adapter;
+  }
+
+  /**
+   * With transferBackend 'webgpu' and `external`: the rings an engine that
+   * holds its KV in WebGPU buffers serves on its device's thread
+   * (WebGpuCopyServer.serve(runtime.webgpuRings, { device, buffers })).
+   */
+  get webgpuRings(): GpuRings | undefined {
+    return this.gpu?.thread === undefined ? this.gpu?.servedRings : undefined;
+  }
+
   /** Same as on('tierStore', fn) (the serve layer's optional hook). */
   onTierStore(fn: (e: TierStoreSample) => void): this {
     return this.on('tierStore', fn);
@@ -622,6 +661,7 @@ export class OffloadRuntime {
       ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
       ...(this.options.unsafeTierSwitches ? { tierSwitches: this.options.unsafeTierSwitches } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
+      ...(this.gpu ? { gpu: this.gpu.rings } : {}),
     };
     const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
     try {
@@ -765,6 +805,7 @@ export class OffloadRuntime {
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
     void this.terminateAll();
+    void this.gpu?.close();
   }
 
   /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
@@ -874,6 +915,8 @@ export class OffloadRuntime {
       }
     }
     await this.terminateAll();
+    // The store has stopped: no copy is asked for any more, and none is in flight.
+    await this.gpu?.close();
     // The store has stopped: what it queued is published, then the streams end.
     await this.hub?.close();
     this.closed = true;
@@ -966,6 +1009,7 @@ const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   policy: true,
   transferThreads: true,
   transferBackendModule: true,
+  transferBackend: true,
   lag: true,
   simulator: true,
   traceSlots: true,
@@ -1056,6 +1100,18 @@ function validateOptions(o: RuntimeOptions): void {
       throw new InvalidArgumentError(name, `must be an integer in [${min}, ${max}]`);
     }
   };
+  if (o.transferBackend !== undefined && !TRANSFER_BACKENDS.includes(o.transferBackend)) {
+    throw new InvalidArgumentError(
+      'transferBackend',
+      `must be one of ${TRANSFER_BACKENDS.join(', ')}`,
+    );
+  }
+  if (o.transferBackend === 'webgpu' && o.transferBackendModule !== undefined) {
+    throw new InvalidArgumentError(
+      'transferBackend',
+      "'webgpu' cannot be combined with transferBackendModule",
+    );
+  }
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);

@@ -20,6 +20,7 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
       gpuTokens: 65_536,
       groups: 'hybrid',
       transferThreads: 1,
+      backend: 'shared-memory',
       abortRate: 0.002,
       offload: true,
       blockBytes: 4096,
