@@ -24,13 +24,6 @@ import type { StoreJob } from '../job.js';
 import { Status, T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
 import { StorePlanner } from '../planner.js';
 import type { PlanPoint } from '../planner.js';
-import {
-  alignmentChunks,
-  offloadableTokens,
-  readyPrefix,
-  storeReachable,
-  tokenChunks,
-} from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import { statusName } from '../roles/handle.js';
@@ -40,6 +33,7 @@ import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
 import { HostTier } from '../tier/host-tier.js';
 import { FaultyTier } from './faulty-tier.js';
+import { specChunkReachable, specReadyChunks, specTokenChunks } from './spec/ready-spec.js';
 import {
   PENDING,
   LIVE,
@@ -178,8 +172,10 @@ export class World {
   private allocRr = 0;
   private hashRr = 0;
   private storeRr = 0;
-  // The rule's view of the planner's latest snapshot (the oracle's reference for cursors).
+  // The specification's view (spec/ready-spec.ts) of the planner's latest snapshot.
   private snapSeen = false;
+  /** Per group, the cursor of the planner's latest snapshot. */
+  private readonly snapCursor: Int32Array;
   private readonly snapReady: Int32Array;
   /** Token chunks per group of the planner's latest snapshot (final once it shows the request ended). */
   private readonly snapTokenChunks: Int32Array;
@@ -217,6 +213,7 @@ export class World {
       unsafeStoreLastSampledToken: switches.has('store-last-sampled-token'),
       unsafeAckOnAllocFailure: switches.has('ack-on-alloc-failure'),
       unsafeDropDeferred: switches.has('drop-deferred'),
+      unsafeReachabilityOneShort: switches.has('rule-reachability'),
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
       unsafeSkipSettle: options.settle === false,
@@ -247,6 +244,7 @@ export class World {
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
     this.snapReady = new Int32Array(config.groups.length);
+    this.snapCursor = new Int32Array(config.groups.length);
     this.snapTokenChunks = new Int32Array(config.groups.length);
     this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
   }
@@ -478,16 +476,16 @@ export class World {
   private observeSnapshot(snap: Readonly<RequestSnapshot>): void {
     this.snapSeen = true;
     this.snapStatus.value = snap.status;
-    const offloadable = offloadableTokens(snap, this.config);
     for (const g of this.config.groups) {
-      const tc = tokenChunks(snap, g, offloadable);
-      this.snapTokenChunks[g.index] = tc;
-      this.snapReady[g.index] = readyPrefix(
-        tc,
+      this.snapTokenChunks[g.index] = specTokenChunks(this.config, snap, g);
+      this.snapReady[g.index] = specReadyChunks(
+        this.config,
+        snap,
+        g,
         snap.keyCount[g.index]!,
         snap.blockCount[g.index]!,
-        this.config.blocksPerChunk,
       );
+      this.snapCursor[g.index] = snap.cursor[g.index]!;
     }
   }
 
@@ -975,6 +973,13 @@ export class World {
   private dispatch(r: WorldRequest, job: StoreJob): void {
     for (const c of job.chunks) {
       const id = c.group * GROUP_SHIFT + c.chunk;
+      // The specification: only chunks past the cursor and ready in the snapshot planned from.
+      if (c.chunk < this.snapCursor[c.group]! || c.chunk >= this.snapReady[c.group]!) {
+        this.flag(
+          'cursor-within-ready',
+          `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched outside [cursor ${this.snapCursor[c.group]}, ready ${this.snapReady[c.group]}) of the snapshot it was planned from`,
+        );
+      }
       const expected = r.expectedKeys[c.group]![c.chunk];
       if (expected !== c.key) {
         this.flag(
@@ -997,16 +1002,15 @@ export class World {
   }
 
   /**
-   * A chunk the planner passed as unreachable must be one by the rule's own
-   * function, at the ready prefix of the snapshot it planned from; else it
-   * would be a chunk lost silently.
+   * A chunk the planner passed as unreachable must be one by the
+   * specification (no load hit can ever read it); else it would be a chunk
+   * lost silently.
    */
   private checkUnreachable(r: WorldRequest, group: number, chunk: number): void {
-    const g = this.config.groups[group]!;
-    if (storeReachable(g, alignmentChunks(g, this.config), chunk, this.snapReady[group]!)) {
+    if (specChunkReachable(this.config, this.config.groups[group]!, chunk)) {
       this.flag(
         'hole',
-        `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a hit aligned at ready ${this.snapReady[group]} can use it`,
+        `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a load hit aligned to the full-attention chunk reads it`,
       );
     }
     r.unreachable.add(group * GROUP_SHIFT + chunk);
