@@ -40,7 +40,9 @@ export type ScenarioEvent =
   /** The tier refuses the next `count` store allocations from decision `at` on. */
   | { readonly kind: 'tier-fail'; readonly at: number; readonly count: number }
   /** When a request finishes, the transfer role stalls: its blocks are freed while copies are pending. */
-  | { readonly kind: 'finish-mid-store'; readonly forSteps: number };
+  | { readonly kind: 'finish-mid-store'; readonly forSteps: number }
+  /** The next `count` jobs completed from decision `at` on report a failed copy. */
+  | { readonly kind: 'copy-fail'; readonly at: number; readonly count: number };
 
 export interface Scenario {
   readonly seed: number;
@@ -195,6 +197,12 @@ export function scenarioFromSeed(seed: number): Scenario {
     events.push({ kind: 'tier-fail', at: rng.int(estimate), count: rng.between(1, 4) });
   }
   if (rng.chance(0.3)) events.push({ kind: 'finish-mid-store', forSteps: rng.between(5, 30) });
+  // Failed copies, from a separate stream and last, so every other draw (and
+  // the event indexes a shrunk token keeps) stays what it was.
+  const failures = new Prng(seed, 6);
+  if (failures.chance(0.25)) {
+    events.push({ kind: 'copy-fail', at: failures.int(estimate), count: failures.between(1, 3) });
+  }
 
   const maxRequests = rng.between(1, 3); // fewer slots than requests: slots are reused
   const config: ConfigInput = {

@@ -23,7 +23,7 @@ import type { Hashing } from '../hashing.js';
 import type { StoreJob } from '../job.js';
 import { Status, T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
 import { StorePlanner } from '../planner.js';
-import type { PlanPoint } from '../planner.js';
+import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import { statusName } from '../roles/handle.js';
@@ -157,6 +157,9 @@ export class World {
   private readonly published = new Map<bigint, number[]>();
   private readonly stalls: { actor: number; from: number; to: number }[] = [];
   private readonly tierFails: { at: number; count: number }[] = [];
+  private readonly copyFails: { at: number; count: number }[] = [];
+  /** Job completions still to report a failed copy. */
+  private copyFailNext = 0;
   private readonly finishStallSteps: number;
   private transferStallUntil = -1;
   private reservedBlocks = 0;
@@ -240,6 +243,7 @@ export class World {
     this.finishStallSteps = finishStall;
     for (const r of this.requests) r.preemptAt.sort((a, b) => a - b);
     this.tierFails.sort((a, b) => a.at - b.at);
+    this.copyFails.sort((a, b) => a.at - b.at);
     this.slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
@@ -273,6 +277,9 @@ export class World {
         return;
       case 'finish-mid-store':
         setFinishStall(e.forSteps);
+        return;
+      case 'copy-fail':
+        this.copyFails.push({ at: e.at, count: e.count });
         return;
     }
   }
@@ -354,6 +361,11 @@ export class World {
     return true;
   }
 
+  /** The store planner's counters (what a run stored, dropped, failed). */
+  get storeCounters(): Readonly<PlannerCounters> {
+    return this.planner.counters;
+  }
+
   outcome(): WorldOutcome {
     return {
       violation: this.violation,
@@ -405,6 +417,9 @@ export class World {
   private applyTimedEvents(): void {
     while (this.tierFails.length > 0 && this.tierFails[0]!.at <= this.decision) {
       this.tier.failNext += this.tierFails.shift()!.count;
+    }
+    while (this.copyFails.length > 0 && this.copyFails[0]!.at <= this.decision) {
+      this.copyFailNext += this.copyFails.shift()!.count;
     }
   }
 
@@ -1062,15 +1077,15 @@ export class World {
       );
       return;
     }
-    this.note(
-      TRANSFER,
-      A_COMPLETE,
-      job.slot,
-      job.jobId,
-      () => `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
+    const failed = this.copyFailNext > 0;
+    if (failed) this.copyFailNext -= 1;
+    this.note(TRANSFER, A_COMPLETE, job.slot, job.jobId, () =>
+      failed
+        ? `complete job ${job.jobId}: the copy failed, entries discarded, blocks unpinned`
+        : `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
     );
     // Invariant 3: the bytes about to be published are the expansion of their key.
-    for (const c of job.chunks) {
+    for (const c of failed ? [] : job.chunks) {
       const positions = c.positions.map((p) => p % this.config.blocksPerChunk);
       if (!tierChunkMatches(this.tierArena, this.geo, c.tierSlot, c.key, positions)) {
         this.flag(
@@ -1080,8 +1095,17 @@ export class World {
       }
       this.published.set(c.key, positions);
     }
-    this.planner.complete(job);
+    const failedBefore = this.planner.counters.chunksTransferFailed;
+    this.planner.complete(job, !failed);
     this.jobs.shift();
+    // A failed copy's chunks are lost to the tier: counted, never silent.
+    const counted = this.planner.counters.chunksTransferFailed - failedBefore;
+    if (counted !== (failed ? job.chunks.length : 0)) {
+      this.flag(
+        'hole',
+        `job ${job.jobId} completed ${failed ? 'with a failed copy' : 'successfully'}: ${counted} of its ${job.chunks.length} chunks counted as failed`,
+      );
+    }
     for (let s = 0; s < this.starved.length; s += 1) {
       if (this.starved[s] === 1 && this.slotOwner[s] !== undefined) this.dirty[s] = 1;
     }
