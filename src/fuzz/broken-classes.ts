@@ -32,8 +32,8 @@ export const FAILURE_CLASSES = [
 export type FailureClassId = (typeof FAILURE_CLASSES)[number];
 
 /** Bugs planted in the rule itself (issue 32), fuzzable by name: `--broken rule-reachability`. */
-export const RULE_VARIANTS = ['rule-last-token', 'rule-lookup-long', 'rule-reachability'] as const;
-export type RuleVariantId = (typeof RULE_VARIANTS)[number];
+const RULE_VARIANTS = ['rule-last-token', 'rule-lookup-long', 'rule-reachability'] as const;
+type RuleVariantId = (typeof RULE_VARIANTS)[number];
 
 /** How the fuzzer re-creates one class: the unsafe configuration and what must catch it. */
 export interface BrokenClass {

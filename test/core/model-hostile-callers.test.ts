@@ -103,7 +103,8 @@ function attempt(
     if (!(err instanceof KvoffError)) throw err; // an untyped error is a failure
     expect(stateBytes(state), `${what}: refused, but shared state changed`).toEqual(before);
     expect(JSON.stringify(extra()), `${what}: refused, but the tier changed`).toBe(extraBefore);
-    if (judged === 'legal') throw new Error(`${what}: refused a legal call: ${err.message}`);
+    if (judged === 'legal')
+      throw new Error(`${what}: refused a legal call: ${err.message}`, { cause: err });
     tally.refused += 1;
     return false;
   }

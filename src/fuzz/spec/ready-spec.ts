@@ -66,7 +66,7 @@ function chunkTokensOffloadable(
  * the prompt is offloadable) and has not ended, whose KV rejected drafts may
  * still rewrite.
  */
-export function specChunkTokenReady(
+function specChunkTokenReady(
   config: Config,
   r: SpecRequest,
   group: GroupConfig,
