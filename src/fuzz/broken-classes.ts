@@ -7,7 +7,7 @@
 // file says how it is shown instead. After the classes, the rule variants:
 // bugs in the rule itself (not races), which only an oracle that does not
 // share the rule's code can find (docs/fuzzing.md). Rows in id order.
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName } from './oracle.js';
 import type { FuzzOptions } from './run.js';
@@ -171,7 +171,7 @@ export function parseFailureClass(text: string, what = '--broken'): FailureClass
   if (id === undefined || !(FAILURE_CLASSES as readonly string[]).includes(id)) {
     throw new InvalidArgumentError(
       what,
-      `unknown failure class "${String(text)}"; known: F1..F12 (f01..f12), see docs/failure-classes.md, and the rule variants ${RULE_VARIANTS.join(', ')}`,
+      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md, and the rule variants ${RULE_VARIANTS.join(', ')}`,
     );
   }
   return id as FailureClassId;

@@ -42,7 +42,9 @@ export type ScenarioEvent =
   /** When a request finishes, the transfer role stalls: its blocks are freed while copies are pending. */
   | { readonly kind: 'finish-mid-store'; readonly forSteps: number }
   /** The next `count` jobs completed from decision `at` on report a failed copy. */
-  | { readonly kind: 'copy-fail'; readonly at: number; readonly count: number };
+  | { readonly kind: 'copy-fail'; readonly at: number; readonly count: number }
+  /** vLLM's reset_cache between two steps at decision `at`: the tier is emptied, stores restart. */
+  | { readonly kind: 'reset'; readonly at: number };
 
 export interface Scenario {
   readonly seed: number;
@@ -197,12 +199,6 @@ export function scenarioFromSeed(seed: number): Scenario {
     events.push({ kind: 'tier-fail', at: rng.int(estimate), count: rng.between(1, 4) });
   }
   if (rng.chance(0.3)) events.push({ kind: 'finish-mid-store', forSteps: rng.between(5, 30) });
-  // Failed copies, from a separate stream and last, so every other draw (and
-  // the event indexes a shrunk token keeps) stays what it was.
-  const failures = new Prng(seed, 6);
-  if (failures.chance(0.25)) {
-    events.push({ kind: 'copy-fail', at: failures.int(estimate), count: failures.between(1, 3) });
-  }
 
   const maxRequests = rng.between(1, 3); // fewer slots than requests: slots are reused
   const config: ConfigInput = {
@@ -222,6 +218,20 @@ export function scenarioFromSeed(seed: number): Scenario {
   const gpuBlocks = 1 + largest + (rng.chance(0.5) ? rng.int(total + 1) : rng.int(4));
   // Tier eviction pressure: sometimes only a few chunks fit.
   const tierChunks = rng.chance(0.4) ? rng.between(2, 6) : rng.between(8, 48);
+  // Resets come from a stream of their own and after every other event, so
+  // the rest of a seed's scenario, and the indexes a shrunk token keeps, stay
+  // what they were.
+  const resets = new Prng(seed, 6);
+  if (resets.chance(0.25)) {
+    const count = resets.between(1, 2);
+    for (let i = 0; i < count; i += 1) events.push({ kind: 'reset', at: resets.int(estimate) });
+  }
+  // Failed copies, from a stream of their own and after the resets, so every other draw (and
+  // the event indexes a shrunk token keeps) stays what it was.
+  const failures = new Prng(seed, 8);
+  if (failures.chance(0.25)) {
+    events.push({ kind: 'copy-fail', at: failures.int(estimate), count: failures.between(1, 3) });
+  }
   return {
     seed,
     geometry: geo.name,

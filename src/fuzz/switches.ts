@@ -17,6 +17,7 @@ export const RUNTIME_SWITCHES = [
   'rule-reachability',
   'rule-lookup-long',
   'rule-last-token',
+  'publish-stale-jobs',
 ] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
 

@@ -14,6 +14,7 @@ import {
   InvalidArgumentError,
   QueueFullError,
   RequestCapacityError,
+  SharedResetFailedError,
   TimeoutError,
   TransferBackendFailedError,
   WorkerFailedError,
@@ -25,12 +26,12 @@ import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
-import { resolveEngineOptions } from './engine-sim.js';
+import { DEFAULT_SEED, runtimeConfigInput } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
-import { OP_SUBMIT, UNSET } from './protocol.js';
+import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
 import { readAllStats } from './stats.js';
 import type { RuntimeStats } from './stats.js';
@@ -41,7 +42,10 @@ import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
-import { validateTiersOptions } from '../tier/cascade.js';
+import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
+import type { LowerTierSwitches } from '../tier/lower.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
@@ -69,8 +73,12 @@ export interface LagOptions {
 }
 
 export interface RuntimeOptions {
-  /** Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window, async lag). */
-  config?: ConfigInput;
+  /**
+   * Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window). A
+   * partial config is merged over it: each field left out takes
+   * DEFAULT_RUNTIME_CONFIG's value (see runtimeConfigInput).
+   */
+  config?: Partial<ConfigInput>;
   /** Default 'ready-prefix'. */
   policy?: StorePolicy;
   /** piscina threads that copy, default 1. */
@@ -89,6 +97,12 @@ export interface RuntimeOptions {
   unsafeSkipPins?: boolean;
   /** Test only: each copy sleeps this long first (widens the reuse-mid-copy window). */
   transferDelayMs?: number;
+  /**
+   * Test only: the lower levels' switches (LowerTierSwitches), e.g.
+   * unsafeKeyWordOnly, which serves an entry whose key word collides. Shows
+   * what each check prevents; never set it otherwise.
+   */
+  unsafeTierSwitches?: LowerTierSwitches;
   /** Test only: make one role's worker throw after N loop steps. */
   faultInjection?: FaultInjection;
   /** Submits pending at once before submit() rejects with QueueFullError; default PENDING_SUBMITS_MAX. */
@@ -223,6 +237,8 @@ export class OffloadRuntime {
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
+  /** reset() calls the store has not answered yet: each settles exactly once. */
+  private readonly resets = new Map<number, PendingReset>();
   private readonly emitter = new EventEmitter();
   private readonly backlog: number[][] = [];
   private backlogTimer: NodeJS.Timeout | undefined;
@@ -250,7 +266,9 @@ export class OffloadRuntime {
       { events: options.events !== undefined && options.offload !== false },
     );
     this.views = new RuntimeViews(config, this.buffers);
-    this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
+    this.external = options.external
+      ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
+      : undefined;
     this.roles = options.external
       ? ['hasher', 'store']
       : options.offload === false
@@ -265,8 +283,11 @@ export class OffloadRuntime {
     if (typeof options !== 'object' || options === null || Array.isArray(options)) {
       throw new InvalidArgumentError('options', 'must be an object');
     }
-    const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
+    refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
+    const config = resolveConfig(runtimeConfigInput(options.config));
     validateOptions(options);
+    // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
+    if (options.tiers !== undefined) checkShareable(options.tiers, config);
     // A bad backend module is refused here, as a typed error, before any worker starts.
     if (options.transferBackendModule !== undefined) {
       await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
@@ -405,6 +426,8 @@ export class OffloadRuntime {
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
+      resets: s.resets,
+      chunksDiscardedByReset: s.chunksDiscardedByReset,
       jobsTransferFailed: s.jobsTransferFailed,
       chunksTransferFailed: s.chunksTransferFailed,
       jobsHeld: s.jobsHeld,
@@ -459,6 +482,51 @@ export class OffloadRuntime {
   }
 
   /**
+   * vLLM's reset_cache (and, with `shared`, reset_prefix_cache's
+   * reset_external): the host tier is emptied between two store steps; copies
+   * in flight finish and publish nothing (stores are ignored by job id, loads
+   * read slots the reset retired); every live request that was not drained
+   * stores its chunks again from cursor 0; a request already drained is not
+   * signalled again. With `shared: true` the disk and Redis tiers also move
+   * their scope's epoch, which retires every entry of this namespace and
+   * layout for every instance (other namespaces untouched, no FLUSHALL).
+   * Resolves once done; rejects with SharedResetFailedError when a level
+   * could not store its new epoch (the host tier was reset), ClosedError
+   * after close(), WorkerFailedError if the store fails first.
+   */
+  reset(options: { shared?: boolean } = {}): Promise<void> {
+    if (typeof options !== 'object' || options === null) {
+      return Promise.reject(new InvalidArgumentError('options', 'must be an object'));
+    }
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') {
+      return Promise.reject(new InvalidArgumentError('shared', 'must be a boolean'));
+    }
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    // No store runs: nothing is stored anywhere, nothing to reset.
+    if (this.options.offload === false) return Promise.resolve();
+    const store = this.workers.get('store');
+    if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
+    const id = this.nextVerifyId++;
+    this.hold();
+    return new Promise<void>((resolve, reject) => {
+      this.resets.set(id, {
+        resolve: () => {
+          this.release();
+          resolve();
+        },
+        reject: (err) => {
+          this.release();
+          reject(err);
+        },
+      });
+      store.postMessage({ type: 'reset', id, shared: options.shared === true });
+      // A parked store handles the message at its next turn; wake it now.
+      this.views.doorbell('store').ring();
+    });
+  }
+
+  /**
    * Per-pass windows of the traced requests (ids 1..traceSlots) that ended so
    * far, in the order they ended; empty unless traceSlots > 0.
    */
@@ -485,6 +553,7 @@ export class OffloadRuntime {
     return this.on('tierStore', fn);
   }
 
+  /** Each finished store job (its chunks, bytes and latency); loads are not reported here. */
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
@@ -511,7 +580,7 @@ export class OffloadRuntime {
 
   private async spawnAll(): Promise<void> {
     const lag = this.options.lag ?? {};
-    const seed = lag.seed ?? 1;
+    const seed = lag.seed ?? DEFAULT_SEED;
     const base: Omit<RoleWorkerData, 'role'> = {
       config: this.config,
       buffers: this.buffers,
@@ -551,6 +620,7 @@ export class OffloadRuntime {
       },
       policy: this.options.policy ?? 'ready-prefix',
       ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
+      ...(this.options.unsafeTierSwitches ? { tierSwitches: this.options.unsafeTierSwitches } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
     };
     const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
@@ -642,6 +712,13 @@ export class OffloadRuntime {
         done?.resolve(m.report);
         return;
       }
+      case 'reset': {
+        const done = this.resets.get(m.id);
+        this.resets.delete(m.id);
+        if (m.failedTier === undefined) done?.resolve();
+        else done?.reject(new SharedResetFailedError(m.failedTier, m.cause));
+        return;
+      }
       case 'final':
         this.finals.set(m.role, m.report);
         return;
@@ -690,10 +767,11 @@ export class OffloadRuntime {
     void this.terminateAll();
   }
 
-  /** Settles every unanswered verify() with `err` (each exactly once). */
+  /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
   private rejectVerifies(err: Error): void {
-    const pending = [...this.verifies.values()];
+    const pending = [...this.verifies.values(), ...this.resets.values()];
     this.verifies.clear();
+    this.resets.clear();
     for (const v of pending) v.reject(err);
   }
 
@@ -718,9 +796,14 @@ export class OffloadRuntime {
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
-    if (req.maxLoadTokens !== undefined || req.skipReadingPrefixCache === true) {
+    if (
+      req.maxLoadTokens !== undefined ||
+      req.skipReadingPrefixCache === true ||
+      req.cacheSalt !== undefined
+    ) {
       record.push(req.maxLoadTokens ?? UNSET, req.skipReadingPrefixCache === true ? 1 : 0);
     }
+    if (req.cacheSalt !== undefined) pushText(record, req.cacheSalt);
     return record;
   }
 
@@ -872,6 +955,69 @@ interface PendingVerify {
   reject: (e: Error) => void;
 }
 
+interface PendingReset {
+  resolve: () => void;
+  reject: (e: Error) => void;
+}
+
+/** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
+const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
+  config: true,
+  policy: true,
+  transferThreads: true,
+  transferBackendModule: true,
+  lag: true,
+  simulator: true,
+  traceSlots: true,
+  unsafeSkipPins: true,
+  transferDelayMs: true,
+  faultInjection: true,
+  pendingSubmitsMax: true,
+  closeTimeoutMs: true,
+  finalWaitMsMax: true,
+  transferFailuresMax: true,
+  external: true,
+  tiers: true,
+  offload: true,
+  cache: true,
+  events: true,
+  unsafeTierSwitches: true,
+};
+const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
+  hasherHashesPerWake: true,
+  allocatorPublishDelayMs: true,
+  jitterMs: true,
+  seed: true,
+};
+/** The simulator's options are exactly those DEFAULT_ENGINE_OPTIONS gives a value. */
+const ENGINE_OPTION_KEYS = Object.fromEntries(
+  Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
+) as KnownKeys<EngineOptions>;
+const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = { disk: true, redis: true };
+const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
+  dir: true,
+  bytesMax: true,
+  freeBytesMin: true,
+  fdatasync: true,
+  writesQueuedBytesMax: true,
+};
+const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
+  urls: true,
+  timeoutMs: true,
+  storesInFlightMax: true,
+  storesQueuedBytesMax: true,
+};
+
+function refuseUnknownTierKeys(tiers: object): void {
+  refuseUnknownKeys(tiers, TIERS_OPTION_KEYS, 'tiers.');
+  const { disk, redis } = tiers as TiersOptions;
+  if (typeof disk === 'object' && disk !== null)
+    refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
+  if (typeof redis === 'object' && redis !== null) {
+    refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
+  }
+}
+
 function validateOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
   // Checked here, before any worker starts: a bad one used to start every
@@ -891,6 +1037,12 @@ function validateOptions(o: RuntimeOptions): void {
   };
   obj('lag', o.lag);
   obj('simulator', o.simulator);
+  obj('unsafeTierSwitches', o.unsafeTierSwitches);
+  if (o.lag !== undefined) refuseUnknownKeys(o.lag, LAG_OPTION_KEYS, 'lag.');
+  if (o.simulator !== undefined) refuseUnknownKeys(o.simulator, ENGINE_OPTION_KEYS, 'simulator.');
+  if (o.tiers !== undefined && typeof o.tiers === 'object' && o.tiers !== null) {
+    refuseUnknownTierKeys(o.tiers);
+  }
   const seed: unknown = o.lag?.seed;
   if (
     seed !== undefined &&
