@@ -40,7 +40,6 @@ import {
 } from '../layout.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
-import { offloadableTokens, tokenChunks } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
 import { RuntimeViews, createRuntimeBuffers } from '../runtime/buffers.js';
 import type { Doorbell } from '../runtime/doorbell.js';
@@ -54,6 +53,7 @@ import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
 import { lookupAnswerViolation } from './lookup-oracle.js';
+import { specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -260,6 +260,9 @@ export class RuntimeWorld {
         ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
         ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
         ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
+        ...(switches.has('rule-reachability') ? { unsafeReachabilityOneShort: true } : {}),
+        ...(switches.has('rule-lookup-long') ? { unsafeEagleTailKept: true } : {}),
+        ...(switches.has('rule-last-token') ? { unsafeLastTokenLoaded: true } : {}),
         ...(switches.has('publish-stale-jobs') ? { unsafePublishStaleJobs: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
@@ -765,7 +768,6 @@ export class RuntimeWorld {
       scheduledTokens: w(S_SCHEDULED_TOKENS),
       maxOffloadTokens: w(S_MAX_OFFLOAD_TOKENS),
     };
-    const offloadable = offloadableTokens(facts, config);
     const counters = this.store.planner.counters;
     const drops = counters.chunksDroppedForCapacity + counters.chunksDroppedUnready;
     const counted = drops - this.dropsSeen;
@@ -773,7 +775,7 @@ export class RuntimeWorld {
     let missing = 0;
     const where: string[] = [];
     for (const g of config.groups) {
-      const ready = tokenChunks(facts, g, offloadable);
+      const ready = specTokenChunks(config, facts, g);
       const cursor = Atomics.load(c, state.storeWord(d.slot, T_CURSOR + g.index));
       if (cursor < ready) {
         missing += ready - cursor;

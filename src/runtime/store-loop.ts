@@ -10,6 +10,7 @@ import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../
 import type { StoreJob } from '../job.js';
 import { S_GENERATION, S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status, T_EPOCH } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import type { LookupUnsafe } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
 import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
@@ -101,6 +102,12 @@ export interface StoreLoopOptions {
   unsafeAckOnAllocFailure?: boolean;
   /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
   unsafeDropDeferred?: boolean;
+  /** Test-only: PlannerOptions.unsafeReachabilityOneShort (rule-reachability). */
+  unsafeReachabilityOneShort?: boolean;
+  /** Test-only: LookupUnsafe.unsafeEagleTailKept (rule-lookup-long). */
+  unsafeEagleTailKept?: boolean;
+  /** Test-only: LookupUnsafe.unsafeLastTokenLoaded, in the lookup and in the store's cap (rule-last-token). */
+  unsafeLastTokenLoaded?: boolean;
   /** Test-only: PlannerOptions.unsafePublishStaleJobs (no job-id threshold at a reset). */
   unsafePublishStaleJobs?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
@@ -240,6 +247,8 @@ export class StoreLoop {
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
+  /** Test-only rule bugs of the lookup (all off in a real runtime). */
+  private readonly lookupUnsafe: LookupUnsafe;
   private readonly leakOnLoadFailure: boolean;
   private readonly faultTasks: number;
   private readonly transferFailuresMax: number;
@@ -323,6 +332,10 @@ export class StoreLoop {
     }
     this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
     this.onLookupAnswered = options.onLookupAnswered;
+    this.lookupUnsafe = {
+      unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
+      unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
+    };
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -360,6 +373,7 @@ export class StoreLoop {
       ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
       ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
       ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
+      ...(options.unsafeReachabilityOneShort ? { unsafeReachabilityOneShort: true } : {}),
       ...(options.unsafePublishStaleJobs ? { unsafePublishStaleJobs: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
@@ -705,7 +719,8 @@ export class StoreLoop {
     // hits that end on a chunk boundary: rounding an unaligned hit down after
     // the fact would move a sliding-window group's window onto chunks that
     // were never checked (the store then threw on a key it could not load).
-    const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const anyWindow =
+      !this.lookupUnsafe.unsafeLastTokenLoaded && groups.some((g) => g.windowChunks !== null);
     const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
     const request = {
       numTokens,
@@ -714,7 +729,7 @@ export class StoreLoop {
       skipReadingPrefixCache,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, state)
+      ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
       : 0;
     invariant(
       result === DEFER || result % tpc === 0,
@@ -749,7 +764,12 @@ export class StoreLoop {
       hitTokens / tpc < asked
     ) {
       const prefixHit = (present: (k: bigint) => boolean) => {
-        const t = lookupHitTokens(groups, request, (k) => (present(k) ? 'hit' : 'miss'));
+        const t = lookupHitTokens(
+          groups,
+          request,
+          (k) => (present(k) ? 'hit' : 'miss'),
+          this.lookupUnsafe,
+        );
         return t === DEFER ? 0 : Math.floor(t / tpc);
       };
       const view = { count: asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
