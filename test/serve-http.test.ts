@@ -69,7 +69,11 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
       lookupsDeferred: 0,
-      tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
+      tiers: {
+        host: zeroCounters(),
+        disk: { ...zeroCounters(), authenticated: false, state: 'off' },
+        redis: { ...zeroCounters(), authenticated: false, state: 'off' },
+      },
     };
   }
   close(): Promise<void> {

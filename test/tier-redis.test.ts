@@ -37,7 +37,13 @@ function payloadOf(key: bigint): Buffer {
 /** A fresh layout fingerprint per test, so tests never see each other's keys. */
 async function openTier(extra: Partial<Parameters<typeof RedisTier.open>[0]> = {}) {
   fp += 1n;
-  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, fingerprint: fp, ...extra });
+  return RedisTier.open({
+    urls: [cluster.url],
+    payloadBytes: PAYLOAD,
+    fingerprint: fp,
+    insecure: true,
+    ...extra,
+  });
 }
 
 /** Waits for the SETs in flight, bounded generously (each is bounded by its own timeout too). */
@@ -148,10 +154,13 @@ describe('redis tier', () => {
   });
 
   it('two runtimes in separate processes: the second gets Redis hits with the bytes checked', async () => {
-    const redisOnly = JSON.stringify({ redis: { urls: [cluster.url] } });
+    const redisOnly = JSON.stringify({ redis: { urls: [cluster.url], insecure: true } });
     // The second also has an empty disk level in front: the cascade misses there, then hits Redis.
     const diskDir = mkdtempSync(join(tmpdir(), 'kvoff-redis-disk-'));
-    const withDisk = JSON.stringify({ disk: { dir: diskDir }, redis: { urls: [cluster.url] } });
+    const withDisk = JSON.stringify({
+      disk: { dir: diskDir },
+      redis: { urls: [cluster.url], insecure: true },
+    });
     const child = async (tiers: string) => {
       const { stdout } = await run(
         process.execPath,
@@ -218,6 +227,9 @@ describe('redis tier', () => {
       payloadBytes: PAYLOAD,
       fingerprint: 1n,
       timeoutMs: 300,
+      insecure: true,
+      // Unreachable at open: degraded, not refused.
+      optional: true,
     });
     expect(performance.now() - t0).toBeLessThan(3000);
     expect(tier.counters.circuitOpen).toBe(1);
@@ -230,7 +242,7 @@ describe('redis tier', () => {
     await tier.close(1000);
 
     const runtime = await OffloadRuntime.start({
-      tiers: { redis: { urls: [dead], timeoutMs: 300 } },
+      tiers: { redis: { urls: [dead], timeoutMs: 300, insecure: true }, optional: true },
     });
     const summaries = await Promise.all(
       defaultWorkload({ requests: 3, promptTokens: 4000, prefixes: 1 }).map((r) =>

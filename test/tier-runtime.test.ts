@@ -7,10 +7,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseTierOptions } from '../src/commands/tier-options.js';
-import { InvalidArgumentError } from '../src/errors.js';
+import { InvalidArgumentError, TierUnavailableError } from '../src/errors.js';
 import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../src/runtime/defaults.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { TiersOptions } from '../src/tier/cascade.js';
+import { TIER_COUNTER_FIELDS } from '../src/tier/lower.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvoff-cascade-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -48,17 +49,20 @@ describe('tier cascade in the runtime', () => {
     });
   }, 120_000);
 
-  it('a disk directory that cannot be written: the runtime runs on host, every disk store dropped and counted', async () => {
+  it('a disk directory that cannot be written: start() refuses it; with tiers.optional the runtime runs on host, every disk store dropped and counted', async () => {
     // A file where the directory's parent should be: mkdir, open and rename all fail, even for root.
     const blocker = join(dir, 'not-a-directory');
     writeFileSync(blocker, 'in the way');
-    const r = await runOnce({ disk: { dir: join(blocker, 'cache') } });
+    await expect(runOnce({ disk: { dir: join(blocker, 'cache') } })).rejects.toBeInstanceOf(
+      TierUnavailableError,
+    );
+    const r = await runOnce({ disk: { dir: join(blocker, 'cache') }, optional: true });
     expect(r.stats.completed).toBeGreaterThan(0);
     expect(r.stats.tiers.host.storedChunks).toBeGreaterThan(0);
     const disk = r.stats.tiers.disk;
     expect(disk.storedChunks).toBe(0);
     expect(disk.droppedChunks).toBeGreaterThan(0);
-    expect(disk.errors).toBe(disk.droppedChunks);
+    expect(disk.state).toBe('degraded');
     expect(r.stats.mismatches).toBe(0);
     expect(r.verify).toMatchObject({ ok: true, mismatches: 0 });
     expect(r.leaks).toMatchObject({ pinsOutstanding: 0, tierEntriesWriting: 0, jobsInFlight: 0 });
@@ -68,7 +72,8 @@ describe('tier cascade in the runtime', () => {
     const { stats } = await runOnce();
     expect(stats.tiers.host.storedChunks).toBeGreaterThan(0);
     for (const level of ['disk', 'redis'] as const) {
-      expect(Object.values(stats.tiers[level]).every((v) => v === 0)).toBe(true);
+      expect(TIER_COUNTER_FIELDS.every((f) => stats.tiers[level][f] === 0)).toBe(true);
+      expect(stats.tiers[level]).toMatchObject({ state: 'off', authenticated: false });
     }
   }, 120_000);
 

@@ -11,7 +11,7 @@
 import type { RuntimeViews } from './buffers.js';
 import type { HostTier } from '../tier/host-tier.js';
 import type { TierCascade, LowerState } from '../tier/cascade.js';
-import { allocValue, sealValue, VALUE_HEADER_BYTES } from '../tier/value.js';
+import { VALUE_HEADER_BYTES } from '../tier/value.js';
 
 export interface ReadableEntry {
   readonly slot: number;
@@ -42,6 +42,8 @@ const PENDING_RETRY_MS = 5;
 
 export class LowerLookups {
   private readonly runs = new Map<number, Run>();
+  /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
+  cutShort = 0;
   private readonly bpc: number;
   private readonly payloadBytes: number;
 
@@ -65,10 +67,10 @@ export class LowerLookups {
 
   /** Copies a just-published full host entry into a sealed value and offers it to every lower level. */
   writeThrough(key: bigint, slot: number): void {
-    const value = allocValue(this.payloadBytes);
+    const value = this.cascade.allocValue();
     const from = slot * this.payloadBytes;
     value.set(new Uint8Array(this.views.tier.buffer, from, this.payloadBytes), VALUE_HEADER_BYTES);
-    this.cascade.writeThrough(key, sealValue(value, this.cascade.fingerprint, key));
+    this.cascade.writeThrough(key, this.cascade.seal(value, key));
   }
 
   /**
@@ -103,14 +105,25 @@ export class LowerLookups {
     for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
     const run: Run = { state: 'running', retryAtMs: 0, promoted, startedAtMs: now };
     this.runs.set(tag, run);
+    // A slow shard holds no admission longer than the budget: the lookup is
+    // then answered from what is in host memory (what the resolution promotes
+    // later still lands there, for the next lookup).
+    const budget = setTimeout(() => {
+      if (this.runs.get(tag) !== run || run.state !== 'running') return;
+      run.state = 'done';
+      this.cutShort += 1;
+      this.wake();
+    }, this.cascade.lookupBudgetMs);
     this.resolve(view, run).then(
       (pending) => {
-        if (this.runs.get(tag) !== run) return; // answered meanwhile (forced by the wait bound)
+        clearTimeout(budget);
+        if (this.runs.get(tag) !== run || run.state !== 'running') return; // answered meanwhile
         run.state = pending ? 'pending' : 'done';
         run.retryAtMs = performance.now() + PENDING_RETRY_MS;
         this.wake();
       },
       () => {
+        clearTimeout(budget);
         // A level broke its never-reject contract: answer from the host tier alone.
         if (this.runs.get(tag) === run) run.state = 'done';
         this.wake();

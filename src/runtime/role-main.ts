@@ -18,6 +18,8 @@ import { HasherLoop } from './hasher-loop.js';
 import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
 import type { DoorbellName } from './layout.js';
 import { Random } from './random.js';
+import { asStartRefusal } from './start-refusal.js';
+import type { StartRefusal } from './start-refusal.js';
 import { StoreLoop, TransferFailedError } from './store-loop.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -62,8 +64,8 @@ export type RoleMessage =
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
-  | { type: 'failed'; role: 'transfer'; cause: string };
-
+  | { type: 'failed'; role: 'transfer'; cause: string }
+  | { type: 'startRefused'; error: StartRefusal };
 export class InjectedFault extends Error {
   constructor(role: string, steps: number) {
     super(`injected fault in the ${role} worker after ${steps} steps (test switch)`);
@@ -222,7 +224,16 @@ async function runStore(
         })
       : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  const cascade = await TierCascade.open(data.tiers, data.config);
+  let cascade: TierCascade | undefined;
+  try {
+    cascade = await TierCascade.open(data.tiers, data.config);
+  } catch (err) {
+    const refusal = asStartRefusal(err);
+    if (refusal === undefined) throw err;
+    await backend.close();
+    post({ type: 'startRefused', error: refusal });
+    return;
+  }
   const loop = new StoreLoop(
     views,
     backend,

@@ -30,6 +30,7 @@ import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './l
 import type { DoorbellName } from './layout.js';
 import { OP_SUBMIT, UNSET } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
+import { startRefusalError } from './start-refusal.js';
 import { readAllStats } from './stats.js';
 import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
@@ -206,6 +207,8 @@ export class OffloadRuntime {
   private readonly stopping = new Set<RoleName>();
   private readonly exited = new Map<RoleName, Promise<void>>();
   private readonly finals = new Map<RoleName, Record<string, number>>();
+  /** Called when a role's final report arrives (stop() waits on it). */
+  private readonly onFinal = new Map<RoleName, () => void>();
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
@@ -341,7 +344,11 @@ export class OffloadRuntime {
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
-      tiers: readTierStats(this.views.tierStats),
+      tiers: readTierStats(
+        this.views.tierStats,
+        new Set((['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined)),
+        this.options.tiers?.secret !== undefined,
+      ),
     };
   }
 
@@ -490,6 +497,10 @@ export class OffloadRuntime {
         if (m.type === 'ready') {
           started = true;
           resolve();
+        } else if (m.type === 'startRefused') {
+          // The worker returns after this: its exit is expected, not a failure.
+          this.stopping.add(role);
+          reject(startRefusalError(m.error));
         } else this.onMessage(m);
       });
       worker.on('error', (err) => {
@@ -549,6 +560,7 @@ export class OffloadRuntime {
       }
       case 'final':
         this.finals.set(m.role, m.report);
+        this.onFinal.get(m.role)?.();
         return;
       case 'traces':
         // Traced requests the store saw before it failed, up to the failure.
@@ -717,9 +729,19 @@ export class OffloadRuntime {
     this.views.doorbell(role).ring();
     const ms = Math.max(0, deadline - Date.now());
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    let grace: NodeJS.Timeout | undefined;
+    // A role that sent its final report has nothing left to do: if a stray
+    // handle (a socket a library left open) keeps its thread alive, it is
+    // ended after a short grace instead of at the close deadline.
+    const reported = new Promise<void>((resolve) => {
+      const after = () => (grace = setTimeout(resolve, FINAL_EXIT_GRACE_MS));
+      if (this.finals.has(role)) after();
+      else this.onFinal.set(role, after);
+    });
+    await Promise.race([exited, reported, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
     clearTimeout(timer);
-    // Reported but still alive (a stray handle): it has nothing left to do.
+    clearTimeout(grace);
+    this.onFinal.delete(role);
     await this.workers.get(role)?.terminate();
   }
 
@@ -759,6 +781,9 @@ export class OffloadRuntime {
 }
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
+
+/** How long a role may stay alive after its final report before it is terminated. */
+const FINAL_EXIT_GRACE_MS = 1_000;
 
 const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, jobsInFlight: 0 };
 

@@ -5,7 +5,7 @@
 // events as they happen.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EmbeddableRuntime, RuntimeStats } from './runtime-api.js';
-import { TIER_COUNTER_FIELDS, TIER_NAMES } from '../tier/lower.js';
+import { TIER_COUNTER_FIELDS, TIER_GAUGE_FIELDS, TIER_NAMES } from '../tier/lower.js';
 import type { TierCounterField } from '../tier/lower.js';
 
 /** Monotonic runtime counters exported as Prometheus counters. */
@@ -202,11 +202,17 @@ const TIER_LATENCY_BUCKETS_S = [
   0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 ];
 
-/** storedChunks -> kvoff_tiers_stored_chunks_total{tier}; circuitOpen is a gauge. */
+/** storedChunks -> kvoff_tiers_stored_chunks_total{tier}; circuitOpen -> kvoff_tiers_circuit_open (a gauge). */
 function tierMetricName(field: TierCounterField): string {
   const snake = field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-  return field === 'circuitOpen' ? 'kvoff_tiers_circuit_open' : `kvoff_tiers_${snake}_total`;
+  return TIER_GAUGE_FIELDS.includes(field) ? `kvoff_tiers_${snake}` : `kvoff_tiers_${snake}_total`;
 }
+
+const GAUGE_HELP: Partial<Record<TierCounterField, string>> = {
+  circuitOpen: 'per tier: 1 while its circuit breaker is open',
+  degraded:
+    'per tier: 1 while it is not doing its job (not connected, circuit open, writes failing)',
+};
 
 /** Per-level counters labelled by tier, and a store-latency histogram per tier. */
 function registerTierMetrics(
@@ -218,10 +224,10 @@ function registerTierMetrics(
   for (const field of TIER_COUNTER_FIELDS) {
     const name = tierMetricName(field);
     const help = `per tier (host, disk, redis): ${field}`;
-    if (field === 'circuitOpen') {
+    if (TIER_GAUGE_FIELDS.includes(field)) {
       new Gauge({
         name,
-        help: 'per tier: 1 while its circuit breaker is open',
+        help: GAUGE_HELP[field] ?? help,
         labelNames: ['tier'],
         registers: [registry],
         collect() {

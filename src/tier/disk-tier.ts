@@ -5,40 +5,53 @@
 // (65,536 directories) gave nearly every entry a directory of its own, and
 // creating it cost more CPU than writing the 16 KiB entry.
 //
-// A write goes to a temp name opened exclusively (`wx`, never someone else's
-// file), its byte count is checked, it is optionally fdatasync'ed, then renamed
-// over the final name: a reader (this process, a restarted one, or a second one
-// on the same directory) sees a whole entry or none. At open the index is
-// rebuilt from the directory: temp files of processes that are gone are
-// deleted, entries of the wrong size are deleted, and LRU order comes from
-// mtime. A byte cap and a free-space floor bound the level; entries being
-// written or read are never evicted. File I/O runs on libuv's pool, bounded in
-// flight (writes beyond the bound are dropped and counted, never queued without
-// limit), so the store loop never waits on the disk.
-import {
-  mkdir,
-  open,
-  readdir,
-  readFile,
-  rename,
-  stat,
-  statfs,
-  unlink,
-  utimes,
-} from 'node:fs/promises';
+// The directory is private (src/tier/private-dir.ts): refused unless it is
+// ours and no one else may write it; directories 0700, files 0600, and no
+// symlink is followed under it. Opening is bounded in time.
+//
+// A write goes to a temp name opened exclusively (O_EXCL | O_NOFOLLOW, never
+// someone else's file), its byte count is checked, it is optionally
+// fdatasync'ed, then renamed over the final name: a reader (this process, a
+// restarted one, or a second one on the same directory) sees a whole entry or
+// none. At open the index is rebuilt from the directory: temp files of
+// processes that are gone are deleted, entries of the wrong size are deleted,
+// and LRU order comes from mtime. A byte cap and a free-space floor bound the
+// level; entries being written or read are never evicted. File I/O runs on
+// libuv's pool, bounded in flight (writes beyond the bound are dropped and
+// counted, never queued without limit), so the store loop never waits on the
+// disk. With a deployment secret, every entry carries an HMAC tag checked
+// before any byte is served (src/tier/entry-auth.ts).
+import { constants } from 'node:fs';
+import { chmod, lstat, open, readdir, rename, statfs, unlink } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
+import { EntryAuth, checkEntry, entryBytes, sealEntry } from './entry-auth.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
+import {
+  CREATE_FLAGS,
+  DirUnusable,
+  FILE_MODE,
+  READ_FLAGS,
+  privateRoot,
+  privateSubdir,
+  probeWrite,
+} from './private-dir.js';
 import type { LookupState } from './types.js';
-import { VALUE_HEADER_BYTES, checkValue, hex16 } from './value.js';
+import { VALUE_HEADER_BYTES, hex16 } from './value.js';
 
 export interface DiskTierOptions {
-  /** Root directory; created if missing. Several processes may share it. */
+  /** Root directory; made (0700) if missing; must be ours and not group- or world-writable. Several processes of one user may share it. */
   readonly dir: string;
+  /** The deployment secret: entries carry an HMAC-SHA256 tag under it (at least 16 bytes). */
+  readonly secret?: string | Uint8Array;
+  /** A directory that cannot be made or written, or an open that times out, opens a level that drops and misses (degraded) instead of rejecting with TierUnavailableError. */
+  readonly optional?: boolean;
+  /** Bound on opening (directory checks and index rebuild); default 15,000 ms. */
+  readonly openTimeoutMs?: number;
   /** Byte cap of this layout's entries (headers included). */
   readonly bytesMax: number;
   /** Stores are refused while the file system has less than this free; default 64 MiB. */
@@ -70,6 +83,7 @@ export interface DiskTierOptions {
 // matters for chunks under 16 KiB. store() stays O(1) and never waits: over
 // either bound it drops and counts.
 export const DISK_DEFAULTS = {
+  openTimeoutMs: 15_000,
   freeBytesMin: 64 << 20,
   writesInFlightMax: 4,
   writesQueuedMax: 16_384,
@@ -91,17 +105,27 @@ const FREE_CHECK_BYTES = 16 << 20;
 /** File-system calls in flight while the index is rebuilt at open (libuv runs 4 at a time by default). */
 const REBUILD_IO_MAX = 16;
 
+/** The unsafe variant's in-place write (F12): truncating, still never through a symlink. */
+const OVERWRITE_FLAGS =
+  constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW;
+
 const ENTRY_SUFFIX = '.kv';
 const TEMP_MARK = '.tmp.';
+
+type Resolved = Required<Omit<DiskTierOptions, 'secret' | 'optional'>>;
 
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
   readonly counters: TierCounters = zeroCounters();
-  /** Removed at open: temp files of dead processes and entries of the wrong size. */
+  /** True when entries carry a tag under the deployment secret. */
+  readonly authenticated: boolean;
+  /** Removed at open: temp files of dead processes, entries of the wrong size, symlinks. */
   staleRemoved = 0;
-  private readonly root: string;
+  /** The real path of this layout's directory (set at open). */
+  private root = '';
   private readonly valueBytes: number;
-  private readonly options: Required<DiskTierOptions>;
+  private readonly options: Resolved;
+  private readonly auth: EntryAuth | undefined;
   /** Insertion order is recency: first = least recently used. */
   private readonly index = new Map<bigint, Entry>();
   /** Keys whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
@@ -117,25 +141,37 @@ export class DiskTier implements LowerTier {
   private statfsFreeBytes = 0;
   private statfsAtMs = -Infinity;
   private writtenSinceStatfs = 0;
+  /** New files need an explicit chmod (the umask takes owner bits). */
+  private chmodFiles = false;
+  /** Opened degraded (optional, and the directory could not be used): stores drop, lookups miss. */
+  private unusable = false;
   private closed = false;
   private readonly switches: LowerTierSwitches;
 
-  private constructor(options: Required<DiskTierOptions>, switches: LowerTierSwitches) {
+  private constructor(options: Resolved, auth: EntryAuth | undefined, switches: LowerTierSwitches) {
     this.options = options;
+    this.auth = auth;
+    this.authenticated = auth !== undefined;
     this.switches = switches;
-    this.root = join(options.dir, hex16(options.fingerprint));
-    this.valueBytes = VALUE_HEADER_BYTES + options.payloadBytes;
+    this.valueBytes = entryBytes(options.payloadBytes, auth);
     this.writes = new Limiter(options.writesInFlightMax, options.writesQueuedMax);
     this.reads = new Limiter(options.readsInFlightMax, Number.MAX_SAFE_INTEGER);
   }
 
-  /** Opens the level and rebuilds its index from the directory. An unusable directory still opens (every store then fails and is counted). */
+  /**
+   * Opens the level: checks the directory is private (InvalidArgumentError
+   * if not, always), makes what is missing, checks it can write there, and
+   * rebuilds the index, all within openTimeoutMs. A directory that cannot be
+   * made or written, or an open that does not finish in time, rejects with
+   * TierUnavailableError, unless `optional` (then the level drops and misses).
+   */
   static async open(
     options: DiskTierOptions,
     /** Test-only: see LowerTierSwitches. */
     switches: LowerTierSwitches = {},
   ): Promise<DiskTier> {
-    const full: Required<DiskTierOptions> = { ...DISK_DEFAULTS, fdatasync: false, ...options };
+    const { secret, optional, ...rest } = options;
+    const full: Resolved = { ...DISK_DEFAULTS, fdatasync: false, ...rest };
     if (typeof full.dir !== 'string' || full.dir.length === 0) {
       throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
     }
@@ -151,8 +187,35 @@ export class DiskTier implements LowerTier {
     positive('writesQueuedBytesMax', full.writesQueuedBytesMax, 1);
     positive('readsInFlightMax', full.readsInFlightMax, 1);
     positive('payloadBytes', full.payloadBytes, 1);
-    const tier = new DiskTier(full, switches);
-    await tier.rebuild();
+    positive('openTimeoutMs', full.openTimeoutMs, 1);
+    const auth = secret === undefined ? undefined : new EntryAuth(secret);
+    const tier = new DiskTier(full, auth, switches);
+    let timer: NodeJS.Timeout | undefined;
+    const opened = tier.prepare().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    const timedOut = new Promise<Error>(
+      (r) =>
+        (timer = setTimeout(
+          () =>
+            r(
+              new DirUnusable(`opening ${full.dir} did not finish within ${full.openTimeoutMs} ms`),
+            ),
+          full.openTimeoutMs,
+        )),
+    );
+    const problem = await Promise.race([opened, timedOut]);
+    clearTimeout(timer);
+    if (problem === undefined) return tier;
+    // A directory that is not private is refused whatever else is configured.
+    if (!(problem instanceof DirUnusable)) throw problem;
+    if (optional !== true) {
+      tier.closed = true;
+      throw new TierUnavailableError('disk', problem.message);
+    }
+    tier.unusable = true;
+    tier.counters.degraded = 1;
     return tier;
   }
 
@@ -168,6 +231,13 @@ export class DiskTier implements LowerTier {
     return this.bytesUsed;
   }
 
+  /** A value for `key` holding `payload`, sealed as this level checks it (header, and tag with a secret). */
+  seal(key: bigint, payload: Uint8Array): Buffer {
+    const value = Buffer.allocUnsafe(this.valueBytes);
+    value.set(payload, VALUE_HEADER_BYTES);
+    return sealEntry(value, this.options.fingerprint, key, this.auth);
+  }
+
   pathOf(key: bigint): string {
     const h = hex16(key);
     return join(this.root, h.slice(0, 2), h + ENTRY_SUFFIX);
@@ -178,7 +248,7 @@ export class DiskTier implements LowerTier {
     for (const key of keys) {
       let e = this.index.get(key);
       // Not known here: another process on the same directory may have written it.
-      if (e === undefined && !this.closed) e = await this.adopt(key);
+      if (e === undefined && !this.closed && !this.unusable) e = await this.adopt(key);
       if (e === undefined) {
         this.counters.missChunks += 1;
         out.push('miss');
@@ -193,7 +263,17 @@ export class DiskTier implements LowerTier {
   }
 
   store(key: bigint, value: Buffer): void {
-    if (this.closed || this.index.has(key) || this.unlinking.has(key)) return;
+    if (this.closed || this.unlinking.has(key)) return;
+    if (this.unusable) {
+      this.counters.droppedChunks += 1;
+      return;
+    }
+    const present = this.index.get(key);
+    if (present !== undefined) {
+      // Written, or being written: the same bytes again would be waste.
+      if (!present.writing) this.counters.skippedChunks += 1;
+      return;
+    }
     if (value.length !== this.valueBytes) {
       this.counters.errors += 1;
       this.counters.droppedChunks += 1;
@@ -239,10 +319,12 @@ export class DiskTier implements LowerTier {
           this.index.set(key, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
+          this.counters.degraded = 0;
           this.samples.push(performance.now() - t0);
         },
         (err: unknown) => {
           this.counters.errors += 1;
+          this.counters.degraded = 1;
           if (this.switches.unsafeAckOnAllocFailure) {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
@@ -265,19 +347,21 @@ export class DiskTier implements LowerTier {
     }
     e.readers += 1;
     try {
-      const path = this.pathOf(key);
       let value: Buffer;
       try {
-        value = await this.reads.run(() => readFile(path));
+        value = await this.reads.run(() => this.read(key));
       } catch (err) {
-        // Gone (another process evicted it) or unreadable: a miss.
-        if (!isNotFound(err)) this.counters.errors += 1;
+        // Gone (another process evicted it), not a plain file, or unreadable: a miss.
+        const code = (err as NodeJS.ErrnoException | undefined)?.code;
+        if (code !== 'ENOENT') this.counters.errors += 1;
         if (this.index.get(key) === e) this.forget(key, e);
+        if (code === 'ELOOP' || code === 'EFTYPE') this.removeFile(key);
         this.counters.missChunks += 1;
         return undefined;
       }
-      const check = checkValue(
+      const check = checkEntry(
         value,
+        this.auth,
         this.options.fingerprint,
         key,
         this.options.payloadBytes,
@@ -286,6 +370,7 @@ export class DiskTier implements LowerTier {
       if (!check.ok) {
         // Never served: counted, deleted, a miss.
         this.counters.errors += 1;
+        if (check.reason === 'auth') this.counters.authFailures += 1;
         this.counters.missChunks += 1;
         if (this.index.get(key) === e) this.forget(key, e);
         this.removeFile(key);
@@ -297,9 +382,6 @@ export class DiskTier implements LowerTier {
         this.index.delete(key);
         this.index.set(key, e);
       }
-      // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
-      const now = new Date();
-      this.track(utimes(path, now, now).catch(() => undefined));
       return check.payload;
     } finally {
       e.readers -= 1;
@@ -322,6 +404,33 @@ export class DiskTier implements LowerTier {
 
   // --- internals ---
 
+  /**
+   * Reads a whole entry without following a symlink, and touches its mtime
+   * (the LRU order a restart rebuilds; a failed touch only ages the entry).
+   */
+  private async read(key: bigint): Promise<Buffer> {
+    const fh = await open(this.pathOf(key), READ_FLAGS);
+    try {
+      const s = await fh.stat();
+      if (!s.isFile() || s.size !== this.valueBytes) {
+        throw Object.assign(new Error('not a whole entry'), { code: 'EFTYPE' });
+      }
+      const value = Buffer.allocUnsafe(this.valueBytes);
+      let at = 0;
+      while (at < value.length) {
+        const { bytesRead } = await fh.read(value, at, value.length - at, at);
+        if (bytesRead === 0) break;
+        at += bytesRead;
+      }
+      if (at !== value.length) throw Object.assign(new Error('short read'), { code: 'EFTYPE' });
+      const now = new Date();
+      await fh.utimes(now, now).catch(() => undefined);
+      return value;
+    } finally {
+      await fh.close();
+    }
+  }
+
   private async write(key: bigint, value: Buffer): Promise<void> {
     const final = this.pathOf(key);
     const dir = join(final, '..');
@@ -332,12 +441,12 @@ export class DiskTier implements LowerTier {
       this.writtenSinceStatfs += value.length;
     }
     if (!this.madeDirs.has(dir)) {
-      await mkdir(dir, { recursive: true });
+      await privateSubdir(dir);
       this.madeDirs.add(dir);
     }
     if (this.switches.unsafePublishBeforeComplete) {
       // The unsafe variant: written in place under the final name, visible while it grows.
-      const fh = await open(final, 'w');
+      const fh = await open(final, OVERWRITE_FLAGS, FILE_MODE);
       try {
         await fh.write(value, 0, value.length, 0);
         if (this.options.fdatasync) await fh.datasync();
@@ -349,7 +458,8 @@ export class DiskTier implements LowerTier {
     const temp = `${final}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
     let fh: FileHandle | undefined;
     try {
-      fh = await open(temp, 'wx');
+      fh = await open(temp, CREATE_FLAGS, FILE_MODE);
+      if (this.chmodFiles) await fh.chmod(FILE_MODE);
       const { bytesWritten } = await fh.write(value, 0, value.length, 0);
       if (bytesWritten !== value.length) {
         throw Object.assign(new Error(`short write: ${bytesWritten} of ${value.length}`), {
@@ -375,7 +485,7 @@ export class DiskTier implements LowerTier {
   private async freeBytes(): Promise<number> {
     const now = performance.now();
     if (now - this.statfsAtMs >= FREE_CHECK_MS || this.writtenSinceStatfs >= FREE_CHECK_BYTES) {
-      const fs = await statfs(this.options.dir);
+      const fs = await statfs(this.root);
       this.statfsFreeBytes = fs.bavail * fs.bsize;
       this.statfsAtMs = performance.now();
       this.writtenSinceStatfs = 0;
@@ -409,6 +519,7 @@ export class DiskTier implements LowerTier {
     this.bytesUsed -= e.bytes;
   }
 
+  /** Unlinks an entry's name (a symlink there goes, never what it points to). */
   private removeFile(key: bigint): void {
     this.unlinking.add(key);
     this.track(
@@ -432,8 +543,10 @@ export class DiskTier implements LowerTier {
     // An entry this process evicted or found bad is still on disk until its unlink lands: not a hit.
     if (this.unlinking.has(key)) return undefined;
     try {
-      const s = await stat(this.pathOf(key));
-      if (s.size !== this.valueBytes || this.index.has(key)) return this.index.get(key);
+      const s = await lstat(this.pathOf(key));
+      if (!s.isFile() || s.size !== this.valueBytes || this.index.has(key)) {
+        return this.index.get(key);
+      }
       const e: Entry = { bytes: s.size, writing: false, readers: 0 };
       this.index.set(key, e);
       this.bytesUsed += e.bytes;
@@ -443,12 +556,23 @@ export class DiskTier implements LowerTier {
     }
   }
 
+  /** The directory checks, then the index from what is there. */
+  private async prepare(): Promise<void> {
+    const real = await privateRoot(this.options.dir);
+    this.root = join(real, hex16(this.options.fingerprint));
+    try {
+      await privateSubdir(this.root);
+    } catch (err) {
+      throw new DirUnusable(`cannot use ${this.root}: ${(err as Error).message}`);
+    }
+    this.chmodFiles = await probeWrite(this.root);
+    await this.rebuild();
+  }
+
   private async rebuild(): Promise<void> {
-    // A directory that cannot be made is not fatal: every store then fails and is counted.
-    await mkdir(this.root, { recursive: true }).catch(() => undefined);
     // Up to 256 directories listed, and their files examined, REBUILD_IO_MAX at a time.
     const io = new Limiter(REBUILD_IO_MAX, Number.MAX_SAFE_INTEGER);
-    const dirs = (await listDir(this.root)).filter((d) => /^[0-9a-f]{2}$/.test(d));
+    const dirs = await this.shardDirs();
     const names = await Promise.all(
       dirs.map((d) => io.run(async () => (await listDir(join(this.root, d))).map((n) => [d, n]))),
     );
@@ -466,7 +590,30 @@ export class DiskTier implements LowerTier {
     await Promise.allSettled([...this.inFlight]);
   }
 
-  /** One file met at open: a whole entry to index, or undefined (stale temps and wrong sizes are deleted). */
+  /** The shard directories to index: real directories only (a symlink in their place is removed, not followed). */
+  private async shardDirs(): Promise<string[]> {
+    const out: string[] = [];
+    for (const d of (await listDir(this.root)).filter((n) => /^[0-9a-f]{2}$/.test(n))) {
+      const path = join(this.root, d);
+      const s = await lstat(path).catch(() => undefined);
+      if (s?.isSymbolicLink()) {
+        await unlink(path).catch(() => undefined);
+        this.staleRemoved += 1;
+      } else if (s?.isDirectory()) {
+        // Ours, 0700 (tightened if an older kvoff made it broader).
+        if (
+          await privateSubdir(path).then(
+            () => true,
+            () => false,
+          )
+        )
+          out.push(d);
+      }
+    }
+    return out;
+  }
+
+  /** One file met at open: a whole entry to index, or undefined (stale temps, wrong sizes and symlinks are deleted). */
   private async examine(
     dir: string,
     name: string,
@@ -482,13 +629,17 @@ export class DiskTier implements LowerTier {
     if (!name.endsWith(ENTRY_SUFFIX)) return undefined;
     const hex = name.slice(0, -ENTRY_SUFFIX.length);
     if (!/^[0-9a-f]{16}$/.test(hex)) return undefined;
-    const s = await stat(path).catch(() => undefined);
-    if (s === undefined || !s.isFile()) return undefined;
-    if (s.size !== this.valueBytes) {
-      await unlink(path).catch(() => undefined);
-      this.staleRemoved += 1;
+    const s = await lstat(path).catch(() => undefined);
+    if (s === undefined) return undefined;
+    if (!s.isFile() || s.size !== this.valueBytes) {
+      // A symlink or a wrong size where an entry should be: the name goes (never a target).
+      if (s.isFile() || s.isSymbolicLink()) {
+        await unlink(path).catch(() => undefined);
+        this.staleRemoved += 1;
+      }
       return undefined;
     }
+    if ((s.mode & 0o777) !== FILE_MODE) await chmodQuiet(path);
     return { key: BigInt('0x' + hex), bytes: s.size, mtimeMs: s.mtimeMs };
   }
 }
@@ -499,6 +650,11 @@ async function listDir(dir: string): Promise<string[]> {
   } catch {
     return [];
   }
+}
+
+/** An entry of an older kvoff (made under the umask): made private. */
+async function chmodQuiet(path: string): Promise<void> {
+  await chmod(path, FILE_MODE).catch(() => undefined);
 }
 
 /** Temp names end in `.tmp.<pid>.<seq>`: the writer is alive when that pid exists (and is not us, at open). */
@@ -512,10 +668,6 @@ function ownerAlive(name: string): boolean {
   } catch (err) {
     return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
-}
-
-function isNotFound(err: unknown): boolean {
-  return (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 }
 
 function isFullError(err: unknown): boolean {

@@ -30,8 +30,19 @@ export const TIER_COUNTER_FIELDS = [
   'circuitOpen',
   /** Stores refused because the level is full (byte cap, free-space floor, OOM reply). */
   'fullChunks',
+  /** Commands that got no answer within the level's timeout (each is also an error). */
+  'timeouts',
+  /** Values whose authentication tag was wrong or missing: never served, deleted (each is also an error). */
+  'authFailures',
+  /** Stores not sent because the level is known to hold the chunk already (written or found by this process). */
+  'skippedChunks',
+  /** 1 while the level is not doing its job: Redis not connected or its circuit open, disk failing its writes. */
+  'degraded',
 ] as const;
 export type TierCounterField = (typeof TIER_COUNTER_FIELDS)[number];
+
+/** The fields that are states (0 or 1), not counts: gauges in /metrics. */
+export const TIER_GAUGE_FIELDS: readonly TierCounterField[] = ['circuitOpen', 'degraded'];
 export type TierCounters = Record<TierCounterField, number>;
 
 export function zeroCounters(): TierCounters {
@@ -99,7 +110,7 @@ export interface LowerTierSwitches {
   readonly unsafeEvictInUse?: boolean;
   /** F9: a store the level could not take (full, failed, OOM) is marked stored and counted as stored. */
   readonly unsafeAckOnAllocFailure?: boolean;
-  /** F11: a value's CRC-32 is not checked before it is served. */
+  /** F11: a value's CRC-32 and authentication tag are not checked before it is served. */
   readonly unsafeSkipChecksum?: boolean;
   /**
    * F12: an entry is visible before its write completed (disk: written in

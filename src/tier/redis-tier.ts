@@ -1,32 +1,68 @@
 // The Redis Cluster level, shared by every engine instance that points at the
-// same cluster. node-redis's cluster client (`redis` 6.x: maintained, routes
-// each key to its slot's master, per-command timeouts, Buffer replies).
+// same cluster, through node-redis's cluster client (src/tier/redis-link.ts:
+// every command has a deadline, a broken node's connection is replaced, the
+// credentials and TLS settings reach every node).
 //
-// One value per chunk under `kvoff:v1:<layout fingerprint>:<key>`, with no
-// hash tag, so keys spread over the shards; one SET writes header + payload,
-// so an entry is visible whole or not at all (a SET cut off halfway never
-// lands). Lookups send per-key EXISTS (pipelined by the client) in batches and
-// stop at the first miss; loads GET and check the header. Every command has a
-// timeout. The level is best-effort: a failed store is dropped and counted, a
-// failed load is a miss, an OOM reply means the level is full (counted), and
-// after repeated failures a circuit breaker opens so a dead cluster costs
-// nothing but counted misses and drops; a half-open probe (a fresh connect when
-// the client is gone) closes it again. Stores in flight are bounded; over the
-// bound they are dropped and counted (back-pressure that never blocks).
+// One value per chunk under `kvoff:v1:<fingerprint>:<key>`, with no hash tag,
+// so keys spread over the shards; one SET writes the whole value, so an entry
+// is visible whole or not at all (a SET cut off halfway never lands). With a
+// deployment secret every value carries an HMAC tag checked before any byte is
+// served (src/tier/entry-auth.ts); without one the level refuses to open unless
+// told `insecure`. Lookups send per-key EXISTS (pipelined by the client) in
+// batches and stop at the first miss; loads GET and check the value. The level
+// is best-effort: a failed store is dropped and counted, a failed load is a
+// miss, an OOM reply means the level is full (counted), and after repeated
+// failures a circuit breaker opens so a dead cluster costs nothing but counted
+// misses and drops; a half-open probe (a fresh connect when the client is gone)
+// closes it again. Stores in flight are bounded; over the bound they are
+// dropped and counted (back-pressure that never blocks). A chunk this process
+// knows the cluster holds (it wrote it, or a lookup or load found it) is not
+// sent again.
 import { performance } from 'node:perf_hooks';
-import { RESP_TYPES, createCluster } from 'redis';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
+import {
+  EntryAuth,
+  checkEntry,
+  entryBytes,
+  sealEntry,
+  unauthenticatedRedisRefused,
+} from './entry-auth.js';
+import { KnownKeys } from './known-keys.js';
+import { resolveRedisAccess } from './redis-access.js';
+import type { RedisTlsOptions } from './redis-access.js';
+import { TimeoutError as LibraryTimeoutError } from 'redis';
+import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
+import type { RedisCommands, RedisConnection } from './redis-link.js';
 import { StoreWindow } from './store-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { checkValue, hex16 } from './value.js';
+import { VALUE_HEADER_BYTES, hex16 } from './value.js';
 
 export interface RedisTierOptions {
-  /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
+  /** Seed nodes, `redis[s]://[user:password@]host:port` each; the rest of the cluster is discovered. */
   readonly urls: readonly string[];
-  /** Per-command timeout; default 2,000 ms. */
+  /** ACL user; default: the URLs', else Redis's default user. */
+  readonly username?: string;
+  /** Password of that user (or the cluster's requirepass); default: the URLs'. */
+  readonly password?: string;
+  /** TLS settings for rediss:// URLs (PEM text), applied to every node. */
+  readonly tls?: RedisTlsOptions;
+  /**
+   * The deployment secret: every value carries an HMAC-SHA256 tag under it
+   * (at least 16 bytes). Required unless `insecure`.
+   */
+  readonly secret?: string | Uint8Array;
+  /** Open without a secret: values are not authenticated (anyone who can write to the cluster can change what engines load). */
+  readonly insecure?: boolean;
+  /**
+   * A cluster that cannot be used at open (unreachable, credentials refused,
+   * TLS failure) does not fail the open: the circuit opens and later probes
+   * reconnect. Default false: open() rejects with TierUnavailableError.
+   */
+  readonly optional?: boolean;
+  /** Deadline of every command, and of a connect; default 2,000 ms. */
   readonly timeoutMs?: number;
   /** Most SETs awaiting their reply (the delay-based window's ceiling); beyond the window stores wait in the queue; default 4,096. */
   readonly storesInFlightMax?: number;
@@ -78,40 +114,39 @@ export const REDIS_DEFAULTS = {
   openMs: 1_000,
 } as const;
 
-/** Bound on close()'s wait rounds (each waits for the operations in flight at its start). */
-const CLOSE_ROUNDS_MAX = 1 << 20;
-
-/** EXISTS sent at once per lookup round; the lookup stops after a round with a miss. */
+/** EXISTS sent at once per lookup round; the lookup stops at the first miss or failure. */
 const EXISTS_BATCH = 32;
 
-/** The commands this level uses, as it uses them (Buffer replies). */
-interface Commands {
-  exists(key: string): Promise<number>;
-  set(key: string, value: Buffer): Promise<unknown>;
-  get(key: string): Promise<Buffer | null>;
-  del(key: string): Promise<number>;
-}
+/** Keys this process knows the cluster holds (not sent again); the oldest are forgotten beyond this. */
+const KNOWN_KEYS_MAX = 1 << 16;
 
-/** The lifecycle calls this level makes on the cluster client. */
-interface ClusterHandle {
-  close(): Promise<void>;
-  destroy(): void;
-}
-
-interface Connection {
-  readonly cluster: ClusterHandle;
-  readonly commands: Commands;
-}
+type Resolved = Required<
+  Omit<RedisTierOptions, 'username' | 'password' | 'tls' | 'secret' | 'insecure' | 'optional'>
+>;
 
 export class RedisTier implements LowerTier {
   readonly name = 'redis' as const;
+  /** True when values carry a tag under the deployment secret. */
+  readonly authenticated: boolean;
   private readonly ownCounters: TierCounters = zeroCounters();
-  private readonly options: Required<RedisTierOptions>;
-  private readonly breaker: CircuitBreaker;
+  private readonly options: Resolved;
+  /** Opens when connecting keeps failing (the whole cluster unreachable). */
+  private readonly connectBreaker: CircuitBreaker;
+  /** One per node: a node that keeps failing is skipped, the others go on. */
+  private readonly nodeBreakers = new Map<string, CircuitBreaker>();
+  private readonly link: RedisLink;
+  private readonly auth: EntryAuth | undefined;
+  private readonly valueBytes: number;
   private readonly prefix: string;
   private readonly writing = new Set<bigint>();
+  private readonly known = new KnownKeys(KNOWN_KEYS_MAX);
   private readonly samples = new SampleBuffer('redis');
   private readonly inFlight = new Set<Promise<unknown>>();
+  /** Called when an operation settles (close() waits on it). */
+  private onSettled: (() => void) | undefined;
+  /** Operations that failed (close() stops draining at the first one), and when the last did. */
+  private failures = 0;
+  private failedAtMs = -Infinity;
   private bytesInFlight = 0;
   /** SETs awaiting their reply. */
   private sending = 0;
@@ -120,16 +155,24 @@ export class RedisTier implements LowerTier {
   private queuedHead = 0;
   private bytesQueued = 0;
   private readonly window: StoreWindow;
-  private conn: Connection | undefined;
-  private connecting: Promise<Connection | undefined> | undefined;
+  private closing = false;
   private closed = false;
 
   private readonly switches: LowerTierSwitches;
 
-  private constructor(options: Required<RedisTierOptions>, switches: LowerTierSwitches) {
+  private constructor(
+    options: Resolved,
+    link: RedisLink,
+    auth: EntryAuth | undefined,
+    switches: LowerTierSwitches,
+  ) {
     this.options = options;
+    this.link = link;
+    this.auth = auth;
+    this.authenticated = auth !== undefined;
     this.switches = switches;
-    this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
+    this.valueBytes = entryBytes(options.payloadBytes, auth);
+    this.connectBreaker = new CircuitBreaker(options.failuresMax, options.openMs);
     this.window = new StoreWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
@@ -140,23 +183,34 @@ export class RedisTier implements LowerTier {
   }
 
   /**
-   * Connects (bounded by the timeout). A cluster that cannot be reached does
-   * not fail the start: the circuit opens and later probes reconnect.
+   * Connects (bounded by the timeout) and checks that the cluster answers a
+   * command under the given access. A cluster that cannot be used rejects
+   * with TierUnavailableError, unless `optional` (then the circuit opens and
+   * later probes reconnect).
    */
   static async open(
     options: RedisTierOptions,
     /** Test-only: see LowerTierSwitches. */
     switches: LowerTierSwitches = {},
   ): Promise<RedisTier> {
-    const full: Required<RedisTierOptions> = { ...REDIS_DEFAULTS, ...options };
-    if (!Array.isArray(full.urls) || full.urls.length === 0) {
-      throw new InvalidArgumentError('tiers.redis.urls', 'must name at least one node');
-    }
-    for (const url of full.urls) {
-      if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
-      }
-    }
+    const access = resolveRedisAccess('tiers.redis.urls', options.urls, options);
+    const auth = options.secret === undefined ? undefined : new EntryAuth(options.secret);
+    if (auth === undefined && options.insecure !== true) throw unauthenticatedRedisRefused();
+    const full: Resolved = {
+      ...REDIS_DEFAULTS,
+      ...definedOnly({
+        timeoutMs: options.timeoutMs,
+        storesInFlightMax: options.storesInFlightMax,
+        storeBytesInFlightMax: options.storeBytesInFlightMax,
+        storesQueuedMax: options.storesQueuedMax,
+        storesQueuedBytesMax: options.storesQueuedBytesMax,
+        failuresMax: options.failuresMax,
+        openMs: options.openMs,
+      }),
+      urls: options.urls,
+      payloadBytes: options.payloadBytes,
+      fingerprint: options.fingerprint,
+    };
     const int = (name: string, v: number, min: number, max: number) => {
       if (!Number.isInteger(v) || v < min || v > max) {
         throw new InvalidArgumentError(
@@ -172,17 +226,26 @@ export class RedisTier implements LowerTier {
     int('storesQueuedBytesMax', full.storesQueuedBytesMax, 0, Number.MAX_SAFE_INTEGER);
     int('failuresMax', full.failuresMax, 1, 1 << 20);
     int('openMs', full.openMs, 1, 3_600_000);
-    const tier = new RedisTier(full, switches);
-    if ((await tier.connect()) === undefined) tier.breaker.failure(false);
-    // A failed first connect opens the circuit at once, not after failuresMax lookups.
-    for (let i = 1; i < full.failuresMax && tier.conn === undefined; i += 1) {
-      tier.breaker.failure(false);
+    const tier = new RedisTier(full, new RedisLink(access, full.timeoutMs), auth, switches);
+    const problem = await tier.firstContact();
+    if (problem !== undefined) {
+      if (options.optional !== true) {
+        tier.link.destroy();
+        throw new TierUnavailableError('redis', problem);
+      }
+      // A failed first contact opens the circuit at once, not after failuresMax lookups.
+      for (let i = 0; i < full.failuresMax; i += 1) tier.connectBreaker.failure(false);
     }
     return tier;
   }
 
   get counters(): TierCounters {
-    this.ownCounters.circuitOpen = this.breaker.isOpen ? 1 : 0;
+    let open = this.connectBreaker.isOpen;
+    for (const b of this.nodeBreakers.values()) open ||= b.isOpen;
+    this.ownCounters.circuitOpen = open ? 1 : 0;
+    // Not connected is degraded only when a connect failed (between a replacement and the next command all is well).
+    this.ownCounters.degraded =
+      !this.closing && (open || this.link.lastError !== undefined) ? 1 : 0;
     return this.ownCounters;
   }
 
@@ -195,37 +258,54 @@ export class RedisTier implements LowerTier {
     return this.window.limit;
   }
 
+  /** Connections replaced after a timeout or a connection error. */
+  get replacements(): number {
+    return this.link.replacements;
+  }
+
+  /** A value for `key` holding `payload`, sealed as this level checks it (header, and tag with a secret). */
+  seal(key: bigint, payload: Uint8Array): Buffer {
+    const value = Buffer.allocUnsafe(this.valueBytes);
+    value.set(payload, VALUE_HEADER_BYTES);
+    return sealEntry(value, this.options.fingerprint, key, this.auth);
+  }
+
   keyOf(key: bigint): string {
     return this.prefix + hex16(key);
   }
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
-    for (let at = 0; at < keys.length; at += EXISTS_BATCH) {
-      const batch = keys.slice(at, at + EXISTS_BATCH);
-      const answers = await this.op(async (c) =>
-        Promise.all(
-          batch.map((k) =>
-            this.writing.has(k)
-              ? // The unsafe variant answers a key whose SET is in flight as present.
-                this.switches.unsafePublishBeforeComplete
-                ? 1
-                : -1
-              : c.exists(this.keyOf(k)),
-          ),
-        ),
-      );
-      if (answers === undefined) {
+    if (this.link.current === undefined && this.connectBreaker.state === 'open') {
+      // The cluster is out of reach: a miss at once (what is being written will be dropped).
+      if (keys.length > 0) {
         this.ownCounters.missChunks += 1;
         out.push('miss');
-        return out;
       }
-      for (const a of answers) {
+      return out;
+    }
+    for (let at = 0; at < keys.length; at += EXISTS_BATCH) {
+      const batch = keys.slice(at, at + EXISTS_BATCH);
+      // The unsafe variant answers a key whose SET is in flight as present.
+      const inFlight = this.switches.unsafePublishBeforeComplete ? 1 : -1;
+      // Sent together (the client pipelines them); an answer missing (refused, failed) ends the prefix.
+      const answers = await Promise.all(
+        batch.map((k) =>
+          this.writing.has(k) ? inFlight : this.command(k, (c, name) => c.exists(name)),
+        ),
+      );
+      for (let i = 0; i < batch.length; i += 1) {
+        const a = answers[i];
+        const k = batch[i]!;
         if (a === -1) {
           this.ownCounters.pendingChunks += 1;
           out.push('pending');
-        } else if (a > 0) out.push('hit');
-        else {
+        } else if (a !== undefined && a > 0) {
+          if (!this.writing.has(k)) this.known.add(k);
+          out.push('hit');
+        } else {
+          // Absent, or no answer (a failure or the deadline): a miss, and the prefix ends here.
+          if (a === 0) this.known.delete(k);
           this.ownCounters.missChunks += 1;
           out.push('miss');
           return out;
@@ -236,7 +316,12 @@ export class RedisTier implements LowerTier {
   }
 
   store(key: bigint, value: Buffer): void {
-    if (this.closed || this.writing.has(key)) return;
+    if (this.closing || this.writing.has(key)) return;
+    if (this.known.has(key)) {
+      // The cluster holds it (this process wrote it or found it): the SET would rewrite the same bytes.
+      this.ownCounters.skippedChunks += 1;
+      return;
+    }
     if (value.length > this.options.storeBytesInFlightMax) {
       // Could never be sent: the byte bound is below one value.
       this.ownCounters.droppedChunks += 1;
@@ -301,8 +386,9 @@ export class RedisTier implements LowerTier {
     const t0 = performance.now();
     this.sending += 1;
     this.bytesInFlight += value.length;
-    const done = this.op(
-      (c) => c.set(this.keyOf(key), value),
+    const done = this.command(
+      key,
+      (c, name) => c.set(name, value),
       (err) => {
         // Sent and failed (a refusal by the open circuit sends nothing and says nothing of latency).
         if (err !== undefined) this.window.completed(performance.now() - t0);
@@ -316,7 +402,10 @@ export class RedisTier implements LowerTier {
       this.sending -= 1;
       this.bytesInFlight -= value.length;
       this.pump();
-      if (reply !== undefined) this.window.completed(performance.now() - t0);
+      if (reply !== undefined) {
+        this.window.completed(performance.now() - t0);
+        this.known.add(key);
+      }
       if (reply === undefined && !this.switches.unsafeAckOnAllocFailure) return;
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
@@ -326,13 +415,15 @@ export class RedisTier implements LowerTier {
   }
 
   async load(key: bigint): Promise<Buffer | undefined> {
-    const value = await this.op((c) => c.get(this.keyOf(key)));
+    const value = await this.command(key, (c, name) => c.get(name));
     if (value === undefined || value === null) {
+      if (value === null) this.known.delete(key);
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const check = checkValue(
+    const check = checkEntry(
       value,
+      this.auth,
       this.options.fingerprint,
       key,
       this.options.payloadBytes,
@@ -341,10 +432,13 @@ export class RedisTier implements LowerTier {
     if (!check.ok) {
       // Never served: counted, deleted (best-effort), a miss.
       this.ownCounters.errors += 1;
+      if (check.reason === 'auth') this.ownCounters.authFailures += 1;
       this.ownCounters.missChunks += 1;
-      this.track(this.op((c) => c.del(this.keyOf(key))));
+      this.known.delete(key);
+      this.track(this.command(key, (c, name) => c.del(name)));
       return undefined;
     }
+    this.known.add(key);
     this.ownCounters.hitChunks += 1;
     this.ownCounters.bytesRead += value.length;
     return check.payload;
@@ -354,116 +448,140 @@ export class RedisTier implements LowerTier {
     return this.samples.take();
   }
 
+  /**
+   * Sends what is queued while the cluster answers (within `timeoutMs`; the
+   * first failure ends the drain: a stuck or dead cluster gets no more of
+   * it), drops the rest (counted), then destroys every node client: stores
+   * still in flight fail and are counted as dropped. Returns within
+   * `timeoutMs` plus one command timeout; nothing reconnects afterwards.
+   */
   async close(timeoutMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    let timedOut = false;
-    const timeout = new Promise<void>(
-      (r) =>
-        (timer = setTimeout(() => {
-          timedOut = true;
-          r();
-        }, timeoutMs)),
-    );
-    // Queued stores still go out within the bound: each completion pumps the
-    // next, so wait round by round until nothing is queued or in flight.
-    for (let round = 0; round < CLOSE_ROUNDS_MAX && !timedOut; round += 1) {
+    if (this.closing) return;
+    this.closing = true;
+    const failuresBefore = this.failures;
+    const deadline = performance.now() + timeoutMs;
+    // A cluster that failed within the last timeout is not waited for at all.
+    const sick = performance.now() - this.failedAtMs < this.options.timeoutMs;
+    for (;;) {
       this.pump();
       if (this.queuedCount === 0 && this.inFlight.size === 0) break;
-      await Promise.race([Promise.allSettled([...this.inFlight]), timeout]);
+      if (sick || this.failures > failuresBefore) break;
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      await this.settledOrAfter(left);
     }
     this.closed = true;
     this.dropQueued();
-    await Promise.race([Promise.allSettled([...this.inFlight]), timeout]);
-    const conn = this.conn ?? (await Promise.race([this.connecting, timeout]));
-    this.conn = undefined;
-    if (conn) {
-      await Promise.race([conn.cluster.close().catch(() => undefined), timeout]);
-      conn.cluster.destroy();
+    this.link.destroy();
+    // Each operation has its deadline, so these settle (and count) within one timeout at most.
+    const until = performance.now() + this.options.timeoutMs;
+    while (this.inFlight.size > 0 && performance.now() < until) {
+      await this.settledOrAfter(until - performance.now());
     }
-    clearTimeout(timer);
   }
 
   // --- internals ---
 
+  /** Resolves when an operation settles, or after `ms`. */
+  private settledOrAfter(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, Math.max(0, ms));
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.onSettled = done;
+    });
+  }
+
   /**
-   * Runs one operation under the breaker and the timeout. Resolves undefined
-   * when it was refused (circuit open) or failed (counted); never rejects.
+   * The first contact at open: a connection and one command under the
+   * level's access. Undefined when the cluster answered, or was only slow (a
+   * node that does not answer in time is a bad moment, not a bad
+   * configuration: the breaker deals with it); else why not, in one line
+   * without credentials.
    */
-  private async op<T>(
-    run: (c: Commands) => Promise<T>,
+  private async firstContact(): Promise<string | undefined> {
+    const conn = await this.link.connection();
+    if (conn === undefined) return this.link.lastError ?? 'no connection';
+    try {
+      const probe = `${this.prefix}open`;
+      await this.link.run(conn, probe, (c) => c.exists(probe));
+      return undefined;
+    } catch (err) {
+      if (isTimeout(err)) return undefined;
+      return oneLine(err instanceof Error ? err.message : String(err));
+    }
+  }
+
+  /** The connection, connecting under the connect breaker; undefined when refused or failed (counted). */
+  private async connection(): Promise<RedisConnection | undefined> {
+    if (this.closed) return undefined;
+    const current = this.link.current;
+    if (current !== undefined) return current;
+    const gate = this.connectBreaker.allow();
+    if (!gate.ok) return undefined;
+    const conn = await this.link.connection();
+    if (conn === undefined) {
+      this.ownCounters.errors += 1;
+      this.noteFailure();
+      this.connectBreaker.failure(gate.probe);
+    } else this.connectBreaker.success(gate.probe);
+    return conn;
+  }
+
+  /** The breaker of the node a key's commands go to (one per node address). */
+  private breakerOf(node: string): CircuitBreaker {
+    let b = this.nodeBreakers.get(node);
+    if (b === undefined) {
+      b = new CircuitBreaker(this.options.failuresMax, this.options.openMs);
+      this.nodeBreakers.set(node, b);
+    }
+    return b;
+  }
+
+  /**
+   * One command on one key under the breakers and the deadline. Resolves
+   * undefined when it was refused (no connection, or the key's node has its
+   * circuit open: nothing is sent) or failed (counted); never rejects. A
+   * node that fails opens its own circuit: the other shards go on.
+   */
+  private async command<R>(
+    key: bigint,
+    cmd: (c: RedisCommands, k: string) => Promise<R>,
     onError?: (err: unknown) => void,
-  ): Promise<T | undefined> {
-    if (this.closed) {
+  ): Promise<R | undefined> {
+    const conn = await this.connection();
+    if (conn === undefined) {
       onError?.(undefined);
       return undefined;
     }
-    const gate = this.breaker.allow();
+    const k = this.keyOf(key);
+    const breaker = this.breakerOf(this.link.nodeOf(conn, k));
+    const gate = breaker.allow();
     if (!gate.ok) {
       onError?.(undefined);
       return undefined;
     }
-    const conn = this.conn ?? (gate.probe ? await this.connect() : undefined);
-    if (conn === undefined) {
-      this.ownCounters.errors += 1;
-      this.breaker.failure(gate.probe);
-      onError?.(undefined);
-      return undefined;
-    }
     try {
-      const reply = await run(conn.commands);
-      this.breaker.success(gate.probe);
+      const reply = await this.link.run(conn, k, (c) => cmd(c, k));
+      breaker.success(gate.probe);
       return reply;
     } catch (err) {
       this.ownCounters.errors += 1;
+      if (isTimeout(err)) this.ownCounters.timeouts += 1;
+      this.noteFailure();
       // An OOM reply is the cluster answering (it is full), not failing.
-      if (isOutOfMemory(err)) this.breaker.success(gate.probe);
-      else this.breaker.failure(gate.probe);
+      if (isOutOfMemory(err)) breaker.success(gate.probe);
+      else breaker.failure(gate.probe);
       onError?.(err);
       return undefined;
     }
   }
 
-  /** One connect at a time, bounded by the timeout; a failed attempt leaves no client behind. */
-  private connect(): Promise<Connection | undefined> {
-    this.connecting ??= this.doConnect().finally(() => (this.connecting = undefined));
-    return this.connecting;
-  }
-
-  private async doConnect(): Promise<Connection | undefined> {
-    const { timeoutMs } = this.options;
-    const cluster = createCluster({
-      rootNodes: this.options.urls.map((url) => ({ url })),
-      defaults: {
-        socket: {
-          connectTimeout: timeoutMs,
-          // Keep trying a lost node (a killed master comes back as a replica), not too eagerly.
-          reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 1_000),
-        },
-      },
-      // A lost connection makes the client re-read the slot map soon, so commands follow a failover.
-      topologyRefreshOnReconnectionAttemptStrategy: 250,
-    });
-    // Connection errors surface as failed commands (counted there); without a listener they would crash.
-    cluster.on('error', () => undefined);
-    let timer: NodeJS.Timeout | undefined;
-    const ok = await Promise.race([
-      cluster.connect().then(
-        () => true,
-        () => false,
-      ),
-      new Promise<boolean>((r) => (timer = setTimeout(() => r(false), timeoutMs))),
-    ]);
-    clearTimeout(timer);
-    if (!ok || this.closed) {
-      cluster.destroy();
-      return undefined;
-    }
-    const commands = cluster.withCommandOptions({
-      timeout: timeoutMs,
-      typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
-    }) as unknown as Commands;
-    this.conn = { cluster, commands };
-    return this.conn;
+  private noteFailure(): void {
+    this.failures += 1;
+    this.failedAtMs = performance.now();
   }
 
   private track(p: Promise<unknown>): void {
@@ -472,8 +590,23 @@ export class RedisTier implements LowerTier {
       () => undefined,
     );
     this.inFlight.add(done);
-    void done.finally(() => this.inFlight.delete(done));
+    void done.finally(() => {
+      this.inFlight.delete(done);
+      this.onSettled?.();
+    });
   }
+}
+
+function definedOnly<T extends object>(o: T): Partial<T> {
+  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim();
+}
+
+function isTimeout(err: unknown): boolean {
+  return err instanceof RedisCommandTimeoutError || err instanceof LibraryTimeoutError;
 }
 
 function isOutOfMemory(err: unknown): boolean {

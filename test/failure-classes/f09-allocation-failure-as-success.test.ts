@@ -136,7 +136,6 @@ describe('F9 allocation failure treated as success: disk tier', () => {
     how: 'floor' | 'cap' | 'unwritable',
   ): Promise<string[]> {
     const dir = freshDir();
-    if (how === 'unwritable') writeFileSync(join(dir, hex16(FP)), 'in the way');
     const extra =
       how === 'floor'
         ? { freeBytesMin: Number.MAX_SAFE_INTEGER }
@@ -144,6 +143,9 @@ describe('F9 allocation failure treated as success: disk tier', () => {
           ? { bytesMax: 100 }
           : {};
     const tier = await openDisk(dir, FP, extra, switches);
+    // Unwritable after open (a directory that cannot be used at open is refused there):
+    // a file where the keys' shard directory goes, so no write can land, even for root.
+    if (how === 'unwritable') writeFileSync(join(dir, hex16(FP), hex16(KEYS[0]!).slice(0, 2)), 'x');
     for (const k of KEYS) tier.store(k, valueOf(FP, k));
     await settle(tier);
     const violations = await storedMeansFound(tier, KEYS);
