@@ -4,9 +4,9 @@ export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
     // Builds dist/ when it is missing or stale: the docs and package tests use the build.
-    globalSetup: ['./test/global-setup.ts'],
+    globalSetup: ['./test/helpers/global-setup.ts'],
     // The summary reporter prints the plain "N passed, N failed" line CI reads.
-    reporters: ['default', './test/summary-reporter.ts'],
+    reporters: ['default', './test/helpers/summary-reporter.ts'],
     testTimeout: 60_000,
     // Real-thread tests spawn their own workers; two files at a time fits 2 cores.
     maxWorkers: 2,

@@ -8,10 +8,10 @@
 import fc from 'fast-check';
 import type { Hashing } from '../src/hashing.js';
 import type { StorePolicy } from '../src/ready.js';
-import type { InvariantName } from '../src/sim/oracle.js';
-import { ACTORS, scenarioFromSeed } from '../src/sim/scenario.js';
-import { World } from '../src/sim/world.js';
-import type { WorldOutcome } from '../src/sim/world.js';
+import type { InvariantName } from '../src/fuzz/oracle.js';
+import { ACTORS, scenarioFromSeed } from '../src/fuzz/scenario.js';
+import { World } from '../src/fuzz/world.js';
+import type { WorldOutcome } from '../src/fuzz/world.js';
 
 export interface FcSearch {
   readonly policy: StorePolicy;

@@ -14,7 +14,7 @@
 //   KVOFF_BENCH_FUZZ_TARGET=runtime npm run bench:fuzz   (only the --target runtime rows,
 //                                  control and speed; writes bench/results/latest/fuzz-power-runtime.json)
 //   KVOFF_BENCH_FUZZ_TARGET=classes npm run bench:fuzz  (only the failure-class rows, one per
-//                                  class of src/sim/broken-classes.ts, random and PCT; writes
+//                                  class of src/fuzz/broken-classes.ts, random and PCT; writes
 //                                  bench/results/latest/fuzz-power-classes.json)
 //   KVOFF_BENCH_PUBLISH=1 npm run bench:fuzz   (also refreshes the committed copy in bench/results/)
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -24,10 +24,11 @@ import fc from 'fast-check';
 import { Bench } from 'tinybench';
 import { loadHashing } from '../src/hashing.js';
 import type { StorePolicy } from '../src/ready.js';
-import type { InvariantName } from '../src/sim/oracle.js';
-import type { RuntimeSwitch } from '../src/sim/runtime-world.js';
-import { fuzz, runSchedule } from '../src/sim/run.js';
-import { BROKEN_CLASSES, brokenFuzzOptions } from '../src/sim/broken-classes.js';
+import type { InvariantName } from '../src/fuzz/oracle.js';
+import type { RuntimeSwitch } from '../src/fuzz/switches.js';
+import { fuzz } from '../src/fuzz/run.js';
+import { runSchedule } from '../src/fuzz/schedule.js';
+import { BROKEN_CLASSES, brokenFuzzOptions } from '../src/fuzz/broken-classes.js';
 import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
 import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 

@@ -3,7 +3,7 @@
 // event loop) and at most about 10 minutes on a quiet 2-core machine (the
 // paced design runs and scenario pairs are what was cut to get there; 17
 // minutes at a load average of 50 before); full: more sizes, more repeats; smoke: seconds, only to keep the harness
-// from rotting (test/bench-smoke.test.ts).
+// from rotting (test/package/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
 import type { PlannerOptions } from './planner.js';

@@ -6,7 +6,24 @@
 // chunk position p (= position in the group's table mod blocksPerChunk)
 // occupies words [(s * blocksPerChunk + p) * wordsPerBlock, ... + wordsPerBlock).
 import { blockMatches, expandBlock } from './bytes.js';
-import type { StoreChunk } from './job.js';
+
+/**
+ * One chunk to copy between GPU blocks and a tier slot, the same shape for a
+ * store (blocks -> slot) and a load (slot -> blocks).
+ */
+export interface ChunkCopy {
+  readonly group: number;
+  readonly chunk: number;
+  readonly key: bigint;
+  readonly tierSlot: number;
+  /**
+   * Non-null GPU blocks of the chunk, in position order (a load's first chunk
+   * may be partial: a window's leading null blocks are left out).
+   */
+  readonly blocks: readonly number[];
+  /** Position (within the group's block table) of each block. */
+  readonly positions: readonly number[];
+}
 
 export interface ArenaGeometry {
   readonly wordsPerBlock: number;
@@ -32,7 +49,7 @@ export function copyChunkToTier(
   gpu: Uint32Array,
   tier: Uint32Array,
   geo: ArenaGeometry,
-  chunk: StoreChunk,
+  chunk: ChunkCopy,
 ): number {
   for (let i = 0; i < chunk.blocks.length; i += 1) {
     const p = chunk.positions[i]! % geo.blocksPerChunk;

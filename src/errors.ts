@@ -20,6 +20,7 @@ export type KvoffErrorCode =
   | 'KVOFF_QUEUE_FULL'
   | 'KVOFF_BLOCKS_SETTLED'
   | 'KVOFF_ROLE_CLAIMED'
+  | 'KVOFF_TRANSFER_BACKEND_FAILED'
   | 'KVOFF_TIER_UNAVAILABLE';
 
 export class KvoffError extends Error {
@@ -221,5 +222,24 @@ export class RoleClaimedError extends KvoffError {
     );
     this.name = 'RoleClaimedError';
     this.role = role;
+  }
+}
+
+/**
+ * Thrown by the store role when `transferFailuresMax` store copies failed in a
+ * row: the transfer backend is taken as broken, and the runtime fails with a
+ * WorkerFailedError naming 'transfer' whose cause is this error. A single
+ * failed copy never throws: it fails its own job (chunksTransferFailed).
+ */
+export class TransferBackendFailedError extends KvoffError {
+  readonly failuresInRow: number;
+  constructor(failuresInRow: number, lastCause: unknown) {
+    super(
+      'KVOFF_TRANSFER_BACKEND_FAILED',
+      `transfer backend failed: ${failuresInRow} store copies in a row failed (last: ${describe(lastCause)})`,
+      { cause: lastCause },
+    );
+    this.name = 'TransferBackendFailedError';
+    this.failuresInRow = failuresInRow;
   }
 }

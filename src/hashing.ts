@@ -27,13 +27,9 @@ export interface Hashing {
 }
 
 let loading: Promise<Hashing> | undefined;
-let loaded: Hashing | undefined;
 
 export function loadHashing(): Promise<Hashing> {
-  loading ??= hashingApi().then((api) => {
-    loaded = makeHashing(api);
-    return loaded;
-  });
+  loading ??= hashingApi().then(makeHashing);
   return loading;
 }
 
@@ -44,11 +40,6 @@ export function loadHashing(): Promise<Hashing> {
 function hashingApi(): Promise<Pick<XXHashAPI, 'h64Raw'>> {
   const wasm = (globalThis as { WebAssembly?: unknown }).WebAssembly;
   return wasm === undefined ? Promise.resolve({ h64Raw: xxh64 }) : xxhash();
-}
-
-/** The hashing of this thread once `loadHashing` resolved; undefined before. */
-export function hashingIfLoaded(): Hashing | undefined {
-  return loaded;
 }
 
 function makeHashing(api: Pick<XXHashAPI, 'h64Raw'>): Hashing {

@@ -1,67 +1,34 @@
-// Public API of kvoff.
-export * from './errors.js';
-export * from './config.js';
+// kvoff's public entry: what an embedder uses. The fuzzer, the engine
+// simulator and the core's internals are in `kvoff/testing` (src/testing.ts).
+
+// Errors and configuration.
 export {
-  Status,
-  STATUS_NAMES,
-  FIELDS,
-  ARRAYS,
-  GROUPS_MAX,
-  SNAPSHOT_RETRIES_MAX,
-  NO_CAP,
-} from './layout.js';
-export type { Role, FieldSpec, SharedBuffers, StatusCode } from './layout.js';
-export { SharedState } from './state.js';
-export { loadHashing, chainHashes, ROOT_SEED } from './hashing.js';
-export type { Hashing } from './hashing.js';
-export * from './ready.js';
-export type { RequestHandle } from './roles/handle.js';
-export { SchedulerRole } from './roles/scheduler.js';
-export type { OpenRequest } from './roles/scheduler.js';
-export { HasherRole } from './roles/hasher.js';
-export { AllocatorRole } from './roles/allocator.js';
-export { StoreRole, RequestSnapshot } from './roles/store.js';
-export { StorePlanner, FINAL_STORE_ATTEMPTS_MAX } from './planner.js';
-export type { PlannerCounters, PlannerOptions } from './planner.js';
-export type { StoreJob, StoreChunk } from './job.js';
-export { HostTier } from './tier/host-tier.js';
-export type {
-  OffloadTier,
-  PrepareStoreResult,
-  TierEvent,
-  TierStats,
-  LookupState,
-} from './tier/types.js';
-export { GpuBlockPool } from './gpu-pool.js';
-export { expandBlock, blockMatches } from './bytes.js';
-export { LocalOffload } from './local.js';
-export type { GroupProgress, LocalOffloadOptions } from './local.js';
-export type { PlanPoint, PlanPointListener } from './planner.js';
-export { fuzz, runSchedule, describeFailure, scenarioOf } from './sim/run.js';
-export type { FuzzOptions, FuzzReport, FailureReport, ScheduleResult } from './sim/run.js';
-export { World } from './sim/world.js';
-export type { WorldOptions, WorldOutcome } from './sim/world.js';
-export { INVARIANTS } from './sim/oracle.js';
-export type { InvariantName, Violation } from './sim/oracle.js';
-export { ACTORS, scenarioFromSeed, formatScenario } from './sim/scenario.js';
-export type { Scenario, ScenarioEvent, RequestSpec } from './sim/scenario.js';
-export {
-  STRATEGIES,
-  parseStrategy,
-  RandomStrategy,
-  PctStrategy,
-  DecisionListStrategy,
-} from './sim/strategy.js';
-export type { Strategy, StrategyName } from './sim/strategy.js';
-export { encodeReplayToken, decodeReplayToken } from './sim/token.js';
-export type { ReplaySpec } from './sim/token.js';
-export { shrinkFailure, ddmin } from './sim/shrink.js';
-export { Prng } from './sim/prng.js';
+  KvoffError,
+  ConfigError,
+  InvalidArgumentError,
+  StaleHandleError,
+  SlotsExhaustedError,
+  RequestCapacityError,
+  IllegalTransitionError,
+  UnknownPolicyError,
+  LegacyAssertionError,
+  WorkerFailedError,
+  ClosedError,
+  TimeoutError,
+  QueueFullError,
+  BlocksSettledError,
+  RoleClaimedError,
+} from './errors.js';
+export type { KvoffErrorCode } from './errors.js';
+export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
+export type { Config, ConfigInput, GroupConfig, GroupInput, GroupKind } from './config.js';
+
+// The threaded runtime.
 export { OffloadRuntime } from './runtime/runtime.js';
 export type {
   RuntimeOptions,
   LagOptions,
-  SimRequest,
+  RequestInput,
   RequestSummary,
   RuntimeStats,
   VerifyReport,
@@ -69,42 +36,65 @@ export type {
   LeakReport,
   RequestTrace,
   TracePass,
+  ExternalRuntime,
 } from './runtime/runtime.js';
 export { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from './runtime/defaults.js';
 export type { WorkloadOptions } from './runtime/defaults.js';
-export { DEFAULT_ENGINE_OPTIONS, EngineSimulator } from './runtime/engine-sim.js';
 export type { EngineOptions } from './runtime/engine-sim.js';
-export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
-export type { TransferBackend, TransferCompletion } from './runtime/backend.js';
-export type { PlannerObserver, ChunkOutcome } from './planner.js';
+
+// The external host: the engine is the embedder's, kvoff runs the store path.
 export { ExternalHost, attachExternal } from './runtime/external.js';
 export type { ExternalRoles } from './runtime/external.js';
-export { KvoffServer, SERVE_DEFAULTS } from './serve/server.js';
-export type { ServeOptions, ServeStats, DrainResult } from './serve/server.js';
-export type { EmbeddableRuntime } from './serve/runtime-api.js';
-export { renderReport } from './report/render.js';
 export type {
-  ReportData,
-  ReportPass,
-  ReportRequestTrace,
-  ReportSummaryRow,
-} from './report/data.js';
-export type { ExternalRuntime } from './runtime/runtime.js';
+  ExternalLoadResult,
+  ExternalLookupAnswer,
+  ExternalLookupOptions,
+} from './runtime/external-load.js';
+export type { LookupLimits } from './runtime/lookup-record.js';
+export type { RuntimeBuffers } from './runtime/buffers.js';
+export type { GpuBlockPool } from './gpu-pool.js';
+
+// Transfer backends: the copy between the GPU and tier arenas.
+export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
+export type {
+  TransferBackend,
+  TransferBackendModule,
+  TransferCompletion,
+} from './runtime/backend.js';
 export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
 export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
-export type { TransferBackendModule } from './runtime/backend.js';
-export {
-  DEFER,
-  combineLevels,
-  loadPlan,
-  lookupHitTokens,
-  lookupOrder,
-  maximalPrefix,
-  slidingWindow,
-  touchRanges,
-} from './lookup.js';
+
+// The one-thread facade: every role stepped by the caller.
+export { LocalOffload } from './local.js';
+export type { GroupProgress, LocalOffloadOptions } from './local.js';
+export type { RequestHandle } from './roles/handle.js';
+export type { OpenRequest, SchedulerRole } from './roles/scheduler.js';
+export type { HasherRole } from './roles/hasher.js';
+export type { AllocatorRole } from './roles/allocator.js';
+export type { SharedState } from './state.js';
 export type {
-  ChunkRange,
+  StorePlanner,
+  PlannerOptions,
+  PlannerObserver,
+  PlannerCounters,
+  ChunkOutcome,
+  PlanPoint,
+  PlanPointListener,
+} from './planner.js';
+export type { StoreJob } from './job.js';
+export type { ChunkCopy } from './copy.js';
+export type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
+
+// Hashing and the offload keys of a prompt.
+export { loadHashing, chainHashes, ROOT_SEED } from './hashing.js';
+export type { Hashing } from './hashing.js';
+export { promptKeys } from './lookup.js';
+
+// Policies: the store rule (the ready prefix) and the lookup across levels.
+export { STORE_POLICIES, parseStorePolicy, storeWindow, readyPrefix } from './ready.js';
+export type { StorePolicy, StoreWindow, RequestFacts } from './ready.js';
+export { DEFER, combineLevels, lookupHitTokens, loadPlan } from './lookup.js';
+export type {
   ChunkState,
   ChunkStateOf,
   CursorPolicy,
@@ -113,9 +103,16 @@ export type {
   LookupRequest,
   LookupResult,
 } from './lookup.js';
-export { promptKeys } from './lookup.js';
-export type { LoadChunk, LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
-export type { ExternalLoadResult, ExternalLookupAnswer } from './runtime/external-load.js';
+
+// Tiers: the host tier and the levels below it.
+export { HostTier } from './tier/host-tier.js';
+export type {
+  OffloadTier,
+  PrepareStoreResult,
+  TierEvent,
+  TierStats,
+  LookupState,
+} from './tier/types.js';
 export { TierCascade, DISK_BYTES_DEFAULT } from './tier/cascade.js';
 export type { TiersOptions } from './tier/cascade.js';
 export { DiskTier } from './tier/disk-tier.js';
@@ -123,7 +120,9 @@ export type { DiskTierOptions } from './tier/disk-tier.js';
 export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
-export type { PerTierCounters } from './tier/tier-stats.js';
-export { checkValue, encodeValue, layoutFingerprint } from './tier/value.js';
-export type { ExternalLookupOptions } from './runtime/external-load.js';
-export type { LookupLimits } from './runtime/lookup-record.js';
+export type { LowerTierFlags, LowerTierReport, PerTierCounters } from './tier/tier-stats.js';
+
+// The HTTP server.
+export { KvoffServer, SERVE_DEFAULTS } from './serve/server.js';
+export type { ServeOptions, ServeStats, DrainResult } from './serve/server.js';
+export type { EmbeddableRuntime } from './serve/runtime-api.js';

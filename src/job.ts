@@ -1,32 +1,12 @@
 // A store job: chunks of one request generation to copy from GPU blocks into
 // tier slots. Chunks are in group order, then chunk order; each chunk lists its
 // non-null source blocks in block order.
-
-export interface StoreChunk {
-  readonly group: number;
-  readonly chunk: number;
-  readonly key: bigint;
-  readonly tierSlot: number;
-  /** Non-null GPU source blocks of the chunk, in position order. */
-  readonly blocks: readonly number[];
-  /** Position (within the group's block table) of each source block. */
-  readonly positions: readonly number[];
-}
+import type { ChunkCopy } from './copy.js';
 
 export interface StoreJob {
   readonly jobId: number;
   readonly slot: number;
   readonly generation: number;
   readonly requestId: number;
-  readonly chunks: readonly StoreChunk[];
-}
-
-export function jobKeys(job: StoreJob): bigint[] {
-  return job.chunks.map((c) => c.key);
-}
-
-export function jobBlocks(job: StoreJob): number[] {
-  const out: number[] = [];
-  for (const c of job.chunks) for (const b of c.blocks) out.push(b);
-  return out;
+  readonly chunks: readonly ChunkCopy[];
 }

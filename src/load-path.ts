@@ -5,6 +5,7 @@
 // and which have a load in flight (one load xor stores per request), and which
 // tier entries loads are reading (a second request that needs one is
 // deferred, then hits once the first load completed).
+import type { ChunkCopy } from './copy.js';
 import type { Config } from './config.js';
 import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
 import type { Hashing } from './hashing.js';
@@ -43,24 +44,13 @@ export type LookupAnswer =
       readonly keys: readonly (readonly bigint[])[];
     };
 
-/** One chunk a load copies: the tier slot to read and the GPU blocks to write. */
-export interface LoadChunk {
-  readonly group: number;
-  readonly chunk: number;
-  readonly key: bigint;
-  readonly tierSlot: number;
-  /** Positions in the group's block table (the first chunk may be partial) and their block IDs. */
-  readonly positions: readonly number[];
-  readonly blocks: readonly number[];
-}
-
 /** A load in flight: the host copies each chunk, then calls completeLoad. */
 export interface LoadJob {
   readonly loadId: number;
   readonly slot: number;
   readonly generation: number;
   readonly hitTokens: number;
-  readonly chunks: readonly LoadChunk[];
+  readonly chunks: readonly ChunkCopy[];
 }
 
 export class LoadPath {
@@ -200,7 +190,7 @@ export class LoadPath {
       this.policy,
     );
     const keys: bigint[] = [];
-    const partial: Omit<LoadChunk, 'tierSlot'>[] = [];
+    const partial: Omit<ChunkCopy, 'tierSlot'>[] = [];
     const bpc = this.config.blocksPerChunk;
     for (const p of plans) {
       // A window's first blocks may be null: the plan asks for the window in

@@ -12,7 +12,8 @@
 // waits for an event that may never come.
 import type { Config } from './config.js';
 import { InvalidArgumentError, invariant } from './errors.js';
-import type { StoreChunk, StoreJob } from './job.js';
+import type { ChunkCopy } from './copy.js';
+import type { StoreJob } from './job.js';
 import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX, Status, markDirty } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
 import {
@@ -39,11 +40,14 @@ export const FINAL_STORE_ATTEMPTS_MAX = 3;
  * drains) until both sources are settled: the allocator's mark that every
  * block ID of the generation is published (`blocksSettled`), and every key its
  * final tokens yield. Then whatever is still missing can never come and is
- * counted in chunksDroppedUnready. This many visits bound the wait, so a
- * stalled allocator or hasher cannot hold the blocks forever; what is missing
- * at the bound is counted the same way. Never silent.
+ * counted in chunksDroppedUnready. The wait is bounded in time without a
+ * publication, not in visits: a store that keeps pace visits a waiting slot on
+ * every pass, so a bound in visits was minutes in threads and a fraction of a
+ * second in a test. A host that never settles, or a stalled allocator or
+ * hasher, holds the blocks at most this long after its last publication;
+ * what is missing then is counted the same way. Never silent.
  */
-export const FINAL_WAIT_VISITS_MAX = 100_000;
+export const FINAL_WAIT_MS_MAX = 1_000;
 
 /** What happened to a chunk of a store window once the cursor moved over it. */
 export type ChunkOutcome = 'stored' | 'present' | 'null' | 'unreachable' | 'dropped' | 'unready';
@@ -131,8 +135,26 @@ export interface PlannerOptions {
    * chunks; never turn it on otherwise.
    */
   unsafeDropDeferred?: boolean;
-  /** Visits an ended request waits for its blocks and keys to settle (default FINAL_WAIT_VISITS_MAX). */
-  finalWaitVisitsMax?: number;
+  /**
+   * How long (ms, on `now`) an ended request waits, without a new key or block
+   * ID, for its blocks and keys to settle before what is missing is counted as
+   * dropped; default FINAL_WAIT_MS_MAX. 0 drains at the first visit that finds
+   * a chunk lagging.
+   */
+  finalWaitMsMax?: number;
+  /**
+   * The clock of the final wait, in ms; default performance.now. A
+   * deterministic driver (the fuzzer, a test) passes its virtual clock so a
+   * schedule replays the same whatever the machine's speed.
+   */
+  now?: () => number;
+  /**
+   * The copy releases its own source pins (the threaded transfer role unpins
+   * each block as it finishes, before it reports): complete() then neither
+   * checks nor releases them. Default false: complete() unpins, as the
+   * facade's and the fuzzer's copies do.
+   */
+  transferUnpins?: boolean;
   /**
    * Called at the points of planning one slot where another role's write can
    * land in real threads: after the snapshot's counts are read ('snapshot')
@@ -200,7 +222,9 @@ export class StorePlanner {
   private readonly skipUnpinOnFailure: boolean;
   private readonly ackOnAllocFailure: boolean;
   private readonly dropDeferred: boolean;
-  private readonly finalWaitVisitsMax: number;
+  private readonly finalWaitMsMax: number;
+  private readonly now: () => number;
+  private readonly transferUnpins: boolean;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
@@ -216,17 +240,21 @@ export class StorePlanner {
   /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
   private readonly finalAttempts: Int32Array;
   private readonly finalAttemptGeneration: Int32Array;
-  /** Per slot: visits of the ended generation in finalWaitGeneration that found chunks still lagging. */
-  private readonly finalWaits: Int32Array;
+  /** Per slot: when (on `now`) the ended generation in finalWaitGeneration last saw a publication while waiting. */
+  private readonly finalWaitSinceMs: Float64Array;
+  /** Per slot: keys plus block IDs published at that moment. */
+  private readonly finalWaitPublished: Int32Array;
   private readonly finalWaitGeneration: Int32Array;
   private nextJobId = 1;
-  /** Jobs handed out and not completed (weak: a driver that completes jobs elsewhere leaks nothing). */
   /**
    * Jobs handed out and not yet completed, by jobId. A Map keyed by the
    * number, not a WeakSet of the job: an object key needs an identity hash
    * (and a WeakSet an ephemeron entry) per job, which was the largest single
-   * cost of planning a one-chunk job. A job never completed stays here, as
-   * its pins do.
+   * cost of planning a one-chunk job. complete() is the one way out, for
+   * every driver (the threaded store once completed jobs around it, and every
+   * job it ever dispatched stayed here: the store worker's heap grew about a
+   * gigabyte a minute under load). `jobsHeld` exposes the count so a leak
+   * shows in stats() and the leak report.
    */
   private readonly issued = new Map<number, StoreJob>();
   /**
@@ -249,10 +277,19 @@ export class StorePlanner {
     this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
     this.dropDeferred = options.unsafeDropDeferred ?? false;
-    this.finalWaitVisitsMax = options.finalWaitVisitsMax ?? FINAL_WAIT_VISITS_MAX;
-    if (!Number.isInteger(this.finalWaitVisitsMax) || this.finalWaitVisitsMax < 1) {
-      throw new InvalidArgumentError('finalWaitVisitsMax', 'must be a positive integer');
+    this.finalWaitMsMax = options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX;
+    if (
+      typeof this.finalWaitMsMax !== 'number' ||
+      !Number.isFinite(this.finalWaitMsMax) ||
+      this.finalWaitMsMax < 0
+    ) {
+      throw new InvalidArgumentError('finalWaitMsMax', 'must be a finite number of ms, 0 or more');
     }
+    if (options.now !== undefined && typeof options.now !== 'function') {
+      throw new InvalidArgumentError('now', 'must be a function returning ms');
+    }
+    this.now = options.now ?? (() => performance.now());
+    this.transferUnpins = options.transferUnpins ?? false;
     this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
@@ -263,7 +300,8 @@ export class StorePlanner {
     this.waitingFrom = new Int32Array(state.groupCount);
     this.finalAttempts = new Int32Array(state.config.maxRequests);
     this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
-    this.finalWaits = new Int32Array(state.config.maxRequests);
+    this.finalWaitSinceMs = new Float64Array(state.config.maxRequests);
+    this.finalWaitPublished = new Int32Array(state.config.maxRequests);
     this.finalWaitGeneration = new Int32Array(state.config.maxRequests);
     this.counters = {
       passes: 0,
@@ -335,11 +373,29 @@ export class StorePlanner {
     return undefined;
   }
 
+  /** Jobs handed out and not completed: the planner's own leak figure (0 once every copy finished). */
+  get jobsHeld(): number {
+    return this.issued.size;
+  }
+
+  /** The job in flight with this id, if any (a driver that learns of completions by id). */
+  issuedJob(jobId: number): StoreJob | undefined {
+    return this.issued.get(jobId);
+  }
+
+  /** Jobs in flight, oldest first. */
+  issuedJobs(): IterableIterator<StoreJob> {
+    return this.issued.values();
+  }
+
   /**
-   * Ends a job: publishes (or drops) its tier entries and unpins its blocks,
-   * exactly once. Throws InvalidArgumentError, having changed nothing, for a
-   * job this planner never issued or already completed (a second unpin would
-   * drive a pin count below zero and let the pool hand out a block mid-copy).
+   * Ends a job, the one way for every driver (facade, fuzzer, threaded store):
+   * drops the planner's record, counts a failed copy's chunks, publishes (or,
+   * for a failed copy, discards) its tier entries, and releases its source
+   * pins unless the copy released them itself (`transferUnpins`). Exactly
+   * once: throws InvalidArgumentError, having changed nothing, for a job this
+   * planner never issued or already completed (a second unpin would drive a
+   * pin count below zero and let the pool hand out a block mid-copy).
    */
   complete(job: StoreJob, success = true): void {
     if (typeof job !== 'object' || job === null || this.issued.get(job.jobId) !== job) {
@@ -350,7 +406,8 @@ export class StorePlanner {
     }
     if (typeof success !== 'boolean')
       throw new InvalidArgumentError('success', 'must be a boolean');
-    if (!this.skipPins) {
+    const planned = !this.skipPins && !this.transferUnpins;
+    if (planned) {
       for (const c of job.chunks) {
         for (const b of c.blocks) {
           if (!(Atomics.load(this.state.pins, b) > 0))
@@ -365,7 +422,7 @@ export class StorePlanner {
     const keys = new Array<bigint>(job.chunks.length);
     for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
     this.tier.completeStore(keys, success);
-    if (this.skipPins || (!success && this.skipUnpinOnFailure)) return;
+    if (!planned || (!success && this.skipUnpinOnFailure)) return;
     for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
   }
 
@@ -442,8 +499,8 @@ export class StorePlanner {
     const settled = deferred === 0 || this.skipSettle || (snap.blocksSettled && !keysPending);
     if (candidateCount === 0 && !advances && (!ended || !settled)) {
       this.countDeferred(deferred - skipped);
-      // An ended request waits (bounded) for its last block IDs and keys instead of
-      // draining; the wait is counted in visits, so it comes back every pass until then.
+      // An ended request waits (bounded in time) for its last block IDs and keys
+      // instead of draining; it comes back every pass until then.
       if (ended) {
         if (this.finalWaitOver(slot, snap.generation)) {
           this.dropUnready(deferred);
@@ -536,7 +593,7 @@ export class StorePlanner {
       return undefined; // cursors unchanged: the same chunks are offered next pass
     }
 
-    const stored: StoreChunk[] = [];
+    const stored: ChunkCopy[] = [];
     let next = 0;
     for (const c of chunks) {
       if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
@@ -646,14 +703,29 @@ export class StorePlanner {
       this.report(nullChunks[i]!, nullChunks[i + 1]!, outcome);
   }
 
-  /** Counts one more wait of an ended request; true once the bound is reached. */
+  /**
+   * An ended request found chunks lagging again; true once it has waited
+   * finalWaitMsMax without a publication. A key or block ID that arrived
+   * restarts the wait: a hasher still working through a long prompt is
+   * progress, not a stall, while a host that never settles (or a role that
+   * died) publishes nothing and is cut off after the bound.
+   */
   private finalWaitOver(slot: number, generation: number): boolean {
-    if (this.finalWaitGeneration[slot] !== generation) {
-      this.finalWaitGeneration[slot] = generation;
-      this.finalWaits[slot] = 0;
+    const now = this.now();
+    const snap = this.snap;
+    let published = 0;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      published += snap.keyCount[g]! + snap.blockCount[g]!;
     }
-    this.finalWaits[slot]! += 1;
-    return this.finalWaits[slot]! >= this.finalWaitVisitsMax;
+    if (
+      this.finalWaitGeneration[slot] !== generation ||
+      this.finalWaitPublished[slot] !== published
+    ) {
+      this.finalWaitGeneration[slot] = generation;
+      this.finalWaitPublished[slot] = published;
+      this.finalWaitSinceMs[slot] = now;
+    }
+    return now - this.finalWaitSinceMs[slot]! >= this.finalWaitMsMax;
   }
 
   /**
@@ -711,7 +783,7 @@ function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
 const RETRY = Symbol('retry');
 const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
 
-/** A chunk offered to the tier; once the tier gives it a slot it is the job's StoreChunk as it is (one object per chunk). */
+/** A chunk offered to the tier; once the tier gives it a slot it is the job's ChunkCopy as it is (one object per chunk). */
 interface Candidate {
   readonly group: number;
   readonly chunk: number;

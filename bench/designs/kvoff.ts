@@ -43,13 +43,13 @@ import type { Source, StoreOutcome, StreamShape } from './stream.js';
  * threads, and the other designs receive precomputed keys. Still chained and
  * distinct per request and chunk, so no two chunks share a key.
  */
-export const CHEAP_HASHING: Hashing = {
+const CHEAP_HASHING: Hashing = {
   blockHash: (parent, tokens) =>
     BigInt.asUintN(64, parent * 0x100000001b3n + BigInt(tokens[0]! + 1)),
   offloadKey: (lastBlockHash, group) => lastBlockHash ^ BigInt(group),
 };
 
-export function kvoffDesignConfig(s: StreamShape): ConfigInput {
+function kvoffDesignConfig(s: StreamShape): ConfigInput {
   return {
     groups: [{ kind: 'full', tokensPerBlock: TOKENS_PER_CHUNK }],
     tokensPerHash: TOKENS_PER_CHUNK,

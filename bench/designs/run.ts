@@ -11,7 +11,7 @@ import { setupMutexDesign } from './lean-mutex.js';
 import { eventCount, newBellBuffer, roundMsFor, writerSources } from './stream.js';
 import type { StoreOutcome, StreamShape } from './stream.js';
 
-export const DESIGNS = {
+const DESIGNS = {
   a: 'kvoff shared-memory roles: lock-free, one writer per word, the store visits the slots whose dirty bit is set and parks on a doorbell',
   b: 'message passing done well: each writer sends transferred Float64Array batches (64 deltas, and at the end of each round) and rings a doorbell; the store drains its ports with receiveMessageOnPort, applies the deltas with the same role code to state it owns, then runs one planner pass',
   c: "one Atomics mutex around all state, taken once per batch (a writer's round of publications, the store's pass): the same role and planner code, without the seqlock re-check the lock makes moot",
@@ -23,9 +23,9 @@ export const DESIGNS = {
   cLean:
     'one mutex per batch written by hand with the least work: plain shared arrays and storeWindow, no role classes, planner, tier or pins',
 } as const;
-export type DesignName = keyof typeof DESIGNS;
+type DesignName = keyof typeof DESIGNS;
 
-export const DESIGN_LIMITS: Readonly<Record<DesignName, string>> = {
+const DESIGN_LIMITS: Readonly<Record<DesignName, string>> = {
   a: 'Per event: the role method (handle check, validation, 3-6 atomic accesses, one Atomics.or on the dirty bitmap) on the writer; on the store a pass that reads one bitmap word per 32 slots and snapshots only the slots that changed (12 + 3G Atomics.load each, a builtin call on Node 20). With 3 writers and the store there are 4 busy threads on 2 cores.',
   b: 'Per batch: a transfer (no payload clone) and a doorbell ring; per delta the same role code on the store thread, so the store does all role work serially while the writers only pack numbers.',
   c: 'Writers and the store serialise on one lock word per batch; a thread that misses the lock spins briefly, then sleeps in Atomics.wait (a syscall).',
@@ -54,7 +54,7 @@ export interface DesignOptions {
   readonly warmupChunks?: number;
 }
 
-export interface DesignRow {
+interface DesignRow {
   readonly design: DesignName;
   readonly writers: number;
   readonly eventsPerSecond: Figure;
@@ -76,7 +76,7 @@ export interface DesignRow {
   readonly store: Record<string, number>;
 }
 
-export interface DesignLoad {
+interface DesignLoad {
   readonly writers: number;
   /** The slowest threaded design by median events/s, and that median. */
   readonly slowestDesign: DesignName;

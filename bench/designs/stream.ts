@@ -93,7 +93,7 @@ export class LatencyLog {
 }
 
 /** Longest any store may take to dispatch a whole stream before the run counts as hung. */
-export const STORE_DEADLINE_MS = 60_000;
+const STORE_DEADLINE_MS = 60_000;
 
 export function checkDeadline(startMs: number, nowMs: number, what: string): void {
   if (nowMs - startMs > STORE_DEADLINE_MS) {

@@ -2,7 +2,7 @@
 // median of its samples plus how far they spread, so a reader can tell a real
 // difference from noise on a shared machine.
 
-export interface Spread {
+interface Spread {
   readonly min: number;
   readonly p25: number;
   readonly p75: number;
@@ -58,9 +58,4 @@ export function figure(samples: ArrayLike<number>, unit: string): Figure {
 export function ratioFigure(numerators: number[], denominators: number[]): Figure {
   const ratios = numerators.map((x, i) => x / denominators[i]!);
   return figure(ratios, 'ratio');
-}
-
-/** Relative spread (p75 - p25) / median, a quick noise indicator in percent. */
-export function iqrPercent(f: Figure): number {
-  return f.median === 0 ? 0 : (100 * (f.spread.p75 - f.spread.p25)) / Math.abs(f.median);
 }

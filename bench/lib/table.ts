@@ -11,7 +11,7 @@ export function formatNumber(x: number, digits = 3): string {
   return x.toLocaleString('en-US', { maximumSignificantDigits: Math.max(digits, 1) + 1 });
 }
 
-export function renderTable(title: string, rows: readonly Record<string, Cell>[]): string {
+function renderTable(title: string, rows: readonly Record<string, Cell>[]): string {
   if (rows.length === 0) return `${title}\n  (no rows)\n`;
   const columns = Object.keys(rows[0]!);
   const text = rows.map((r) =>

@@ -8,7 +8,7 @@ import { spawnWorker } from '../../src/runtime/worker-files.js';
 import { epochMs, sleepMs } from './clock.js';
 
 /** Longest a thread may wait for "go" or a round may take before it counts as hung. */
-export const ROUND_TIMEOUT_MS = 120_000;
+const ROUND_TIMEOUT_MS = 120_000;
 const GO = 0;
 const STOP = 1;
 const START_MS = 1; // Float64 index (bytes 8..15)

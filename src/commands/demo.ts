@@ -19,7 +19,7 @@ interface DemoRow {
   stored: string;
 }
 
-export async function runDemo(
+async function runDemo(
   policy: StorePolicy,
 ): Promise<{ policy: StorePolicy; rows: DemoRow[]; error?: string; stored: number[] }> {
   const lo = await LocalOffload.create(

@@ -12,9 +12,10 @@ import { InvalidArgumentError } from '../errors.js';
 import { intOption } from './options.js';
 import { loadHashing } from '../hashing.js';
 import { parseStorePolicy } from '../ready.js';
-import { describeFailure, fuzz, runSchedule } from '../sim/run.js';
-import type { FailureReport, FuzzReport } from '../sim/run.js';
-import { parseStrategy } from '../sim/strategy.js';
+import { describeFailure, fuzz } from '../fuzz/run.js';
+import { runSchedule } from '../fuzz/schedule.js';
+import type { FailureReport, FuzzReport } from '../fuzz/run.js';
+import { parseStrategy } from '../fuzz/strategy.js';
 import {
   decodeReplayToken,
   encodeReplayToken,
@@ -22,16 +23,16 @@ import {
   parseInvariant,
   parseRuntimeSwitch,
   parseSeed,
-} from '../sim/token.js';
-import { formatScenario } from '../sim/scenario.js';
-import { BROKEN_CLASSES, brokenClass, brokenFuzzOptions } from '../sim/broken-classes.js';
-import type { BrokenClass } from '../sim/broken-classes.js';
-import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../sim/runtime-world.js';
-import { formatTrace } from '../sim/trace.js';
-import type { TraceLine } from '../sim/trace.js';
+} from '../fuzz/token.js';
+import { formatScenario } from '../fuzz/scenario.js';
+import { BROKEN_CLASSES, brokenClass, brokenFuzzOptions } from '../fuzz/broken-classes.js';
+import type { BrokenClass } from '../fuzz/broken-classes.js';
+import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../fuzz/switches.js';
+import { formatTrace } from '../fuzz/trace.js';
+import type { TraceLine } from '../fuzz/trace.js';
 
 /** Budget when neither --seconds nor --schedules is given. */
-export const FUZZ_DEFAULT_SECONDS = 10;
+const FUZZ_DEFAULT_SECONDS = 10;
 const SECONDS_MAX = 7 * 24 * 3600;
 const SCHEDULES_MAX = 1e12;
 const STOP_SIGNALS = ['SIGINT', 'SIGTERM'] as const;
@@ -221,7 +222,7 @@ async function campaign(given: FuzzFlags): Promise<void> {
 }
 
 /**
- * `--broken <class>`: the flags of the class's row (src/sim/broken-classes.ts).
+ * `--broken <class>`: the flags of the class's row (src/fuzz/broken-classes.ts).
  * The row fixes the policy, the variant, the target, the switches and the
  * watched invariants; giving one of those as well is refused, so a run says
  * exactly what it tested.

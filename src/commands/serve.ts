@@ -154,7 +154,7 @@ export function registerServe(program: Command): void {
 }
 
 /** Why `host` cannot be bound, or undefined: an IP address or a DNS name. */
-export function checkHost(host: string): string | undefined {
+function checkHost(host: string): string | undefined {
   const h = host.trim();
   if (h === '') return 'must not be empty';
   if (isIP(h) !== 0) return undefined;

@@ -4,8 +4,8 @@ import type { Config } from '../config.js';
 import type { ReportData, ReportPass, ReportRequestTrace } from '../report/data.js';
 import type { RequestTrace } from '../runtime/runtime.js';
 import type { SimulatePlan } from './simulate-options.js';
-import { TIMING_NOTE, fmtRate } from './simulate.js';
-import type { SimulateResult } from './simulate.js';
+import { TIMING_NOTE, fmtRate } from './simulate-result.js';
+import type { SimulateResult } from './simulate-result.js';
 
 export function buildReportData(
   plan: SimulatePlan,

@@ -27,7 +27,7 @@ export interface TierRawOptions {
 }
 
 /** The environment variables the tier options read. */
-export const TIER_ENV = {
+const TIER_ENV = {
   secret: 'KVOFF_TIER_SECRET',
   redisUsername: 'KVOFF_REDIS_USERNAME',
   redisPassword: 'KVOFF_REDIS_PASSWORD',

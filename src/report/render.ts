@@ -22,11 +22,11 @@ import type {
 } from './data.js';
 
 /** Passes drawn per group: more would make the SVG heavy without showing more. */
-export const PASSES_DRAWN_MAX = 800;
+const PASSES_DRAWN_MAX = 800;
 /** Deferral rows listed per request. */
-export const DEFERRAL_ROWS_MAX = 12;
+const DEFERRAL_ROWS_MAX = 12;
 /** Zoom when the action ends before this share of the request's time span. */
-export const ZOOM_WHEN_ACTION_BELOW = 0.6;
+const ZOOM_WHEN_ACTION_BELOW = 0.6;
 
 const CHART = { width: 1100, height: 190, left: 56, right: 16, top: 14, bottom: 28 } as const;
 

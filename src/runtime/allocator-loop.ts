@@ -14,7 +14,7 @@ import type { RequestHandle } from '../roles/handle.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
 import { ANS_ALLOCATED, ANS_RELEASED, OP_ALLOC, OP_END, OP_NULL, OP_PREEMPT } from './protocol.js';
-import { Random } from './random.js';
+import { Prng } from '../prng.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 
@@ -62,7 +62,7 @@ export class AllocatorLoop {
   private readonly requests: SpscRing;
   private readonly answers: Outbox;
   private readonly lag: AllocatorLag;
-  private readonly random: Random;
+  private readonly random: Prng;
   private readonly now: () => number;
   /** Per slot, in append order; only this thread touches it. */
   private readonly pending = new Map<number, PendingPublish[]>();
@@ -78,7 +78,7 @@ export class AllocatorLoop {
     this.requests = views.ring('allocRequest');
     this.answers = new Outbox(views.ring('allocAnswer'));
     this.lag = options.lag;
-    this.random = new Random(options.lag.seed ^ 0xa11c);
+    this.random = new Prng(options.lag.seed, 0xa11c);
     this.now = options.now ?? (() => performance.now());
     this.awaitDrained = options.awaitDrained ?? true;
   }

@@ -98,6 +98,8 @@ export interface PiscinaBackendOptions {
   taskWordsMax?: number;
   /** Lower priority for the transfer threads (piscina niceIncrement; Unix: 0..19). */
   niceIncrement?: number;
+  /** Memory words where thread i samples its own heap, at slot firstSlot + i (the runtime's stats). */
+  memory?: { buffer: SharedArrayBuffer; firstSlot: number };
 }
 
 /** Tasks queued per transfer thread at most; the rest wait in the backend (bounded by the caller). */
@@ -151,13 +153,15 @@ export class PiscinaTransferBackend implements TransferBackend {
     const doneWords = nextPowerOfTwo(
       2 * RING_TASKS_MAX * (COMPLETION_HEAD_WORDS + 1) + 4 * RING_ERROR_CHARS_MAX,
     );
-    this.threads = Array.from({ length: options.threads }, () => {
+    const memory = options.memory;
+    this.threads = Array.from({ length: options.threads }, (_, i) => {
       const spec: TransferRingSpec = {
         jobs: new SharedArrayBuffer(ringBufferBytes(jobWords)),
         done: new SharedArrayBuffer(ringBufferBytes(doneWords)),
         words: new SharedArrayBuffer(RING_WORDS_BYTES),
         completionBell: bell.words.buffer as SharedArrayBuffer,
         completionBellIndex: bell.index,
+        ...(memory ? { memory: { buffer: memory.buffer, slot: memory.firstSlot + i } } : {}),
       };
       return {
         spec,

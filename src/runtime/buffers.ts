@@ -16,10 +16,11 @@ import {
   RINGS,
   STATS_BUFFER_BYTES,
   doorbellWord,
-} from './layout.js';
-import type { DoorbellName, RingName } from './layout.js';
+} from './thread-words.js';
+import type { DoorbellName, RingName } from './thread-words.js';
 import { SpscRing, ringBufferBytes } from './rings.js';
 import { TIER_STATS_BYTES } from '../tier/tier-stats.js';
+import { MEMORY_BUFFER_BYTES } from './memory.js';
 
 export interface RuntimeBuffers {
   readonly state: SharedBuffers;
@@ -32,6 +33,8 @@ export interface RuntimeBuffers {
   readonly control: SharedArrayBuffer;
   /** Per-level counters (host, disk, redis), written by the store thread. */
   readonly tierStats: SharedArrayBuffer;
+  /** Each worker's heap and external memory, written by that worker (memory.ts). */
+  readonly memory: SharedArrayBuffer;
   readonly rings: Readonly<Record<RingName, SharedArrayBuffer>>;
 }
 
@@ -58,6 +61,7 @@ export function createRuntimeBuffers(
     stats: new SharedArrayBuffer(STATS_BUFFER_BYTES),
     control: new SharedArrayBuffer(CONTROL_BUFFER_BYTES),
     tierStats: new SharedArrayBuffer(TIER_STATS_BYTES),
+    memory: new SharedArrayBuffer(MEMORY_BUFFER_BYTES),
     rings,
   };
 }
@@ -73,6 +77,7 @@ export class RuntimeViews {
   readonly stats: BigInt64Array;
   readonly control: Int32Array;
   readonly tierStats: BigInt64Array;
+  readonly memory: BigInt64Array;
   private readonly bellWords: Int32Array;
 
   constructor(config: Config, buffers: RuntimeBuffers) {
@@ -88,6 +93,7 @@ export class RuntimeViews {
     this.stats = new BigInt64Array(buffers.stats);
     this.control = new Int32Array(buffers.control);
     this.tierStats = new BigInt64Array(buffers.tierStats);
+    this.memory = new BigInt64Array(buffers.memory);
     this.bellWords = new Int32Array(buffers.doorbells);
   }
   /** What a transfer backend attaches to: both arenas, the pin counts and the copy geometry. */
@@ -161,6 +167,7 @@ export function checkRuntimeBuffers(config: Config, buffers: RuntimeBuffers): vo
   exact('stats', buffers.stats, STATS_BUFFER_BYTES);
   exact('control', buffers.control, CONTROL_BUFFER_BYTES);
   exact('tierStats', buffers.tierStats, TIER_STATS_BYTES);
+  exact('memory', buffers.memory, MEMORY_BUFFER_BYTES);
   const rings = buffers.rings as Record<RingName, unknown> | null | undefined;
   if (typeof rings !== 'object' || rings === null) {
     throw new InvalidArgumentError('buffers.rings', "must be the runtime's rings");

@@ -5,7 +5,8 @@
 // lag on the hasher and allocator. Admission pressure preempts; shared
 // prefixes give later requests tier hits.
 import type { ConfigInput } from '../config.js';
-import type { SimRequest } from './runtime.js';
+import { Prng } from '../prng.js';
+import type { RequestInput } from './request-rules.js';
 
 export const DEFAULT_RUNTIME_CONFIG: ConfigInput = {
   groups: [
@@ -33,19 +34,15 @@ export interface WorkloadOptions {
 }
 
 /** The default workload: requests of about `promptTokens` (±4%), cycling over shared prefixes. */
-export function defaultWorkload(options: WorkloadOptions = {}): SimRequest[] {
+export function defaultWorkload(options: WorkloadOptions = {}): RequestInput[] {
   const n = options.requests ?? 16;
   const prompt = options.promptTokens ?? 50_000;
   const prefixes = options.prefixes ?? 4;
   const shared = options.sharedPrefixTokens ?? Math.floor(prompt * 0.3);
-  let s = (options.seed ?? 7) >>> 0;
-  const rand = () => {
-    s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
-    return s / 4294967296;
-  };
-  const out: SimRequest[] = [];
+  const random = new Prng(options.seed ?? 7);
+  const out: RequestInput[] = [];
   for (let i = 0; i < n; i += 1) {
-    const length = Math.round(prompt * (0.96 + 0.08 * rand()));
+    const length = Math.round(prompt * (0.96 + 0.08 * random.next()));
     out.push({
       promptLength: length,
       prefixId: i % prefixes,

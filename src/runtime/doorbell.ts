@@ -4,7 +4,7 @@
 // lost. Every park is bounded (PARK_MS_MAX). Workers park with Atomics.wait;
 // the main thread and async workers (the store, which must keep its event loop
 // turning for piscina completions) use Atomics.waitAsync.
-import { PARK_MS_MAX } from './layout.js';
+import { PARK_MS_MAX } from './thread-words.js';
 
 export class Doorbell {
   readonly words: Int32Array;

@@ -25,7 +25,7 @@ import type { GroupLoad } from '../lookup.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { RuntimeViews } from './buffers.js';
-import { CONTROL_CLOSING } from './layout.js';
+import { CONTROL_CLOSING } from './thread-words.js';
 import { Outbox } from './outbox.js';
 import {
   ANS_ALLOCATED,
@@ -42,7 +42,7 @@ import {
   OP_UNLOCK,
   UNSET,
 } from './protocol.js';
-import { Random } from './random.js';
+import { Prng } from '../prng.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import type { LookupLimits } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
@@ -134,7 +134,8 @@ export interface EngineEvents {
 type Phase =
   'queued' | 'lookup' | 'hit-alloc' | 'loading' | 'running' | 'preempted' | 'ending' | 'done';
 
-class SimRequest {
+/** The engine simulator's own view of one request: its phase, tokens, blocks and progress. */
+class EngineRequest {
   phase: Phase = 'queued';
   handle: RequestHandle | undefined;
   readonly tokens: Int32Array;
@@ -213,15 +214,15 @@ class SimRequest {
 }
 
 /** How long a request's lookups may be deferred before it takes what is readable then. */
-export const LOOKUP_DEFER_MS_MAX = 5_000;
+const LOOKUP_DEFER_MS_MAX = 5_000;
 /**
  * A deferred lookup is asked again after a back-off that starts at one engine
  * step (at least LOOKUP_RETRY_MS_MIN) and doubles up to LOOKUP_RETRY_MS_MAX:
  * a copy that lands at once costs one step, a long wait costs a few dozen
  * lookups instead of one per step (the store role answers every one).
  */
-export const LOOKUP_RETRY_MS_MIN = 1;
-export const LOOKUP_RETRY_MS_MAX = 64;
+const LOOKUP_RETRY_MS_MIN = 1;
+const LOOKUP_RETRY_MS_MAX = 64;
 /**
  * Refused allocations of the same request (the engine's accounting said the
  * blocks are free, but some still wait in quarantine for a copy to finish)
@@ -241,7 +242,7 @@ export class EngineSimulator {
   private readonly scheduler: SchedulerRole;
   private readonly hashing: Hashing;
   private readonly events: EngineEvents;
-  private readonly random: Random;
+  private readonly random: Prng;
   private readonly submissions: SpscRing;
   private readonly allocAnswers: SpscRing;
   /** Most block IDs one allocation answer can carry (see tokensFor). */
@@ -252,10 +253,10 @@ export class EngineSimulator {
   private readonly storeRecordWordsMax: number;
   private readonly eagle: boolean;
   private readonly maxTokensPerBlock: number;
-  private readonly byId = new Map<number, SimRequest>();
+  private readonly byId = new Map<number, EngineRequest>();
   /** Arrival order; ended requests are removed. */
-  private queue: SimRequest[] = [];
-  private live: SimRequest[] = [];
+  private queue: EngineRequest[] = [];
+  private live: EngineRequest[] = [];
   private admitted = 0;
   /**
    * Answers the current step waits for: allocations and loads. The next step
@@ -270,7 +271,7 @@ export class EngineSimulator {
   /** Admission lookups sent and not answered. */
   private lookupsPending = 0;
   /** Requests scheduled in the current step, in plan order; they commit together. */
-  private stepRequests: SimRequest[] = [];
+  private stepRequests: EngineRequest[] = [];
   /** Blocks held by live requests and reserved by outstanding allocations (engine's view). */
   private heldBlocks = 0;
   private reservedBlocks = 0;
@@ -309,7 +310,7 @@ export class EngineSimulator {
     this.scheduler = new SchedulerRole(views.state);
     this.hashing = hashing;
     this.events = events;
-    this.random = new Random(this.options.seed);
+    this.random = new Prng(this.options.seed);
     this.submissions = views.ring('submit');
     this.allocAnswers = views.ring('allocAnswer');
     // An answer is [ANS_ALLOCATED, tag, ok, ...ids].
@@ -413,7 +414,7 @@ export class EngineSimulator {
       ? Int32Array.from(s.promptTokens)
       : this.makePrompt(s.requestId, s.promptLength, s.prefixId, s.sharedPrefixTokens);
     const maxDecode = s.maxDecodeTokens === UNSET ? this.options.decodeTokens : s.maxDecodeTokens;
-    const req = new SimRequest(
+    const req = new EngineRequest(
       s.requestId,
       prompt,
       config.maxTokensPerRequest,
@@ -444,8 +445,8 @@ export class EngineSimulator {
   private makePrompt(id: number, length: number, prefixId: number, shared: number): Int32Array {
     const out = new Int32Array(length);
     const vocab = this.options.vocab;
-    const prefixRandom = new Random(0x5eed ^ Math.imul(prefixId + 1, 0x9e3779b1));
-    const ownRandom = new Random(0xbeef ^ Math.imul(id + 1, 0x85ebca6b));
+    const prefixRandom = new Prng(prefixId, 0x5eed);
+    const ownRandom = new Prng(id, 0xbeef);
     const sharedTokens = prefixId === UNSET ? 0 : Math.min(shared, length);
     for (let i = 0; i < length; i += 1) {
       out[i] = (i < sharedTokens ? prefixRandom : ownRandom).int(vocab);
@@ -601,7 +602,7 @@ export class EngineSimulator {
   }
 
   /** New blocks `r` needs to compute `n` more tokens. */
-  private blocksFor(r: SimRequest, n: number): number {
+  private blocksFor(r: EngineRequest, n: number): number {
     let need = 0;
     for (const g of this.views.config.groups) {
       need += Math.max(
@@ -613,7 +614,7 @@ export class EngineSimulator {
   }
 
   /** The most tokens, at most `n`, whose new blocks fit in `free` (0 if not even one token's). */
-  private fitTokens(r: SimRequest, n: number, free: number): number {
+  private fitTokens(r: EngineRequest, n: number, free: number): number {
     if (this.blocksFor(r, n) <= free) return n;
     let lo = 0;
     let hi = n; // blocksFor(lo) fits (or lo is 0), blocksFor(hi) does not
@@ -626,8 +627,8 @@ export class EngineSimulator {
   }
 
   /** The newest running request other than `r` that is newer than it and holds blocks. */
-  private newestRunning(r: SimRequest): SimRequest | undefined {
-    let victim: SimRequest | undefined;
+  private newestRunning(r: EngineRequest): EngineRequest | undefined {
+    let victim: EngineRequest | undefined;
     for (const x of this.live) {
       if (x === r || x.phase !== 'running' || x.awaiting || x.runSeq < r.runSeq) continue;
       if (x.held === 0) continue; // nothing to free
@@ -636,7 +637,7 @@ export class EngineSimulator {
     return victim;
   }
 
-  private poolReason(r: SimRequest): string {
+  private poolReason(r: EngineRequest): string {
     const need = this.blocksFor(r, 1);
     return (
       `gpu-pool: needs ${r.held + need} GPU blocks to compute token ${r.computed + 1}; ` +
@@ -644,7 +645,7 @@ export class EngineSimulator {
     );
   }
 
-  private setRunning(r: SimRequest): void {
+  private setRunning(r: EngineRequest): void {
     r.phase = 'running';
     r.runSeq = ++this.runSeqNext;
   }
@@ -670,7 +671,7 @@ export class EngineSimulator {
   }
 
   /** Tokens to schedule for `r` this step: a prefill chunk, or a decode token plus drafts. */
-  private tokensFor(r: SimRequest, budget: number): number {
+  private tokensFor(r: EngineRequest, budget: number): number {
     let n: number;
     if (r.computed < r.promptLength) n = Math.min(r.promptLength - r.computed, budget);
     else {
@@ -683,7 +684,7 @@ export class EngineSimulator {
     return this.fitTokens(r, n, this.allocIdsMax);
   }
 
-  private requestBlocks(r: SimRequest, n: number): void {
+  private requestBlocks(r: EngineRequest, n: number): void {
     const { config } = this.views;
     r.planned = n;
     for (const g of config.groups) {
@@ -697,32 +698,32 @@ export class EngineSimulator {
     this.sendStepAlloc(r);
   }
 
-  private sendStepAlloc(r: SimRequest): void {
+  private sendStepAlloc(r: EngineRequest): void {
     const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
     for (const g of this.views.config.groups) record.push(0, r.wanted[g.index]!);
     this.send(r, record);
   }
 
   /** Counts `r.wanted` against the pool until the allocator answers. */
-  private reserve(r: SimRequest): void {
+  private reserve(r: EngineRequest): void {
     this.unreserve(r);
     for (const w of r.wanted) r.reserved += w;
     this.reservedBlocks += r.reserved;
   }
 
-  private unreserve(r: SimRequest): void {
+  private unreserve(r: EngineRequest): void {
     this.reservedBlocks -= r.reserved;
     r.reserved = 0;
   }
 
   /** Granted blocks: reserved becomes held. */
-  private hold(r: SimRequest): void {
+  private hold(r: EngineRequest): void {
     r.held += r.reserved;
     this.heldBlocks += r.reserved;
     this.unreserve(r);
   }
 
-  private send(r: SimRequest, record: number[]): void {
+  private send(r: EngineRequest, record: number[]): void {
     r.awaiting = true;
     this.outstanding += 1;
     this.toAllocator.send(record);
@@ -769,7 +770,7 @@ export class EngineSimulator {
 
   // --- admission and the load path ---
 
-  private admit(r: SimRequest): void {
+  private admit(r: EngineRequest): void {
     r.admittedSeq = ++this.admitted;
     this.live.push(r);
     const { config } = this.views;
@@ -794,7 +795,7 @@ export class EngineSimulator {
     );
   }
 
-  private open(r: SimRequest, hit: number): void {
+  private open(r: EngineRequest, hit: number): void {
     const groups = this.views.config.groups.length;
     r.hit = hit;
     if (hit > 0) {
@@ -820,20 +821,20 @@ export class EngineSimulator {
   }
 
   /** Gives a tier hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier). */
-  private giveUpHit(r: SimRequest): void {
+  private giveUpHit(r: EngineRequest): void {
     this.toStore.send([OP_UNLOCK, r.id]);
     this.setRunning(r);
     r.allocFailures = 0;
   }
 
   /** Blocks the hit's load fills, over all groups (the load plan's, as the store loads it). */
-  private hitBlocks(r: SimRequest): number {
+  private hitBlocks(r: EngineRequest): number {
     let n = 0;
     for (const p of r.load) n += p.endBlock - p.firstBlock;
     return n;
   }
 
-  private requestHitBlocks(r: SimRequest): void {
+  private requestHitBlocks(r: EngineRequest): void {
     const { config } = this.views;
     const bpc = config.blocksPerChunk;
     const record = [OP_ALLOC, r.id, r.handle!.slot, r.handle!.generation];
@@ -890,7 +891,7 @@ export class EngineSimulator {
   }
 
   /** Every loaded block must hold the expansion of its chunk's key. */
-  private verifyLoad(r: SimRequest): void {
+  private verifyLoad(r: EngineRequest): void {
     const { config, gpu, geometry } = this.views;
     const bpc = config.blocksPerChunk;
     for (const g of config.groups) {
@@ -941,7 +942,7 @@ export class EngineSimulator {
     r.granted = true;
   }
 
-  private startLoad(r: SimRequest, ids: Int32Array): void {
+  private startLoad(r: EngineRequest, ids: Int32Array): void {
     const { config } = this.views;
     const bpc = config.blocksPerChunk;
     const record = [OP_LOAD, r.id];
@@ -962,7 +963,7 @@ export class EngineSimulator {
     this.toStore.send(record);
   }
 
-  private hitAllocFailed(r: SimRequest): void {
+  private hitAllocFailed(r: EngineRequest): void {
     this.counters.poolAllocationFailures += 1;
     this.unreserve(r);
     r.allocFailures += 1;
@@ -970,7 +971,7 @@ export class EngineSimulator {
     this.giveUpHit(r);
   }
 
-  private preempt(r: SimRequest): void {
+  private preempt(r: EngineRequest): void {
     const h = r.handle!;
     this.scheduler.preempt(h);
     this.toAllocator.send([OP_PREEMPT, h.slot, h.generation]);
@@ -987,7 +988,7 @@ export class EngineSimulator {
   }
 
   /** The step's tokens are computed: write bytes, publish progress, sample, slide windows, end. */
-  private commit(r: SimRequest): void {
+  private commit(r: EngineRequest): void {
     const n = r.planned;
     const h = r.handle!;
     const before = r.computed;
@@ -1032,7 +1033,7 @@ export class EngineSimulator {
   }
 
   /** Writes the bytes of every chunk whose tokens end at or below `tokenLimit` (once per allocation). */
-  private writeBytesUpTo(r: SimRequest, tokenLimit: number): void {
+  private writeBytesUpTo(r: EngineRequest, tokenLimit: number): void {
     const { config, gpu, geometry } = this.views;
     const bpc = config.blocksPerChunk;
     this.ensureKeys(r, tokenLimit);
@@ -1055,7 +1056,7 @@ export class EngineSimulator {
   }
 
   /** Extends the request's hash chain and keys to cover `tokenLimit` known tokens. */
-  private ensureKeys(r: SimRequest, tokenLimit: number): void {
+  private ensureKeys(r: EngineRequest, tokenLimit: number): void {
     const { config } = this.views;
     const tph = config.tokensPerHash;
     const want = Math.min(
@@ -1080,7 +1081,7 @@ export class EngineSimulator {
   }
 
   /** Windowed groups: blocks that left the window are nulled and freed by the allocator. */
-  private slideWindows(r: SimRequest): void {
+  private slideWindows(r: EngineRequest): void {
     const { config } = this.views;
     const h = r.handle!;
     for (const g of config.groups) {
@@ -1119,7 +1120,7 @@ export class EngineSimulator {
 
   // --- ending ---
 
-  private end(r: SimRequest, status: 'finished' | 'aborted', reason?: string): void {
+  private end(r: EngineRequest, status: 'finished' | 'aborted', reason?: string): void {
     if (r.phase === 'ending' || r.phase === 'done') return;
     r.ending = status;
     r.reason = reason;
@@ -1143,7 +1144,7 @@ export class EngineSimulator {
     this.toAllocator.send([OP_END, r.id, h.slot, h.generation]);
   }
 
-  private released(r: SimRequest): void {
+  private released(r: EngineRequest): void {
     invariant(r.phase === 'ending', 'released after ending');
     this.heldBlocks -= r.held;
     r.held = 0;
@@ -1152,7 +1153,7 @@ export class EngineSimulator {
     this.finishSummary(r, true);
   }
 
-  private finishSummary(r: SimRequest, opened: boolean): void {
+  private finishSummary(r: EngineRequest, opened: boolean): void {
     r.phase = 'done';
     this.byId.delete(r.id);
     if (r.ending === 'finished') this.counters.completed += 1;
@@ -1234,7 +1235,7 @@ export function resolveEngineOptions(
   return o;
 }
 
-export function validateEngineOptions(o: EngineOptions, maxRequests: number): void {
+function validateEngineOptions(o: EngineOptions, maxRequests: number): void {
   const int = (name: keyof EngineOptions, min: number, max = Number.MAX_SAFE_INTEGER) => {
     const v = o[name];
     if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {

@@ -23,7 +23,7 @@ export interface LookupLimits {
 }
 
 /** Largest maxLoadTokens a record carries (one int32 word). */
-export const MAX_LOAD_TOKENS_MAX = 0x7fffffff;
+const MAX_LOAD_TOKENS_MAX = 0x7fffffff;
 
 /**
  * Checks a request's load limits, or throws InvalidArgumentError naming the
@@ -59,7 +59,7 @@ export function validateLookupLimits(
 }
 
 /** Keys a lookup of `numTokens` carries for a group: one per whole chunk (vLLM queries them all). */
-export function lookupKeyCount(config: Config, group: number, numTokens: number): number {
+function lookupKeyCount(config: Config, group: number, numTokens: number): number {
   return Math.min(
     Math.floor(numTokens / config.groups[group]!.tokensPerChunk),
     config.maxChunksPerRequest,

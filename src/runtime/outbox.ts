@@ -4,7 +4,7 @@
 import { invariant } from '../errors.js';
 import type { SpscRing } from './rings.js';
 
-export const OUTBOX_RECORDS_MAX = 1 << 16;
+const OUTBOX_RECORDS_MAX = 1 << 16;
 
 export class Outbox {
   private readonly ring: SpscRing;

@@ -1,4 +1,4 @@
-// Record opcodes on the rings (see src/runtime/layout.ts RINGS). Each record's
+// Record opcodes on the rings (see src/runtime/thread-words.ts RINGS). Each record's
 // first word is its opcode; the rest is documented beside each constant.
 
 // submit ring (main -> scheduler)

@@ -1,11 +1,36 @@
-// The rules of one simulated request, checked once for every door:
+// One submitted request (RequestInput) and its rules, checked once for every door:
 // OffloadRuntime.submit and the HTTP layer (src/serve/validate.ts) both call
-// validateSimRequest, so what one accepts the other accepts. A refused request
+// validateRequestInput, so what one accepts the other accepts. A refused request
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
 import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
 import { validateLookupLimits } from './lookup-record.js';
-import type { SimRequest } from './runtime.js';
+
+/** One request as an embedder submits it (`submit()`, the HTTP server's POST body). */
+export interface RequestInput {
+  /** Explicit prompt; otherwise one is drawn from the fields below. */
+  promptTokens?: number[];
+  promptLength?: number;
+  /**
+   * Requests with the same prefixId share their first sharedPrefixTokens
+   * tokens (the whole prompt when sharedPrefixTokens is not given).
+   */
+  prefixId?: number;
+  sharedPrefixTokens?: number;
+  maxDecodeTokens?: number;
+  /** Abort once this many tokens are computed. */
+  abortAfterTokens?: number;
+  /**
+   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
+   * down to whole chunks; 0 loads nothing. No cap by default.
+   */
+  maxLoadTokens?: number;
+  /**
+   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
+   * its hit is 0 even when its prefix is stored. It still stores its chunks.
+   */
+  skipReadingPrefixCache?: boolean;
+}
 
 /** What the rules need from the config; the pool check runs only when the pool is known. */
 export interface RequestLimits {
@@ -25,7 +50,7 @@ const FIELDS: ReadonlySet<string> = new Set([
   'maxLoadTokens',
   'skipReadingPrefixCache',
 ]);
-export const TOKEN_ID_MAX = 2 ** 31 - 1;
+const TOKEN_ID_MAX = 2 ** 31 - 1;
 const PREFIX_ID_MAX = 2 ** 31 - 1;
 
 /**
@@ -34,7 +59,7 @@ const PREFIX_ID_MAX = 2 ** 31 - 1;
  * when the prompt alone needs more GPU blocks than the pool has (it could never
  * run). Unknown fields are refused: a typo must not be silently ignored.
  */
-export function validateSimRequest(body: unknown, limits: RequestLimits): SimRequest {
+export function validateRequestInput(body: unknown, limits: RequestLimits): RequestInput {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new InvalidArgumentError('request', 'must be an object');
   }
@@ -44,7 +69,7 @@ export function validateSimRequest(body: unknown, limits: RequestLimits): SimReq
   }
   // At least one decode token must fit after the prompt.
   const max = limits.maxTokensPerRequest - 1;
-  const out: SimRequest = {};
+  const out: RequestInput = {};
   let promptTokens: number;
   if (obj.promptTokens !== undefined) {
     if (obj.promptLength !== undefined || obj.prefixId !== undefined) {

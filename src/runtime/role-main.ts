@@ -15,12 +15,14 @@ import type { Doorbell } from './doorbell.js';
 import { EngineSimulator } from './engine-sim.js';
 import type { EngineOptions } from './engine-sim.js';
 import { HasherLoop } from './hasher-loop.js';
-import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './layout.js';
-import type { DoorbellName } from './layout.js';
-import { Random } from './random.js';
+import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './thread-words.js';
+import type { DoorbellName } from './thread-words.js';
+import { Prng } from '../prng.js';
+import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { asStartRefusal } from './start-refusal.js';
 import type { StartRefusal } from './start-refusal.js';
-import { StoreLoop, TransferFailedError } from './store-loop.js';
+import { StoreLoop } from './store-loop.js';
+import { TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { TierStoreSample } from '../tier/lower.js';
@@ -37,6 +39,8 @@ export type RoleName = DoorbellName;
 export interface FaultInjection {
   role: RoleName | 'transfer';
   afterSteps: number;
+  /** For 'transfer': how many store tasks from there on throw (default every one). */
+  count?: number;
 }
 
 export interface RoleWorkerData {
@@ -64,9 +68,10 @@ export type RoleMessage =
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
-  | { type: 'failed'; role: 'transfer'; cause: string }
+  | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number }
   | { type: 'startRefused'; error: StartRefusal };
-export class InjectedFault extends Error {
+
+class InjectedFault extends Error {
   constructor(role: string, steps: number) {
     super(`injected fault in the ${role} worker after ${steps} steps (test switch)`);
     this.name = 'InjectedFault';
@@ -83,6 +88,8 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   };
   const fault = data.fault?.role === data.role ? data.fault.afterSteps : Infinity;
   const post = (m: RoleMessage) => port.postMessage(m);
+  const memory = new MemorySampler(data.buffers.memory, roleMemorySlot(data.role));
+  memory.sample();
 
   if (data.role === 'scheduler') {
     const hashing = await loadHashing();
@@ -101,12 +108,13 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       () => (engine.pending > 0 ? 2 : PARK_MS_MAX),
       fault,
       data.role,
+      memory,
     );
     post({ type: 'final', role: data.role, report: { pending: engine.pending } });
   } else if (data.role === 'hasher') {
     const hashing = await loadHashing();
     const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
-    const random = new Random(data.hasher.seed ^ 0x4a54);
+    const random = new Prng(data.hasher.seed, 0x4a54);
     const lagCell = new Int32Array(new SharedArrayBuffer(4));
     post({ type: 'ready', role: data.role });
     syncLoop(
@@ -125,6 +133,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       () => PARK_MS_MAX,
       fault,
       data.role,
+      memory,
     );
     post({ type: 'final', role: data.role, report: {} });
   } else if (data.role === 'allocator') {
@@ -145,6 +154,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       () => (loop.busy ? 1 : PARK_MS_MAX),
       fault,
       data.role,
+      memory,
     );
     // Copies finished before main stopped us: unpinned quarantined blocks go back.
     loop.step();
@@ -158,7 +168,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       },
     });
   } else {
-    await runStore(data, views, bell, stopped, wakeOthers, post, port, fault);
+    await runStore(data, views, bell, stopped, wakeOthers, post, port, fault, memory);
   }
 }
 
@@ -169,9 +179,11 @@ function syncLoop(
   idleParkMs: () => number,
   fault: number,
   role: string,
+  memory: MemorySampler,
 ): void {
   let steps = 0;
   while (!stopped()) {
+    memory.tick();
     const seen = bell.read();
     const did = step();
     if (did) steps += 1;
@@ -210,6 +222,7 @@ async function runStore(
   post: (m: RoleMessage) => void,
   port: MessagePort,
   fault: number,
+  memory: MemorySampler,
 ): Promise<void> {
   const arenas = views.transferArenas();
   const threads = { threads: data.store.transferThreads };
@@ -221,6 +234,8 @@ async function runStore(
           completionBell: bell,
           taskWordsMax: transferTaskWordsMax(data.config),
           niceIncrement: TRANSFER_NICE_INCREMENT,
+          // Each copy thread samples its own heap into the runtime's memory words.
+          memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
         })
       : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
@@ -245,7 +260,12 @@ async function runStore(
       ...data.store,
       policy: data.policy,
       ...(cascade ? { cascade, wake: () => bell.ring() } : {}),
-      ...(data.fault?.role === 'transfer' ? { faultAfterTasks: data.fault.afterSteps } : {}),
+      ...(data.fault?.role === 'transfer'
+        ? {
+            faultAfterTasks: data.fault.afterSteps,
+            ...(data.fault.count !== undefined ? { faultTasks: data.fault.count } : {}),
+          }
+        : {}),
     },
   );
   const onMessage = (m: { type: string; id: number }) => {
@@ -266,8 +286,9 @@ async function runStore(
       return loop.step();
     } catch (err) {
       // Name the role that failed: a copy, not the store's own logic.
-      if (err instanceof TransferFailedError) {
-        post({ type: 'failed', role: 'transfer', cause: err.message });
+      if (err instanceof TransferBackendFailedError) {
+        const cause = err.cause instanceof Error ? err.cause.message : String(err.cause);
+        post({ type: 'failed', role: 'transfer', cause, failuresInRow: err.failuresInRow });
       }
       // The report traces requests up to the failure (a legacy-assert crash).
       const traces = loop.takeLiveTraces();
@@ -287,6 +308,7 @@ async function runStore(
   // bell, so it waited up to the 20 ms bound, long enough for a preemption
   // to take the chunks first.
   while (!stopped()) {
+    memory.tick();
     const seen = bell.read();
     const did = step();
     flushJobs();

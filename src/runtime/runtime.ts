@@ -15,8 +15,10 @@ import {
   QueueFullError,
   RequestCapacityError,
   TimeoutError,
+  TransferBackendFailedError,
   WorkerFailedError,
 } from '../errors.js';
+import { readRuntimeMemory } from './memory.js';
 import { OWNER_ROLES, S_GENERATION } from '../layout.js';
 import { closeRoles } from '../roles/claim.js';
 import type { StorePolicy } from '../ready.js';
@@ -26,8 +28,8 @@ import type { RuntimeBuffers } from './buffers.js';
 import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
 import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
-import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './layout.js';
-import type { DoorbellName } from './layout.js';
+import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
+import type { DoorbellName } from './thread-words.js';
 import { OP_SUBMIT, UNSET } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
 import { startRefusalError } from './start-refusal.js';
@@ -37,7 +39,8 @@ import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { spawnWorker, workerUrl } from './worker-files.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
-import { checkLoadableGroups, validateSimRequest } from './request-rules.js';
+import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
+import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -45,6 +48,7 @@ import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 
 export type { RuntimeStats } from './stats.js';
+export type { RequestInput } from './request-rules.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
 
 export interface LagOptions {
@@ -85,6 +89,21 @@ export interface RuntimeOptions {
   /** Bound on every wait of close() (ms), default 60,000. */
   closeTimeoutMs?: number;
   /**
+   * How long an ended request waits, with no new key or block ID arriving,
+   * before what is still missing is counted as dropped (chunksDroppedUnready), in ms;
+   * default FINAL_WAIT_MS_MAX (1,000). It matters when a host never calls
+   * settle() (external mode): its requests drain after this wait.
+   */
+  finalWaitMsMax?: number;
+  /**
+   * Store copies that may fail in a row before the backend is taken as
+   * broken and the runtime fails (WorkerFailedError naming 'transfer', cause
+   * TransferBackendFailedError); default TRANSFER_FAILURES_MAX (16). A single
+   * failed copy only fails its job: its chunks are counted in
+   * chunksTransferFailed and the runtime goes on.
+   */
+  transferFailuresMax?: number;
+  /**
    * The host program feeds scheduler and allocator events itself through
    * `runtime.external` (or from its own workers via attachExternal); the
    * runtime runs the hasher, the store and the transfer pool. submit() is then
@@ -104,31 +123,6 @@ export interface RuntimeOptions {
    * verify() is then unavailable. Default true.
    */
   offload?: boolean;
-}
-
-export interface SimRequest {
-  /** Explicit prompt; otherwise one is drawn from the fields below. */
-  promptTokens?: number[];
-  promptLength?: number;
-  /**
-   * Requests with the same prefixId share their first sharedPrefixTokens
-   * tokens (the whole prompt when sharedPrefixTokens is not given).
-   */
-  prefixId?: number;
-  sharedPrefixTokens?: number;
-  maxDecodeTokens?: number;
-  /** Abort once this many tokens are computed. */
-  abortAfterTokens?: number;
-  /**
-   * Cap on the tokens its tier hit may load (vLLM's max_load_tokens), rounded
-   * down to whole chunks; 0 loads nothing. No cap by default.
-   */
-  maxLoadTokens?: number;
-  /**
-   * The request reads nothing from the tier (vLLM's skip_reading_prefix_cache):
-   * its hit is 0 even when its prefix is stored. It still stores its chunks.
-   */
-  skipReadingPrefixCache?: boolean;
 }
 
 export interface RequestSummary {
@@ -270,7 +264,7 @@ export class OffloadRuntime {
    * rejects with InvalidArgumentError (or RequestCapacityError when its prompt
    * can never fit the GPU pool) and sends nothing.
    */
-  submit(req: SimRequest): Promise<RequestSummary> {
+  submit(req: RequestInput): Promise<RequestSummary> {
     if (this.failure) return Promise.reject(this.failure);
     if (this.closing) return Promise.reject(new ClosedError('runtime'));
     if (this.external) {
@@ -287,7 +281,7 @@ export class OffloadRuntime {
     }
     let record: number[];
     try {
-      record = this.encode(validateSimRequest(req, this.config), this.nextRequestId);
+      record = this.encode(validateRequestInput(req, this.config), this.nextRequestId);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
@@ -344,11 +338,24 @@ export class OffloadRuntime {
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
+      jobsTransferFailed: s.jobsTransferFailed,
+      chunksTransferFailed: s.chunksTransferFailed,
+      jobsHeld: s.jobsHeld,
       tiers: readTierStats(
         this.views.tierStats,
         new Set((['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined)),
         this.options.tiers?.secret !== undefined,
       ),
+      memory: readRuntimeMemory(this.views.memory),
+      ...(this.failure
+        ? {
+            failure: {
+              code: failureCode(this.failure),
+              role: this.failure.role,
+              message: this.failure.message,
+            },
+          }
+        : {}),
     };
   }
 
@@ -454,6 +461,12 @@ export class OffloadRuntime {
         unsafeSkipPins: this.options.unsafeSkipPins ?? false,
         transferDelayMs: this.options.transferDelayMs ?? 0,
         traceRequests: this.options.traceSlots ?? 0,
+        ...(this.options.finalWaitMsMax !== undefined
+          ? { finalWaitMsMax: this.options.finalWaitMsMax }
+          : {}),
+        ...(this.options.transferFailuresMax !== undefined
+          ? { transferFailuresMax: this.options.transferFailuresMax }
+          : {}),
         ...(this.options.transferBackendModule !== undefined
           ? { transferBackendModule: backendModuleHref(this.options.transferBackendModule) }
           : {}),
@@ -569,7 +582,7 @@ export class OffloadRuntime {
         }
         return;
       case 'failed':
-        this.fail(m.role, m.cause);
+        this.fail(m.role, new TransferBackendFailedError(m.failuresInRow, m.cause));
         return;
       default:
         return;
@@ -619,8 +632,8 @@ export class OffloadRuntime {
     await Promise.all([...this.workers.values()].map((w) => w.terminate()));
   }
 
-  /** A record for the submit ring; `req` passed validateSimRequest (the one validator). */
-  private encode(req: SimRequest, requestId: number): number[] {
+  /** A record for the submit ring; `req` passed validateRequestInput (the one validator). */
+  private encode(req: RequestInput, requestId: number): number[] {
     const tokens = req.promptTokens;
     const length = tokens?.length ?? req.promptLength!;
     const record = [
@@ -716,9 +729,11 @@ export class OffloadRuntime {
     for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
     this.pending.clear();
     this.leaks = this.leakCheck();
-    if (this.failure === undefined && Date.now() > deadline) {
-      throw new TimeoutError('OffloadRuntime.close', timeoutMs);
-    }
+    // Everything is released; the caller still learns why the runtime stopped
+    // early (a close() that resolved hid a failed backend from a caller that
+    // only awaited it).
+    if (this.failure !== undefined) throw this.failure;
+    if (Date.now() > deadline) throw new TimeoutError('OffloadRuntime.close', timeoutMs);
   }
 
   private async stop(role: RoleName, deadline: number): Promise<void> {
@@ -784,6 +799,12 @@ const statIndexVerify = STAT_INDEX.verifyMismatches;
 
 /** How long a role may stay alive after its final report before it is terminated. */
 const FINAL_EXIT_GRACE_MS = 1_000;
+
+/** The most specific code: the cause's (TransferBackendFailedError) when it has one. */
+function failureCode(err: WorkerFailedError): string {
+  const code = (err.cause as { code?: unknown } | undefined)?.code;
+  return typeof code === 'string' && code.startsWith('KVOFF_') ? code : err.code;
+}
 
 const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, jobsInFlight: 0 };
 
@@ -851,6 +872,14 @@ function validateOptions(o: RuntimeOptions): void {
   int('traceSlots', o.traceSlots, 0, 1 << 16);
   int('transferDelayMs', o.transferDelayMs, 0, 10_000);
   int('closeTimeoutMs', o.closeTimeoutMs, 1, 3_600_000);
+  int('transferFailuresMax', o.transferFailuresMax, 1, 1 << 20);
+  if (
+    o.finalWaitMsMax !== undefined &&
+    (typeof o.finalWaitMsMax !== 'number' ||
+      !(o.finalWaitMsMax >= 0 && o.finalWaitMsMax <= 3_600_000))
+  ) {
+    throw new InvalidArgumentError('finalWaitMsMax', 'must be a number of ms in [0, 3600000]');
+  }
   int('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
   int('lag.hasherHashesPerWake', o.lag?.hasherHashesPerWake, 1, 1 << 20);
   const num = (name: string, v: unknown) => {

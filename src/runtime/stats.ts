@@ -1,9 +1,10 @@
 // Runtime counters: each role keeps plain local counters and publishes them to
 // its own words of the stats buffer with Atomics.store (one writer per word);
 // main reads a snapshot with Atomics.load.
-import { STATS, STAT_INDEX } from './layout.js';
-import type { StatName } from './layout.js';
+import { STATS, STAT_INDEX } from './thread-words.js';
+import type { StatName } from './thread-words.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
+import type { RuntimeMemory } from './memory.js';
 
 export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
   Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
@@ -53,6 +54,16 @@ export interface RuntimeStats {
   lookupWaitMsMax?: number;
   /** Engine steps planned while at least one admission lookup was unanswered (the lookup did not hold them back). */
   stepsPlannedDuringLookups?: number;
+  /** Store jobs whose copy failed: each failed its own job only (its chunks counted below). */
+  jobsTransferFailed: number;
+  /** Chunks of those jobs: not stored, counted, never silent. */
+  chunksTransferFailed: number;
+  /** Store jobs the planner holds (dispatched, not completed): 0 at rest, else a leak. */
+  jobsHeld: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
   tiers: PerTierCounters;
+  /** Each worker's heap and external memory as it last sampled them (every 250 ms), main's and the process's RSS now. */
+  memory: RuntimeMemory;
+  /** Why the runtime stopped, once a worker failed (also failedWith, /healthz and close()'s rejection). */
+  failure?: { code: string; role: string; message: string };
 }

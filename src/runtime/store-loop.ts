@@ -6,7 +6,7 @@
 // and which chunk positions they hold (verify), which chunks each request
 // generation dispatched or covered (double stores, holes).
 import { tierChunkMatches } from '../copy.js';
-import { invariant } from '../errors.js';
+import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
@@ -60,6 +60,18 @@ export interface StoreLoopOptions {
   jobsInFlightMax?: number;
   /** Test-only: the store job dispatched after this many becomes a task that throws. */
   faultAfterTasks?: number;
+  /** Test-only: with faultAfterTasks, this many store tasks from there on throw (default every one). */
+  faultTasks?: number;
+  /**
+   * Consecutive failed store copies after which the backend is taken as
+   * broken and the store stops with TransferBackendFailedError; default
+   * TRANSFER_FAILURES_MAX. One failed copy only fails its job.
+   */
+  transferFailuresMax?: number;
+  /** The clock of the planner's final wait (ms); default performance.now. */
+  now?: () => number;
+  /** How long an ended request waits for its last keys and blocks (PlannerOptions.finalWaitMsMax). */
+  finalWaitMsMax?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
   /**
@@ -158,11 +170,6 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
-interface InFlightStore {
-  readonly job: StoreJob;
-  readonly keys: bigint[];
-}
-
 interface Readable {
   readonly slot: number;
   readonly positions: readonly number[];
@@ -176,15 +183,17 @@ interface HitLock {
   readonly hit: number;
 }
 
-/** A transfer task failed; the store role stops and the runtime reports the transfer role. */
-export class TransferFailedError extends Error {
-  constructor(cause: unknown) {
-    super(`transfer task failed: ${cause instanceof Error ? cause.message : String(cause)}`, {
-      cause,
-    });
-    this.name = 'TransferFailedError';
-  }
-}
+/**
+ * Consecutive failed store copies (no success between them) after which the
+ * store gives up on the transfer backend. A copy can fail for a reason of its
+ * own (a device error, a bad block); this many in a row means the backend
+ * itself is broken, and a store that kept dispatching to it would drop every
+ * chunk of every request while reporting a healthy runtime.
+ */
+const TRANSFER_FAILURES_MAX = 16;
+
+/** Store jobs in flight before a pass is skipped (bounds the backend's queue), by default. */
+export const JOBS_IN_FLIGHT_MAX = 256;
 
 // Per chunk coverage flags of the current generation of a slot.
 const COVERED = 1;
@@ -208,8 +217,12 @@ export class StoreLoop {
   private readonly loadWhileWriting: boolean;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
   private readonly leakOnLoadFailure: boolean;
+  private readonly faultTasks: number;
+  private readonly transferFailuresMax: number;
   private tasks = 0;
-  private readonly stores = new Map<number, InFlightStore>();
+  /** Failed store copies since the last one that succeeded. */
+  private transferFailuresInRow = 0;
+  private jobsTransferFailed = 0;
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
   /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
@@ -259,8 +272,13 @@ export class StoreLoop {
     this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
-    this.jobsInFlightMax = options.jobsInFlightMax ?? 256;
+    this.jobsInFlightMax = options.jobsInFlightMax ?? JOBS_IN_FLIGHT_MAX;
     this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
+    this.faultTasks = options.faultTasks ?? Infinity;
+    this.transferFailuresMax = options.transferFailuresMax ?? TRANSFER_FAILURES_MAX;
+    if (!Number.isInteger(this.transferFailuresMax) || this.transferFailuresMax < 1) {
+      throw new InvalidArgumentError('transferFailuresMax', 'must be a positive integer');
+    }
     this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
     this.onLookupAnswered = options.onLookupAnswered;
     const groups = views.state.groupCount;
@@ -287,6 +305,10 @@ export class StoreLoop {
     };
     this.planner = new StorePlanner(views.state, this.tier, {
       policy: options.policy ?? 'ready-prefix',
+      // The transfer thread unpins each source block as its copy finishes.
+      transferUnpins: true,
+      ...(options.now ? { now: options.now } : {}),
+      ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
       unsafeSkipPins: this.skipPins,
       unsafeSkipSettle: options.unsafeSkipSettle ?? false,
       ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
@@ -318,8 +340,9 @@ export class StoreLoop {
       : undefined;
   }
 
+  /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
   get jobsInFlight(): number {
-    return this.stores.size + this.loads.size;
+    return this.planner.jobsHeld + this.loads.size;
   }
 
   /** Store latencies of the lower levels since the last call, per chunk (the host's are the job events). */
@@ -339,7 +362,7 @@ export class StoreLoop {
   hasWorkLeft(): boolean {
     if (this.requests.used > 0 || this.answers.pending > 0) return true;
     // At the bound on jobs in flight a pass is skipped; a completion rings the bell.
-    if (this.stores.size >= this.jobsInFlightMax) return false;
+    if (this.planner.jobsHeld >= this.jobsInFlightMax) return false;
     const dirty = this.views.state.dirty;
     for (let word = 0; word < dirty.length; word += 1) {
       if (Atomics.load(dirty, word) !== 0) return true;
@@ -352,7 +375,7 @@ export class StoreLoop {
     let did = this.answers.flush() > 0;
     if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
     if (this.collect()) did = true;
-    if (this.stores.size < this.jobsInFlightMax) {
+    if (this.planner.jobsHeld < this.jobsInFlightMax) {
       const before = this.planner.counters.jobs;
       this.planner.pass((job) => this.dispatch(job));
       this.recorder?.endPass();
@@ -404,19 +427,17 @@ export class StoreLoop {
     // One load xor stores per request (vLLM's §7.6): a loading request has computed nothing to store.
     if (this.loadingRequests.has(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
-    const keys: bigint[] = [];
     const bpc = this.views.config.blocksPerChunk;
     for (const c of job.chunks) {
-      keys.push(c.key);
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
       });
     }
-    this.stores.set(job.jobId, { job, keys });
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
     this.tasks += 1;
-    if (this.tasks >= this.faultAfterTasks) task[0] = TASK_FAULT;
+    if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
+      task[0] = TASK_FAULT;
     this.backend.submit(task);
   }
 
@@ -429,16 +450,26 @@ export class StoreLoop {
     return done.length > 0;
   }
 
+  /**
+   * A store copy finished: the planner ends the job (its one completion path)
+   * and then the entries become readable. A failed copy fails its job only:
+   * its chunks are counted (chunksTransferFailed), its tier reservations
+   * discarded, its pins were released by the copy, and later jobs go on, as
+   * vLLM treats a failed transfer. Only transferFailuresMax failures in a row
+   * stop the store.
+   */
   private completeStore(c: TransferCompletion): void {
-    const entry = this.stores.get(c.jobId);
-    if (entry === undefined) invariant(false, `store job ${c.jobId} was in flight`);
-    this.stores.delete(c.jobId);
-    // A copy that failed may have left its slots half-written and its pins held: the store cannot go on.
-    if (!c.ok) throw new TransferFailedError(c.error);
-    // Publish after complete: the bytes are in the slots, now the keys become readable.
-    this.tier.completeStore(entry.keys, true);
+    const job = this.planner.issuedJob(c.jobId);
+    if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    this.planner.complete(job, c.ok);
+    if (!c.ok) {
+      this.storeFailed(job, c.error);
+      return;
+    }
+    this.transferFailuresInRow = 0;
     const bpc = this.views.config.blocksPerChunk;
-    for (const k of entry.keys) {
+    for (const chunk of job.chunks) {
+      const k = chunk.key;
       const w = this.writing.get(k);
       if (w === undefined) continue;
       this.writing.delete(k);
@@ -451,10 +482,29 @@ export class StoreLoop {
     this.jobsCompleted += 1;
     this.jobEvents.push({
       jobId: c.jobId,
-      chunks: entry.job.chunks.length,
+      chunks: job.chunks.length,
       bytes: c.bytes,
       latencyMs: c.latencyMs,
     });
+  }
+
+  private storeFailed(job: StoreJob, error: unknown): void {
+    for (const chunk of job.chunks) this.writing.delete(chunk.key);
+    this.jobsTransferFailed += 1;
+    this.transferFailuresInRow += 1;
+    // The request's summary counts these as dropped, not stored, if it has not drained yet.
+    if (this.slotGeneration[job.slot] === job.generation) {
+      const groups = this.views.state.groupCount;
+      for (const chunk of job.chunks) {
+        const cov = this.coverage[job.slot * groups + chunk.group]!;
+        if ((cov[chunk.chunk]! & STORED) === 0) continue;
+        cov[chunk.chunk] = cov[chunk.chunk]! & ~STORED;
+        this.slotStored[job.slot]! -= 1;
+      }
+    }
+    if (this.transferFailuresInRow >= this.transferFailuresMax) {
+      throw new TransferBackendFailedError(this.transferFailuresInRow, error);
+    }
   }
 
   private trackEvictions(): void {
@@ -640,8 +690,8 @@ export class StoreLoop {
         entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block });
       }
     }
-    for (const s of this.stores.values()) {
-      if (s.job.requestId === tag)
+    for (const job of this.planner.issuedJobs()) {
+      if (job.requestId === tag)
         invariant(false, `request ${tag} loads while its stores are in flight`);
     }
     const jobId = -this.nextLoadId++;
@@ -802,6 +852,9 @@ export class StoreLoop {
     publishStat(s, 'bytesCopied', this.bytesCopied);
     publishStat(s, 'jobsInFlight', this.jobsInFlight);
     publishStat(s, 'jobsCompleted', this.jobsCompleted);
+    publishStat(s, 'jobsTransferFailed', this.jobsTransferFailed);
+    publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
+    publishStat(s, 'jobsHeld', this.planner.jobsHeld);
     publishStat(s, 'tierUsed', this.tier.stats().used);
     publishStat(s, 'holes', this.holes);
     publishStat(s, 'doubleStores', this.doubleStores);

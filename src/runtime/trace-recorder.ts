@@ -12,7 +12,7 @@ import type { RequestSnapshot } from '../roles/store.js';
 import type { SharedState } from '../state.js';
 
 /** Passes kept per traced request (all groups together). */
-export const TRACE_PASSES_MAX = 50_000;
+const TRACE_PASSES_MAX = 50_000;
 
 /**
  * One group's view at one store pass of a traced request. `atMs` is wall-clock

@@ -13,12 +13,17 @@ import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { unpinBlocks } from '../pins.js';
 import { Doorbell } from './doorbell.js';
-import { PARK_MS_MAX } from './layout.js';
+import { MemorySampler } from './memory.js';
+import { PARK_MS_MAX } from './thread-words.js';
 import { SpscRing } from './rings.js';
 
 export const TASK_STORE = 0;
 export const TASK_LOAD = 1;
-/** Test-only: a task that throws (see RuntimeOptions.faultInjection with role 'transfer'). */
+/**
+ * Test-only: a store task that throws part-way, after its first chunk (see
+ * RuntimeOptions.faultInjection with role 'transfer'); like any failed copy it
+ * still releases every source pin.
+ */
 export const TASK_FAULT = 2;
 
 /** What a transfer thread attaches to once (piscina workerData). */
@@ -107,9 +112,10 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
   const delayMs = task[3]!;
   // Test knob: a slow copy widens the window in which an unpinned block could be reused.
   if (delayMs > 0) Atomics.wait(sleepCell, 0, 0, delayMs);
-  if (task[0] === TASK_FAULT) throw new Error('injected fault in a transfer task (test switch)');
-  if (task[0] === TASK_LOAD) return runLoad(arenas, task);
-  if (task[0] !== TASK_STORE) invariant(false, `transfer task kind ${task[0]} is known`);
+  const kind = task[0];
+  if (kind === TASK_LOAD) return runLoad(arenas, task);
+  if (kind !== TASK_STORE && kind !== TASK_FAULT)
+    invariant(false, `transfer task kind ${kind} is known`);
   const unpin = task[2] === 1;
   const { gpu, tier, geometry } = arenas;
   const w = geometry.wordsPerBlock;
@@ -121,7 +127,9 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
     // would): building a chunk object and its block lists per chunk cost about
     // a microsecond per block, a sixth of a 64 KiB block's copy.
     let at = 5;
+    const faultAt = kind === TASK_FAULT ? Math.min(1, count - 1) : -1;
     for (let c = 0; c < count; c += 1) {
+      if (c === faultAt) throw new Error('injected fault in a transfer task (test switch)');
       const tierSlot = task[at++]!;
       const n = task[at++]!;
       for (let i = 0; i < n; i += 1) {
@@ -201,6 +209,8 @@ export interface TransferRingSpec {
   /** The doorbell rung after completions are published (the store's, so its park ends). */
   readonly completionBell: SharedArrayBuffer;
   readonly completionBellIndex: number;
+  /** Where this thread samples its own heap (the runtime's memory words), if anywhere. */
+  readonly memory?: { readonly buffer: SharedArrayBuffer; readonly slot: number };
 }
 
 /**
@@ -232,9 +242,11 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
       error = err instanceof Error ? err.message : String(err);
     }
   };
+  const memory = spec.memory ? new MemorySampler(spec.memory.buffer, spec.memory.slot) : undefined;
   Atomics.store(words, RING_READY, 1);
   Atomics.notify(words, RING_READY);
   while (Atomics.load(words, RING_STOP) === 0) {
+    memory?.tick();
     const seen = Atomics.load(words, RING_BELL);
     if (!jobs.pop(run)) {
       Atomics.wait(words, RING_BELL, seen, PARK_MS_MAX);

@@ -9,7 +9,7 @@
 import { Worker } from 'node:worker_threads';
 import type { WorkerOptions } from 'node:worker_threads';
 
-export const FROM_SOURCE = import.meta.url.endsWith('.ts');
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
 
 export function workerUrl(name: string): URL {
   return new URL(`../../workers/${name}${FROM_SOURCE ? '.ts' : '.js'}`, import.meta.url);

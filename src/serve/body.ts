@@ -36,7 +36,7 @@ const CLOSE_OBJECT = 0x7d;
 const COMMA = 0x2c;
 
 /** Incremental structure scan of JSON text: depth and element count, outside strings. */
-export class JsonShapeGuard {
+class JsonShapeGuard {
   private depth = 0;
   private elements = 0;
   private inString = false;

@@ -7,6 +7,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EmbeddableRuntime, RuntimeStats } from './runtime-api.js';
 import { TIER_COUNTER_FIELDS, TIER_GAUGE_FIELDS, TIER_NAMES } from '../tier/lower.js';
 import type { TierCounterField } from '../tier/lower.js';
+import type { WorkerMemory } from '../runtime/memory.js';
 
 /** Monotonic runtime counters exported as Prometheus counters. */
 const COUNTERS = [
@@ -59,6 +60,16 @@ const COUNTERS = [
     'token-ready chunks of ended requests neither stored nor counted (must stay 0)',
   ],
   ['mismatches', 'kvoff_mismatches_total', 'tier bytes that did not match their key (must stay 0)'],
+  [
+    'jobsTransferFailed',
+    'kvoff_jobs_transfer_failed_total',
+    'store jobs whose copy failed (each fails its own job; the runtime goes on)',
+  ],
+  [
+    'chunksTransferFailed',
+    'kvoff_chunks_transfer_failed_total',
+    'chunks of store jobs whose copy failed: not stored, counted',
+  ],
 ] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
 
 /** Levels exported as Prometheus gauges. */
@@ -67,6 +78,11 @@ const GAUGES = [
   ['tierCapacity', 'kvoff_tier_capacity_chunks', 'tier capacity in chunks'],
   ['pinsOutstanding', 'kvoff_pins_outstanding', 'GPU blocks pinned by store jobs not yet copied'],
   ['jobsInFlight', 'kvoff_jobs_in_flight', 'transfer jobs submitted and not completed'],
+  [
+    'jobsHeld',
+    'kvoff_store_jobs_held',
+    'store jobs the planner holds (dispatched, not completed): 0 at rest, else a leak',
+  ],
 ] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
 
 /** Job latency buckets in seconds: 0.1 ms to 1 s. */
@@ -75,7 +91,7 @@ const JOB_LATENCY_BUCKETS_S = [
 ];
 
 /** The HTTP layer's counters, as /v1/stats reports them under `http`. */
-export interface HttpCounterSnapshot {
+interface HttpCounterSnapshot {
   inFlight: number;
   served: number;
   clientErrors: number;
@@ -125,6 +141,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
       registers: [registry],
       collect() {
         const now = take()[field];
+        if (typeof now !== 'number') return;
         const delta = now - (exported[field] ?? 0);
         if (delta > 0) this.inc(delta);
         exported[field] = Math.max(now, exported[field] ?? 0);
@@ -137,7 +154,9 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
       help,
       registers: [registry],
       collect() {
-        this.set(take()[field]);
+        // A runtime embedded through EmbeddableRuntime may lack a newer field: no sample then.
+        const v = take()[field];
+        if (typeof v === 'number') this.set(v);
       },
     });
   }
@@ -149,6 +168,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
   });
   runtime.on('job', (e) => jobLatency.observe(e.latencyMs / 1000));
   registerTierMetrics(registry, take, runtime);
+  registerMemoryMetrics(registry, take);
 
   const loopDelay = new Gauge({
     name: 'kvoff_event_loop_delay_seconds',
@@ -195,6 +215,48 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
       }
     },
   };
+}
+
+/** Each worker's own heap and external memory (as it last sampled them), and the process's RSS. */
+function registerMemoryMetrics(registry: Registry, take: () => RuntimeStats): void {
+  const perWorker = (field: keyof WorkerMemory) =>
+    function (this: Gauge<'role' | 'thread'>): void {
+      // Roles that are not running (external mode, offload off) have no sample: no series.
+      this.reset();
+      // A runtime embedded through EmbeddableRuntime may report no memory at all.
+      const m = take().memory as RuntimeStats['memory'] | undefined;
+      if (typeof m !== 'object' || m === null) return;
+      for (const role of ['main', 'scheduler', 'hasher', 'allocator', 'store'] as const) {
+        const w = m[role];
+        if (w !== undefined) this.set({ role, thread: '0' }, w[field]);
+      }
+      (m.transfer ?? []).forEach((w, i) =>
+        this.set({ role: 'transfer', thread: String(i) }, w[field]),
+      );
+    };
+  new Gauge({
+    name: 'kvoff_worker_heap_used_bytes',
+    help: 'V8 heap in use per worker thread, sampled by the worker itself (role, thread index)',
+    labelNames: ['role', 'thread'],
+    registers: [registry],
+    collect: perWorker('heapUsedBytes'),
+  });
+  new Gauge({
+    name: 'kvoff_worker_external_bytes',
+    help: 'memory outside the V8 heap per worker thread (ArrayBuffers, shared ones included), sampled by the worker itself',
+    labelNames: ['role', 'thread'],
+    registers: [registry],
+    collect: perWorker('externalBytes'),
+  });
+  new Gauge({
+    name: 'kvoff_process_resident_bytes',
+    help: 'resident memory of the whole process, every thread included',
+    registers: [registry],
+    collect() {
+      const m = take().memory as RuntimeStats['memory'] | undefined;
+      if (typeof m?.rssBytes === 'number') this.set(m.rssBytes);
+    },
+  });
 }
 
 /** Tier store latency buckets in seconds: 0.1 ms (host) to 5 s (a Redis timeout). */

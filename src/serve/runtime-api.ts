@@ -1,15 +1,15 @@
 // The part of OffloadRuntime that the HTTP layer uses. The server is written
 // against this small interface so it can be tested with a stand-in and so any
 // runtime with the same surface can be embedded.
-import type { JobEvent, RequestSummary, RuntimeStats, SimRequest } from '../runtime/runtime.js';
+import type { JobEvent, RequestSummary, RuntimeStats, RequestInput } from '../runtime/runtime.js';
 
 import type { TierStoreSample } from '../tier/lower.js';
 
-export type { JobEvent, RequestSummary, RuntimeStats, SimRequest, TierStoreSample };
+export type { JobEvent, RequestSummary, RuntimeStats, RequestInput, TierStoreSample };
 
 export interface EmbeddableRuntime {
   readonly config: { readonly maxTokensPerRequest: number };
-  submit(req: SimRequest): Promise<RequestSummary>;
+  submit(req: RequestInput): Promise<RequestSummary>;
   stats(): RuntimeStats;
   close(): Promise<void>;
   /** The failure that stopped the runtime (a worker died), if any. */

@@ -26,7 +26,7 @@ import type { BodyRead } from './body.js';
 import { createMetrics } from './metrics.js';
 import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
-import { HttpError, parseSimRequest } from './validate.js';
+import { HttpError, parseRequestInput } from './validate.js';
 
 export interface ServeOptions {
   /** Largest request body accepted, in bytes. */
@@ -197,7 +197,10 @@ export class KvoffServer {
     const closed = new Promise<void>((resolve) => this.http.close(() => resolve()));
     this.http.closeAllConnections();
     await closed;
-    await this.runtime.close();
+    await this.runtime.close().catch((err: unknown) => {
+      // A failed runtime's close() rejects with its failure: the result reports it.
+      if (this.runtimeFailure === undefined) throw err;
+    });
     this.loopDelay.disable();
     const result: DrainResult = { drained, abandoned, refusedUnstarted: unstarted.length };
     const failure = this.runtimeFailure;
@@ -272,11 +275,11 @@ export class KvoffServer {
     } finally {
       this.reading.delete(read);
     }
-    const simReq = parseSimRequest(body, this.runtime.config);
+    const input = parseRequestInput(body, this.runtime.config);
     // From here the runtime has the request: a drain waits for its answer.
     this.counters.inFlight += 1;
     try {
-      const summary = await this.runtime.submit(simReq);
+      const summary = await this.runtime.submit(input);
       this.counters.served += 1;
       this.json(res, 200, summary);
     } finally {

@@ -3,9 +3,9 @@
 // one 4xx answer and nothing else: no slot, no ring record, no shared write.
 // The rules live once in src/runtime/request-rules.ts (submit applies them too).
 import { InvalidArgumentError, RequestCapacityError } from '../errors.js';
-import { validateSimRequest } from '../runtime/request-rules.js';
+import { validateRequestInput } from '../runtime/request-rules.js';
 import type { RequestLimits } from '../runtime/request-rules.js';
-import type { SimRequest } from './runtime-api.js';
+import type { RequestInput } from './runtime-api.js';
 
 /** A client error: HTTP status, stable code, one-line message. */
 export class HttpError extends Error {
@@ -23,16 +23,16 @@ export class HttpError extends Error {
 export type { RequestLimits };
 
 /**
- * Turns a parsed JSON body into a SimRequest, or throws HttpError(400) naming
+ * Turns a parsed JSON body into a RequestInput, or throws HttpError(400) naming
  * the field and the rule. The rules are the runtime's own (one validator for
  * every door); unknown fields are refused.
  */
-export function parseSimRequest(body: unknown, limits: RequestLimits): SimRequest {
+export function parseRequestInput(body: unknown, limits: RequestLimits): RequestInput {
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw bad('body: must be a JSON object');
   }
   try {
-    return validateSimRequest(body, limits);
+    return validateRequestInput(body, limits);
   } catch (err) {
     if (err instanceof InvalidArgumentError || err instanceof RequestCapacityError) {
       throw bad(err.message.replace(/^invalid argument: /, ''));

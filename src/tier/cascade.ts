@@ -83,7 +83,7 @@ export interface LowerState {
  * host memory alone: the Redis level's command timeout (its default when
  * there is no Redis level).
  */
-export const LOOKUP_BUDGET_MS_DEFAULT = 2_000;
+const LOOKUP_BUDGET_MS_DEFAULT = 2_000;
 
 /** Payload fetches (promotions) running at once across a lookup. */
 const FETCHES_IN_FLIGHT_MAX = 8;

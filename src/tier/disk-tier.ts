@@ -27,7 +27,7 @@ import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
-import { EntryAuth, checkEntry, entryBytes, sealEntry } from './entry-auth.js';
+import { EntryAuth, checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
@@ -82,7 +82,7 @@ export interface DiskTierOptions {
 // the store thread holds, so it is bounded in bytes; the count bound only
 // matters for chunks under 16 KiB. store() stays O(1) and never waits: over
 // either bound it drops and counts.
-export const DISK_DEFAULTS = {
+const DISK_DEFAULTS = {
   openTimeoutMs: 15_000,
   freeBytesMin: 64 << 20,
   writesInFlightMax: 4,
@@ -359,30 +359,25 @@ export class DiskTier implements LowerTier {
         this.counters.missChunks += 1;
         return undefined;
       }
-      const check = checkEntry(
+      const payload = checkedEntry(
         value,
-        this.auth,
-        this.options.fingerprint,
         key,
-        this.options.payloadBytes,
+        this.options,
+        this.counters,
+        this.auth,
         this.switches.unsafeSkipChecksum,
       );
-      if (!check.ok) {
-        // Never served: counted, deleted, a miss.
-        this.counters.errors += 1;
-        if (check.reason === 'auth') this.counters.authFailures += 1;
-        this.counters.missChunks += 1;
+      if (payload === undefined) {
+        // Never served: deleted.
         if (this.index.get(key) === e) this.forget(key, e);
         this.removeFile(key);
         return undefined;
       }
-      this.counters.hitChunks += 1;
-      this.counters.bytesRead += value.length;
       if (this.index.get(key) === e) {
         this.index.delete(key);
         this.index.set(key, e);
       }
-      return check.payload;
+      return payload;
     } finally {
       e.readers -= 1;
     }

@@ -15,13 +15,14 @@
 // never read, count as forged, or delete each other's entries.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.js';
-import { VALUE_HEADER_BYTES, checkValue, sealValue } from './value.js';
-import type { ValueCheck } from './value.js';
+import type { TierCounters } from './lower.js';
+import { VALUE_HEADER_BYTES, checkedPayload, sealValue } from './value.js';
+import type { ValueLayout } from './value.js';
 
 /** Bytes of the tag at the end of an authenticated value. */
 export const ENTRY_TAG_BYTES = 32;
 /** A shorter secret is refused: 128 bits is the least an HMAC key should carry. */
-export const TIER_SECRET_BYTES_MIN = 16;
+const TIER_SECRET_BYTES_MIN = 16;
 
 const KEY_ID_LABEL = 'kvoff tier key id v1';
 
@@ -92,29 +93,35 @@ export function sealEntry(
   return auth.sign(value);
 }
 
-export type EntryCheck = ValueCheck | { readonly ok: false; readonly reason: 'auth' };
-
 /**
- * The one check a level runs on a value it read, before any byte is served:
- * the tag first (when entries are authenticated), then the header and CRC.
+ * The checked read of every level below the host tier, with the tag first
+ * (when entries are authenticated): the payload of a value read back for
+ * `key`, counted as a hit; or undefined, counted as an error and a miss (and
+ * as an authFailure when the tag is wrong or missing), when it must not be
+ * served. No byte of a value is looked at before its tag is checked.
  */
-export function checkEntry(
-  value: Uint8Array,
-  auth: EntryAuth | undefined,
-  fingerprint: bigint,
+export function checkedEntry(
+  value: Buffer,
   key: bigint,
-  payloadBytes: number,
+  layout: ValueLayout,
+  counters: TierCounters,
+  auth: EntryAuth | undefined,
   /** Test-only (failure class F11): skip the tag and the CRC. */
   unsafeSkipChecksum = false,
-): EntryCheck {
-  let body: Uint8Array | undefined = value;
-  if (auth !== undefined) {
-    body = unsafeSkipChecksum
-      ? value.subarray(0, Math.max(0, value.length - ENTRY_TAG_BYTES))
-      : auth.open(value);
-    if (body === undefined) return { ok: false, reason: 'auth' };
+): Buffer | undefined {
+  if (auth === undefined) return checkedPayload(value, key, layout, counters, unsafeSkipChecksum);
+  const body = unsafeSkipChecksum
+    ? value.subarray(0, Math.max(0, value.length - ENTRY_TAG_BYTES))
+    : auth.open(value);
+  if (body === undefined) {
+    counters.errors += 1;
+    counters.authFailures += 1;
+    counters.missChunks += 1;
+    return undefined;
   }
-  return checkValue(body, fingerprint, key, payloadBytes, unsafeSkipChecksum);
+  const payload = checkedPayload(body, key, layout, counters, unsafeSkipChecksum);
+  if (payload !== undefined) counters.bytesRead += ENTRY_TAG_BYTES;
+  return payload;
 }
 
 /**

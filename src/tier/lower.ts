@@ -84,7 +84,7 @@ export interface LowerTier {
 }
 
 /** Samples kept between two takeSamples calls; beyond this they are not recorded. */
-export const SAMPLES_MAX = 4096;
+const SAMPLES_MAX = 4096;
 
 export class SampleBuffer {
   private samples: TierStoreSample[] = [];

@@ -17,7 +17,7 @@ import type { Stats } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { InvalidArgumentError } from '../errors.js';
 
-export const DIR_MODE = 0o700;
+const DIR_MODE = 0o700;
 export const FILE_MODE = 0o600;
 
 /** Flags of a new entry file: exclusive (never someone else's file), no symlink. */

@@ -38,7 +38,7 @@ export interface RedisAccess {
 const DEFAULT_PORT = 6379;
 
 /** `redis://user:pass@host:7000` -> `redis://***@host:7000`; safe for any string. */
-export function redactUrl(text: string): string {
+function redactUrl(text: string): string {
   const at = text.lastIndexOf('@');
   if (at < 0) return text;
   const scheme = /^[a-z][a-z0-9+.-]*:\/\//i.exec(text)?.[0] ?? '';

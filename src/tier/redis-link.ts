@@ -280,7 +280,7 @@ function nodeOf(conn: RedisConnection, key: string): string {
  * NOPERM, WRONGTYPE...). A reply saying the slot map moved (MOVED, ASK,
  * CLUSTERDOWN, TRYAGAIN) breaks the connection's picture of the cluster too.
  */
-export function breaksConnection(err: unknown): boolean {
+function breaksConnection(err: unknown): boolean {
   if (!(err instanceof ErrorReply)) return true;
   return /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN)\b/.test(err.message);
 }

@@ -9,7 +9,7 @@ for (let i = 0; i < 256; i += 1) {
   TABLE[i] = c;
 }
 
-export const SLOTS = 16_384;
+const SLOTS = 16_384;
 
 /** CRC-16/XMODEM of the UTF-8 bytes of `s` from `from` to `to`. */
 function crc16(bytes: Uint8Array, from: number, to: number): number {

@@ -23,7 +23,7 @@ import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
 import {
   EntryAuth,
-  checkEntry,
+  checkedEntry,
   entryBytes,
   sealEntry,
   unauthenticatedRedisRefused,
@@ -34,7 +34,7 @@ import type { RedisTlsOptions } from './redis-access.js';
 import { TimeoutError as LibraryTimeoutError } from 'redis';
 import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
 import type { RedisCommands, RedisConnection } from './redis-link.js';
-import { StoreWindow } from './store-window.js';
+import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
@@ -82,7 +82,7 @@ export interface RedisTierOptions {
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
 // that halves when a SET takes 90% of the timeout or times out (at most once
-// per that long) and grows by one per faster answer (src/tier/store-window.ts).
+// per that long) and grows by one per faster answer (src/tier/in-flight-window.ts).
 // Measured with the default `kvoff simulate` against a fresh cluster on a
 // loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
 // (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
@@ -104,7 +104,7 @@ export interface RedisTierOptions {
 const STORE_WINDOW_MIN = 64;
 const STORE_WINDOW_INITIAL = 4096;
 
-export const REDIS_DEFAULTS = {
+const REDIS_DEFAULTS = {
   timeoutMs: 2_000,
   storesInFlightMax: 4_096,
   storeBytesInFlightMax: 64 << 20,
@@ -154,7 +154,7 @@ export class RedisTier implements LowerTier {
   private queued: { key: bigint; value: Buffer }[] = [];
   private queuedHead = 0;
   private bytesQueued = 0;
-  private readonly window: StoreWindow;
+  private readonly window: InFlightWindow;
   private closing = false;
   private closed = false;
 
@@ -173,7 +173,7 @@ export class RedisTier implements LowerTier {
     this.switches = switches;
     this.valueBytes = entryBytes(options.payloadBytes, auth);
     this.connectBreaker = new CircuitBreaker(options.failuresMax, options.openMs);
-    this.window = new StoreWindow(
+    this.window = new InFlightWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
       options.timeoutMs * 0.9,
@@ -421,27 +421,22 @@ export class RedisTier implements LowerTier {
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const check = checkEntry(
+    const payload = checkedEntry(
       value,
-      this.auth,
-      this.options.fingerprint,
       key,
-      this.options.payloadBytes,
+      this.options,
+      this.ownCounters,
+      this.auth,
       this.switches.unsafeSkipChecksum,
     );
-    if (!check.ok) {
-      // Never served: counted, deleted (best-effort), a miss.
-      this.ownCounters.errors += 1;
-      if (check.reason === 'auth') this.ownCounters.authFailures += 1;
-      this.ownCounters.missChunks += 1;
+    if (payload === undefined) {
+      // Never served: deleted (best-effort), and no longer known to be held.
       this.known.delete(key);
       this.track(this.command(key, (c, name) => c.del(name)));
       return undefined;
     }
     this.known.add(key);
-    this.ownCounters.hitChunks += 1;
-    this.ownCounters.bytesRead += value.length;
-    return check.payload;
+    return payload;
   }
 
   takeSamples() {

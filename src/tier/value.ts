@@ -9,10 +9,11 @@ import { createHash } from 'node:crypto';
 import { crc32 } from 'node:zlib';
 import type { Config } from '../config.js';
 import { invariant } from '../errors.js';
+import type { TierCounters } from './lower.js';
 
 /** "KVOF" as a big-endian u32. */
-export const VALUE_MAGIC = 0x4b564f46;
-export const VALUE_VERSION = 1;
+const VALUE_MAGIC = 0x4b564f46;
+const VALUE_VERSION = 1;
 export const VALUE_HEADER_BYTES = 40;
 
 // Header fields, little-endian: magic u32 | version u16 | reserved u16 |
@@ -45,14 +46,6 @@ export function hex16(v: bigint): string {
   return v.toString(16).padStart(16, '0');
 }
 
-/**
- * A buffer of header + `payloadBytes`, with the payload area left for the
- * caller to fill (one copy from the host slot); seal it with sealValue.
- */
-export function allocValue(payloadBytes: number): Buffer {
-  return Buffer.allocUnsafe(VALUE_HEADER_BYTES + payloadBytes);
-}
-
 /** Writes the header of a value whose payload is already in place. */
 export function sealValue(value: Buffer, fingerprint: bigint, key: bigint): Buffer {
   invariant(value.length >= VALUE_HEADER_BYTES, 'a value has room for its header');
@@ -69,7 +62,7 @@ export function sealValue(value: Buffer, fingerprint: bigint, key: bigint): Buff
 
 /** Header + a copy of `payload`. */
 export function encodeValue(fingerprint: bigint, key: bigint, payload: Uint8Array): Buffer {
-  const value = allocValue(payload.length);
+  const value = Buffer.allocUnsafe(VALUE_HEADER_BYTES + payload.length);
   value.set(payload, VALUE_HEADER_BYTES);
   return sealValue(value, fingerprint, key);
 }
@@ -109,6 +102,36 @@ export function checkValue(
     return { ok: false, reason: 'crc' };
   }
   return { ok: true, payload: b.subarray(VALUE_HEADER_BYTES) };
+}
+
+/** What a level checks a value read back against: the layout it serves. */
+export interface ValueLayout {
+  readonly fingerprint: bigint;
+  readonly payloadBytes: number;
+}
+
+/**
+ * The checked read of every level below the host tier: the payload of a value
+ * read back for `key`, counted as a hit; or undefined, counted as an error and
+ * a miss, when it must not be served (the caller then deletes the entry).
+ */
+export function checkedPayload(
+  value: Buffer,
+  key: bigint,
+  layout: ValueLayout,
+  counters: TierCounters,
+  /** Test-only (failure class F11): skip the CRC, so a corrupted payload is served. */
+  unsafeSkipChecksum = false,
+): Buffer | undefined {
+  const check = checkValue(value, layout.fingerprint, key, layout.payloadBytes, unsafeSkipChecksum);
+  if (!check.ok) {
+    counters.errors += 1;
+    counters.missChunks += 1;
+    return undefined;
+  }
+  counters.hitChunks += 1;
+  counters.bytesRead += value.length;
+  return check.payload;
 }
 
 /** CRC-32 over the header up to (not including) the CRC word, then the payload. */

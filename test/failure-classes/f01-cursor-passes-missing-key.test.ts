@@ -16,8 +16,9 @@
 // their keys exist; legacy-zip (the broken variant) leaves two holes.
 import { describe, expect, it } from 'vitest';
 import type { LocalOffloadOptions } from '../../src/local.js';
-import { local, planAndComplete, tokens } from '../helpers.js';
-import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
+import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP } from '../helpers/configs.js';
 
 const PROMPT = tokens(12, 1);
 

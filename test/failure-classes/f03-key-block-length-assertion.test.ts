@@ -19,8 +19,9 @@ import { LegacyAssertionError } from '../../src/errors.js';
 import type { LocalOffload } from '../../src/local.js';
 import type { StorePolicy } from '../../src/ready.js';
 import type { RequestHandle } from '../../src/roles/handle.js';
-import { local, planAndComplete, tokens } from '../helpers.js';
-import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
+import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP } from '../helpers/configs.js';
 
 const PROMPT = tokens(12, 3);
 

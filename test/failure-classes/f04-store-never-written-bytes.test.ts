@@ -18,8 +18,9 @@
 // mismatch their key.
 import { describe, expect, it } from 'vitest';
 import type { LocalOffloadOptions } from '../../src/local.js';
-import { local, planAndComplete, tokens } from '../helpers.js';
-import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
+import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP } from '../helpers/configs.js';
 
 const PROMPT = tokens(8, 4);
 const FINAL_TOKENS = 12;

@@ -23,8 +23,8 @@ import { IllegalTransitionError } from '../../src/errors.js';
 import type { LocalOffloadOptions } from '../../src/local.js';
 import type { LoadJob } from '../../src/load-path.js';
 import type { StoreJob } from '../../src/job.js';
-import { local, planAndComplete, tokens } from '../helpers.js';
-import { SMALL_ONE_GROUP } from './helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
+import { SMALL_ONE_GROUP } from '../helpers/configs.js';
 
 const PROMPT = tokens(8, 5);
 const DECODED = [701, 702, 703, 704];

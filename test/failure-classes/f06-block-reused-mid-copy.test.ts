@@ -21,9 +21,10 @@ import { describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { copyChunkToTier, tierChunkMatches, writeComputedBlock } from '../../src/copy.js';
 import { GpuBlockPool } from '../../src/gpu-pool.js';
-import { fuzz } from '../../src/sim/run.js';
-import { local, tokens } from '../helpers.js';
-import { SMALL_ONE_GROUP, fuzzClass } from './helpers.js';
+import { fuzz } from '../../src/fuzz/run.js';
+import { local, tokens } from '../helpers/local.js';
+import { fuzzClass } from './helpers.js';
+import { SMALL_ONE_GROUP } from '../helpers/configs.js';
 
 const CONFIG: ConfigInput = { ...SMALL_ONE_GROUP, gpuBlocks: 8 };
 

@@ -24,7 +24,7 @@ import type { LocalOffload } from '../../src/local.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { HostTierOptions } from '../../src/tier/host-tier.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
-import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
 import {
   VALUE_BYTES,
   freshDir,
@@ -35,6 +35,7 @@ import {
   settle,
   valueOf,
 } from './lower-tier-support.js';
+import { ONE_GROUP } from '../helpers/configs.js';
 
 afterAll(removeDirs);
 

@@ -17,8 +17,9 @@ import { describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { GpuBlockPool } from '../../src/gpu-pool.js';
 import type { PlannerOptions } from '../../src/planner.js';
-import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
 import { fuzzSafeAndBroken } from './lower-tier-support.js';
+import { ONE_GROUP } from '../helpers/configs.js';
 
 const GPU_BLOCKS = 64;
 const CONFIG: ConfigInput = { ...ONE_GROUP, gpuBlocks: GPU_BLOCKS, tierChunks: 16 };

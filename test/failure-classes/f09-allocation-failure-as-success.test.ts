@@ -20,13 +20,13 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { ConfigInput } from '../../src/config.js';
 import type { PlannerOptions } from '../../src/planner.js';
-import { FaultyTier } from '../../src/sim/faulty-tier.js';
+import { FaultyTier } from '../../src/fuzz/faulty-tier.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { hex16 } from '../../src/tier/value.js';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
-import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
-import { redisCli, useCluster } from '../redis-cluster.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
+import { redisCli, useCluster } from '../helpers/redis-cluster.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
@@ -36,6 +36,7 @@ import {
   settle,
   valueOf,
 } from './lower-tier-support.js';
+import { ONE_GROUP } from '../helpers/configs.js';
 
 const CONFIG: ConfigInput = { ...ONE_GROUP, tierChunks: 16 };
 const UNSAFE: PlannerOptions = { unsafeAckOnAllocFailure: true };

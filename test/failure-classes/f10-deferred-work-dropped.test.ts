@@ -15,7 +15,7 @@
 // `drop-deferred` switch), where the same check must fail.
 import { afterAll, describe, expect, it } from 'vitest';
 import type { PlannerOptions } from '../../src/planner.js';
-import { ONE_GROUP, local, planAndComplete, tokens } from '../helpers.js';
+import { local, planAndComplete, tokens } from '../helpers/local.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
@@ -24,6 +24,7 @@ import {
   settle,
   valueOf,
 } from './lower-tier-support.js';
+import { ONE_GROUP } from '../helpers/configs.js';
 
 afterAll(removeDirs);
 

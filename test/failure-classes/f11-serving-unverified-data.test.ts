@@ -21,7 +21,7 @@ import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import type { LowerTier } from '../../src/tier/lower.js';
 import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
-import { useCluster } from '../redis-cluster.js';
+import { useCluster } from '../helpers/redis-cluster.js';
 import {
   freshDir,
   openDisk,

@@ -20,8 +20,8 @@ import { HostTier } from '../../src/tier/host-tier.js';
 import type { HostTierOptions } from '../../src/tier/host-tier.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
-import { ONE_GROUP, local, tokens } from '../helpers.js';
-import { useCluster } from '../redis-cluster.js';
+import { local, tokens } from '../helpers/local.js';
+import { useCluster } from '../helpers/redis-cluster.js';
 import {
   freshDir,
   fuzzSafeAndBroken,
@@ -32,6 +32,7 @@ import {
   settle,
   valueOf,
 } from './lower-tier-support.js';
+import { ONE_GROUP } from '../helpers/configs.js';
 
 const cluster = useCluster();
 afterAll(removeDirs);

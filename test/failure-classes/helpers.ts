@@ -1,26 +1,15 @@
-// Shared by the failure-class tests (test/failure-classes/fNN-*.test.ts): the
-// small one-group geometry the F1-F6 sequences run on, and a short fuzz
-// campaign of one class, with its protection removed (the row of
-// src/sim/broken-classes.ts) or with kvoff as shipped, same seeds and budget.
-import type { ConfigInput } from '../../src/config.js';
+// Shared by the failure-class tests (test/failure-classes/fNN-*.test.ts): a
+// short fuzz campaign of one class (the small one-group geometry the F1-F6
+// sequences run on is SMALL_ONE_GROUP in test/helpers/configs.ts), with its protection removed (the row of
+// src/fuzz/broken-classes.ts) or with kvoff as shipped, same seeds and budget.
 import {
   brokenClass,
   brokenFuzzOptions,
   protectedFuzzOptions,
-} from '../../src/sim/broken-classes.js';
-import { fuzz } from '../../src/sim/run.js';
-import type { FuzzReport } from '../../src/sim/run.js';
-import type { StrategyName } from '../../src/sim/strategy.js';
-import { ONE_GROUP } from '../helpers.js';
-
-/** One full-attention group of 4-token blocks (a chunk is one block), room for a few short requests. */
-export const SMALL_ONE_GROUP: ConfigInput = {
-  ...ONE_GROUP,
-  maxRequests: 4,
-  maxBlocksPerRequest: 16,
-  gpuBlocks: 64,
-  tierChunks: 16,
-};
+} from '../../src/fuzz/broken-classes.js';
+import { fuzz } from '../../src/fuzz/run.js';
+import type { FuzzReport } from '../../src/fuzz/run.js';
+import type { StrategyName } from '../../src/fuzz/strategy.js';
 
 export interface Campaign {
   readonly seed?: number;

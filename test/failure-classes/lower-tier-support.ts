@@ -6,9 +6,9 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { expect } from 'vitest';
-import { fuzz } from '../../src/sim/run.js';
-import type { FuzzReport } from '../../src/sim/run.js';
-import type { RuntimeSwitch } from '../../src/sim/runtime-world.js';
+import { fuzz } from '../../src/fuzz/run.js';
+import type { FuzzReport } from '../../src/fuzz/run.js';
+import type { RuntimeSwitch } from '../../src/fuzz/switches.js';
 import { DiskTier } from '../../src/tier/disk-tier.js';
 import type { DiskTierOptions } from '../../src/tier/disk-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
@@ -16,7 +16,7 @@ import { RedisTier } from '../../src/tier/redis-tier.js';
 import type { RedisTierOptions } from '../../src/tier/redis-tier.js';
 import { VALUE_HEADER_BYTES, encodeValue } from '../../src/tier/value.js';
 
-export const PAYLOAD_BYTES = 4096;
+const PAYLOAD_BYTES = 4096;
 export const VALUE_BYTES = VALUE_HEADER_BYTES + PAYLOAD_BYTES;
 
 export function payloadOf(key: bigint, bytes = PAYLOAD_BYTES): Buffer {

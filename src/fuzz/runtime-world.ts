@@ -1,0 +1,845 @@
+// `kvoff fuzz --target runtime`: the runtime's own loop classes, the ones the
+// role workers run (EngineSimulator, HasherLoop, AllocatorLoop, StoreLoop), in
+// one thread over the runtime's real shared buffers, rings and doorbells. Each
+// role's step() is one schedulable step; the transfer backend runs one queued
+// copy per transfer step (StepTransferBackend). What role-main.ts does around
+// a step is mirrored here on a virtual clock: a role whose step did nothing
+// parks on its doorbell (it runs again once another role rings it or its park
+// times out), a role whose step did something rings the others, the hasher
+// pauses after publishing, the store drains in-flight copies at close. Every
+// delay the loops read (allocator publish lag and jitter, the engine's step
+// time, the store's lookup wait) reads the same virtual clock, which advances
+// by each step's virtual cost and, when every role is parked, jumps to the
+// earliest wake-up. main's part (submissions, close(), the settle of a request
+// once both its ended and drained messages arrived) is played by the driver.
+//
+// The oracle: a step that throws (crash); no end within the bounds (hang);
+// tier bytes that are not their key's expansion, or a load that brought back
+// other bytes (mispairing); a chunk dispatched twice (double-store); a chunk
+// below the drained cursor never offered, or a token-ready chunk of an ended
+// request neither stored nor counted as dropped (hole); a cursor moving back
+// (cursor-monotonic); anything held after close() (leak).
+import { resolveConfig } from '../config.js';
+import { TransferBackendFailedError, invariant } from '../errors.js';
+import type { Config } from '../config.js';
+import type { Hashing } from '../hashing.js';
+import {
+  A_BLOCK_COUNT,
+  S_COMPUTED_TOKENS,
+  S_GENERATION,
+  S_HIT_CHUNKS,
+  S_MAX_OFFLOAD_TOKENS,
+  S_NUM_TOKENS,
+  S_PROMPT_TOKENS,
+  S_SCHEDULED_TOKENS,
+  S_STATUS,
+  Status,
+  T_CURSOR,
+  T_GENERATION,
+} from '../layout.js';
+import type { PlanPoint, PlannerCounters } from '../planner.js';
+import type { StorePolicy } from '../ready.js';
+import { offloadableTokens, tokenChunks } from '../ready.js';
+import { AllocatorLoop } from '../runtime/allocator-loop.js';
+import { RuntimeViews, createRuntimeBuffers } from '../runtime/buffers.js';
+import type { Doorbell } from '../runtime/doorbell.js';
+import { EngineSimulator } from '../runtime/engine-sim.js';
+import type { EngineSummary } from '../runtime/engine-sim.js';
+import { HasherLoop } from '../runtime/hasher-loop.js';
+import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
+import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
+import { Prng } from '../prng.js';
+import { readStat } from '../runtime/stats.js';
+import { StoreLoop } from '../runtime/store-loop.js';
+import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
+import { lookupAnswerViolation } from './lookup-oracle.js';
+import type { RequestSnapshot } from '../roles/store.js';
+import { ViolationSignal } from './oracle.js';
+import type { InvariantName, Violation } from './oracle.js';
+import { runtimeHangAfterMs, scenarioRingWords } from './runtime-scenario.js';
+import type { RuntimeScenario, RuntimeSubmission } from './runtime-scenario.js';
+import { ACTORS, ALLOCATOR, HASHER, SCHEDULER, STORE, TRANSFER } from './scenario.js';
+import { StepTransferBackend } from './step-backend.js';
+import type { Strategy } from './strategy.js';
+import { TraceHash } from './trace.js';
+import type { TraceLine } from './trace.js';
+import type { RuntimeSwitch } from './switches.js';
+import type { WorldOutcome } from './world.js';
+
+export interface RuntimeWorldOptions {
+  readonly policy: StorePolicy;
+  /** False: the store does not pin and the allocator's pool ignores pins (reuse mid-copy). */
+  readonly pins: boolean;
+  readonly switches?: readonly RuntimeSwitch[];
+  /** False: the planner skips its snapshot re-validation (StoreLoopOptions.unsafeSkipRevalidate). */
+  readonly revalidate?: boolean;
+  /** False: the end-of-request protocol is off (StoreLoopOptions.unsafeSkipSettle). */
+  readonly settle?: boolean;
+  readonly hashing: Hashing;
+  readonly strategy: Strategy;
+  readonly record?: boolean;
+  readonly watch?: ReadonlySet<InvariantName>;
+  /** Virtual ms past which the schedule hangs; default runtimeHangAfterMs(scenario). */
+  readonly hangAfterMs?: number;
+}
+
+/**
+ * Decisions a schedule may take per smallest step time of its virtual budget.
+ * Every top-level step moves the clock by its role's step time (the smallest
+ * is stepMsMin) and every clock jump moves it to a later wake-up, so a
+ * schedule inside its virtual budget takes about budget / stepMsMin
+ * decisions (clean schedules take at most 1.5x that); the rest covers the
+ * nested decisions inside store passes and the jumps. A schedule that reaches
+ * this bound before its virtual budget ran a clock that stopped moving.
+ */
+const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
+/** role-main's idle parks (see syncLoop's idleParkMs there). */
+const ENGINE_BUSY_PARK_MS = 2;
+const ALLOCATOR_BUSY_PARK_MS = 1;
+/** role-main's store drain loop: one step, then a 1 ms timer. */
+const STORE_DRAIN_TICK_MS = 1;
+/** main's backlog timer when the submit ring is full. */
+const BACKLOG_RETRY_MS = 1;
+/** Other roles' steps a strategy may run at one point inside a store-planning pass. */
+const RUNTIME_NESTED_STEPS_MAX = 6;
+/**
+ * Decisions a runnable role may be passed over before it is run anyway. Real
+ * threads run in parallel, so a role that spins (steps that do work while
+ * waiting for another role, e.g. an allocation retried until a copy frees its
+ * block) never starves the others; under PCT's strict priorities it would.
+ */
+const STARVED_DECISIONS_MAX = 64;
+/** Roles with a doorbell (the transfer pool has none). */
+const BELL_ROLES = [SCHEDULER, HASHER, ALLOCATOR, STORE] as const;
+
+type Phase = 'running' | 'stopping' | 'done';
+
+interface RolePark {
+  /** The doorbell value read before the step that did nothing; undefined: runnable. */
+  seen: number | undefined;
+  untilMs: number;
+  /** Not runnable before this (the hasher's lag pause, the store's drain timer). */
+  busyUntilMs: number;
+  stopped: boolean;
+}
+
+interface PendingRequest {
+  ended?: EngineSummary;
+  drained?: DrainedRequest;
+}
+
+export class RuntimeWorld {
+  readonly scenario: RuntimeScenario;
+  readonly config: Config;
+  violation: Violation | undefined;
+  private readonly views: RuntimeViews;
+  private readonly engine: EngineSimulator;
+  private readonly hasher: HasherLoop;
+  private readonly allocator: AllocatorLoop;
+  private readonly store: StoreLoop;
+  private readonly backend: StepTransferBackend;
+  private readonly bells: Doorbell[];
+  private readonly roles: RolePark[];
+  private readonly hasherRandom: Prng;
+  /** Which of the oldest queued copies a transfer step runs (the pool's threads race). */
+  private readonly transferRandom: Prng;
+  private readonly strategy: Strategy;
+  private readonly record: boolean;
+  private readonly watched: ReadonlySet<InvariantName> | undefined;
+  /** Virtual time by which the schedule has ended, or it hangs. */
+  readonly hangAfterMs: number;
+  /** Backstop on decisions, from hangAfterMs (see RUNTIME_DECISIONS_PER_STEP_MS_MAX). */
+  readonly stepsMax: number;
+  private nowMs = 0;
+  private phase: Phase = 'running';
+  private closing = false;
+  /** Submissions main has not pushed yet, in time order. */
+  private readonly toSubmit: { atMs: number; s: RuntimeSubmission }[] = [];
+  private readonly backlog: number[][] = [];
+  private backlogRetryMs = 0;
+  private closeAtMs = Infinity;
+  private readonly stalls: { actor: number; fromMs: number; toMs: number }[] = [];
+  private readonly pending = new Map<number, PendingRequest>();
+  private readonly transferFaults: boolean;
+  private draftRewrite: boolean;
+  private transferFailed = false;
+  private dropsSeen = 0;
+  private jobsSeen = 0;
+  /** Per slot and group: [generation, cursor] last seen. */
+  private readonly cursorSeen: Int32Array;
+  private readonly cursorGen: Int32Array;
+
+  private decision = 0;
+  private readonly decisions: number[] = [];
+  private readonly hash = new TraceHash();
+  private readonly lines: TraceLine[] = [];
+  private chunksDispatched = 0;
+  /** Steps run inside a store-planning pass (other threads writing while it reads). */
+  private nested = 0;
+  private readonly nestedEnabled: number[] = [];
+  /** Per role: consecutive decisions it was runnable and not picked. */
+  private readonly starved = new Int32Array(ACTORS.length);
+
+  constructor(scenario: RuntimeScenario, options: RuntimeWorldOptions) {
+    this.scenario = scenario;
+    this.strategy = options.strategy;
+    this.record = options.record ?? false;
+    this.watched = options.watch;
+    const config = resolveConfig(scenario.config);
+    this.config = config;
+    const buffers = createRuntimeBuffers(config, scenarioRingWords(scenario));
+    const views = new RuntimeViews(config, buffers);
+    this.views = views;
+    const now = () => this.nowMs;
+    this.bells = BELL_ROLES.map((r) => views.doorbell(ACTORS[r] as 'scheduler'));
+    this.roles = ACTORS.map(() => ({
+      seen: undefined,
+      untilMs: 0,
+      busyUntilMs: 0,
+      stopped: false,
+    }));
+    const switches = new Set(options.switches ?? []);
+    const failing = new Set<number>();
+    for (const e of scenario.events) {
+      if (e.kind === 'request') this.toSubmit.push({ atMs: e.atMs, s: e.submission });
+      else if (e.kind === 'stall')
+        this.stalls.push({ actor: e.actor, fromMs: e.atMs, toMs: e.atMs + e.forMs });
+      else if (e.kind === 'transfer-fail') failing.add(e.task);
+      else if (e.kind === 'close') this.closeAtMs = Math.min(this.closeAtMs, e.atMs);
+    }
+    this.toSubmit.sort((a, b) => a.atMs - b.atMs);
+    this.transferFaults = failing.size > 0;
+    this.draftRewrite = scenario.events.some((e) => e.kind === 'draft-rewrite');
+    this.engine = new EngineSimulator(
+      views,
+      options.hashing,
+      { ended: (summary) => this.onEnded(summary) },
+      scenario.engine,
+      () => this.wakeOthers(SCHEDULER),
+      now,
+    );
+    this.hasher = new HasherLoop(views, options.hashing, {
+      hashesPerWake: scenario.hasher.hashesPerWake,
+    });
+    this.hasherRandom = new Prng(scenario.engine.seed ?? 1, 0x4a54);
+    this.transferRandom = new Prng(scenario.engine.seed ?? 1, 0x7a5f);
+    this.allocator = new AllocatorLoop(views, {
+      lag: { ...scenario.allocator, seed: scenario.engine.seed ?? 1 },
+      unsafeIgnorePins: !options.pins,
+      now,
+    });
+    this.backend = new StepTransferBackend(
+      views.transferArenas(),
+      failing,
+      scenario.events.some((e) => e.kind === 'load-fail'),
+      scenario.completionBell === false ? undefined : this.bells[STORE],
+    );
+    this.store = new StoreLoop(
+      views,
+      this.backend,
+      { jobs: () => {}, drained: (r) => this.onDrained(r) },
+      {
+        policy: options.policy,
+        // The final wait runs on the virtual clock, as every other wait here.
+        now: () => this.nowMs,
+        unsafeSkipPins: !options.pins,
+        ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
+        ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
+        ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
+        ...(switches.has('eagle-cursor-unexcluded') ? { unsafeEagleCursorUnexcluded: true } : {}),
+        ...(switches.has('store-last-sampled-token') ? { unsafeStoreLastSampledToken: true } : {}),
+        ...(switches.has('evict-in-use') ? { unsafeEvictInUse: true } : {}),
+        ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
+        ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
+        ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
+        onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
+        onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
+      },
+    );
+    const cells = config.maxRequests * config.groups.length;
+    this.cursorSeen = new Int32Array(cells);
+    this.cursorGen = new Int32Array(cells);
+    this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
+    invariant(
+      scenario.stepMs.length === ACTORS.length && scenario.stepMs.every((ms) => ms > 0),
+      'every role step takes some virtual time (else the clock can stop)',
+    );
+    const stepMsMin = Math.min(...scenario.stepMs);
+    this.stepsMax = Math.ceil(
+      (RUNTIME_DECISIONS_PER_STEP_MS_MAX * this.hangAfterMs) / stepMsMin + 1000,
+    );
+  }
+
+  /** The store planner's counters (what a run stored, deferred, dropped). */
+  get storeCounters(): Readonly<PlannerCounters> {
+    return this.store.planner.counters;
+  }
+
+  /** The virtual clock, in ms since the schedule began. */
+  get virtualMs(): number {
+    return this.nowMs;
+  }
+
+  // ---------------------------------------------------------------- driving
+
+  run(): WorldOutcome {
+    const enabled: number[] = [];
+    while (this.violation === undefined && this.phase !== 'done') {
+      // A hang is judged on the virtual clock, which every wait of the loops
+      // reads: a role spinning while another is stalled (a lookup re-asked
+      // every engine step while a copy thread is descheduled) takes many
+      // steps but no more virtual time than the stall.
+      if (this.nowMs > this.hangAfterMs) {
+        this.stop(
+          'hang',
+          `no end after ${this.nowMs.toFixed(2)} virtual ms (budget ${this.hangAfterMs} ms): ${this.describeWaits()}`,
+        );
+        break;
+      }
+      if (this.decision >= this.stepsMax) {
+        this.stop(
+          'hang',
+          `${this.decision} decisions in ${this.nowMs.toFixed(2)} virtual ms: the clock stopped moving: ${this.describeWaits()}`,
+        );
+        break;
+      }
+      this.mainThread();
+      if ((this.phase as Phase) === 'done') break;
+      this.enabledInto(enabled);
+      if (enabled.length === 0) {
+        const next = this.nextWakeMs();
+        if (next === Infinity) {
+          this.stop('hang', `no role can step and none will wake: ${this.describeWaits()}`);
+          break;
+        }
+        this.nowMs = Math.max(this.nowMs, next);
+        this.decisions.push(-1);
+        this.decision += 1;
+        this.note(-1, 0, 0, () => `time passes to ${this.nowMs.toFixed(2)} ms (every role parked)`);
+        continue;
+      }
+      const a = this.pick(enabled);
+      this.decisions.push(a);
+      this.decision += 1;
+      // The step takes its virtual time; what it reads and the park it ends in
+      // are at its end, so a role that parks never wakes before others ran.
+      this.nowMs += this.scenario.stepMs[a] ?? 0;
+      this.stepActor(a);
+    }
+    return this.outcome();
+  }
+
+  /** The strategy's pick, unless a runnable role was passed over too long (then the longest-starved). */
+  private pick(enabled: readonly number[]): number {
+    let starved = -1;
+    for (const a of enabled) {
+      if (
+        this.starved[a]! >= STARVED_DECISIONS_MAX &&
+        (starved < 0 || this.starved[a]! > this.starved[starved]!)
+      ) {
+        starved = a;
+      }
+    }
+    const a = starved >= 0 ? starved : this.strategy.pick(enabled, this.decision);
+    for (let r = 0; r < ACTORS.length; r += 1) {
+      this.starved[r] = r !== a && enabled.includes(r) ? this.starved[r]! + 1 : 0;
+    }
+    return a;
+  }
+
+  private outcome(): WorldOutcome {
+    return {
+      violation: this.violation,
+      steps: this.decision,
+      traceHash: this.hash.hex(),
+      decisions: this.decisions,
+      lines: this.lines,
+      jobs: this.jobsSeen,
+      chunksStored: this.chunksDispatched,
+    };
+  }
+
+  /** main's part: submissions when due (a full ring retries on a timer), close(), stopping roles. */
+  private mainThread(): void {
+    if (!this.closing && this.nowMs >= this.closeAtMs) {
+      this.closing = true;
+      // close(): later submits are refused (ClosedError); the engine aborts what is left.
+      this.toSubmit.length = 0;
+      Atomics.store(this.views.control, CONTROL_CLOSING, 1);
+      this.bells[SCHEDULER]!.ring();
+      this.note(-1, 1, 0, () => `main: close() at ${this.nowMs.toFixed(2)} ms`);
+    }
+    while (this.toSubmit.length > 0 && this.toSubmit[0]!.atMs <= this.nowMs) {
+      const { s } = this.toSubmit.shift()!;
+      this.pending.set(s.requestId, {});
+      this.backlog.push([
+        OP_SUBMIT,
+        s.requestId,
+        s.promptLength,
+        s.prefixId,
+        s.sharedPrefixTokens,
+        s.maxDecodeTokens,
+        s.abortAfterTokens,
+        0,
+        // The load limits, as submit() encodes them (trailing, only when given).
+        ...(s.maxLoadTokens !== undefined || s.skipReadingPrefixCache === true
+          ? [s.maxLoadTokens ?? UNSET, s.skipReadingPrefixCache === true ? 1 : 0]
+          : []),
+      ]);
+      this.backlogRetryMs = this.nowMs;
+    }
+    if (this.backlog.length > 0 && this.nowMs >= this.backlogRetryMs) {
+      const ring = this.views.ring('submit');
+      let n = 0;
+      while (this.backlog.length > 0 && ring.push(this.backlog[0]!)) {
+        this.backlog.shift();
+        n += 1;
+      }
+      this.bells[SCHEDULER]!.ring();
+      if (this.backlog.length > 0) this.backlogRetryMs = this.nowMs + BACKLOG_RETRY_MS;
+      if (n > 0) this.note(-1, 2, n, () => `main: ${n} submission(s) on the submit ring`);
+    }
+    if (this.phase === 'running') {
+      const allIn = this.toSubmit.length === 0 && this.backlog.length === 0;
+      if (allIn && this.pending.size === 0) {
+        // close(): every request settled; stop in the runtime's order.
+        this.phase = 'stopping';
+        this.roles[SCHEDULER]!.stopped = true;
+        this.note(-1, 3, 0, () => 'main: every request settled; stop scheduler, then drain store');
+      }
+    }
+    if (this.phase === 'stopping') {
+      const store = this.roles[STORE]!;
+      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.queued === 0) {
+        store.stopped = true;
+        // The allocator leaves its loop and steps once more (quarantined blocks go back).
+        this.allocator.step();
+        this.roles[ALLOCATOR]!.stopped = true;
+        this.roles[HASHER]!.stopped = true;
+        this.phase = 'done';
+        this.endChecks();
+      }
+    }
+  }
+
+  private stalled(actor: number): boolean {
+    for (const s of this.stalls) {
+      if (s.actor === actor && s.fromMs <= this.nowMs && this.nowMs < s.toMs) return true;
+    }
+    return false;
+  }
+
+  private runnable(actor: number): boolean {
+    if (actor === TRANSFER) return this.backend.queued > 0 && !this.stalled(TRANSFER);
+    const r = this.roles[actor]!;
+    if (r.stopped || this.stalled(actor) || this.nowMs < r.busyUntilMs) return false;
+    if (r.seen === undefined) return true;
+    if (this.bells[actor]!.read() !== r.seen || this.nowMs >= r.untilMs) {
+      r.seen = undefined;
+      return true;
+    }
+    return false;
+  }
+
+  private enabledInto(out: number[]): void {
+    out.length = 0;
+    for (let a = 0; a < ACTORS.length; a += 1) if (this.runnable(a)) out.push(a);
+  }
+
+  /** The earliest time after now at which something changes (a park or pause ends, a stall, main). */
+  private nextWakeMs(): number {
+    let next = Infinity;
+    const later = (t: number) => {
+      if (t > this.nowMs && t < next) next = t;
+    };
+    for (const a of BELL_ROLES) {
+      const r = this.roles[a]!;
+      if (r.stopped) continue;
+      later(r.busyUntilMs);
+      if (r.seen !== undefined) later(r.untilMs);
+    }
+    for (const s of this.stalls) later(s.toMs);
+    if (this.toSubmit.length > 0) later(this.toSubmit[0]!.atMs);
+    if (this.backlog.length > 0) later(this.backlogRetryMs);
+    if (!this.closing) later(this.closeAtMs);
+    return next;
+  }
+
+  private wakeOthers(self: number): void {
+    for (const a of BELL_ROLES) if (a !== self) this.bells[a]!.ring();
+  }
+
+  private park(actor: number, seen: number, ms: number): void {
+    const r = this.roles[actor]!;
+    r.seen = seen;
+    r.untilMs = this.nowMs + Math.min(ms, PARK_MS_MAX);
+  }
+
+  private stepActor(a: number): void {
+    try {
+      switch (a) {
+        case SCHEDULER:
+          return this.schedulerStep();
+        case HASHER:
+          return this.hasherStep();
+        case ALLOCATOR:
+          return this.allocatorStep();
+        case STORE:
+          return this.storeStep();
+        case TRANSFER:
+          return this.transferStep();
+      }
+    } catch (err) {
+      if (err instanceof ViolationSignal) {
+        this.violation ??= err.violation;
+        this.phase = 'done';
+        return;
+      }
+      if (err instanceof TransferBackendFailedError && this.transferFaults) {
+        // As designed: a run of failed copies stops the store and fails the run (WorkerFailedError).
+        this.transferFailed = true;
+        this.note(a, 9, 0, () => `store: ${err.message} -> the run fails loudly (as designed)`);
+        this.phase = 'done';
+        return;
+      }
+      const name = err instanceof Error ? err.name : typeof err;
+      this.stop(
+        'crash',
+        `${ACTORS[a]} threw ${name}: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    }
+  }
+
+  /**
+   * Inside the store's planning pass, after its snapshot and after its pins:
+   * the strategy may run other roles' steps before the pass goes on ("store"
+   * means go on), as other threads run while the store thread reads.
+   */
+  private onPlanPoint(point: PlanPoint, snap: Readonly<RequestSnapshot>): void {
+    this.note(STORE, point === 'snapshot' ? 5 : 6, snap.slot, () =>
+      point === 'snapshot'
+        ? `pass slot ${snap.slot} (r${snap.requestId}): snapshot gen ${snap.generation} status ${snap.status}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens}, keys [${Array.from(snap.keyCount).join(',')}] blocks [${Array.from(snap.blockCount).join(',')}] cursors [${Array.from(snap.cursor).join(',')}]`
+        : `pass slot ${snap.slot}: source blocks pinned, re-validating`,
+    );
+    if (this.nested > 0) return;
+    const enabled = this.nestedEnabled;
+    for (let i = 0; i < RUNTIME_NESTED_STEPS_MAX; i += 1) {
+      if (this.decision >= this.stepsMax || this.violation !== undefined) return;
+      this.enabledInto(enabled);
+      const at = enabled.indexOf(STORE);
+      if (at >= 0) enabled.splice(at, 1);
+      enabled.push(STORE);
+      enabled.sort((a, b) => a - b);
+      const a = this.strategy.pick(enabled, this.decision);
+      this.decisions.push(a);
+      this.decision += 1;
+      if (a === STORE) return;
+      this.nowMs += this.scenario.stepMs[a] ?? 0;
+      this.nested += 1;
+      try {
+        this.stepActor(a);
+      } finally {
+        this.nested -= 1;
+      }
+    }
+  }
+
+  private schedulerStep(): void {
+    const seen = this.bells[SCHEDULER]!.read();
+    const did = this.engine.step();
+    if (!did) {
+      this.park(SCHEDULER, seen, this.engine.pending > 0 ? ENGINE_BUSY_PARK_MS : PARK_MS_MAX);
+    }
+    if (this.draftRewrite) this.rewriteTrailingChunks();
+    const s = this.views.stats;
+    this.note(
+      SCHEDULER,
+      did ? 1 : 0,
+      readStat(s, 'engineSteps'),
+      () =>
+        `engine step ${did ? 'did work' : 'idle, parks'}: requests ${readStat(s, 'requests')}, steps ${readStat(s, 'engineSteps')}, completed ${readStat(s, 'completed')}, aborted ${readStat(s, 'aborted')}, preemptions ${readStat(s, 'preemptions')}, tier hits ${readStat(s, 'tierHits')}`,
+    );
+    const mismatches = readStat(s, 'loadMismatches');
+    if (mismatches > 0) {
+      this.flag(
+        'mispairing',
+        `${mismatches} loaded block(s) did not hold their key's bytes: the engine computed on top of a load that brought back other bytes`,
+      );
+    }
+  }
+
+  private hasherStep(): void {
+    const seen = this.bells[HASHER]!.read();
+    const did = this.hasher.step();
+    if (did) {
+      this.wakeOthers(HASHER);
+      // role-main: a random pause after publishing, not cut short by the doorbell.
+      const ms = this.hasherRandom.next() * this.scenario.hasher.jitterMs;
+      if (ms >= 0.05) this.roles[HASHER]!.busyUntilMs = this.nowMs + ms;
+    } else this.park(HASHER, seen, PARK_MS_MAX);
+    const n = readStat(this.views.stats, 'hashesPublished');
+    this.note(
+      HASHER,
+      did ? 1 : 0,
+      n,
+      () => `hasher ${did ? 'published' : 'idle, parks'}: ${n} hashes`,
+    );
+  }
+
+  private allocatorStep(): void {
+    const seen = this.bells[ALLOCATOR]!.read();
+    const did = this.allocator.step();
+    if (did) this.wakeOthers(ALLOCATOR);
+    else this.park(ALLOCATOR, seen, this.allocator.busy ? ALLOCATOR_BUSY_PARK_MS : PARK_MS_MAX);
+    const pool = this.allocator.pool;
+    this.note(
+      ALLOCATOR,
+      did ? 1 : 0,
+      pool.inUse,
+      () =>
+        `allocator ${did ? 'did work' : 'idle, parks'}: blocks in use ${pool.inUse}, quarantined ${pool.quarantined}${this.allocator.busy ? ', publications pending' : ''}`,
+    );
+  }
+
+  private storeStep(): void {
+    const seen = this.bells[STORE]!.read();
+    const did = this.store.step();
+    if (this.phase === 'stopping') {
+      // role-main's drain loop: step, then a 1 ms timer.
+      this.roles[STORE]!.busyUntilMs = this.nowMs + STORE_DRAIN_TICK_MS;
+    } else if (did) this.wakeOthers(STORE);
+    else this.park(STORE, seen, PARK_MS_MAX);
+    const c = this.store.planner.counters;
+    this.chunksDispatched = c.chunksStored;
+    this.note(
+      STORE,
+      did ? 1 : 0,
+      c.chunksStored,
+      () =>
+        `store step ${did ? 'did work' : 'idle, parks'}: passes ${c.passes}, chunks stored ${c.chunksStored}, deferred ${c.chunksDeferred}, jobs in flight ${this.store.jobsInFlight}`,
+    );
+    this.checkCursors();
+    const completed = readStat(this.views.stats, 'jobsCompleted');
+    if (completed !== this.jobsSeen) {
+      this.jobsSeen = completed;
+      const v = this.store.verify();
+      if (v.mismatches > 0) {
+        this.flag(
+          'mispairing',
+          `tier entr${v.mismatches === 1 ? 'y' : 'ies'} ${v.mismatchKeys.join(',')} do not hold their key's bytes (a source block held other bytes when it was copied)`,
+        );
+      }
+    }
+  }
+
+  private transferStep(): void {
+    const threads = Math.min(this.scenario.transferThreads, this.backend.queued);
+    const t = this.backend.runNext(threads > 1 ? this.transferRandom.int(threads) : 0);
+    if (t === undefined) return;
+    this.note(
+      TRANSFER,
+      t.kind === 'store' ? 1 : 2,
+      t.jobId,
+      () =>
+        `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
+    );
+  }
+
+  // ------------------------------------------------------------------ faults
+
+  /** EAGLE: a draft pass rewrites the blocks of chunks the engine has not written yet. */
+  private rewriteTrailingChunks(): void {
+    const { state, gpu, geometry, config } = this.views;
+    const c = state.control;
+    const bpc = config.blocksPerChunk;
+    for (let slot = 0; slot < config.maxRequests; slot += 1) {
+      if ((Atomics.load(c, state.schedulerWord(slot, S_GENERATION)) & 1) === 0) continue;
+      const status = Atomics.load(c, state.schedulerWord(slot, S_STATUS));
+      if (status !== Status.running) continue;
+      const horizon = Math.min(
+        Atomics.load(c, state.schedulerWord(slot, S_COMPUTED_TOKENS)) +
+          Atomics.load(c, state.schedulerWord(slot, S_SCHEDULED_TOKENS)),
+        Atomics.load(c, state.schedulerWord(slot, S_NUM_TOKENS)),
+      );
+      for (const g of config.groups) {
+        const hit = Atomics.load(c, state.schedulerWord(slot, S_HIT_CHUNKS + g.index));
+        const count = Atomics.load(c, state.allocatorWord(slot, A_BLOCK_COUNT + g.index));
+        // The trailing chunk: the first one the written tokens do not cover.
+        const chunk = Math.max(hit, Math.floor(horizon / g.tokensPerChunk));
+        for (let p = chunk * bpc; p < Math.min(count, (chunk + 1) * bpc); p += 1) {
+          const b = state.blocks[state.blockBase(slot, g.index) + p]!;
+          if (b === 0) continue;
+          gpu.fill(0xdead0000 + p, b * geometry.wordsPerBlock, (b + 1) * geometry.wordsPerBlock);
+        }
+      }
+    }
+  }
+
+  // ------------------------------------------------------------------ oracle
+
+  /** Oracle 7 at the moment of each lookup answer (see lookup-oracle.ts). */
+  private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
+    const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
+    if (v !== undefined) this.flag(v.invariant, v.message);
+  }
+
+  private onEnded(summary: EngineSummary): void {
+    const p = this.pending.get(summary.requestId);
+    if (p === undefined) return;
+    p.ended = summary;
+    if (!summary.opened || p.drained !== undefined) this.pending.delete(summary.requestId);
+  }
+
+  private onDrained(d: DrainedRequest): void {
+    if (d.holes > 0) {
+      this.flag(
+        'hole',
+        `r${d.requestId}: ${d.holes} chunk(s) below its drained cursor were never offered`,
+      );
+    }
+    if (d.doubleStores > 0) {
+      this.flag('double-store', `r${d.requestId}: ${d.doubleStores} chunk(s) dispatched twice`);
+    }
+    this.checkEndedCursor(d);
+    const p = this.pending.get(d.requestId);
+    if (p === undefined) return;
+    p.drained = d;
+    if (p.ended !== undefined) this.pending.delete(d.requestId);
+  }
+
+  /**
+   * Runs just before the store marks the request drained (its blocks still
+   * held): every chunk whose tokens were ready when it ended is below the final
+   * cursor, or counted as dropped (for capacity, or unready after the bound).
+   */
+  private checkEndedCursor(d: DrainedRequest): void {
+    const { state, config } = this.views;
+    const c = state.control;
+    const w = (f: number) => Atomics.load(c, state.schedulerWord(d.slot, f));
+    const facts = {
+      status: w(S_STATUS),
+      promptTokens: w(S_PROMPT_TOKENS),
+      numTokens: w(S_NUM_TOKENS),
+      computedTokens: w(S_COMPUTED_TOKENS),
+      scheduledTokens: w(S_SCHEDULED_TOKENS),
+      maxOffloadTokens: w(S_MAX_OFFLOAD_TOKENS),
+    };
+    const offloadable = offloadableTokens(facts, config);
+    const counters = this.store.planner.counters;
+    const drops = counters.chunksDroppedForCapacity + counters.chunksDroppedUnready;
+    const counted = drops - this.dropsSeen;
+    this.dropsSeen = drops;
+    let missing = 0;
+    const where: string[] = [];
+    for (const g of config.groups) {
+      const ready = tokenChunks(facts, g, offloadable);
+      const cursor = Atomics.load(c, state.storeWord(d.slot, T_CURSOR + g.index));
+      if (cursor < ready) {
+        missing += ready - cursor;
+        where.push(`group ${g.index}: cursor ${cursor} of ${ready} token-ready chunks`);
+      }
+    }
+    if (missing > counted) {
+      this.flag(
+        'hole',
+        `r${d.requestId} ${d.status}: ${missing - counted} token-ready chunk(s) neither stored nor counted as dropped when it drained (${where.join('; ')})`,
+      );
+    }
+  }
+
+  private checkCursors(): void {
+    const { state, config } = this.views;
+    const c = state.control;
+    const groups = config.groups.length;
+    for (let slot = 0; slot < config.maxRequests; slot += 1) {
+      // The generation the store line (and so its cursors) belongs to.
+      const gen = Atomics.load(c, state.storeWord(slot, T_GENERATION));
+      for (let g = 0; g < groups; g += 1) {
+        const i = slot * groups + g;
+        const cursor = Atomics.load(c, state.storeWord(slot, T_CURSOR + g));
+        if (this.cursorGen[i] === gen && cursor < this.cursorSeen[i]!) {
+          this.flag(
+            'cursor-monotonic',
+            `slot ${slot} group ${g}: cursor moved back ${this.cursorSeen[i]} -> ${cursor} in generation ${gen}`,
+          );
+        }
+        this.cursorGen[i] = gen;
+        this.cursorSeen[i] = cursor;
+      }
+    }
+  }
+
+  /** After close(): what the runtime's leak report checks, all zero. */
+  private endChecks(): void {
+    if (this.transferFailed) return;
+    const { state, config } = this.views;
+    const fail = (msg: string) => this.stopQuiet('leak', msg);
+    if (this.engine.pending !== 0)
+      return fail(`${this.engine.pending} requests still in the engine`);
+    const pool = this.allocator.pool;
+    if (pool.inUse !== 0 || pool.quarantined !== 0) {
+      return fail(
+        `GPU pool: ${pool.inUse} blocks in use, ${pool.quarantined} quarantined after close()`,
+      );
+    }
+    let pins = 0;
+    for (let b = 0; b < state.pins.length; b += 1) pins += Atomics.load(state.pins, b);
+    if (pins !== 0) return fail(`${pins} pins outstanding after close()`);
+    let slots = 0;
+    for (let s = 0; s < config.maxRequests; s += 1) {
+      if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
+    }
+    if (slots !== 0) return fail(`${slots} request slots still held after close()`);
+    const left = this.store.leftovers();
+    if (left.writing !== 0 || left.reading !== 0 || left.locks !== 0) {
+      return fail(
+        `tier: ${left.writing} entries half-written, ${left.reading} being read, ${left.locks} load locks after close()`,
+      );
+    }
+    const v = this.store.verify();
+    if (v.mismatches > 0)
+      this.stopQuiet(
+        'mispairing',
+        `tier entries ${v.mismatchKeys.join(',')} do not hold their key's bytes at close()`,
+      );
+  }
+
+  private describeWaits(): string {
+    const parts = [...this.pending.entries()].map(
+      ([id, p]) =>
+        `r${id}:${p.ended ? `ended(${p.ended.status})` : 'running'}${p.drained ? ',drained' : ''}`,
+    );
+    return `${parts.join(' ') || 'no request pending'}; engine pending ${this.engine.pending}, jobs in flight ${this.store.jobsInFlight}, phase ${this.phase}`;
+  }
+
+  /** Ends the schedule with a violation (unless other invariants are watched). */
+  private stop(inv: InvariantName, message: string): void {
+    this.phase = 'done';
+    this.stopQuiet(inv, message);
+  }
+
+  private stopQuiet(inv: InvariantName, message: string): void {
+    if (this.watched !== undefined && !this.watched.has(inv)) return;
+    this.violation ??= { invariant: inv, message, decision: this.decision };
+  }
+
+  /** Raises a violation from inside a step (unwinds the loop's step). */
+  private flag(inv: InvariantName, message: string): void {
+    if (this.watched !== undefined && !this.watched.has(inv)) return;
+    throw new ViolationSignal({ invariant: inv, message, decision: this.decision });
+  }
+
+  private note(actor: number, action: number, arg: number, text: () => string): void {
+    this.hash.add((actor + 1) * 256 + action);
+    this.hash.add(arg);
+    this.hash.add(Math.round(this.nowMs * 1000));
+    if (this.record) {
+      this.lines.push({
+        decision: this.decision - (actor === -1 ? 0 : 1),
+        actor: actor === -1 ? 'main' : ACTORS[actor]!,
+        nested: this.nested > 0,
+        text: `${text()} @${this.nowMs.toFixed(2)}ms`,
+      });
+    }
+  }
+}

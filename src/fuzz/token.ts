@@ -1,0 +1,198 @@
+// Replay tokens. A schedule is fully determined by (policy, strategy, pins,
+// seed); a shrunk schedule adds the scenario events it kept (indexes into the
+// seed's events) and its decision list (one character per decision). Tokens
+// are plain ASCII without spaces, so they paste into a shell unquoted:
+//
+//   kvf1.legacy-zip.pct.pins.1234                       a whole schedule
+//   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
+//   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
+//   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
+//   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
+//   kvf1.ready-prefix.random.pins.1234.trt              --target runtime
+//   kvf1.ready-prefix.random.pins.1234.trt.uload-while-writing   a runtime test switch on
+//
+// The watched invariants were once written `.w<invariants>` (`.whole` for
+// hole), which read as "whole schedule"; such tokens still decode.
+import { InvalidArgumentError } from '../errors.js';
+import { STORE_POLICIES } from '../ready.js';
+import type { StorePolicy } from '../ready.js';
+import { INVARIANTS } from './oracle.js';
+import type { InvariantName } from './oracle.js';
+import { ACTORS } from './scenario.js';
+import { RUNTIME_SWITCHES } from './switches.js';
+import type { RuntimeSwitch } from './switches.js';
+import { STRATEGIES } from './strategy.js';
+import type { StrategyName } from './strategy.js';
+
+export interface ReplaySpec {
+  readonly policy: StorePolicy;
+  readonly strategy: StrategyName;
+  readonly pins: boolean;
+  readonly seed: number;
+  /** Indexes of the seed scenario's events kept by shrinking; all when absent. */
+  readonly events?: readonly number[];
+  /** Decision list of a shrunk schedule (actor ids, -1 for a stalled tick); strategy when absent. */
+  readonly decisions?: readonly number[];
+  /** Invariants watched (the others are not checked); all when absent. */
+  readonly watch?: readonly InvariantName[];
+  /** False: the planner skips its snapshot re-validation (the unsafe variant). */
+  readonly revalidate?: boolean;
+  /** 'runtime': the runtime's own loop classes (src/fuzz/runtime-world.ts); the roles world when absent. */
+  readonly target?: FuzzTarget;
+  /** Runtime test-only switches turned on (target runtime only). */
+  readonly switches?: readonly RuntimeSwitch[];
+  /** False: the end-of-request protocol is off (the unsafe variant, planner's unsafeSkipSettle). */
+  readonly settle?: boolean;
+}
+
+const FUZZ_TARGETS = ['roles', 'runtime'] as const;
+export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
+
+const PREFIX = 'kvf1';
+/** The part naming watched invariants: `watch-hole,crash`. */
+const WATCH_PREFIX = 'watch-';
+/** The old spelling of that part (`whole` = w + hole), still accepted. */
+const WATCH_PREFIX_OLD = 'w';
+/** Longest token accepted (a shrunk schedule's decisions are bounded well below this). */
+const TOKEN_CHARS_MAX = 200_000;
+
+export function encodeReplayToken(spec: ReplaySpec): string {
+  const parts = [
+    PREFIX,
+    spec.policy,
+    spec.strategy,
+    spec.pins ? 'pins' : 'nopins',
+    String(spec.seed),
+  ];
+  if (spec.revalidate === false) parts.push('r0');
+  if (spec.target === 'runtime') parts.push('trt');
+  if (spec.switches !== undefined && spec.switches.length > 0) {
+    parts.push(`u${spec.switches.join(',')}`);
+  }
+  if (spec.settle === false) parts.push('s0');
+  if (spec.watch !== undefined) parts.push(`${WATCH_PREFIX}${spec.watch.join(',')}`);
+  if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
+  if (spec.decisions !== undefined) {
+    parts.push(`d${spec.decisions.map((d) => (d < 0 ? 't' : String(d))).join('')}`);
+  }
+  return parts.join('.');
+}
+
+export function decodeReplayToken(token: string): ReplaySpec {
+  const bad = (rule: string) => new InvalidArgumentError('--replay', rule);
+  if (typeof token !== 'string' || token.length > TOKEN_CHARS_MAX) throw bad('not a replay token');
+  const parts = token.trim().split('.');
+  if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
+    throw bad(
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
+    );
+  }
+  const [, policy, strategy, pins, seedText, ...rest] = parts as [
+    string,
+    string,
+    string,
+    string,
+    string,
+    ...string[],
+  ];
+  if (!(STORE_POLICIES as readonly string[]).includes(policy))
+    throw bad(`unknown policy "${policy}"`);
+  if (!(STRATEGIES as readonly string[]).includes(strategy))
+    throw bad(`unknown strategy "${strategy}"`);
+  if (pins !== 'pins' && pins !== 'nopins') throw bad('pins must be "pins" or "nopins"');
+  const seed = parseSeed(seedText, '--replay');
+  let events: number[] | undefined;
+  let decisions: number[] | undefined;
+  let watch: InvariantName[] | undefined;
+  let revalidate: boolean | undefined;
+  let target: FuzzTarget | undefined;
+  let switches: RuntimeSwitch[] | undefined;
+  let settle: boolean | undefined;
+  for (const part of rest) {
+    if (part === 'r0' && revalidate === undefined) {
+      revalidate = false;
+    } else if (part === 's0' && settle === undefined) {
+      settle = false;
+    } else if (part === 'trt' && target === undefined) {
+      target = 'runtime';
+    } else if (part.startsWith('u') && switches === undefined) {
+      switches = part
+        .slice(1)
+        .split(',')
+        .map((x) => parseRuntimeSwitch(x, '--replay'));
+    } else if (part.startsWith(WATCH_PREFIX_OLD) && watch === undefined) {
+      const names = part.startsWith(WATCH_PREFIX)
+        ? part.slice(WATCH_PREFIX.length)
+        : part.slice(WATCH_PREFIX_OLD.length);
+      watch = names.split(',').map((x) => parseInvariant(x, '--replay'));
+    } else if (part.startsWith('e') && events === undefined) {
+      events =
+        part.length === 1
+          ? []
+          : part
+              .slice(1)
+              .split(',')
+              .map((x) => {
+                const n = Number(x);
+                if (!Number.isInteger(n) || n < 0 || n > 1000) throw bad(`bad event index "${x}"`);
+                return n;
+              });
+    } else if (part.startsWith('d') && decisions === undefined) {
+      decisions = [];
+      for (const ch of part.slice(1)) {
+        if (ch === 't') decisions.push(-1);
+        else {
+          const n = ch.charCodeAt(0) - 48;
+          if (n < 0 || n >= ACTORS.length) throw bad(`bad decision "${ch}"`);
+          decisions.push(n);
+        }
+      }
+    } else throw bad(`unexpected part "${part}"`);
+  }
+  return {
+    policy: policy as StorePolicy,
+    strategy: strategy as StrategyName,
+    pins: pins === 'pins',
+    seed,
+    ...(events !== undefined ? { events } : {}),
+    ...(decisions !== undefined ? { decisions } : {}),
+    ...(watch !== undefined ? { watch } : {}),
+    ...(revalidate !== undefined ? { revalidate } : {}),
+    ...(target !== undefined ? { target } : {}),
+    ...(switches !== undefined ? { switches } : {}),
+    ...(settle !== undefined ? { settle } : {}),
+  };
+}
+
+export function parseRuntimeSwitch(name: string, what = '--switch'): RuntimeSwitch {
+  if ((RUNTIME_SWITCHES as readonly string[]).includes(name)) return name as RuntimeSwitch;
+  throw new InvalidArgumentError(
+    what,
+    `unknown runtime switch "${name}"; known: ${RUNTIME_SWITCHES.join(', ')}`,
+  );
+}
+
+export function parseFuzzTarget(name: string): FuzzTarget {
+  if ((FUZZ_TARGETS as readonly string[]).includes(name)) return name as FuzzTarget;
+  throw new InvalidArgumentError(
+    '--target',
+    `unknown target "${name}"; known: ${FUZZ_TARGETS.join(', ')}`,
+  );
+}
+
+export function parseInvariant(name: string, what = '--watch'): InvariantName {
+  if ((INVARIANTS as readonly string[]).includes(name)) return name as InvariantName;
+  throw new InvalidArgumentError(
+    what,
+    `unknown invariant "${name}"; known: ${INVARIANTS.join(', ')}`,
+  );
+}
+
+/** A seed is an unsigned 32-bit integer. */
+export function parseSeed(text: string, what = '--seed'): number {
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || !Number.isSafeInteger(n) || n > 0xffffffff) {
+    throw new InvalidArgumentError(what, 'seed must be an integer in [0, 2^32)');
+  }
+  return n;
+}

@@ -1,0 +1,381 @@
+// The load-path decisions (src/lookup.ts) as a table, in the style of vLLM's
+// own lookup tests: per group a row of chunk states (H hit, M miss, P pending),
+// the window W and EAGLE on or off, and the expected hit in tokens or DEFER.
+// Every table row uses 4 tokens per chunk, so a hit of k chunks is 4k tokens.
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  DEFER,
+  combineLevels,
+  loadPlan,
+  lookupHitTokens,
+  lookupOrder,
+  maximalPrefix,
+  slidingWindow,
+  touchRanges,
+} from '../../src/lookup.js';
+import type { ChunkState, LookupGroup, LookupResult } from '../../src/lookup.js';
+
+const TPC = 4;
+
+interface Row {
+  /** null: full attention; else the window in chunks. */
+  w: number | null;
+  eagle?: boolean;
+  /** One letter per chunk: H, M or P. */
+  states: string;
+}
+
+interface Case {
+  name: string;
+  rows: Row[];
+  numTokens: number;
+  local?: number;
+  maxLoadTokens?: number;
+  skip?: boolean;
+  expected: LookupResult;
+}
+
+const STATE: Record<string, ChunkState> = { H: 'hit', M: 'miss', P: 'pending' };
+
+function run(c: Case): LookupResult {
+  const groups: LookupGroup[] = c.rows.map((r) => ({
+    tokensPerChunk: TPC,
+    windowChunks: r.w,
+    eagle: r.eagle ?? false,
+  }));
+  const states = new Map<bigint, ChunkState>();
+  const keys = c.rows.map((r, g) =>
+    [...r.states].map((letter, i) => {
+      const key = BigInt(g * 1000 + i);
+      states.set(key, STATE[letter]!);
+      return key;
+    }),
+  );
+  return lookupHitTokens(
+    groups,
+    {
+      numTokens: c.numTokens,
+      keys,
+      ...(c.local !== undefined ? { localHitTokens: c.local } : {}),
+      ...(c.maxLoadTokens !== undefined ? { maxLoadTokens: c.maxLoadTokens } : {}),
+      ...(c.skip !== undefined ? { skipReadingPrefixCache: c.skip } : {}),
+    },
+    (k) => states.get(k) ?? 'miss',
+  );
+}
+
+const FA = (states: string, eagle = false): Row => ({ w: null, eagle, states });
+const SW = (w: number, states: string, eagle = false): Row => ({ w, eagle, states });
+
+const CASES: Case[] = [
+  // Full attention alone: the maximal prefix, capped by the tokens.
+  { name: 'FA all hit', rows: [FA('HHHH')], numTokens: 16, expected: 16 },
+  { name: 'FA stops at the first miss', rows: [FA('HHMH')], numTokens: 16, expected: 8 },
+  { name: 'FA leading miss', rows: [FA('MHHH')], numTokens: 16, expected: 0 },
+  { name: 'FA pending before a miss defers', rows: [FA('HPHM')], numTokens: 16, expected: DEFER },
+  { name: 'FA pending after a miss is moot', rows: [FA('HHMP')], numTokens: 16, expected: 8 },
+  { name: 'FA fewer tokens than a chunk', rows: [FA('')], numTokens: 3, expected: 0 },
+  // EAGLE: one chunk more is queried, the last hit chunk is dropped.
+  {
+    name: 'FA EAGLE drops its volatile tail',
+    rows: [FA('HHHH', true)],
+    numTokens: 16,
+    expected: 12,
+  },
+  {
+    name: 'FA EAGLE widened past the recomputed last token',
+    rows: [FA('HHHHH', true), SW(2, 'HHHHH')],
+    numTokens: 20,
+    expected: 16,
+  },
+  {
+    name: 'FA EAGLE miss in the widened chunk still drops one',
+    rows: [FA('HHHHM', true), SW(2, 'HHHHH')],
+    numTokens: 20,
+    expected: 12,
+  },
+  // Any windowed group: the last token is always recomputed.
+  {
+    name: 'hybrid, prompt of whole chunks: the last token is recomputed',
+    rows: [FA('HHHH'), SW(2, 'HHHH')],
+    numTokens: 16,
+    expected: 15,
+  },
+  {
+    name: 'hybrid, window ends at the hit',
+    rows: [FA('HHHH'), SW(2, 'MMHH')],
+    numTokens: 17,
+    expected: 16,
+  },
+  // The right-to-left scan: the rightmost full window, wherever it ends.
+  {
+    name: 'SW rightmost full window below the FA hit',
+    rows: [FA('HHHHHHHH'), SW(2, 'MMMHHHMH')],
+    numTokens: 33,
+    expected: 24,
+  },
+  {
+    name: 'SW no full window: the leading run',
+    rows: [FA('HHHHHHHH'), SW(3, 'HHMHHMHH')],
+    numTokens: 33,
+    expected: 8,
+  },
+  {
+    name: 'SW no full window, no leading run',
+    rows: [FA('HHHHHHHH'), SW(3, 'MHMHHMHH')],
+    numTokens: 33,
+    expected: 0,
+  },
+  {
+    name: 'SW pending inside the window defers',
+    rows: [FA('HHHHHHHH'), SW(2, 'HHHHHHPH')],
+    numTokens: 33,
+    expected: DEFER,
+  },
+  {
+    name: 'SW pending right of the window defers (waiting may give more)',
+    rows: [FA('HHHHHHHH'), SW(2, 'HHHHHMHP')],
+    numTokens: 33,
+    expected: DEFER,
+  },
+  {
+    name: 'SW pending left of the rightmost window is moot',
+    rows: [FA('HHHHHHHH'), SW(2, 'PHHHHHHH')],
+    numTokens: 33,
+    expected: 32,
+  },
+  {
+    name: 'SW only the window matters, not the chunks before it',
+    rows: [FA('HHHHHHHH'), SW(2, 'MMMMMMHH')],
+    numTokens: 33,
+    expected: 32,
+  },
+  // An unverified EAGLE windowed group: W + 1 hits, then the tail is dropped.
+  {
+    name: 'SW EAGLE needs W+1',
+    rows: [FA('HHHHHHHH'), SW(2, 'MMMMMHHH', true)],
+    numTokens: 33,
+    expected: 28,
+  },
+  {
+    name: 'SW EAGLE with only W hits falls back to the leading run',
+    rows: [FA('HHHHHHHH'), SW(2, 'MMMMMMHH', true)],
+    numTokens: 33,
+    expected: 0,
+  },
+  // Groups iterate until they agree.
+  {
+    name: 'a narrower window shortens the hit; the wider one is asked again',
+    rows: [FA('HHHHHHHH'), SW(3, 'HHHHMHHH'), SW(2, 'HHHHHHHM')],
+    numTokens: 33,
+    expected: 16,
+  },
+  {
+    name: 'a deferral beyond a shorter hit is dropped when everyone is asked again',
+    rows: [FA('HHHHHHHH'), SW(3, 'HHHHHHHP'), SW(2, 'HHHHHHMM')],
+    numTokens: 33,
+    expected: 24,
+  },
+  {
+    name: 'a deferral within the agreed hit stands',
+    rows: [FA('HHHHHHHH'), SW(3, 'HHHHHPHH'), SW(2, 'HHHHHHMM')],
+    numTokens: 33,
+    expected: DEFER,
+  },
+  {
+    name: 'FA shorter than the windows bounds them',
+    rows: [FA('HHHHHMHH'), SW(2, 'HHHHHHHH')],
+    numTokens: 33,
+    expected: 20,
+  },
+  // The local prefix, the load cap and the opt-out.
+  {
+    name: 'local prefix: hit beyond it',
+    rows: [FA('HHHHHHHH')],
+    numTokens: 32,
+    local: 8,
+    expected: 24,
+  },
+  {
+    name: 'local prefix: misses below it do not matter',
+    rows: [FA('MMHHHHHH')],
+    numTokens: 32,
+    local: 8,
+    expected: 24,
+  },
+  {
+    name: 'local prefix: less than a chunk left',
+    rows: [FA('HHHHHHHH'), SW(2, 'HHHHHHHH')],
+    numTokens: 33,
+    local: 30,
+    expected: 0,
+  },
+  {
+    name: 'maxLoadTokens caps the hit',
+    rows: [FA('HHHHHHHH')],
+    numTokens: 32,
+    maxLoadTokens: 12,
+    expected: 12,
+  },
+  {
+    name: 'maxLoadTokens: the window must be full at the capped hit',
+    rows: [FA('HHHHHHHH'), SW(2, 'HHHHMHHH')],
+    numTokens: 33,
+    maxLoadTokens: 24,
+    expected: 16,
+  },
+  {
+    name: 'skip reading the prefix cache',
+    rows: [FA('HHHH')],
+    numTokens: 16,
+    skip: true,
+    expected: 0,
+  },
+];
+
+describe('lookupHitTokens: the table', () => {
+  it.each(CASES)('$name', (c) => {
+    expect(run(c)).toBe(c.expected);
+  });
+});
+
+describe('the scans', () => {
+  const s = (x: string) => [...x].map((l) => STATE[l]!);
+  it('maximalPrefix counts to the first miss; pending before it defers', () => {
+    expect(maximalPrefix(s('HHHM'))).toBe(3);
+    expect(maximalPrefix(s(''))).toBe(0);
+    expect(maximalPrefix(s('HPHM'))).toBe(DEFER);
+    expect(maximalPrefix(s('HMP'))).toBe(1);
+  });
+  it('slidingWindow returns the end of the rightmost full window, else the leading run', () => {
+    expect(slidingWindow(s('HHMHHHM'), 3)).toBe(6);
+    expect(slidingWindow(s('HHMHHMH'), 3)).toBe(2);
+    expect(slidingWindow(s('HHHH'), 1)).toBe(4);
+    expect(slidingWindow(s('MHHP'), 2)).toBe(DEFER);
+    expect(slidingWindow(s('PHHMHH'), 2)).toBe(6);
+  });
+  it('lookupOrder puts full attention first, then windows widest first', () => {
+    const g = (w: number | null): LookupGroup => ({
+      tokensPerChunk: 4,
+      windowChunks: w,
+      eagle: false,
+    });
+    expect(lookupOrder([g(2), g(null), g(8), g(2), g(null)])).toEqual([1, 4, 2, 0, 3]);
+  });
+  it('combineLevels: a hit anywhere hits, else pending anywhere defers', () => {
+    const a = (k: bigint): ChunkState => (k === 1n ? 'hit' : k === 2n ? 'pending' : 'miss');
+    const b = (k: bigint): ChunkState => (k === 2n ? 'hit' : k === 3n ? 'pending' : 'miss');
+    const both = combineLevels([a, b]);
+    expect([0n, 1n, 2n, 3n].map(both)).toEqual(['miss', 'hit', 'hit', 'pending']);
+  });
+});
+
+describe('touchRanges and loadPlan', () => {
+  const groups = [
+    { tokensPerChunk: 8, tokensPerBlock: 4, windowChunks: null, eagle: true },
+    { tokensPerChunk: 8, tokensPerBlock: 4, windowChunks: 2, eagle: false },
+  ];
+  it('touches every key of full attention, the window below the hit and after it for a window', () => {
+    expect(touchRanges(groups, [10, 10], 48)).toEqual([
+      { group: 0, from: 0, to: 10 },
+      { group: 1, from: 4, to: 10 },
+    ]);
+    expect(touchRanges(groups, [10, 10], 0)).toEqual([
+      { group: 0, from: 0, to: 10 },
+      { group: 1, from: 0, to: 10 },
+    ]);
+  });
+  it('loads only what is missing, and only the window of a windowed group', () => {
+    expect(loadPlan(groups, 0, 48)).toEqual([
+      { group: 0, firstChunk: 0, endChunk: 6, firstBlock: 0, endBlock: 12, cursor: 6 },
+      { group: 1, firstChunk: 4, endChunk: 6, firstBlock: 8, endBlock: 12, cursor: 6 },
+    ]);
+    // A local prefix of 3 blocks: the first loaded chunk is partial.
+    expect(loadPlan(groups, 12, 36, 'request-level')).toEqual([
+      { group: 0, firstChunk: 1, endChunk: 6, firstBlock: 3, endBlock: 12, cursor: null },
+      { group: 1, firstChunk: 4, endChunk: 6, firstBlock: 8, endBlock: 12, cursor: null },
+    ]);
+  });
+});
+
+describe('lookupHitTokens: properties', () => {
+  const letter = fc.constantFrom<ChunkState>('hit', 'hit', 'hit', 'miss');
+  const groupArb = fc.record({
+    w: fc.option(fc.integer({ min: 1, max: 4 }), { nil: null }),
+    eagle: fc.boolean(),
+  });
+  it('with no pending entry the answer is a hit every group can serve from whole chunks', () => {
+    fc.assert(
+      fc.property(
+        fc.array(groupArb, { minLength: 1, maxLength: 4 }),
+        fc.integer({ min: 0, max: 48 }),
+        fc.array(fc.array(letter, { minLength: 12, maxLength: 12 }), {
+          minLength: 4,
+          maxLength: 4,
+        }),
+        (specs, numTokens, rows) => {
+          const groups: LookupGroup[] = specs.map((s) => ({
+            tokensPerChunk: TPC,
+            windowChunks: s.w,
+            eagle: s.eagle,
+          }));
+          const chunks = Math.floor(numTokens / TPC);
+          const keys = groups.map((_, g) =>
+            Array.from({ length: chunks }, (_, c) => BigInt(g * 100 + c)),
+          );
+          const state = (k: bigint) => rows[Number(k / 100n)]![Number(k % 100n)]!;
+          const hit = lookupHitTokens(groups, { numTokens, keys }, state);
+          expect(hit).not.toBe(DEFER);
+          const h = hit as number;
+          if (h === 0) return;
+          expect(h).toBeGreaterThanOrEqual(TPC);
+          const windowed = groups.some((g) => g.windowChunks !== null);
+          expect(h).toBeLessThanOrEqual(windowed ? numTokens - 1 : numTokens);
+          const end = Math.ceil(h / TPC);
+          groups.forEach((g, i) => {
+            const from = g.windowChunks === null ? 0 : Math.max(0, end - g.windowChunks);
+            for (let c = from; c < end; c += 1) expect(rows[i]![c]).toBe('hit');
+          });
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+  it('a pending entry never turns a hit into a miss: an answer given despite one stands either way', () => {
+    const stateArb = fc.constantFrom<ChunkState>('hit', 'hit', 'pending', 'miss');
+    fc.assert(
+      fc.property(
+        fc.array(fc.array(stateArb, { minLength: 8, maxLength: 8 }), {
+          minLength: 2,
+          maxLength: 2,
+        }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.integer({ min: 1, max: 3 }),
+        (rows, w1, w2) => {
+          const groups: LookupGroup[] = [
+            { tokensPerChunk: TPC, windowChunks: null, eagle: false },
+            { tokensPerChunk: TPC, windowChunks: w1, eagle: false },
+            { tokensPerChunk: TPC, windowChunks: w2, eagle: false },
+          ];
+          const keys = [0, 1, 2].map((g) => rows[0]!.map((_, c) => BigInt(g * 100 + c)));
+          const at = (k: bigint) => rows[Number(k / 100n) - 1]![Number(k % 100n)]!;
+          const ask = (pending: ChunkState) =>
+            lookupHitTokens(groups, { numTokens: 33, keys }, (k) => {
+              if (k < 100n) return 'hit';
+              const s = at(k);
+              return s === 'pending' ? pending : s;
+            });
+          const asked = ask('pending');
+          if (asked !== DEFER) {
+            expect(ask('hit')).toBe(asked);
+            expect(ask('miss')).toBe(asked);
+          } else {
+            expect(rows.flat()).toContain('pending');
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});

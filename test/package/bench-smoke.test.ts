@@ -1,0 +1,112 @@
+// Keeps the benchmark harness from rotting: runs `bench/index.ts --smoke` (every
+// benchmark at a tiny size, seconds) in a child process, exactly as
+// `npm run bench` does, and checks the shape of the JSON it writes. The
+// figures themselves are not checked: at this size they are noise.
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, describe, expect, it } from 'vitest';
+
+const run = promisify(execFile);
+const root = fileURLToPath(new URL('../..', import.meta.url));
+const out = mkdtempSync(path.join(os.tmpdir(), 'kvoff-bench-smoke-'));
+
+afterAll(() => rmSync(out, { recursive: true, force: true }));
+
+const figureShape = {
+  median: expect.any(Number),
+  unit: expect.any(String),
+  samples: expect.any(Number),
+  spread: {
+    min: expect.any(Number),
+    p25: expect.any(Number),
+    p75: expect.any(Number),
+    max: expect.any(Number),
+    mad: expect.any(Number),
+  },
+};
+
+describe('bench harness (smoke)', () => {
+  it(
+    'runs every benchmark at a tiny size and writes the results JSON',
+    { timeout: 180_000 },
+    async () => {
+      const { stdout } = await run(
+        process.execPath,
+        ['--import', 'tsx', 'bench/index.ts', '--smoke', '--out', out],
+        { cwd: root, timeout: 170_000, maxBuffer: 16 << 20 },
+      );
+      for (const title of [
+        '1. Planner pass',
+        '2. Snapshots',
+        '3. Designs',
+        '4. Copy',
+        '5. Overflow',
+        '6. Event-loop',
+        'Targets',
+      ]) {
+        expect(stdout).toContain(title);
+      }
+      const results = JSON.parse(readFileSync(path.join(out, 'kvoff-bench-smoke.json'), 'utf8'));
+      expect(results).toMatchObject({
+        schema: 'kvoff-bench/1',
+        mode: 'smoke',
+        date: expect.any(String),
+        machine: {
+          cpuModel: expect.any(String),
+          cores: expect.any(Number),
+          memoryBytes: expect.any(Number),
+          nodeVersion: process.version,
+        },
+        git: { commit: expect.any(String), dirty: expect.any(Boolean) },
+      });
+      // No machine paths or host names in the file.
+      const text = JSON.stringify(results);
+      expect(text).not.toContain(root);
+      expect(text).not.toContain(os.hostname());
+
+      expect(results.planner.rows.length).toBeGreaterThan(0);
+      for (const row of results.planner.rows) {
+        expect(row.nsPerRequestGroup).toMatchObject(figureShape);
+        expect(row.heapBytesPerPass).toMatchObject(figureShape);
+      }
+      for (const row of results.snapshot.rows)
+        expect(row.snapshotsPerSecond).toMatchObject(figureShape);
+      const designs = results.designs.rows.map((r: { design: string }) => r.design);
+      expect(designs).toEqual(expect.arrayContaining(['a', 'b', 'c', 'd']));
+      for (const row of results.designs.rows) {
+        expect(row.eventsPerSecond).toMatchObject(figureShape);
+        expect(row.latencyMsP99).toMatchObject(figureShape);
+        expect(row.aSpeedup).toMatchObject(figureShape);
+      }
+      for (const row of results.copy.rows) expect(row.ratio).toMatchObject(figureShape);
+      expect(results.scenario.offloadOn.holes).toBe(0);
+      expect(results.scenario.offloadOn.verifyOk).toBe(true);
+      expect(results.scenario.eventLoop.offloadOn.delayMsP99).toMatchObject(figureShape);
+      const ids = results.targets.map((t: { id: string }) => t.id);
+      expect(ids).toEqual(
+        expect.arrayContaining([
+          'designs-cpu-3w',
+          'designs-latency-3w',
+          'planner-idle-ns',
+          'planner-idle-heap',
+          'copy-ratio',
+          'copy-scaling',
+          'event-loop-p99',
+          'scenario-on-over-off',
+          'scenario-lookup-nonblocking',
+          'scenario-holes',
+        ]),
+      );
+      // Every design row carries the CPU figure; every threaded one the latency at load.
+      for (const row of results.designs.rows) {
+        expect(row.eventsPerCpuSecond).toMatchObject(figureShape);
+        if (row.design !== 'd') expect(row.loadLatencyMsP99).toMatchObject(figureShape);
+      }
+      expect(results.copy.scaling.length).toBeGreaterThan(0);
+    },
+  );
+});

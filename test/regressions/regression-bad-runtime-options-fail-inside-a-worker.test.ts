@@ -1,0 +1,65 @@
+// Regression: OffloadRuntime.start() checked most options before starting its
+// workers but not all. `lag.seed` as a BigInt or NaN started every worker and
+// then failed one of them (WorkerFailedError: "allocator worker failed:
+// Cannot mix BigInt and other types"); `external: 'no'` (any truthy value)
+// silently started external mode, without the built-in engine; `null` options
+// threw a TypeError. Each is now an InvalidArgumentError naming the option,
+// thrown before any worker starts.
+import { describe, expect, it } from 'vitest';
+import { InvalidArgumentError } from '../../src/errors.js';
+import { OffloadRuntime } from '../../src/runtime/runtime.js';
+import type { RuntimeOptions } from '../../src/runtime/runtime.js';
+import { TINY_FULL } from '../helpers/configs.js';
+
+const CONFIG = TINY_FULL;
+
+const BAD: [string, unknown][] = [
+  ['options', null],
+  ['options', 5],
+  ['options', []],
+  ['lag.seed', { config: CONFIG, lag: { seed: 1n } }],
+  ['lag.seed', { config: CONFIG, lag: { seed: Number.NaN } }],
+  ['lag.seed', { config: CONFIG, lag: { seed: 1.5 } }],
+  ['lag.seed', { config: CONFIG, lag: { seed: 2 ** 31 } }],
+  ['lag', { config: CONFIG, lag: 7 }],
+  ['simulator', { config: CONFIG, simulator: 'fast' }],
+  ['external', { config: CONFIG, external: 'no' }],
+  ['external', { config: CONFIG, external: 1 }],
+  ['unsafeSkipPins', { config: CONFIG, unsafeSkipPins: 'false' }],
+];
+
+describe('regression: bad runtime options failed inside a worker (or not at all)', () => {
+  it('each is refused by start() with InvalidArgumentError naming the option', async () => {
+    for (const [name, options] of BAD) {
+      const started = Date.now();
+      const err = await OffloadRuntime.start(options as RuntimeOptions).then(
+        async (rt) => {
+          await rt.close();
+          return undefined;
+        },
+        (e: unknown) => e,
+      );
+      expect(err, name).toBeInstanceOf(InvalidArgumentError);
+      expect((err as Error).message, name).toContain(`${name}:`);
+      // Refused before a worker was spawned, not after one failed.
+      expect(Date.now() - started, name).toBeLessThan(1_000);
+    }
+  });
+
+  it('the same options with good values start and run a request', async () => {
+    const rt = await OffloadRuntime.start({
+      config: CONFIG,
+      lag: { seed: -7 },
+      external: false,
+      unsafeSkipPins: false,
+      simulator: {},
+    });
+    try {
+      expect(rt.external).toBeUndefined();
+      const s = await rt.submit({ promptLength: 64, maxDecodeTokens: 2 });
+      expect(s.status).toBe('finished');
+    } finally {
+      await rt.close();
+    }
+  });
+});

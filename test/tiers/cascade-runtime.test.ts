@@ -1,0 +1,112 @@
+// The cascade inside the runtime: host entries are written through to the
+// disk tier; a second runtime on the same directory (a restart) promotes them
+// on lookup and the engine's loaded bytes check against their keys; the
+// default stays host-only. Plus the CLI's tier flags.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { parseTierOptions } from '../../src/commands/tier-options.js';
+import { InvalidArgumentError, TierUnavailableError } from '../../src/errors.js';
+import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../../src/runtime/defaults.js';
+import { OffloadRuntime } from '../../src/runtime/runtime.js';
+import type { TiersOptions } from '../../src/tier/cascade.js';
+import { TIER_COUNTER_FIELDS } from '../../src/tier/lower.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'kvoff-cascade-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+async function runOnce(tiers?: TiersOptions | undefined) {
+  const runtime = await OffloadRuntime.start({
+    // Full attention only: what a windowed group stored depends on thread timing, hits here must not.
+    config: { ...DEFAULT_RUNTIME_CONFIG, groups: [{ kind: 'full', tokensPerBlock: 16 }] },
+    ...(tiers ? { tiers } : {}),
+    simulator: { seed: 9 },
+  });
+  await Promise.all(
+    defaultWorkload({ requests: 3, promptTokens: 5000, seed: 4 }).map((r) => runtime.submit(r)),
+  );
+  const verify = await runtime.verify();
+  await runtime.close();
+  return { stats: runtime.stats(), verify, leaks: runtime.leakReport() };
+}
+
+describe('tier cascade in the runtime', () => {
+  it('a restarted runtime on the same disk directory gets disk hits, promoted and checked byte for byte', async () => {
+    const first = await runOnce({ disk: { dir } });
+    expect(first.stats.tiers.disk.storedChunks).toBeGreaterThan(0);
+    expect(first.stats.tiers.disk.errors).toBe(0);
+    const second = await runOnce({ disk: { dir } });
+    expect(second.stats.tiers.disk.hitChunks).toBeGreaterThan(0);
+    expect(second.stats.tierHits).toBeGreaterThan(first.stats.tierHits);
+    expect(second.stats.mismatches).toBe(0);
+    expect(second.verify).toMatchObject({ ok: true, mismatches: 0 });
+    expect(second.leaks).toMatchObject({
+      pinsOutstanding: 0,
+      tierEntriesWriting: 0,
+      tierEntriesReading: 0,
+      jobsInFlight: 0,
+    });
+  }, 120_000);
+
+  it('a disk directory that cannot be written: start() refuses it; with tiers.optional the runtime runs on host, every disk store dropped and counted', async () => {
+    // A file where the directory's parent should be: mkdir, open and rename all fail, even for root.
+    const blocker = join(dir, 'not-a-directory');
+    writeFileSync(blocker, 'in the way');
+    await expect(runOnce({ disk: { dir: join(blocker, 'cache') } })).rejects.toBeInstanceOf(
+      TierUnavailableError,
+    );
+    const r = await runOnce({ disk: { dir: join(blocker, 'cache') }, optional: true });
+    expect(r.stats.completed).toBeGreaterThan(0);
+    expect(r.stats.tiers.host.storedChunks).toBeGreaterThan(0);
+    const disk = r.stats.tiers.disk;
+    expect(disk.storedChunks).toBe(0);
+    expect(disk.droppedChunks).toBeGreaterThan(0);
+    expect(disk.state).toBe('degraded');
+    expect(r.stats.mismatches).toBe(0);
+    expect(r.verify).toMatchObject({ ok: true, mismatches: 0 });
+    expect(r.leaks).toMatchObject({ pinsOutstanding: 0, tierEntriesWriting: 0, jobsInFlight: 0 });
+  }, 120_000);
+
+  it('the default is host only: the lower levels count nothing', async () => {
+    const { stats } = await runOnce();
+    expect(stats.tiers.host.storedChunks).toBeGreaterThan(0);
+    for (const level of ['disk', 'redis'] as const) {
+      expect(TIER_COUNTER_FIELDS.every((f) => stats.tiers[level][f] === 0)).toBe(true);
+      expect(stats.tiers[level]).toMatchObject({ state: 'off', authenticated: false });
+    }
+  }, 120_000);
+
+  it('--disk, --disk-bytes and --redis parse into tiers; bad values are refused with the flag named', () => {
+    expect(parseTierOptions({})).toBeUndefined();
+    expect(
+      parseTierOptions({ disk: 'd', diskBytes: '1_000_000', redis: 'redis://a:1,redis://b:2' }),
+    ).toEqual({
+      disk: { dir: 'd', bytesMax: 1_000_000 },
+      redis: { urls: ['redis://a:1', 'redis://b:2'] },
+    });
+    expect(() => parseTierOptions({ diskBytes: '5' })).toThrow(/--disk-bytes/);
+    expect(() => parseTierOptions({ disk: 'd', diskBytes: '0' })).toThrow(InvalidArgumentError);
+    expect(() => parseTierOptions({ redis: 'http://x' })).toThrow(/--redis/);
+    expect(() => parseTierOptions({ redis: ' , ' })).toThrow(/--redis/);
+  });
+
+  it('OffloadRuntime.start refuses bad tier options before starting anything', async () => {
+    await expect(OffloadRuntime.start({ tiers: { disk: { dir: '' } } })).rejects.toThrow(
+      InvalidArgumentError,
+    );
+    await expect(OffloadRuntime.start({ tiers: { redis: { urls: [] } } })).rejects.toThrow(
+      /tiers\.redis\.urls/,
+    );
+    await expect(
+      OffloadRuntime.start({
+        tiers: { redis: { urls: ['redis://127.0.0.1:1'], storesQueuedBytesMax: -1 } },
+      }),
+    ).rejects.toThrow(/tiers\.redis\.storesQueuedBytesMax/);
+    await expect(
+      OffloadRuntime.start({
+        tiers: { redis: { urls: ['redis://127.0.0.1:1'], storesInFlightMax: 0 } },
+      }),
+    ).rejects.toThrow(/tiers\.redis\.storesInFlightMax/);
+  });
+});
