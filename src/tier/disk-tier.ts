@@ -22,7 +22,7 @@
 // disk. With a deployment secret, every entry carries an HMAC tag checked
 // before any byte is served (src/tier/entry-auth.ts).
 import { constants } from 'node:fs';
-import { chmod, lstat, open, readdir, rename, statfs, unlink } from 'node:fs/promises';
+import { lstat, open, rename, statfs, unlink } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -31,6 +31,7 @@ import { EntryAuth, checkedEntry, entryBytes, sealEntry } from './entry-auth.js'
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { SampleBuffer, zeroCounters } from './lower.js';
+import { ENTRY_SUFFIX, TEMP_MARK, scanEntries } from './disk-scan.js';
 import {
   CREATE_FLAGS,
   DirUnusable,
@@ -102,15 +103,9 @@ const FREE_CHECK_MS = 250;
 /** ...and at most this many of our own bytes ago (other writers are not seen in between). */
 const FREE_CHECK_BYTES = 16 << 20;
 
-/** File-system calls in flight while the index is rebuilt at open (libuv runs 4 at a time by default). */
-const REBUILD_IO_MAX = 16;
-
 /** The unsafe variant's in-place write (F12): truncating, still never through a symlink. */
 const OVERWRITE_FLAGS =
   constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW;
-
-const ENTRY_SUFFIX = '.kv';
-const TEMP_MARK = '.tmp.';
 
 type Resolved = Required<Omit<DiskTierOptions, 'secret' | 'optional'>>;
 
@@ -565,103 +560,15 @@ export class DiskTier implements LowerTier {
   }
 
   private async rebuild(): Promise<void> {
-    // Up to 256 directories listed, and their files examined, REBUILD_IO_MAX at a time.
-    const io = new Limiter(REBUILD_IO_MAX, Number.MAX_SAFE_INTEGER);
-    const dirs = await this.shardDirs();
-    const names = await Promise.all(
-      dirs.map((d) => io.run(async () => (await listDir(join(this.root, d))).map((n) => [d, n]))),
-    );
-    const found = await Promise.all(
-      names.flat().map(([d, name]) => io.run(() => this.examine(join(this.root, d!), name!))),
-    );
-    const whole = found.filter((f) => f !== undefined);
-    whole.sort((x, y) => x.mtimeMs - y.mtimeMs);
-    for (const f of whole) {
+    const scan = await scanEntries(this.root, this.valueBytes);
+    this.staleRemoved += scan.removed;
+    for (const f of scan.entries) {
       this.index.set(f.key, { bytes: f.bytes, writing: false, readers: 0 });
       this.bytesUsed += f.bytes;
     }
     // A smaller cap than last time: the oldest go first.
     this.makeRoom(0);
     await Promise.allSettled([...this.inFlight]);
-  }
-
-  /** The shard directories to index: real directories only (a symlink in their place is removed, not followed). */
-  private async shardDirs(): Promise<string[]> {
-    const out: string[] = [];
-    for (const d of (await listDir(this.root)).filter((n) => /^[0-9a-f]{2}$/.test(n))) {
-      const path = join(this.root, d);
-      const s = await lstat(path).catch(() => undefined);
-      if (s?.isSymbolicLink()) {
-        await unlink(path).catch(() => undefined);
-        this.staleRemoved += 1;
-      } else if (s?.isDirectory()) {
-        // Ours, 0700 (tightened if an older kvoff made it broader).
-        if (
-          await privateSubdir(path).then(
-            () => true,
-            () => false,
-          )
-        )
-          out.push(d);
-      }
-    }
-    return out;
-  }
-
-  /** One file met at open: a whole entry to index, or undefined (stale temps, wrong sizes and symlinks are deleted). */
-  private async examine(
-    dir: string,
-    name: string,
-  ): Promise<{ key: bigint; bytes: number; mtimeMs: number } | undefined> {
-    const path = join(dir, name);
-    if (name.includes(TEMP_MARK)) {
-      if (!ownerAlive(name)) {
-        await unlink(path).catch(() => undefined);
-        this.staleRemoved += 1;
-      }
-      return undefined;
-    }
-    if (!name.endsWith(ENTRY_SUFFIX)) return undefined;
-    const hex = name.slice(0, -ENTRY_SUFFIX.length);
-    if (!/^[0-9a-f]{16}$/.test(hex)) return undefined;
-    const s = await lstat(path).catch(() => undefined);
-    if (s === undefined) return undefined;
-    if (!s.isFile() || s.size !== this.valueBytes) {
-      // A symlink or a wrong size where an entry should be: the name goes (never a target).
-      if (s.isFile() || s.isSymbolicLink()) {
-        await unlink(path).catch(() => undefined);
-        this.staleRemoved += 1;
-      }
-      return undefined;
-    }
-    if ((s.mode & 0o777) !== FILE_MODE) await chmodQuiet(path);
-    return { key: BigInt('0x' + hex), bytes: s.size, mtimeMs: s.mtimeMs };
-  }
-}
-
-async function listDir(dir: string): Promise<string[]> {
-  try {
-    return await readdir(dir);
-  } catch {
-    return [];
-  }
-}
-
-/** An entry of an older kvoff (made under the umask): made private. */
-async function chmodQuiet(path: string): Promise<void> {
-  await chmod(path, FILE_MODE).catch(() => undefined);
-}
-
-/** Temp names end in `.tmp.<pid>.<seq>`: the writer is alive when that pid exists (and is not us, at open). */
-function ownerAlive(name: string): boolean {
-  const parts = name.slice(name.indexOf(TEMP_MARK) + TEMP_MARK.length).split('.');
-  const pid = Number(parts[0]);
-  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
 
