@@ -12,6 +12,7 @@ import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
 import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
 import { addTierOptions, parseTierOptions } from './tier-options.js';
+import { INSECURE_TIER_WARNING, TierWatch } from './tier-watch.js';
 import type { TierRawOptions } from './tier-options.js';
 
 interface ServeRawOptions extends TierRawOptions {
@@ -79,6 +80,7 @@ export function registerServe(program: Command): void {
       if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
       const policy = parseStorePolicy(raw.policy);
       const tiers = parseTierOptions(raw);
+      if (tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
 
       const runtime = await OffloadRuntime.start({
         policy,
@@ -89,11 +91,18 @@ export function registerServe(program: Command): void {
         simulator: { seed, abortQueuedRate: 0, abortRunningRate: 0 },
         ...(tiers ? { tiers } : {}),
       });
+      const watch = tiers
+        ? new TierWatch(
+            () => runtime.stats().tiers,
+            (line) => process.stderr.write(`${line}\n`),
+          ).start()
+        : undefined;
       const server = new KvoffServer(runtime, { drainTimeoutMs });
       let addr;
       try {
         addr = await server.listen(port, raw.host);
       } catch (err) {
+        watch?.stop();
         await runtime.close();
         // Blame the option the error is about: a port in use or privileged, or an address not here.
         const code = (err as NodeJS.ErrnoException).code;
@@ -118,6 +127,7 @@ export function registerServe(program: Command): void {
       for (const s of DRAIN_SIGNALS) process.once(s, () => process.exit(1));
       if (!raw.json) process.stderr.write(`kvoff serve: ${signal}: draining\n`);
       const drain = await server.drain();
+      watch?.stop();
       const stats = runtime.stats();
       // A supervisor must see a failed runtime: a clean exit is a clean run only.
       const clean =

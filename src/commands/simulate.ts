@@ -28,6 +28,7 @@ import {
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, progress } from './term.js';
 import { addTierOptions } from './tier-options.js';
+import { INSECURE_TIER_WARNING, TierWatch } from './tier-watch.js';
 
 /** How often the progress display is refreshed. */
 const PROGRESS_TICK_MS = 250;
@@ -35,6 +36,8 @@ const PROGRESS_TICK_MS = 250;
 export interface SimulateHooks {
   /** Called every PROGRESS_TICK_MS while the workload runs. */
   onProgress?(done: number, total: number, stats: RuntimeStats): void;
+  /** A line about a lower tier's health (src/commands/tier-watch.ts), while it runs. */
+  onTierWarning?(line: string): void;
 }
 
 /** Runs one simulation to the end and returns its result; writes the report if asked. */
@@ -59,6 +62,9 @@ export async function runSimulate(
     traceSlots: plan.traceRequests,
     ...(plan.tiers ? { tiers: plan.tiers } : {}),
   });
+  const warn = hooks.onTierWarning;
+  const watch =
+    warn && plan.tiers ? new TierWatch(() => runtime.stats().tiers, warn).start() : undefined;
   const requests = defaultWorkload(plan.workload);
   let done = 0;
   let crashed: string | undefined;
@@ -80,6 +86,7 @@ export async function runSimulate(
   } catch (err) {
     if (!isLegacyCrash(plan, err)) {
       clearInterval(ticker);
+      watch?.stop();
       await runtime.close().catch(() => undefined);
       throw err;
     }
@@ -92,6 +99,7 @@ export async function runSimulate(
   let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0 };
   if (crashed === undefined) verify = await runtime.verify();
   const stats = runtime.stats();
+  watch?.stop();
   await runtime.close().catch((err: unknown) => {
     // A crashed runtime already stopped its workers; anything else is real.
     if (crashed === undefined) throw err;
@@ -252,6 +260,7 @@ export function registerSimulate(program: Command): void {
     .action(async (raw: SimulateRawOptions) => {
       const plan = parseSimulateOptions(raw);
       if (plan.report) checkReportPath(plan.report);
+      if (plan.tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
       const color = colorAllowed(process.stdout);
       const bar = progress(process.stderr, plan.workload.requests, 'simulate', {
         quiet: plan.json && !process.stderr.isTTY,
@@ -259,6 +268,7 @@ export function registerSimulate(program: Command): void {
       let result: SimulateResult;
       try {
         result = await runSimulate(plan, {
+          onTierWarning: (line) => process.stderr.write(`${line}\n`),
           onProgress: (doneCount, _total, s) =>
             bar.update(
               doneCount,

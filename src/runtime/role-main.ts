@@ -25,7 +25,7 @@ import { StoreLoop } from './store-loop.js';
 import { TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
@@ -69,7 +69,8 @@ export type RoleMessage =
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number }
-  | { type: 'startRefused'; error: StartRefusal };
+  | { type: 'startRefused'; error: StartRefusal }
+  | { type: 'tierProblem'; tier: LowerTierName; problem: string | null };
 
 class InjectedFault extends Error {
   constructor(role: string, steps: number) {
@@ -210,6 +211,9 @@ function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
+/** A lower level's changing reason for being degraded is posted to main at most this often. */
+const PROBLEM_POST_MS = 1_000;
+
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
 
@@ -275,11 +279,25 @@ async function runStore(
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
   post({ type: 'ready', role: 'store' });
   let steps = 0;
+  const problems = new Map<LowerTierName, { problem: string | null; atMs: number }>();
   const flushJobs = () => {
     const events = loop.takeJobEvents();
     if (events.length > 0) post({ type: 'jobs', events });
     const samples = loop.takeTierSamples();
     if (samples.length > 0) post({ type: 'tierStores', samples });
+    // Why a level is degraded (its state itself is in the shared counters):
+    // posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
+    const now = performance.now();
+    for (const level of cascade?.levels ?? []) {
+      const problem = level.problem ?? null;
+      const last = problems.get(level.name);
+      if (problem === (last?.problem ?? null)) continue;
+      if (last && problem !== null && last.problem !== null && now - last.atMs < PROBLEM_POST_MS) {
+        continue;
+      }
+      problems.set(level.name, { problem, atMs: now });
+      post({ type: 'tierProblem', tier: level.name, problem });
+    }
   };
   const step = () => {
     try {

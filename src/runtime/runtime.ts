@@ -44,7 +44,7 @@ import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 
 export type { RuntimeStats } from './stats.js';
@@ -201,6 +201,8 @@ export class OffloadRuntime {
   private readonly stopping = new Set<RoleName>();
   private readonly exited = new Map<RoleName, Promise<void>>();
   private readonly finals = new Map<RoleName, Record<string, number>>();
+  /** Why each lower level is degraded, as the store last said. */
+  private readonly tierProblems = new Map<LowerTierName, string>();
   /** Called when a role's final report arrives (stop() waits on it). */
   private readonly onFinal = new Map<RoleName, () => void>();
   private readonly pending = new Map<number, Pending>();
@@ -345,6 +347,7 @@ export class OffloadRuntime {
         this.views.tierStats,
         new Set((['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined)),
         this.options.tiers?.secret !== undefined,
+        this.tierProblems,
       ),
       memory: readRuntimeMemory(this.views.memory),
       ...(this.failure
@@ -571,6 +574,10 @@ export class OffloadRuntime {
         done?.resolve(m.report);
         return;
       }
+      case 'tierProblem':
+        if (m.problem === null) this.tierProblems.delete(m.tier);
+        else this.tierProblems.set(m.tier, m.problem);
+        return;
       case 'final':
         this.finals.set(m.role, m.report);
         this.onFinal.get(m.role)?.();

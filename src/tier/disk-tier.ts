@@ -140,6 +140,8 @@ export class DiskTier implements LowerTier {
   private chmodFiles = false;
   /** Opened degraded (optional, and the directory could not be used): stores drop, lookups miss. */
   private unusable = false;
+  /** Why the last write failed, or why the level could not be opened. */
+  private lastProblem: string | undefined;
   private closed = false;
   private readonly switches: LowerTierSwitches;
 
@@ -211,11 +213,16 @@ export class DiskTier implements LowerTier {
     }
     tier.unusable = true;
     tier.counters.degraded = 1;
+    tier.lastProblem = `unusable at start: ${problem.message}`;
     return tier;
   }
 
   get storesInFlight(): number {
     return this.writes.size;
+  }
+
+  get problem(): string | undefined {
+    return this.counters.degraded === 1 ? this.lastProblem : undefined;
   }
 
   get entries(): number {
@@ -320,6 +327,7 @@ export class DiskTier implements LowerTier {
         (err: unknown) => {
           this.counters.errors += 1;
           this.counters.degraded = 1;
+          this.lastProblem = `a write failed: ${describeIoError(err)}`;
           if (this.switches.unsafeAckOnAllocFailure) {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
@@ -570,6 +578,11 @@ export class DiskTier implements LowerTier {
     this.makeRoom(0);
     await Promise.allSettled([...this.inFlight]);
   }
+}
+
+function describeIoError(err: unknown): string {
+  const e = err as NodeJS.ErrnoException | undefined;
+  return e instanceof Error ? e.message.replace(/\s+/g, ' ') : String(err);
 }
 
 function isFullError(err: unknown): boolean {

@@ -77,6 +77,11 @@ export interface LowerTier {
   load(key: bigint): Promise<Buffer | undefined>;
   /** Stores still being written. */
   readonly storesInFlight: number;
+  /**
+   * While the level is degraded (counters.degraded), why: one line, never a
+   * credential (an open that failed, the last error). Undefined otherwise.
+   */
+  readonly problem: string | undefined;
   /** Store latencies since the last call (bounded). */
   takeSamples(): TierStoreSample[];
   /** Waits (bounded by `timeoutMs`) for writes in flight, then releases handles. */

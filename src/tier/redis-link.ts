@@ -57,8 +57,8 @@ export interface RedisConnection {
 
 /** A command that got no answer within the tier's timeout. */
 export class RedisCommandTimeoutError extends Error {
-  constructor(ms: number) {
-    super(`no reply within ${ms} ms`);
+  constructor(ms: number, node: string) {
+    super(`no reply within ${ms} ms${node === '' ? '' : ` from ${node}`}`);
     this.name = 'RedisCommandTimeoutError';
   }
 }
@@ -140,7 +140,7 @@ export class RedisLink {
             const now = performance.now();
             const quietSinceMs = Math.max(sentAtMs, this.answeredAtMs.get(node) ?? -Infinity);
             if (now - quietSinceMs >= this.timeoutMs || now >= hardMs) {
-              reject(new RedisCommandTimeoutError(this.timeoutMs));
+              reject(new RedisCommandTimeoutError(this.timeoutMs, node));
               return;
             }
             timer = setTimeout(later, Math.min(quietSinceMs + this.timeoutMs, hardMs) - now);

@@ -147,6 +147,8 @@ export class RedisTier implements LowerTier {
   /** Operations that failed (close() stops draining at the first one), and when the last did. */
   private failures = 0;
   private failedAtMs = -Infinity;
+  /** Why the last connect or command failed (one line, credentials scrubbed). */
+  private lastProblem: string | undefined;
   private bytesInFlight = 0;
   /** SETs awaiting their reply. */
   private sending = 0;
@@ -233,6 +235,7 @@ export class RedisTier implements LowerTier {
         tier.link.destroy();
         throw new TierUnavailableError('redis', problem);
       }
+      tier.lastProblem = `unusable at start: ${problem}`;
       // A failed first contact opens the circuit at once, not after failuresMax lookups.
       for (let i = 0; i < full.failuresMax; i += 1) tier.connectBreaker.failure(false);
     }
@@ -244,13 +247,16 @@ export class RedisTier implements LowerTier {
     for (const b of this.nodeBreakers.values()) open ||= b.isOpen;
     this.ownCounters.circuitOpen = open ? 1 : 0;
     // Not connected is degraded only when a connect failed (between a replacement and the next command all is well).
-    this.ownCounters.degraded =
-      !this.closing && (open || this.link.lastError !== undefined) ? 1 : 0;
+    this.ownCounters.degraded = open || this.link.lastError !== undefined ? 1 : 0;
     return this.ownCounters;
   }
 
   get storesInFlight(): number {
     return this.writing.size;
+  }
+
+  get problem(): string | undefined {
+    return this.counters.degraded === 1 ? this.lastProblem : undefined;
   }
 
   /** Stores that may be in flight now (the delay-based window). */
@@ -519,7 +525,7 @@ export class RedisTier implements LowerTier {
     const conn = await this.link.connection();
     if (conn === undefined) {
       this.ownCounters.errors += 1;
-      this.noteFailure();
+      this.noteFailure(`cannot connect: ${this.link.lastError ?? 'no connection'}`);
       this.connectBreaker.failure(gate.probe);
     } else this.connectBreaker.success(gate.probe);
     return conn;
@@ -565,7 +571,7 @@ export class RedisTier implements LowerTier {
     } catch (err) {
       this.ownCounters.errors += 1;
       if (isTimeout(err)) this.ownCounters.timeouts += 1;
-      this.noteFailure();
+      this.noteFailure(oneLine(err instanceof Error ? err.message : String(err)));
       // An OOM reply is the cluster answering (it is full), not failing.
       if (isOutOfMemory(err)) breaker.success(gate.probe);
       else breaker.failure(gate.probe);
@@ -574,9 +580,10 @@ export class RedisTier implements LowerTier {
     }
   }
 
-  private noteFailure(): void {
+  private noteFailure(problem: string): void {
     this.failures += 1;
     this.failedAtMs = performance.now();
+    this.lastProblem = problem;
   }
 
   private track(p: Promise<unknown>): void {

@@ -8,8 +8,10 @@ import type { LowerTierName, TierCounters, TierName } from './lower.js';
 export interface LowerTierFlags {
   /** Entries carry a tag under the deployment secret (false: anyone who can write there can change them). */
   readonly authenticated: boolean;
-  /** off: not configured; degraded: not doing its job now (the counters say why); ok. */
+  /** off: not configured; degraded: not doing its job now; ok. */
   readonly state: 'off' | 'ok' | 'degraded';
+  /** While degraded: why (an open that failed, the last error), one line without credentials. */
+  readonly problem?: string;
 }
 
 export type LowerTierReport = TierCounters & LowerTierFlags;
@@ -44,6 +46,7 @@ export function readTierStats(
   view: BigInt64Array,
   configured: ReadonlySet<LowerTierName> = new Set(),
   authenticated = false,
+  problems: ReadonlyMap<LowerTierName, string> = new Map(),
 ): PerTierCounters {
   const read = (tier: TierName) => {
     const c = zeroCounters();
@@ -53,10 +56,13 @@ export function readTierStats(
   const lower = (tier: LowerTierName): LowerTierReport => {
     const c = read(tier);
     const on = configured.has(tier);
+    const degraded = on && c.degraded === 1;
+    const problem = problems.get(tier);
     return {
       ...c,
       authenticated: on && authenticated,
-      state: !on ? 'off' : c.degraded === 1 ? 'degraded' : 'ok',
+      state: !on ? 'off' : degraded ? 'degraded' : 'ok',
+      ...(degraded && problem !== undefined ? { problem } : {}),
     };
   };
   return { host: read('host'), disk: lower('disk'), redis: lower('redis') };
