@@ -34,6 +34,22 @@ interface Run {
   startedAtMs: number;
 }
 
+/**
+ * Chunks [from, to) of group `g` the lookup decision reads to answer a hit
+ * of `hit` chunks (src/lookup.ts): a full-attention group its prefix, a
+ * windowed group its window below the hit; an EAGLE group one chunk more (the
+ * draft's tail, which the decision queries and then drops).
+ */
+function decisionChunks(
+  g: { readonly windowChunks: number | null; readonly eagle: boolean },
+  hit: number,
+  count: number,
+): [number, number] {
+  const to = Math.min(count, hit + (g.eagle ? 1 : 0));
+  const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
+  return [Math.min(from, to), to];
+}
+
 /** Resolutions not asked about for this long are dropped (their request is gone). */
 const RUN_AGE_MS_MAX = 60_000;
 
@@ -157,9 +173,10 @@ export class LowerLookups {
     const fullBound = view.prefixHit((k) => windowed.has(k) || inHost(k) || lowerHit(k));
     // Round 2: the windowed groups' chunks inside their window at that bound.
     const ask2: bigint[] = [];
-    for (let c = 0; c < fullBound; c += 1) {
-      for (const g of groups) {
-        if (g.windowChunks === null || c < fullBound - g.windowChunks) continue;
+    for (const g of groups) {
+      if (g.windowChunks === null) continue;
+      const [from, to] = decisionChunks(g, fullBound, view.count);
+      for (let c = from; c < to; c += 1) {
         const k = view.key(g.index, c);
         if (!inHost(k)) ask2.push(k);
       }
@@ -168,11 +185,15 @@ export class LowerLookups {
     for (const s of found.values()) if (s.state === 'pending') return true;
     const hit = view.prefixHit((k) => inHost(k) || lowerHit(k));
     if (hit <= hostHit) return false;
-    // Fetch (and check) what the prefix needs from below.
+    // Fetch (and check) exactly what the lookup will read to answer that hit,
+    // and nothing it cannot use: every chunk the decision reads, the EAGLE
+    // tail included (without it the hit shrank by one chunk, and with a
+    // sliding window the window moved onto chunks never fetched: the default
+    // hybrid model's warm restart read 559 chunks and loaded none).
     const needed: bigint[] = [];
-    for (let c = 0; c < hit; c += 1) {
-      for (const g of groups) {
-        if (g.windowChunks !== null && c < hit - g.windowChunks) continue;
+    for (const g of groups) {
+      const [from, to] = decisionChunks(g, hit, view.count);
+      for (let c = from; c < to; c += 1) {
         const k = view.key(g.index, c);
         if (!inHost(k) && lowerHit(k)) needed.push(k);
       }
@@ -189,8 +210,8 @@ export class LowerLookups {
     const final = view.prefixHit((k) => inHost(k) || got.has(k));
     const within = new Set<bigint>();
     for (const g of groups) {
-      const from = g.windowChunks === null ? 0 : Math.max(0, final - g.windowChunks);
-      for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
+      const [from, to] = decisionChunks(g, final, view.count);
+      for (let c = from; c < to; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
     this.promote(keys, got, run.promoted);

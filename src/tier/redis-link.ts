@@ -21,7 +21,7 @@
 // - destroy() destroys every client it ever made (current, retired, being
 //   connected); never close() first: node-redis's close() empties the node
 //   list, so a destroy() after it has nothing left to destroy.
-import { ErrorReply, RESP_TYPES, createCluster } from 'redis';
+import { ErrorReply, RESP_TYPES, TimeoutError as LibraryTimeoutError, createCluster } from 'redis';
 import type { RedisAccess, RedisEndpoint } from './redis-access.js';
 import { scrubCredentials } from './redis-access.js';
 import { keySlot } from './redis-slot.js';
@@ -104,8 +104,8 @@ export class RedisLink {
   }
 
   /**
-   * Runs `fn` (one command on `key`) on `conn` against the deadline: it fails
-   * with RedisCommandTimeoutError once the key's node has answered nothing
+   * Runs `fn` (one command, to `node`) on `conn` against the deadline: it fails
+   * with RedisCommandTimeoutError once that node has answered nothing
    * for a whole timeout since the command was sent (a node that stopped), or
    * after PATIENCE_MAX timeouts whatever the node does (a node so slow it is
    * as good as stopped). A node still answering other commands is slow, not
@@ -115,11 +115,11 @@ export class RedisLink {
    */
   async run<T>(
     conn: RedisConnection,
-    key: string,
+    /** The node the command goes to (nodeOf). */
+    node: string,
     fn: (c: RedisCommands) => Promise<T>,
   ): Promise<T> {
     conn.users += 1;
-    const node = nodeOf(conn, key);
     const sentAtMs = performance.now();
     let timer: NodeJS.Timeout | undefined;
     try {
@@ -277,10 +277,13 @@ function nodeOf(conn: RedisConnection, key: string): string {
 
 /**
  * True unless the error is a server's reply about the command itself (OOM,
- * NOPERM, WRONGTYPE...). A reply saying the slot map moved (MOVED, ASK,
- * CLUSTERDOWN, TRYAGAIN) breaks the connection's picture of the cluster too.
+ * NOPERM, WRONGTYPE...) or the library's own timeout of a command still
+ * queued behind others (back-pressure on a busy connection: a fresh one would
+ * only add a connect to the wait). A reply saying the slot map moved (MOVED,
+ * ASK, CLUSTERDOWN, TRYAGAIN) breaks the connection's picture of the cluster.
  */
 function breaksConnection(err: unknown): boolean {
+  if (err instanceof LibraryTimeoutError) return false;
   if (!(err instanceof ErrorReply)) return true;
   return /^(MOVED|ASK|CLUSTERDOWN|TRYAGAIN)\b/.test(err.message);
 }

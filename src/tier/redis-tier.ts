@@ -31,7 +31,7 @@ import {
 import { KnownKeys } from './known-keys.js';
 import { resolveRedisAccess } from './redis-access.js';
 import type { RedisTlsOptions } from './redis-access.js';
-import { TimeoutError as LibraryTimeoutError } from 'redis';
+import { ErrorReply, TimeoutError as LibraryTimeoutError } from 'redis';
 import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
 import type { RedisCommands, RedisConnection } from './redis-link.js';
 import { InFlightWindow } from './in-flight-window.js';
@@ -144,9 +144,13 @@ export class RedisTier implements LowerTier {
   private readonly inFlight = new Set<Promise<unknown>>();
   /** Called when an operation settles (close() waits on it). */
   private onSettled: (() => void) | undefined;
-  /** Operations that failed (close() stops draining at the first one), and when the last did. */
-  private failures = 0;
-  private failedAtMs = -Infinity;
+  /**
+   * Failures that say the cluster is stuck or gone (a node silent past the
+   * deadline, a lost connection, no connection), not merely busy: close()
+   * stops draining at the first one, and drains nothing after a recent one.
+   */
+  private stuckFailures = 0;
+  private stuckAtMs = -Infinity;
   /** Why the last connect or command failed (one line, credentials scrubbed). */
   private lastProblem: string | undefined;
   private bytesInFlight = 0;
@@ -450,23 +454,24 @@ export class RedisTier implements LowerTier {
   }
 
   /**
-   * Sends what is queued while the cluster answers (within `timeoutMs`; the
-   * first failure ends the drain: a stuck or dead cluster gets no more of
-   * it), drops the rest (counted), then destroys every node client: stores
-   * still in flight fail and are counted as dropped. Returns within
-   * `timeoutMs` plus one command timeout; nothing reconnects afterwards.
+   * Sends what is queued while the cluster takes it (within `timeoutMs`; a
+   * node found stuck or gone ends the drain, and one found so within the
+   * last command timeout means no drain at all: a stuck cluster gets none of
+   * close's time; a merely busy one gets all of it), drops the rest
+   * (counted), then destroys every node client: stores still in flight fail
+   * and are counted as dropped. Returns within `timeoutMs` plus one command
+   * timeout; nothing reconnects afterwards.
    */
   async close(timeoutMs: number): Promise<void> {
     if (this.closing) return;
     this.closing = true;
-    const failuresBefore = this.failures;
+    const stuckBefore = this.stuckFailures;
     const deadline = performance.now() + timeoutMs;
-    // A cluster that failed within the last timeout is not waited for at all.
-    const sick = performance.now() - this.failedAtMs < this.options.timeoutMs;
+    const stuck = performance.now() - this.stuckAtMs < this.options.timeoutMs;
     for (;;) {
       this.pump();
       if (this.queuedCount === 0 && this.inFlight.size === 0) break;
-      if (sick || this.failures > failuresBefore) break;
+      if (stuck || this.stuckFailures > stuckBefore) break;
       const left = deadline - performance.now();
       if (left <= 0) break;
       await this.settledOrAfter(left);
@@ -507,7 +512,7 @@ export class RedisTier implements LowerTier {
     if (conn === undefined) return this.link.lastError ?? 'no connection';
     try {
       const probe = `${this.prefix}open`;
-      await this.link.run(conn, probe, (c) => c.exists(probe));
+      await this.link.run(conn, this.link.nodeOf(conn, probe), (c) => c.exists(probe));
       return undefined;
     } catch (err) {
       if (isTimeout(err)) return undefined;
@@ -525,7 +530,7 @@ export class RedisTier implements LowerTier {
     const conn = await this.link.connection();
     if (conn === undefined) {
       this.ownCounters.errors += 1;
-      this.noteFailure(`cannot connect: ${this.link.lastError ?? 'no connection'}`);
+      this.noteFailure(`cannot connect: ${this.link.lastError ?? 'no connection'}`, true);
       this.connectBreaker.failure(gate.probe);
     } else this.connectBreaker.success(gate.probe);
     return conn;
@@ -558,20 +563,24 @@ export class RedisTier implements LowerTier {
       return undefined;
     }
     const k = this.keyOf(key);
-    const breaker = this.breakerOf(this.link.nodeOf(conn, k));
+    const node = this.link.nodeOf(conn, k);
+    const breaker = this.breakerOf(node);
     const gate = breaker.allow();
     if (!gate.ok) {
       onError?.(undefined);
       return undefined;
     }
     try {
-      const reply = await this.link.run(conn, k, (c) => cmd(c, k));
+      const reply = await this.link.run(conn, node, (c) => cmd(c, k));
       breaker.success(gate.probe);
       return reply;
     } catch (err) {
       this.ownCounters.errors += 1;
       if (isTimeout(err)) this.ownCounters.timeouts += 1;
-      this.noteFailure(oneLine(err instanceof Error ? err.message : String(err)));
+      this.noteFailure(
+        describeFailure(err),
+        !(err instanceof ErrorReply || err instanceof LibraryTimeoutError),
+      );
       // An OOM reply is the cluster answering (it is full), not failing.
       if (isOutOfMemory(err)) breaker.success(gate.probe);
       else breaker.failure(gate.probe);
@@ -580,9 +589,11 @@ export class RedisTier implements LowerTier {
     }
   }
 
-  private noteFailure(problem: string): void {
-    this.failures += 1;
-    this.failedAtMs = performance.now();
+  private noteFailure(problem: string, stuck: boolean): void {
+    if (stuck) {
+      this.stuckFailures += 1;
+      this.stuckAtMs = performance.now();
+    }
     this.lastProblem = problem;
   }
 
@@ -605,6 +616,13 @@ function definedOnly<T extends object>(o: T): Partial<T> {
 
 function oneLine(text: string): string {
   return text.replace(/\s+/g, ' ').trim();
+}
+
+/** One line for a failed command (the library's queue timeout has no message of its own). */
+function describeFailure(err: unknown): string {
+  if (err instanceof LibraryTimeoutError)
+    return `a command waited over the timeout to be sent (the connection is congested)`;
+  return oneLine(err instanceof Error ? err.message : String(err));
 }
 
 function isTimeout(err: unknown): boolean {
