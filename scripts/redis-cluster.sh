@@ -9,7 +9,7 @@
 #   scripts/redis-cluster.sh kill-master   SIGKILL one master (not the seed); prints its port
 #   scripts/redis-cluster.sh restart PORT  start a killed node again (it rejoins as a replica)
 #   scripts/redis-cluster.sh status        cluster_state of the seed node
-#   scripts/redis-cluster.sh install       only install redis-server when missing (.ci/run uses it)
+#   scripts/redis-cluster.sh install       only install redis-server and openssl when missing (.ci/run uses it)
 #
 # Environment: KVOFF_REDIS_PORT (first port, default 7100; six consecutive ports
 # and their bus ports +10000 are used), KVOFF_REDIS_DIR (node files, default
@@ -37,17 +37,21 @@ WAIT_S=30
 
 log() { echo "redis-cluster: $*" >&2; }
 
+# redis-server and redis-cli, and openssl (the TLS cluster's certificates are made with it).
 ensure_installed() {
-  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null; then return; fi
+  if command -v redis-server >/dev/null && command -v redis-cli >/dev/null &&
+    command -v openssl >/dev/null; then
+    return
+  fi
   if ! command -v apt-get >/dev/null; then
-    log "redis-server is missing and apt-get is not available: install Redis 7 yourself"
+    log "redis-server or openssl is missing and apt-get is not available: install Redis 7 and openssl yourself"
     exit 1
   fi
-  log "installing redis-server with apt-get"
+  log "installing redis-server and openssl with apt-get"
   local sudo=()
   if [ "$(id -u)" != 0 ]; then
     if ! command -v sudo >/dev/null; then
-      log "redis-server is missing and installing it needs root (no sudo here)"
+      log "installing redis-server and openssl needs root (no sudo here)"
       exit 1
     fi
     sudo=(sudo)
@@ -56,9 +60,10 @@ ensure_installed() {
   # redis-tools (redis-cli) comes with redis-server as a dependency.
   # env after sudo: sudo resets the environment, so DEBIAN_FRONTEND must be set inside it.
   ${sudo[@]+"${sudo[@]}"} env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-    --no-install-recommends redis-server >&2
-  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null; then
-    log "apt-get finished but redis-server or redis-cli is still not on PATH"
+    --no-install-recommends redis-server openssl >&2
+  if ! command -v redis-server >/dev/null || ! command -v redis-cli >/dev/null ||
+    ! command -v openssl >/dev/null; then
+    log "apt-get finished but redis-server, redis-cli or openssl is still not on PATH"
     exit 1
   fi
 }
@@ -146,10 +151,7 @@ up() {
     return
   fi
   down_quiet
-  if [ -n "$TLS" ]; then
-    command -v openssl >/dev/null || { log "KVOFF_REDIS_TLS needs openssl"; exit 1; }
-    make_certs
-  fi
+  [ -z "$TLS" ] || make_certs
   for p in "${PORTS[@]}"; do start_node "$p"; done
   for p in "${PORTS[@]}"; do wait_ping "$p"; done
   local hosts=()
