@@ -73,6 +73,8 @@ export interface LowerTier {
    * never changes it.
    */
   store(key: bigint, value: Buffer): void;
+  /** A value for `key` holding `payload`, sealed as this level checks it (header, and its tag with a secret). */
+  seal(key: bigint, payload: Uint8Array): Buffer;
   /** The checked payload of `key`, or undefined (miss). A bad entry is deleted. Never rejects. */
   load(key: bigint): Promise<Buffer | undefined>;
   /** Stores still being written. */
