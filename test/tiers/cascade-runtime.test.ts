@@ -91,6 +91,56 @@ describe('tier cascade in the runtime', () => {
     expect(() => parseTierOptions({ redis: ' , ' })).toThrow(/--redis/);
   });
 
+  it('secrets and credentials come from the environment or files, never argv; TLS files need rediss://', () => {
+    const files = mkdtempSync(join(tmpdir(), 'kvoff-tier-opts-'));
+    try {
+      const secretFile = join(files, 'secret');
+      writeFileSync(secretFile, 'from-a-file-0123456789abcdef\n');
+      const pem = join(files, 'ca.pem');
+      writeFileSync(pem, '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n');
+      const env = {
+        KVOFF_TIER_SECRET: 'from-the-environment-0123456789',
+        KVOFF_REDIS_USERNAME: 'engine',
+        KVOFF_REDIS_PASSWORD: 'pw-from-env',
+      };
+      expect(parseTierOptions({ redis: 'redis://u:pw@h:1', tierOptional: true }, env)).toEqual({
+        redis: { urls: ['redis://u:pw@h:1'], username: 'engine', password: 'pw-from-env' },
+        secret: 'from-the-environment-0123456789',
+        optional: true,
+      });
+      expect(parseTierOptions({ disk: 'd', tierSecretFile: secretFile }, {})).toEqual({
+        disk: { dir: 'd' },
+        secret: 'from-a-file-0123456789abcdef',
+      });
+      expect(
+        parseTierOptions({ redis: 'rediss://h:1', redisCa: pem }, {})?.redis?.tls?.ca,
+      ).toContain('BEGIN CERTIFICATE');
+      expect(parseTierOptions({ redis: 'redis://h:1', insecureTier: true }, {})?.redis).toEqual({
+        urls: ['redis://h:1'],
+        insecure: true,
+      });
+      const refused: [Parameters<typeof parseTierOptions>[0], Record<string, string>, RegExp][] = [
+        [{ disk: 'd', tierSecretFile: secretFile }, env, /--tier-secret-file: .*set too/],
+        [{ redis: 'redis://h:1', insecureTier: true }, env, /--insecure-tier: contradicts/],
+        [{ redis: 'redis://h:1', redisCa: pem }, {}, /need rediss:\/\//],
+        [
+          { redis: 'rediss://h:1', redisCert: pem },
+          {},
+          /--redis-cert: and --redis-key go together/,
+        ],
+        [{ redis: 'rediss://h:1', redisCa: secretFile }, {}, /--redis-ca: .* is not PEM/],
+        [{ redisCa: pem }, {}, /--redis-ca: needs --redis/],
+        [{ tierOptional: true }, {}, /--tier-optional: needs --disk or --redis/],
+        [{ redis: 'redis://h:1,rediss://h:2' }, {}, /mixes redis:\/\/ and rediss:\/\//],
+      ];
+      for (const [raw, e, message] of refused) {
+        expect(() => parseTierOptions(raw, e)).toThrow(message);
+      }
+    } finally {
+      rmSync(files, { recursive: true, force: true });
+    }
+  });
+
   it('OffloadRuntime.start refuses bad tier options before starting anything', async () => {
     await expect(OffloadRuntime.start({ tiers: { disk: { dir: '' } } })).rejects.toThrow(
       InvalidArgumentError,
@@ -108,5 +158,12 @@ describe('tier cascade in the runtime', () => {
         tiers: { redis: { urls: ['redis://127.0.0.1:1'], storesInFlightMax: 0 } },
       }),
     ).rejects.toThrow(/tiers\.redis\.storesInFlightMax/);
+    // Redis without a secret, unless told it may run unauthenticated; a secret too short.
+    await expect(
+      OffloadRuntime.start({ tiers: { redis: { urls: ['redis://127.0.0.1:1'] } } }),
+    ).rejects.toThrow(/tiers\.redis: values must be authenticated/);
+    await expect(
+      OffloadRuntime.start({ tiers: { disk: { dir: 'd' }, secret: 'short' } }),
+    ).rejects.toThrow(/tiers\.secret: must be at least 16 bytes/);
   });
 });
