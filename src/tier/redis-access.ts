@@ -157,11 +157,8 @@ function checkTls(field: string, v: unknown): RedisTlsOptions | undefined {
   return o as RedisTlsOptions;
 }
 
-/** `text` with every occurrence of the credentials replaced: for messages built from a library's error. */
+/** `text` with every occurrence of the password replaced: for messages built from a library's error. */
 export function scrubCredentials(text: string, access: RedisAccess): string {
-  let out = text;
-  for (const secret of [access.password, access.username]) {
-    if (secret !== undefined && secret.length > 0) out = out.split(secret).join('***');
-  }
-  return out;
+  const secret = access.password;
+  return secret !== undefined && secret.length > 0 ? text.split(secret).join('***') : text;
 }

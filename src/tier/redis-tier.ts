@@ -19,18 +19,17 @@
 // knows the cluster holds (it wrote it, or a lookup or load found it) is not
 // sent again.
 import { performance } from 'node:perf_hooks';
-import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
+import { TierUnavailableError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
-import {
-  EntryAuth,
-  checkedEntry,
-  entryBytes,
-  sealEntry,
-  unauthenticatedRedisRefused,
-} from './entry-auth.js';
+import { checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
+import type { EntryAuth } from './entry-auth.js';
 import { KnownKeys } from './known-keys.js';
-import { resolveRedisAccess } from './redis-access.js';
-import type { RedisTlsOptions } from './redis-access.js';
+import { scrubCredentials } from './redis-access.js';
+import type { RedisAccess } from './redis-access.js';
+import { STORE_WINDOW_INITIAL, STORE_WINDOW_MIN, resolveRedisOptions } from './redis-options.js';
+import type { RedisTierOptions, ResolvedRedisOptions } from './redis-options.js';
+
+export type { RedisTierOptions } from './redis-options.js';
 import { ErrorReply, TimeoutError as LibraryTimeoutError } from 'redis';
 import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
 import type { RedisCommands, RedisConnection } from './redis-link.js';
@@ -40,96 +39,18 @@ import { SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { VALUE_HEADER_BYTES, hex16 } from './value.js';
 
-export interface RedisTierOptions {
-  /** Seed nodes, `redis[s]://[user:password@]host:port` each; the rest of the cluster is discovered. */
-  readonly urls: readonly string[];
-  /** ACL user; default: the URLs', else Redis's default user. */
-  readonly username?: string;
-  /** Password of that user (or the cluster's requirepass); default: the URLs'. */
-  readonly password?: string;
-  /** TLS settings for rediss:// URLs (PEM text), applied to every node. */
-  readonly tls?: RedisTlsOptions;
-  /**
-   * The deployment secret: every value carries an HMAC-SHA256 tag under it
-   * (at least 16 bytes). Required unless `insecure`.
-   */
-  readonly secret?: string | Uint8Array;
-  /** Open without a secret: values are not authenticated (anyone who can write to the cluster can change what engines load). */
-  readonly insecure?: boolean;
-  /**
-   * A cluster that cannot be used at open (unreachable, credentials refused,
-   * TLS failure) does not fail the open: the circuit opens and later probes
-   * reconnect. Default false: open() rejects with TierUnavailableError.
-   */
-  readonly optional?: boolean;
-  /** Deadline of every command, and of a connect; default 2,000 ms. */
-  readonly timeoutMs?: number;
-  /** Most SETs awaiting their reply (the delay-based window's ceiling); beyond the window stores wait in the queue; default 4,096. */
-  readonly storesInFlightMax?: number;
-  /** Bytes of SETs awaiting their reply; beyond this stores wait in the queue; default 64 MiB. */
-  readonly storeBytesInFlightMax?: number;
-  /** Stores waiting for room in the window; beyond this (or the byte bound) they are dropped; default 16,384. */
-  readonly storesQueuedMax?: number;
-  /** Bytes of stores waiting for room in the window; default 256 MiB. */
-  readonly storesQueuedBytesMax?: number;
-  /** Consecutive failed operations that open the circuit; default 5. */
-  readonly failuresMax?: number;
-  /** How long the circuit stays open before a probe; default 1,000 ms. */
-  readonly openMs?: number;
-  readonly payloadBytes: number;
-  readonly fingerprint: bigint;
-}
-
-// Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
-// that halves when a SET takes 90% of the timeout or times out (at most once
-// per that long) and grows by one per faster answer (src/tier/in-flight-window.ts).
-// Measured with the default `kvoff simulate` against a fresh cluster on a
-// loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
-// (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
-// 5 (a faster run, a burstier offer), and against a cluster at nice 10 its deep
-// pipeline timed out together (1,262 errors, 44% dropped, circuit open). A
-// window that halved at a quarter or half of the timeout dropped 30-66%:
-// latencies of 0.5-1.8 s are common on such a box and need not be cut. This
-// one dropped 18% at load 5 with no error, like the fixed 4,096, and backs off
-// before a timeout wave. At 16 KiB the byte bound (64 MiB, about 4,085
-// values) and the count ceiling meet; for larger chunks the byte bound decides.
-// The queue in front of the window absorbs the first run's bursts, as the disk
-// level's write queue does: without it the default `kvoff simulate` against a
-// fresh cluster dropped 18-66% of its stores (the host tier publishes about
-// 18,000 chunks in a few seconds, faster than 4,096 SETs / 64 MiB in flight
-// drain). Bounded in count and bytes (at most about one more copy of the
-// default host tier); store() stays O(1) and never waits: over either bound it
-// drops and counts. A queued key answers 'pending' to lookups, as one in flight.
-/** The window never goes below this many stores in flight, nor starts above STORE_WINDOW_INITIAL. */
-const STORE_WINDOW_MIN = 64;
-const STORE_WINDOW_INITIAL = 4096;
-
-const REDIS_DEFAULTS = {
-  timeoutMs: 2_000,
-  storesInFlightMax: 4_096,
-  storeBytesInFlightMax: 64 << 20,
-  storesQueuedMax: 16_384,
-  storesQueuedBytesMax: 256 << 20,
-  failuresMax: 5,
-  openMs: 1_000,
-} as const;
-
 /** EXISTS sent at once per lookup round; the lookup stops at the first miss or failure. */
 const EXISTS_BATCH = 32;
 
 /** Keys this process knows the cluster holds (not sent again); the oldest are forgotten beyond this. */
 const KNOWN_KEYS_MAX = 1 << 16;
 
-type Resolved = Required<
-  Omit<RedisTierOptions, 'username' | 'password' | 'tls' | 'secret' | 'insecure' | 'optional'>
->;
-
 export class RedisTier implements LowerTier {
   readonly name = 'redis' as const;
   /** True when values carry a tag under the deployment secret. */
   readonly authenticated: boolean;
   private readonly ownCounters: TierCounters = zeroCounters();
-  private readonly options: Resolved;
+  private readonly options: ResolvedRedisOptions;
   /** Opens when connecting keeps failing (the whole cluster unreachable). */
   private readonly connectBreaker: CircuitBreaker;
   /** One per node: a node that keeps failing is skipped, the others go on. */
@@ -167,7 +88,8 @@ export class RedisTier implements LowerTier {
   private readonly switches: LowerTierSwitches;
 
   private constructor(
-    options: Resolved,
+    options: ResolvedRedisOptions,
+    private readonly access: RedisAccess,
     link: RedisLink,
     auth: EntryAuth | undefined,
     switches: LowerTierSwitches,
@@ -199,40 +121,8 @@ export class RedisTier implements LowerTier {
     /** Test-only: see LowerTierSwitches. */
     switches: LowerTierSwitches = {},
   ): Promise<RedisTier> {
-    const access = resolveRedisAccess('tiers.redis.urls', options.urls, options);
-    const auth = options.secret === undefined ? undefined : new EntryAuth(options.secret);
-    if (auth === undefined && options.insecure !== true) throw unauthenticatedRedisRefused();
-    const full: Resolved = {
-      ...REDIS_DEFAULTS,
-      ...definedOnly({
-        timeoutMs: options.timeoutMs,
-        storesInFlightMax: options.storesInFlightMax,
-        storeBytesInFlightMax: options.storeBytesInFlightMax,
-        storesQueuedMax: options.storesQueuedMax,
-        storesQueuedBytesMax: options.storesQueuedBytesMax,
-        failuresMax: options.failuresMax,
-        openMs: options.openMs,
-      }),
-      urls: options.urls,
-      payloadBytes: options.payloadBytes,
-      fingerprint: options.fingerprint,
-    };
-    const int = (name: string, v: number, min: number, max: number) => {
-      if (!Number.isInteger(v) || v < min || v > max) {
-        throw new InvalidArgumentError(
-          `tiers.redis.${name}`,
-          `must be an integer in [${min}, ${max}]`,
-        );
-      }
-    };
-    int('timeoutMs', full.timeoutMs, 1, 600_000);
-    int('storesInFlightMax', full.storesInFlightMax, 1, 1 << 20);
-    int('storeBytesInFlightMax', full.storeBytesInFlightMax, 1, Number.MAX_SAFE_INTEGER);
-    int('storesQueuedMax', full.storesQueuedMax, 0, 1 << 24);
-    int('storesQueuedBytesMax', full.storesQueuedBytesMax, 0, Number.MAX_SAFE_INTEGER);
-    int('failuresMax', full.failuresMax, 1, 1 << 20);
-    int('openMs', full.openMs, 1, 3_600_000);
-    const tier = new RedisTier(full, new RedisLink(access, full.timeoutMs), auth, switches);
+    const { full, access, auth } = resolveRedisOptions(options);
+    const tier = new RedisTier(full, access, new RedisLink(access, full.timeoutMs), auth, switches);
     const problem = await tier.firstContact();
     if (problem !== undefined) {
       if (options.optional !== true) {
@@ -516,7 +406,10 @@ export class RedisTier implements LowerTier {
       return undefined;
     } catch (err) {
       if (isTimeout(err)) return undefined;
-      return oneLine(err instanceof Error ? err.message : String(err));
+      return scrubCredentials(
+        oneLine(err instanceof Error ? err.message : String(err)),
+        this.access,
+      );
     }
   }
 
@@ -578,7 +471,7 @@ export class RedisTier implements LowerTier {
       this.ownCounters.errors += 1;
       if (isTimeout(err)) this.ownCounters.timeouts += 1;
       this.noteFailure(
-        describeFailure(err),
+        scrubCredentials(describeFailure(err), this.access),
         !(err instanceof ErrorReply || err instanceof LibraryTimeoutError),
       );
       // An OOM reply is the cluster answering (it is full), not failing.
@@ -608,10 +501,6 @@ export class RedisTier implements LowerTier {
       this.onSettled?.();
     });
   }
-}
-
-function definedOnly<T extends object>(o: T): Partial<T> {
-  return Object.fromEntries(Object.entries(o).filter(([, v]) => v !== undefined)) as Partial<T>;
 }
 
 function oneLine(text: string): string {
