@@ -122,6 +122,8 @@ export class RedisLink {
     conn.users += 1;
     const sentAtMs = performance.now();
     let timer: NodeJS.Timeout | undefined;
+    // Set when the race is over: a check already queued for the next turn then does nothing (no stray timer).
+    let settled = false;
     try {
       return await Promise.race([
         fn(conn.commands).then(
@@ -137,6 +139,7 @@ export class RedisLink {
         new Promise<never>((_, reject) => {
           const hardMs = sentAtMs + this.timeoutMs * PATIENCE_MAX;
           const check = () => {
+            if (settled) return;
             const now = performance.now();
             const quietSinceMs = Math.max(sentAtMs, this.answeredAtMs.get(node) ?? -Infinity);
             if (now - quietSinceMs >= this.timeoutMs || now >= hardMs) {
@@ -156,6 +159,7 @@ export class RedisLink {
       if (breaksConnection(err)) this.retire(conn);
       throw err;
     } finally {
+      settled = true;
       clearTimeout(timer);
       conn.users -= 1;
       if (conn.retired && conn.users === 0) this.drop(conn);
