@@ -19,6 +19,7 @@ export {
   BlocksSettledError,
   RoleClaimedError,
   TransferBackendFailedError,
+  TierUnavailableError,
 } from './errors.js';
 export type { KvoffErrorCode } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';

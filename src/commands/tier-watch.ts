@@ -13,8 +13,12 @@ const WARN_EVERY_MS = 30_000;
 /** How often the stats are read. */
 const POLL_MS = 500;
 
+/** A degraded level's reason comes by message, its state by shared memory: wait this long for the reason. */
+const REASON_WAIT_MS = 1_000;
+
 interface Seen {
   degraded: boolean;
+  degradedSinceMs: number;
   warnedAtMs: number;
   warned: boolean;
   at: LowerTierReport;
@@ -56,11 +60,14 @@ export class TierWatch {
       const degraded = t.state === 'degraded';
       const s = this.seen.get(name) ?? {
         degraded: false,
+        degradedSinceMs: now,
         warnedAtMs: -Infinity,
         warned: false,
         at: t,
       };
-      if (degraded && now - s.warnedAtMs >= this.everyMs) {
+      if (degraded && !s.degraded) s.degradedSinceMs = now;
+      const reasonDue = t.problem !== undefined || now - s.degradedSinceMs >= REASON_WAIT_MS;
+      if (degraded && reasonDue && now - s.warnedAtMs >= this.everyMs) {
         this.write(warning(name, t, s.warned ? s.at : undefined));
         s.warnedAtMs = now;
         s.warned = true;

@@ -276,17 +276,10 @@ async function runStore(
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
   };
   port.on('message', onMessage);
-  if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
-  post({ type: 'ready', role: 'store' });
-  let steps = 0;
   const problems = new Map<LowerTierName, { problem: string | null; atMs: number }>();
-  const flushJobs = () => {
-    const events = loop.takeJobEvents();
-    if (events.length > 0) post({ type: 'jobs', events });
-    const samples = loop.takeTierSamples();
-    if (samples.length > 0) post({ type: 'tierStores', samples });
-    // Why a level is degraded (its state itself is in the shared counters):
-    // posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
+  // Why a level is degraded (its state itself is in the shared counters):
+  // posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
+  const flushProblems = () => {
     const now = performance.now();
     for (const level of cascade?.levels ?? []) {
       const problem = level.problem ?? null;
@@ -298,6 +291,18 @@ async function runStore(
       problems.set(level.name, { problem, atMs: now });
       post({ type: 'tierProblem', tier: level.name, problem });
     }
+  };
+  if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
+  // A level that could not be used at start (tiers.optional) says why before the runtime is ready.
+  flushProblems();
+  post({ type: 'ready', role: 'store' });
+  let steps = 0;
+  const flushJobs = () => {
+    const events = loop.takeJobEvents();
+    if (events.length > 0) post({ type: 'jobs', events });
+    const samples = loop.takeTierSamples();
+    if (samples.length > 0) post({ type: 'tierStores', samples });
+    flushProblems();
   };
   const step = () => {
     try {
