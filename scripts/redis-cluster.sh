@@ -12,7 +12,8 @@
 #   scripts/redis-cluster.sh install       only install redis-server and openssl when missing (.ci/run uses it)
 #
 # Environment: KVOFF_REDIS_PORT (first port, default 7100; six consecutive ports
-# and their bus ports +10000 are used), KVOFF_REDIS_DIR (node files, default
+# and their bus ports +10000 are used), KVOFF_REDIS_REPLICAS (1, or 0 for three
+# masters alone), KVOFF_REDIS_DIR (node files, default
 # under $TMPDIR), KVOFF_REDIS_TTL_S (if set, the cluster takes itself down after
 # that many seconds, so a crashed test run leaves nothing behind).
 #
@@ -31,8 +32,12 @@ set -euo pipefail
 
 BASE=${KVOFF_REDIS_PORT:-7100}
 DIR=${KVOFF_REDIS_DIR:-${TMPDIR:-/tmp}/kvoff-redis-cluster-$BASE}
+# KVOFF_REDIS_REPLICAS=0: three masters and no replica (a cluster to check
+# access with, at half the processes); 1 (default): a replica for each master.
+REPLICAS=${KVOFF_REDIS_REPLICAS:-1}
+case "$REPLICAS" in 0 | 1) ;; *) echo "redis-cluster: KVOFF_REDIS_REPLICAS must be 0 or 1" >&2; exit 2 ;; esac
 PORTS=()
-for i in 0 1 2 3 4 5; do PORTS+=($((BASE + i))); done
+for i in $(seq 0 $((3 * (REPLICAS + 1) - 1))); do PORTS+=($((BASE + i))); done
 WAIT_S=30
 
 log() { echo "redis-cluster: $*" >&2; }
@@ -156,7 +161,7 @@ up() {
   for p in "${PORTS[@]}"; do wait_ping "$p"; done
   local hosts=()
   for p in "${PORTS[@]}"; do hosts+=("127.0.0.1:$p"); done
-  cli "$BASE" --cluster create "${hosts[@]}" --cluster-replicas 1 --cluster-yes >/dev/null
+  cli "$BASE" --cluster create "${hosts[@]}" --cluster-replicas "$REPLICAS" --cluster-yes >/dev/null
   local t=0
   for p in "${PORTS[@]}"; do
     until state_ok "$p"; do
@@ -171,7 +176,7 @@ up() {
       </dev/null >/dev/null 2>&1 &
     echo $! >"$DIR/watchdog.pid"
   fi
-  log "6 nodes up on ports ${PORTS[0]}-${PORTS[5]} (3 masters, 3 replicas)"
+  log "${#PORTS[@]} nodes up on ports ${PORTS[0]}-${PORTS[-1]} (3 masters, $((3 * REPLICAS)) replicas)"
   seed_url
 }
 

@@ -31,6 +31,8 @@ export interface ClusterSecurity {
   aclUser?: { name: string; password: string };
   /** TLS only, client certificates required. */
   tls?: boolean;
+  /** 0: three masters and no replica (half the processes, for tests of access alone). */
+  replicas?: 0 | 1;
 }
 
 /** Attempts at a fresh port range when a node cannot bind (a port taken by someone else). */
@@ -68,6 +70,7 @@ async function startClusterOnce(security: ClusterSecurity): Promise<TestCluster>
       ? { KVOFF_REDIS_ACL_USER: `${security.aclUser.name}:${security.aclUser.password}` }
       : {}),
     ...(security.tls === true ? { KVOFF_REDIS_TLS: '1' } : {}),
+    KVOFF_REDIS_REPLICAS: String(security.replicas ?? 1),
   };
   const script = async (...args: string[]) =>
     (await run('bash', [SCRIPT, ...args], { env, timeout: 120_000 })).stdout.trim();
@@ -83,7 +86,7 @@ async function startClusterOnce(security: ClusterSecurity): Promise<TestCluster>
   const tlsDir = join(dir, 'tls');
   return {
     url,
-    ports: Array.from({ length: 6 }, (_, i) => base + i),
+    ports: Array.from({ length: 3 * ((security.replicas ?? 1) + 1) }, (_, i) => base + i),
     dir,
     ...(security.tls === true
       ? {

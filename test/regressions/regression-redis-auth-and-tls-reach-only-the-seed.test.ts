@@ -26,7 +26,11 @@ const ACL = { name: 'kvoff-engine', password: 'eng1ne-Pa55-not-in-any-output' };
 const SECRET = 'tier-secret-for-tests-0123456789';
 const PAYLOAD = 1024;
 
-const clusters = useClusters([{ requirepass: ADMIN_PASSWORD, aclUser: ACL }, { tls: true }]);
+// Three masters each (no replica): what is tested is that every node takes the access.
+const clusters = useClusters([
+  { requirepass: ADMIN_PASSWORD, aclUser: ACL, replicas: 0 },
+  { tls: true, replicas: 0 },
+]);
 const secured = clusters[0]!;
 const tlsOnly = clusters[1]!;
 
