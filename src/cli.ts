@@ -65,7 +65,8 @@ async function main(argv: string[]): Promise<number> {
       return err.code === 'KVOFF_INVALID_CONFIG' ||
         err.code === 'KVOFF_INVALID_ARGUMENT' ||
         err.code === 'KVOFF_UNKNOWN_POLICY' ||
-        err.code === 'KVOFF_TIER_UNAVAILABLE'
+        err.code === 'KVOFF_TIER_UNAVAILABLE' ||
+        err.code === 'KVOFF_INVALID_TRACE'
         ? EXIT.usage
         : EXIT.found;
     }
