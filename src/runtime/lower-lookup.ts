@@ -16,6 +16,7 @@ import { VALUE_HEADER_BYTES } from '../tier/value.js';
 export interface ReadableEntry {
   readonly slot: number;
   readonly positions: readonly number[];
+  readonly group: number;
 }
 
 /** What a resolution needs from the lookup record it serves. */
@@ -29,8 +30,8 @@ export interface LookupView {
 interface Run {
   state: 'running' | 'pending' | 'done';
   retryAtMs: number;
-  /** Keys this resolution promoted into the host tier (counted as lower-level hits, not host hits). */
-  promoted: Set<bigint>;
+  /** Keys this resolution promoted into the host tier, with the level each came from (lower-level hits, not host hits). */
+  promoted: Map<bigint, 'disk' | 'redis'>;
   startedAtMs: number;
 }
 
@@ -48,6 +49,13 @@ function decisionChunks(
   const to = Math.min(count, hit + (g.eagle ? 1 : 0));
   const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
   return [Math.min(from, to), to];
+}
+
+/** Where a chunk to promote comes from: its group, its parent's key, the level holding it. */
+interface Where {
+  readonly group: number;
+  readonly parent: bigint | null;
+  readonly level: 'disk' | 'redis';
 }
 
 /** Resolutions not asked about for this long are dropped (their request is gone). */
@@ -72,6 +80,8 @@ export class LowerLookups {
     private readonly syncEvictions: () => void,
     /** Wakes the store loop when a resolution finished. */
     private readonly wake: () => void,
+    /** Told of each chunk promoted into host memory (KV events), with its group and parent key. */
+    private readonly onPromoted?: (key: bigint, group: number, parent: bigint | null) => void,
   ) {
     this.bpc = views.config.blocksPerChunk;
     this.payloadBytes = this.bpc * views.config.bytesPerBlock;
@@ -97,7 +107,7 @@ export class LowerLookups {
   mustWait(tag: number, view: LookupView): boolean {
     const run = this.runs.get(tag);
     if (run === undefined) {
-      this.start(tag, view, new Set());
+      this.start(tag, view, new Map());
       return true;
     }
     if (run.state === 'running') return true;
@@ -109,13 +119,13 @@ export class LowerLookups {
   }
 
   /** The lookup was answered: forget its resolution; returns the keys it promoted. */
-  finish(tag: number): ReadonlySet<bigint> {
+  finish(tag: number): ReadonlyMap<bigint, 'disk' | 'redis'> {
     const run = this.runs.get(tag);
     this.runs.delete(tag);
-    return run?.promoted ?? new Set();
+    return run?.promoted ?? new Map();
   }
 
-  private start(tag: number, view: LookupView, promoted: Set<bigint>): void {
+  private start(tag: number, view: LookupView, promoted: Map<bigint, 'disk' | 'redis'>): void {
     // A request that ended while deferred never asks again: forget resolutions that old.
     const now = performance.now();
     for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
@@ -190,12 +200,25 @@ export class LowerLookups {
     // tail included (without it the hit shrank by one chunk, and with a
     // sliding window the window moved onto chunks never fetched: the default
     // hybrid model's warm restart read 559 chunks and loaded none).
+    // Chunk-major, so a host tier short of room (promote() halves the list)
+    // keeps the lowest chunks of every group, and a parent precedes its child.
     const needed: bigint[] = [];
-    for (const g of groups) {
-      const [from, to] = decisionChunks(g, hit, view.count);
-      for (let c = from; c < to; c += 1) {
+    const where = new Map<bigint, Where>();
+    const ranges = groups.map((g) => decisionChunks(g, hit, view.count));
+    const end = Math.max(0, ...ranges.map(([, to]) => to));
+    for (let c = 0; c < end; c += 1) {
+      for (const [i, g] of groups.entries()) {
+        const [from, to] = ranges[i]!;
+        if (c < from || c >= to) continue;
         const k = view.key(g.index, c);
-        if (!inHost(k) && lowerHit(k)) needed.push(k);
+        if (!inHost(k) && lowerHit(k)) {
+          needed.push(k);
+          where.set(k, {
+            group: g.index,
+            parent: c > 0 ? view.key(g.index, c - 1) : null,
+            level: found.get(k)!.level!.name,
+          });
+        }
       }
     }
     const payloads = await Promise.all(
@@ -214,7 +237,7 @@ export class LowerLookups {
       for (let c = from; c < to; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
-    this.promote(keys, got, run.promoted);
+    this.promote(keys, got, run.promoted, where);
     return false;
   }
 
@@ -223,7 +246,12 @@ export class LowerLookups {
    * owns the host tier). If the host cannot make room for all, a shorter
    * prefix of the list is tried; what is not promoted is simply not a hit.
    */
-  private promote(keys: bigint[], payloads: Map<bigint, Buffer>, promoted: Set<bigint>): void {
+  private promote(
+    keys: bigint[],
+    payloads: Map<bigint, Buffer>,
+    promoted: Map<bigint, 'disk' | 'redis'>,
+    where: ReadonlyMap<bigint, Where>,
+  ): void {
     let offer = keys;
     while (offer.length > 0) {
       const r = this.host.prepareStore(offer);
@@ -235,6 +263,8 @@ export class LowerLookups {
       const positions = Array.from({ length: this.bpc }, (_, p) => p);
       r.keysToStore.forEach((k, i) => {
         const slot = r.slots[i]!;
+        const w = where.get(k)!;
+        this.onPromoted?.(k, w.group, w.parent);
         const dest = new Uint8Array(
           this.views.tier.buffer,
           slot * this.payloadBytes,
@@ -244,8 +274,9 @@ export class LowerLookups {
       });
       this.host.completeStore(r.keysToStore, true);
       r.keysToStore.forEach((k, i) => {
-        this.readable.set(k, { slot: r.slots[i]!, positions });
-        promoted.add(k);
+        const w = where.get(k)!;
+        this.readable.set(k, { slot: r.slots[i]!, positions, group: w.group });
+        promoted.set(k, w.level);
       });
       return;
     }

@@ -48,6 +48,12 @@ import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
 import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
+import type { LookupSample } from './lookup-timing.js';
+import { EventHub } from '../events/hub.js';
+import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
+import type { KvEventStream } from '../events/stream.js';
+import { resolveEventsOptions } from '../events/types.js';
+import type { EventsOptions } from '../events/types.js';
 
 export type { RuntimeStats } from './stats.js';
 export type { RequestInput } from './request-rules.js';
@@ -125,6 +131,12 @@ export interface RuntimeOptions {
    * verify() is then unavailable. Default true.
    */
   offload?: boolean;
+  /**
+   * KV events of every tier change (vLLM's BlockStored, BlockRemoved,
+   * AllBlocksCleared): to `events()` streams, and over ZeroMQ with an
+   * endpoint. Off by default (nothing is captured, zeromq is never loaded).
+   */
+  events?: EventsOptions;
   /**
    * The host tier's cache policy ('lru' by default, 'arc', 's3-fifo') and
    * admission threshold (storeThreshold: store a chunk only once lookups
@@ -228,6 +240,8 @@ export class OffloadRuntime {
   private leaks: LeakReport | undefined;
   private readonly traces: RequestTrace[] = [];
   private readonly startedAtEpochMs = Date.now();
+  /** KV events' main side, with `events` on. */
+  private hub: EventHub | undefined;
 
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
@@ -235,7 +249,11 @@ export class OffloadRuntime {
     // The submit ring fits the largest prompt submit() accepts: a record that
     // does not fit a ring can never be sent (it left submit() pending forever,
     // or threw from the backlog timer and took the process down).
-    this.buffers = createRuntimeBuffers(config, { submit: submitRingWords(config) });
+    this.buffers = createRuntimeBuffers(
+      config,
+      { submit: submitRingWords(config) },
+      { events: options.events !== undefined && options.offload !== false },
+    );
     this.views = new RuntimeViews(config, this.buffers);
     this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
     this.roles = options.external
@@ -264,7 +282,16 @@ export class OffloadRuntime {
       if (engine.loadFromTier && options.offload !== false) checkLoadableGroups(config);
     }
     const rt = new OffloadRuntime(config, options);
-    await rt.spawnAll();
+    // Opened first: an endpoint that cannot be used fails the start before any worker runs.
+    if (rt.buffers.events) {
+      rt.hub = await EventHub.open(rt.buffers.events, config, resolveEventsOptions(options.events));
+    }
+    try {
+      await rt.spawnAll();
+    } catch (err) {
+      await rt.hub?.close();
+      throw err;
+    }
     return rt;
   }
 
@@ -314,6 +341,36 @@ export class OffloadRuntime {
     });
   }
 
+  /**
+   * KV-event batches from now on, as an async iterator with a bounded buffer
+   * (`bufferMax` batches, default 1,024): a reader that falls behind loses the
+   * newest, counted in the stream's `dropped`. Ends when the runtime closes.
+   * Needs `events` in the start options.
+   */
+  events(options: { bufferMax?: number } = {}): KvEventStream {
+    if (this.hub === undefined) {
+      throw new InvalidArgumentError(
+        'events',
+        'start the runtime with events: {} to stream KV events',
+      );
+    }
+    const max = options.bufferMax ?? STREAM_BUFFER_DEFAULT;
+    if (!Number.isInteger(max) || max < 1 || max > 1 << 20) {
+      throw new InvalidArgumentError('bufferMax', 'must be an integer in [1, 1048576]');
+    }
+    return this.hub.stream(max);
+  }
+
+  /** Where KV events go over ZeroMQ (bound addresses resolved), when an endpoint is configured. */
+  get eventEndpoints(): { endpoint: string; replayEndpoint?: string } | undefined {
+    const p = this.hub?.publisher;
+    if (p === undefined) return undefined;
+    return {
+      endpoint: p.endpoint,
+      ...(p.replayEndpoint ? { replayEndpoint: p.replayEndpoint } : {}),
+    };
+  }
+
   /** The worker failure that stopped this runtime, if any: submit() and verify() then reject with it. */
   get failedWith(): WorkerFailedError | undefined {
     return this.failure;
@@ -345,6 +402,11 @@ export class OffloadRuntime {
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
       lookupsDeferred: s.lookupsDeferred,
+      storesBelowThreshold: s.storesBelowThreshold,
+      lookupCalls: s.lookupCalls,
+      lookupCallSeconds: s.lookupCallUs / 1e6,
+      lookupsResolvedAfterDefer: s.lookupsResolvedAfterDefer,
+      lookupDeferredSeconds: s.lookupDeferredUs / 1e6,
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
@@ -358,6 +420,7 @@ export class OffloadRuntime {
         this.tierProblems,
       ),
       memory: readRuntimeMemory(this.views.memory),
+      ...(this.hub ? { events: this.hub.stats(s.eventsQueued, s.eventsDropped) } : {}),
       ...(this.failure
         ? {
             failure: {
@@ -422,6 +485,11 @@ export class OffloadRuntime {
     return this.leaks;
   }
 
+  /** Same as on('lookup', fn) (the serve layer's optional hook). */
+  onLookup(fn: (e: LookupSample) => void): this {
+    return this.on('lookup', fn);
+  }
+
   /** Same as on('tierStore', fn) (the serve layer's optional hook). */
   onTierStore(fn: (e: TierStoreSample) => void): this {
     return this.on('tierStore', fn);
@@ -430,9 +498,11 @@ export class OffloadRuntime {
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
+  /** One lookup timing: a call's own time ('sync'), or a deferred lookup's wait until resolved ('deferred'). */
+  on(event: 'lookup', fn: (e: LookupSample) => void): this;
   on(
-    event: 'job' | 'tierStore',
-    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void),
+    event: 'job' | 'tierStore' | 'lookup',
+    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void) | ((e: LookupSample) => void),
   ): this {
     this.emitter.on(event, fn);
     return this;
@@ -576,6 +646,9 @@ export class OffloadRuntime {
         return;
       case 'tierStores':
         for (const e of m.samples) this.emitter.emit('tierStore', e);
+        return;
+      case 'lookups':
+        for (const e of m.samples) this.emitter.emit('lookup', e);
         return;
       case 'verified': {
         const done = this.verifies.get(m.id);
@@ -737,6 +810,8 @@ export class OffloadRuntime {
       }
     }
     await this.terminateAll();
+    // The store has stopped: what it queued is published, then the streams end.
+    await this.hub?.close();
     this.closed = true;
     this.rejectVerifies(this.failure ?? new ClosedError('runtime'));
     // Role views (the host's in external mode) refuse every write from now on.
@@ -862,6 +937,7 @@ function validateOptions(o: RuntimeOptions): void {
     }
   };
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
+  if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);
   if (o.offload !== undefined && typeof o.offload !== 'boolean') {
     throw new InvalidArgumentError('offload', 'must be a boolean');
@@ -872,6 +948,11 @@ function validateOptions(o: RuntimeOptions): void {
       throw new InvalidArgumentError('offload', 'false cannot be combined with external: true');
     if (o.tiers !== undefined)
       throw new InvalidArgumentError('offload', 'false cannot be combined with tiers');
+    if (o.events !== undefined)
+      throw new InvalidArgumentError(
+        'offload',
+        'false cannot be combined with events (no tier changes)',
+      );
     if (o.transferBackendModule !== undefined) {
       throw new InvalidArgumentError(
         'offload',

@@ -41,6 +41,10 @@ import { publishStat } from './stats.js';
 import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
+import { EventCapture } from '../events/capture.js';
+import { LookupTiming } from './lookup-timing.js';
+import type { LookupSample } from './lookup-timing.js';
+import type { TierCounters, TierName } from '../tier/lower.js';
 import type { TracedRequest } from './trace-recorder.js';
 
 export interface StoreLoopOptions {
@@ -176,6 +180,8 @@ export interface StoreLoopEvents {
 interface Readable {
   readonly slot: number;
   readonly positions: readonly number[];
+  /** The KV group the chunk belongs to (KV events name it). */
+  readonly group: number;
 }
 
 interface HitLock {
@@ -257,6 +263,15 @@ export class StoreLoop {
   /** The host level's lookup counters (the rest come from the tier and the planner). */
   private readonly hostCounters = zeroCounters();
   private hostBytesRead = 0;
+  /** KV events of every tier change, when the runtime publishes them. */
+  private readonly capture: EventCapture | undefined;
+  private readonly lookupTiming = new LookupTiming();
+  private hostStoreUs = 0;
+  private hostLoadUs = 0;
+  /** Tokens of lookup hits per level that served them (the first full-attention group's chunks). */
+  private readonly hitTokens: Record<TierName, number> = { host: 0, disk: 0, redis: 0 };
+  /** The group whose chunks count hit tokens: the first full-attention one (-1: none). */
+  private readonly tokenGroup: number;
 
   constructor(
     views: RuntimeViews,
@@ -334,21 +349,32 @@ export class StoreLoop {
     });
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
+    this.tokenGroup = config.groups.findIndex((g) => g.windowChunks === null);
+    const queue = views.buffers.events;
+    this.capture = queue ? new EventCapture(queue, views.state, config) : undefined;
+    const capture = this.capture;
     this.lower = options.cascade
       ? new LowerLookups(
           options.cascade,
           views,
           this.tier,
           this.readable,
-          () => this.trackEvictions(),
+          () => this.takeTierEvents(),
           options.wake ?? (() => {}),
+          capture ? (key, group, parent) => capture.promoted(key, group, parent) : undefined,
         )
       : undefined;
+    if (capture) for (const level of options.cascade?.levels ?? []) level.events.enabled = true;
   }
 
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
   get jobsInFlight(): number {
     return this.planner.jobsHeld + this.loads.size;
+  }
+
+  /** Lookup timings since the last call (bounded), for the /metrics histograms. */
+  takeLookupSamples(): LookupSample[] {
+    return this.lookupTiming.take();
   }
 
   /** Store latencies of the lower levels since the last call, per chunk (the host's are the job events). */
@@ -387,7 +413,7 @@ export class StoreLoop {
       this.recorder?.endPass();
       if (this.planner.counters.jobs !== before) did = true;
     }
-    this.trackEvictions();
+    this.takeTierEvents();
     this.publishStats();
     return did;
   }
@@ -438,8 +464,10 @@ export class StoreLoop {
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
+        group: c.group,
       });
     }
+    this.capture?.dispatched(job);
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
     this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
@@ -469,6 +497,7 @@ export class StoreLoop {
     if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
     this.planner.complete(job, c.ok);
     if (!c.ok) {
+      this.capture?.settled(job);
       this.storeFailed(job, c.error);
       return;
     }
@@ -483,8 +512,14 @@ export class StoreLoop {
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
+    // Announced now, while the chunks' captured tokens are at hand.
+    if (this.capture) {
+      this.takeTierEvents();
+      this.capture.settled(job);
+    }
 
     this.bytesCopied += c.bytes;
+    this.hostStoreUs += c.latencyMs * 1000;
     this.jobsCompleted += 1;
     this.jobEvents.push({
       jobId: c.jobId,
@@ -513,16 +548,31 @@ export class StoreLoop {
     }
   }
 
-  private trackEvictions(): void {
-    for (const e of this.tier.takeEvents()) {
+  /**
+   * The host tier's events: evicted entries stop being readable; with KV
+   * events on, every change is announced (removals before their entries are
+   * forgotten, so their group is still known), and so are the lower levels'.
+   */
+  private takeTierEvents(): void {
+    const events = this.tier.takeEvents();
+    if (this.capture) {
+      this.capture.host(events, (k) => this.readable.get(k)?.group ?? this.writing.get(k)?.group);
+      for (const level of this.lower?.cascade.levels ?? []) {
+        const { events: changes, lost } = level.events.take();
+        if (changes.length > 0 || lost > 0) this.capture.lower(level.name, changes, lost);
+      }
+    }
+    for (const e of events) {
       if (e.kind === 'removed') for (const k of e.keys) this.readable.delete(k);
     }
   }
 
   private handle(r: Int32Array): void {
     const op = r[0];
-    if (op === OP_LOOKUP) this.lookup(r);
-    else if (op === OP_LOAD) this.load(r);
+    if (op === OP_LOOKUP) {
+      const t0 = performance.now();
+      this.lookupTiming.answered(r[1]!, t0, this.lookup(r));
+    } else if (op === OP_LOAD) this.load(r);
     else if (op === OP_UNLOCK) this.unlock(r[1]!);
     else invariant(false, `store opcode ${op} is known`);
   }
@@ -542,7 +592,7 @@ export class StoreLoop {
    * refuses other configs with the load path on; here they hit 0) and the hit
    * is a whole number of chunks.
    */
-  private lookup(r: Int32Array): void {
+  private lookup(r: Int32Array): boolean {
     const { config } = this.views;
     const groups = config.groups;
     const decoded = decodeLookup(config, r);
@@ -606,7 +656,7 @@ export class StoreLoop {
         this.hostCounters.pendingChunks += 1;
         this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: true, locked: [] });
         this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
-        return;
+        return true;
       }
     }
     const promoted = this.lower?.finish(tag);
@@ -615,7 +665,7 @@ export class StoreLoop {
       this.lookupsDeferred += 1;
       this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: false, locked: [] });
       this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
-      return;
+      return true;
     }
     // One sighting per answered lookup, of every key it carries (the store threshold's count).
     for (const k of keys) this.tier.recordLookup(k);
@@ -637,6 +687,12 @@ export class StoreLoop {
       for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
       this.locks.set(tag, { keys: prepared, slots, chunks, hit });
       for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
+      for (let i = 0; i < chunks.length; i += 1) {
+        const g = chunks[i]!.group;
+        if (g !== this.tokenGroup) continue;
+        const level = promoted?.get(locked[i]!) ?? 'host';
+        this.hitTokens[level] += groups[g]!.tokensPerChunk;
+      }
       if (this.onLookupAnswered) {
         chunks.forEach((c, i) =>
           lockedChunks.push({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }),
@@ -651,6 +707,7 @@ export class StoreLoop {
       locked: lockedChunks,
     });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return false;
   }
 
   /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
@@ -717,6 +774,7 @@ export class StoreLoop {
     if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
     this.hostBytesRead += c.bytes;
+    this.hostLoadUs += c.latencyMs * 1000;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
@@ -868,6 +926,11 @@ export class StoreLoop {
     publishStat(s, 'doubleStores', this.doubleStores);
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
+    publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
+    if (this.capture) {
+      publishStat(s, 'eventsQueued', this.capture.queue.queued);
+      publishStat(s, 'eventsDropped', this.capture.queue.dropped);
+    }
     const t = this.tier.stats();
     const host = this.hostCounters;
     host.storedChunks = t.stores;
@@ -876,10 +939,29 @@ export class StoreLoop {
     host.bytesRead = this.hostBytesRead;
     host.droppedChunks = c.chunksDroppedForCapacity;
     host.fullChunks = c.allocationFailures;
+    host.storeUs = this.hostStoreUs;
+    host.loadUs = this.hostLoadUs;
+    host.hitTokens = this.hitTokens.host;
+    const chunkBytes = this.views.config.blocksPerChunk * this.views.config.bytesPerBlock;
+    host.entries = t.used;
+    host.bytesUsed = t.used * chunkBytes;
+    host.capacityBytes = t.capacityChunks * chunkBytes;
+    host.storesPending = t.writing;
     publishTierCounters(this.views.tierStats, 'host', host);
     for (const level of this.lower?.cascade.levels ?? []) {
-      publishTierCounters(this.views.tierStats, level.name, level.counters);
+      const counters: TierCounters = {
+        ...level.counters,
+        hitTokens: this.hitTokens[level.name],
+        storesPending: level.storesInFlight,
+        ...level.usage?.(),
+      };
+      publishTierCounters(this.views.tierStats, level.name, counters);
     }
+    const lt = this.lookupTiming;
+    publishStat(s, 'lookupCalls', lt.syncCount);
+    publishStat(s, 'lookupCallUs', lt.syncSeconds * 1e6);
+    publishStat(s, 'lookupsResolvedAfterDefer', lt.resolvedCount);
+    publishStat(s, 'lookupDeferredUs', lt.resolvedSeconds * 1e6);
   }
 }
 

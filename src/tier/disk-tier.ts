@@ -30,7 +30,7 @@ import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
 import { EntryAuth, checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import { ENTRY_SUFFIX, TEMP_MARK, scanEntries } from './disk-scan.js';
 import {
   CREATE_FLAGS,
@@ -114,6 +114,7 @@ export class DiskTier implements LowerTier {
   readonly counters: TierCounters = zeroCounters();
   /** True when entries carry a tag under the deployment secret. */
   readonly authenticated: boolean;
+  readonly events = new LevelEventLog();
   /** Removed at open: temp files of dead processes, entries of the wrong size, symlinks. */
   staleRemoved = 0;
   /** The real path of this layout's directory (set at open). */
@@ -240,6 +241,14 @@ export class DiskTier implements LowerTier {
     return sealEntry(value, this.options.fingerprint, key, this.auth);
   }
 
+  usage(): { entries: number; bytesUsed: number; capacityBytes: number } {
+    return {
+      entries: this.index.size,
+      bytesUsed: this.bytesUsed,
+      capacityBytes: this.options.bytesMax,
+    };
+  }
+
   pathOf(key: bigint): string {
     const h = hex16(key);
     return join(this.root, h.slice(0, 2), h + ENTRY_SUFFIX);
@@ -283,6 +292,7 @@ export class DiskTier implements LowerTier {
     }
     if (this.writes.full || this.bytesQueued + value.length > this.options.writesQueuedBytesMax) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     if (!this.makeRoom(value.length)) {
@@ -291,6 +301,7 @@ export class DiskTier implements LowerTier {
         this.index.set(key, { bytes: value.length, writing: false, readers: 0 });
         this.bytesUsed += value.length;
         this.counters.storedChunks += 1;
+        this.events.stored(key);
         return;
       }
       this.counters.fullChunks += 1;
@@ -306,6 +317,7 @@ export class DiskTier implements LowerTier {
     const write = this.writes.tryRun(() => this.write(key, value));
     if (write === undefined) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     this.index.set(key, entry);
@@ -322,7 +334,9 @@ export class DiskTier implements LowerTier {
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
           this.counters.degraded = 0;
+          this.counters.storeUs += (performance.now() - t0) * 1000;
           this.samples.push(performance.now() - t0);
+          this.events.stored(key);
         },
         (err: unknown) => {
           this.counters.errors += 1;
@@ -332,6 +346,7 @@ export class DiskTier implements LowerTier {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
             this.counters.storedChunks += 1;
+            this.events.stored(key);
             return;
           }
           this.forget(key, entry);
@@ -349,6 +364,7 @@ export class DiskTier implements LowerTier {
       return undefined;
     }
     e.readers += 1;
+    const t0 = performance.now();
     try {
       let value: Buffer;
       try {
@@ -357,7 +373,10 @@ export class DiskTier implements LowerTier {
         // Gone (another process evicted it), not a plain file, or unreadable: a miss.
         const code = (err as NodeJS.ErrnoException | undefined)?.code;
         if (code !== 'ENOENT') this.counters.errors += 1;
-        if (this.index.get(key) === e) this.forget(key, e);
+        if (this.index.get(key) === e) {
+          this.forget(key, e);
+          this.events.removed(key);
+        }
         if (code === 'ELOOP' || code === 'EFTYPE') this.removeFile(key);
         this.counters.missChunks += 1;
         return undefined;
@@ -374,12 +393,15 @@ export class DiskTier implements LowerTier {
         // Never served: deleted.
         if (this.index.get(key) === e) this.forget(key, e);
         this.removeFile(key);
+        this.events.removed(key);
         return undefined;
       }
       if (this.index.get(key) === e) {
         this.index.delete(key);
         this.index.set(key, e);
       }
+      // read() touched the mtime (the LRU order a restart rebuilds).
+      this.counters.loadUs += (performance.now() - t0) * 1000;
       return payload;
     } finally {
       e.readers -= 1;
@@ -508,6 +530,7 @@ export class DiskTier implements LowerTier {
       this.forget(key, e);
       this.removeFile(key);
       this.counters.evictions += 1;
+      this.events.removed(key);
     }
     return true;
   }

@@ -35,7 +35,7 @@ import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
 import type { RedisCommands, RedisConnection } from './redis-link.js';
 import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { VALUE_HEADER_BYTES, hex16 } from './value.js';
 
@@ -49,6 +49,7 @@ export class RedisTier implements LowerTier {
   readonly name = 'redis' as const;
   /** True when values carry a tag under the deployment secret. */
   readonly authenticated: boolean;
+  readonly events = new LevelEventLog();
   private readonly ownCounters: TierCounters = zeroCounters();
   private readonly options: ResolvedRedisOptions;
   /** Opens when connecting keeps failing (the whole cluster unreachable). */
@@ -225,6 +226,7 @@ export class RedisTier implements LowerTier {
     if (value.length > this.options.storeBytesInFlightMax) {
       // Could never be sent: the byte bound is below one value.
       this.ownCounters.droppedChunks += 1;
+      this.ownCounters.busyChunks += 1;
       return;
     }
     if (this.queuedCount === 0 && this.roomFor(value.length)) {
@@ -237,6 +239,7 @@ export class RedisTier implements LowerTier {
       this.bytesQueued + value.length > this.options.storesQueuedBytesMax
     ) {
       this.ownCounters.droppedChunks += 1;
+      this.ownCounters.busyChunks += 1;
       return;
     }
     this.writing.add(key);
@@ -276,6 +279,7 @@ export class RedisTier implements LowerTier {
     for (let i = this.queuedHead; i < this.queued.length; i += 1) {
       this.writing.delete(this.queued[i]!.key);
       this.ownCounters.droppedChunks += 1;
+      this.ownCounters.unavailableChunks += 1;
     }
     this.queued = [];
     this.queuedHead = 0;
@@ -295,7 +299,9 @@ export class RedisTier implements LowerTier {
         // The unsafe variant counts the failed store as stored (below) instead.
         if (this.switches.unsafeAckOnAllocFailure) return;
         this.ownCounters.droppedChunks += 1;
-        if (isOutOfMemory(err)) this.ownCounters.fullChunks += 1;
+        // Refused without a send: the circuit was open, the client gone, or the level closing.
+        if (err === undefined) this.ownCounters.unavailableChunks += 1;
+        else if (isOutOfMemory(err)) this.ownCounters.fullChunks += 1;
       },
     ).then((reply) => {
       this.writing.delete(key);
@@ -309,12 +315,15 @@ export class RedisTier implements LowerTier {
       if (reply === undefined && !this.switches.unsafeAckOnAllocFailure) return;
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
+      this.ownCounters.storeUs += (performance.now() - t0) * 1000;
       this.samples.push(performance.now() - t0);
+      this.events.stored(key);
     });
     this.track(done);
   }
 
   async load(key: bigint): Promise<Buffer | undefined> {
+    const t0 = performance.now();
     const value = await this.command(key, (c, name) => c.get(name));
     if (value === undefined || value === null) {
       if (value === null) this.known.delete(key);
@@ -333,8 +342,10 @@ export class RedisTier implements LowerTier {
       // Never served: deleted (best-effort), and no longer known to be held.
       this.known.delete(key);
       this.track(this.command(key, (c, name) => c.del(name)));
+      this.events.removed(key);
       return undefined;
     }
+    this.ownCounters.loadUs += (performance.now() - t0) * 1000;
     this.known.add(key);
     return payload;
   }
