@@ -212,5 +212,29 @@ export function renderMarkdown(res: BenchResults): string {
       ]),
     );
   }
+  if (res.hashing) {
+    const h = res.hashing;
+    out.push(
+      '',
+      `**9. Key hashing** (CPU ns per token in the hasher thread, a ${h.tokens}-token prompt per run; medians)`,
+      '',
+    );
+    out.push(
+      table(
+        h.rows.map((r) => ({
+          geometry: r.geometry,
+          hash: r.keyHash,
+          'tokens per block': r.tokensPerHash,
+          'keys per block': r2(r.keysPerHashBlock),
+          'ns/token': r2(r.nsPerToken.median, 1),
+          IQR: iqr(r.nsPerToken, 1),
+          'SHA-256 ÷ xxHash64':
+            r.keyHash === 'sha256'
+              ? r2(h.sha256OverXxh64.find((x) => x.geometry === r.geometry)!.ratio.median)
+              : '',
+        })),
+      ),
+    );
+  }
   return `${out.join('\n')}\n`;
 }

@@ -2,6 +2,7 @@
 // where noise matters). The JSON file has every figure with its full spread.
 import type { CopyResults } from './copy.js';
 import type { DesignResults } from './designs/run.js';
+import type { HashingResults } from './hashing.js';
 import type { PlannerResults } from './planner.js';
 import type { ScenarioResults } from './scenario.js';
 import type { SnapshotResults } from './snapshot.js';
@@ -164,6 +165,24 @@ export function printScenario(s: ScenarioResults): void {
     row('fresh runtime, first workload, off', s.eventLoop.offloadOffFresh),
     row('no runtime (machine alone)', s.eventLoop.noRuntime),
   ]);
+}
+
+export function printHashing(h: HashingResults): void {
+  printTable(
+    `9. Key hashing in the hasher thread: CPU ns per token (a ${h.tokens}-token prompt per run)`,
+    h.rows.map((r) => ({
+      geometry: r.geometry,
+      hash: r.keyHash,
+      'tokens/block': r.tokensPerHash,
+      'keys/block': round(r.keysPerHashBlock, 2),
+      'ns/token': round(r.nsPerToken.median, 1),
+      IQR: iqr(r.nsPerToken),
+    })),
+  );
+  printTable(
+    '   SHA-256 ÷ xxHash64 (paired per repeat)',
+    h.sha256OverXxh64.map((r) => ({ geometry: r.geometry, ratio: round(r.ratio.median, 2) })),
+  );
 }
 
 export function printTargets(targets: readonly TargetCheck[]): void {

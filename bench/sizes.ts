@@ -6,6 +6,7 @@
 // from rotting (test/package/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
+import type { HashingOptions } from './hashing.js';
 import type { PlannerOptions } from './planner.js';
 import type { ScenarioOptions } from './scenario.js';
 import type { SnapshotOptions } from './snapshot.js';
@@ -19,6 +20,7 @@ export interface Sizes {
   readonly designs: DesignOptions;
   readonly copy: CopyOptions;
   readonly scenario: ScenarioOptions;
+  readonly hashing: HashingOptions;
 }
 
 const KIB = 1024;
@@ -60,6 +62,8 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     // and >= 10 s. Three of them are paired with a run with offloading off
     // for on ÷ off (full mode pairs all five).
     scenario: { repeats: 5, offRepeats: 3, idleDelayMsMax: 1000 },
+    // A 64k-token prompt per run (4 ms at 16-token blocks with SHA-256): seconds in all.
+    hashing: { tokens: 65_536, repeats: 15 },
   },
   full: {
     planner: {
@@ -80,6 +84,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
     scenario: { repeats: 5 },
+    hashing: { tokens: 262_144, repeats: 25 },
   },
   smoke: {
     planner: {
@@ -100,5 +105,6 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       steadySecondsMin: 0.2,
       steadyRunsMin: 1,
     },
+    hashing: { tokens: 4096, repeats: 2 },
   },
 };

@@ -2,6 +2,8 @@
 // at once: they would measure each other), and assembles the results file.
 import os from 'node:os';
 import { runCopyBench } from './copy.js';
+import { runHashingBench } from './hashing.js';
+import type { HashingResults } from './hashing.js';
 import type { CopyResults } from './copy.js';
 import { runDesignBench } from './designs/run.js';
 import type { DesignResults } from './designs/run.js';
@@ -13,6 +15,7 @@ import type { PlannerResults } from './planner.js';
 import {
   printCopy,
   printDesigns,
+  printHashing,
   printPlanner,
   printScenario,
   printSnapshot,
@@ -24,10 +27,23 @@ import { SIZES } from './sizes.js';
 import type { Mode } from './sizes.js';
 import { runSnapshotBench } from './snapshot.js';
 import type { SnapshotResults } from './snapshot.js';
-import { copyTargets, designTargets, plannerTargets, scenarioTargets } from './targets.js';
+import {
+  copyTargets,
+  designTargets,
+  hashingTargets,
+  plannerTargets,
+  scenarioTargets,
+} from './targets.js';
 import type { TargetCheck } from './targets.js';
 
-export const BENCHMARKS = ['planner', 'snapshot', 'designs', 'copy', 'scenario'] as const;
+export const BENCHMARKS = [
+  'planner',
+  'snapshot',
+  'designs',
+  'copy',
+  'scenario',
+  'hashing',
+] as const;
 export type BenchmarkName = (typeof BENCHMARKS)[number];
 
 export const RESULTS_SCHEMA = 'kvoff-bench/1';
@@ -55,6 +71,7 @@ export interface BenchResults {
   readonly designs?: DesignResults;
   readonly copy?: CopyResults;
   readonly scenario?: ScenarioResults;
+  readonly hashing?: HashingResults;
 }
 
 export interface SuiteOptions {
@@ -79,6 +96,7 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
     designs?: DesignResults;
     copy?: CopyResults;
     scenario?: ScenarioResults;
+    hashing?: HashingResults;
   } = {};
   const wants = (name: BenchmarkName) => options.only.includes(name);
   const timed = async <T>(name: BenchmarkName, run: () => Promise<T>): Promise<T> => {
@@ -131,6 +149,11 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
     out.scenario = await timed('scenario', () => runScenarioBench(sizes.scenario));
     targets.push(...scenarioTargets(out.scenario));
     if (options.print) printScenario(out.scenario);
+  }
+  if (wants('hashing')) {
+    out.hashing = await timed('hashing', () => runHashingBench(sizes.hashing));
+    targets.push(...hashingTargets(out.hashing));
+    if (options.print) printHashing(out.hashing);
   }
   if (options.print) printTargets(targets);
   return {

@@ -210,12 +210,12 @@ async function main(): Promise<void> {
       const diskDir = join(workDir, `disk-${chunkBytes}`);
       levels.push(
         await measureLevel(
-          (payloadBytes, fingerprint) =>
+          (payloadBytes, scope) =>
             DiskTier.open({
               dir: diskDir,
               bytesMax: 4 * BYTES_PER_RUN,
               payloadBytes,
-              fingerprint,
+              scope,
               freeBytesMin: 0,
               secret: BENCH_SECRET,
             }),
@@ -227,8 +227,8 @@ async function main(): Promise<void> {
       log(`disk ${chunkBytes / KIB} KiB done`);
       levels.push(
         await measureLevel(
-          (payloadBytes, fingerprint) =>
-            RedisTier.open({ urls: [url!], payloadBytes, fingerprint, secret: BENCH_SECRET }),
+          (payloadBytes, scope) =>
+            RedisTier.open({ urls: [url!], payloadBytes, scope, secret: BENCH_SECRET }),
           'redis',
           chunkBytes,
           (salt += 1n),

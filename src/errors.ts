@@ -23,7 +23,10 @@ export type KvoffErrorCode =
   | 'KVOFF_TRANSFER_BACKEND_FAILED'
   | 'KVOFF_TIER_UNAVAILABLE'
   | 'KVOFF_EVENTS_UNAVAILABLE'
-  | 'KVOFF_INVALID_TRACE';
+  | 'KVOFF_INVALID_TRACE'
+  | 'KVOFF_NAMESPACE_REQUIRED'
+  | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
+  | 'KVOFF_SHARED_RESET_FAILED';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -281,5 +284,57 @@ export class TraceFormatError extends KvoffError {
     this.name = 'TraceFormatError';
     this.source = source;
     this.line = line;
+  }
+}
+
+/**
+ * Thrown when a disk or Redis tier is configured without `namespace.model`:
+ * a shared tier serves whoever asks under the same key, so the model (and
+ * revision, adapter, dtype) that made the KV must be named. Nothing started.
+ */
+export class NamespaceRequiredError extends KvoffError {
+  readonly tier: string;
+  constructor(tier: string) {
+    super(
+      'KVOFF_NAMESPACE_REQUIRED',
+      `a ${tier} tier is shared: name the model its entries belong to (config.namespace.model; --model on the CLI)`,
+    );
+    this.name = 'NamespaceRequiredError';
+    this.tier = tier;
+  }
+}
+
+/**
+ * Thrown when a disk or Redis tier is configured with `keyHash: 'xxh64'`:
+ * xxHash keys are for one trusted process only (collisions can be crafted in
+ * practical time), so the shared tiers refuse to start with them.
+ */
+export class KeyHashNotShareableError extends KvoffError {
+  readonly tier: string;
+  constructor(tier: string, keyHash: string) {
+    super(
+      'KVOFF_KEY_HASH_NOT_SHAREABLE',
+      `a ${tier} tier is shared and ${keyHash} keys can be made to collide: use keyHash 'sha256' (the default)`,
+    );
+    this.name = 'KeyHashNotShareableError';
+    this.tier = tier;
+  }
+}
+
+/**
+ * Thrown (as a rejection) by reset({ shared: true }) when a level below the
+ * host tier could not store its new epoch: the host tier was reset, that
+ * level's entries were not retired for other instances. Retry.
+ */
+export class SharedResetFailedError extends KvoffError {
+  readonly tier: string;
+  constructor(tier: string, cause: unknown) {
+    super(
+      'KVOFF_SHARED_RESET_FAILED',
+      `shared reset: the ${tier} tier's entries were not retired: ${describe(cause)}`,
+      { cause },
+    );
+    this.name = 'SharedResetFailedError';
+    this.tier = tier;
   }
 }

@@ -22,6 +22,9 @@ export {
   TierUnavailableError,
   EventsUnavailableError,
   TraceFormatError,
+  NamespaceRequiredError,
+  KeyHashNotShareableError,
+  SharedResetFailedError,
 } from './errors.js';
 export type { KvoffErrorCode } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
@@ -90,10 +93,17 @@ export type { StoreJob } from './job.js';
 export type { ChunkCopy } from './copy.js';
 export type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
 
-// Hashing and the offload keys of a prompt.
-export { loadHashing, chainHashes, ROOT_SEED } from './hashing.js';
+// Hashing, identity and the offload keys of a prompt.
+export { loadHashing, promptKeys, KeyChain } from './hashing.js';
 export type { Hashing } from './hashing.js';
-export { promptKeys } from './lookup.js';
+export {
+  CACHE_SALT_BYTES_MAX,
+  NAMESPACE_FIELD_BYTES_MAX,
+  KEY_HASHES,
+  requestRoot,
+  keyWord,
+} from './identity.js';
+export type { KeyHash, Namespace, NamespaceInput } from './identity.js';
 
 // Policies: the store rule (the ready prefix) and the lookup across levels.
 export { STORE_POLICIES, parseStorePolicy, storeWindow, readyPrefix } from './ready.js';

@@ -136,6 +136,14 @@ export interface PlannerOptions {
    */
   unsafeDropDeferred?: boolean;
   /**
+   * Test-only: a store job that was in flight at a reset completes as any
+   * other (no job-id threshold): it publishes into the tier the reset
+   * emptied, and its retired slots are never given back. Exists so the
+   * fuzzer can show the threshold is what keeps bytes stored before a reset
+   * from being served after it; never turn it on otherwise.
+   */
+  unsafePublishStaleJobs?: boolean;
+  /**
    * How long (ms, on `now`) an ended request waits, without a new key or block
    * ID, for its blocks and keys to settle before what is missing is counted as
    * dropped; default FINAL_WAIT_MS_MAX. 0 drains at the first visit that finds
@@ -201,6 +209,14 @@ export interface PlannerCounters {
   chunksDroppedUnready: number;
   /** Chunks of jobs completed with success = false: their cursor moved on, so they are counted, never silent. */
   chunksTransferFailed: number;
+  /** Resets (vLLM's reset_cache) this planner ran. */
+  resets: number;
+  /**
+   * Chunks of store jobs that were in flight at a reset: their copies end,
+   * nothing is published (the tier they were for is gone), and their
+   * requests store them again from cursor 0.
+   */
+  chunksDiscardedByReset: number;
   snapshotRetries: number;
   snapshotsGivenUp: number;
 }
@@ -222,6 +238,7 @@ export class StorePlanner {
   private readonly skipUnpinOnFailure: boolean;
   private readonly ackOnAllocFailure: boolean;
   private readonly dropDeferred: boolean;
+  private readonly publishStaleJobs: boolean;
   private readonly finalWaitMsMax: number;
   private readonly now: () => number;
   private readonly transferUnpins: boolean;
@@ -246,6 +263,8 @@ export class StorePlanner {
   private readonly finalWaitPublished: Int32Array;
   private readonly finalWaitGeneration: Int32Array;
   private nextJobId = 1;
+  /** Jobs with an id below this were in flight at the last reset: they complete without publishing. */
+  private staleJobThreshold = 0;
   /**
    * Jobs handed out and not yet completed, by jobId. A Map keyed by the
    * number, not a WeakSet of the job: an object key needs an identity hash
@@ -277,6 +296,7 @@ export class StorePlanner {
     this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
     this.dropDeferred = options.unsafeDropDeferred ?? false;
+    this.publishStaleJobs = options.unsafePublishStaleJobs ?? false;
     this.finalWaitMsMax = options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX;
     if (
       typeof this.finalWaitMsMax !== 'number' ||
@@ -317,6 +337,8 @@ export class StorePlanner {
       allocationFailures: 0,
       chunksDroppedForCapacity: 0,
       chunksTransferFailed: 0,
+      resets: 0,
+      chunksDiscardedByReset: 0,
       chunksDroppedUnready: 0,
       snapshotRetries: 0,
       snapshotsGivenUp: 0,
@@ -417,13 +439,68 @@ export class StorePlanner {
     }
     this.issued.delete(job.jobId);
     if (!success) this.counters.chunksTransferFailed += job.chunks.length;
-    // A plain loop: Array.prototype.map with a fresh closure was over half of
-    // complete()'s time for the one-chunk jobs a store that keeps pace makes.
-    const keys = new Array<bigint>(job.chunks.length);
-    for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
-    this.tier.completeStore(keys, success);
+    if (this.isStale(job)) this.discardStale(job);
+    else {
+      // A plain loop: Array.prototype.map with a fresh closure was over half of
+      // complete()'s time for the one-chunk jobs a store that keeps pace makes.
+      const keys = new Array<bigint>(job.chunks.length);
+      for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
+      this.tier.completeStore(keys, success);
+    }
     if (!planned || (!success && this.skipUnpinOnFailure)) return;
     for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
+  }
+
+  /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */
+  isStale(job: StoreJob): boolean {
+    return job.jobId < this.staleJobThreshold && !this.publishStaleJobs;
+  }
+
+  /**
+   * The tier side of a stale job's end: nothing is published, its retired
+   * slots go back to the tier, its chunks are counted. (Its pins are
+   * released like any job's.)
+   */
+  discardStale(job: StoreJob): void {
+    const slots = new Array<number>(job.chunks.length);
+    for (let i = 0; i < slots.length; i += 1) slots[i] = job.chunks[i]!.tierSlot;
+    this.tier.releaseRetired!(slots);
+    this.counters.chunksDiscardedByReset += job.chunks.length;
+  }
+
+  /**
+   * vLLM's reset_cache on the store side: the tier drops every entry (those
+   * being written or read keep their slots until their jobs end); jobs in
+   * flight become stale (ignored by job id when they complete); every live
+   * request that was not drained starts a new store epoch with its cursors at
+   * 0, so its chunks are stored again. A drained request is left alone: its
+   * end was signalled once and is not signalled again. Call it between passes
+   * on the store role's thread. Throws InvalidArgumentError for a tier that
+   * cannot be reset.
+   */
+  reset(): void {
+    const { tier } = this;
+    if (tier.reset === undefined || tier.releaseRetired === undefined) {
+      throw new InvalidArgumentError('tier', 'cannot be reset (it has no reset/releaseRetired)');
+    }
+    tier.reset();
+    this.staleJobThreshold = this.nextJobId;
+    this.counters.resets += 1;
+    for (let slot = 0; slot < this.config.maxRequests; slot += 1) this.restart(slot);
+  }
+
+  /**
+   * One live, undrained request starts a new store epoch at cursor 0 (see
+   * reset; also for a request whose admission hit came from before a reset).
+   * Returns false for a free or drained slot.
+   */
+  restart(slot: number): boolean {
+    if (!this.role.restartEpoch(slot)) return false;
+    // Its final pass starts over too: waits and failed final offers count from 0.
+    this.finalWaitGeneration[slot] = 0;
+    this.finalAttemptGeneration[slot] = 0;
+    this.revisit(slot);
+    return true;
   }
 
   private tryPlan(slot: number): StoreJob | undefined | typeof RETRY {

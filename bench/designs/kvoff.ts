@@ -39,14 +39,20 @@ import {
 import type { Source, StoreOutcome, StreamShape } from './stream.js';
 
 /**
- * A cheap stand-in for xxHash: the comparison is about moving state between
+ * A cheap stand-in for SHA-256: the comparison is about moving state between
  * threads, and the other designs receive precomputed keys. Still chained and
  * distinct per request and chunk, so no two chunks share a key.
  */
 const CHEAP_HASHING: Hashing = {
-  blockHash: (parent, tokens) =>
-    BigInt.asUintN(64, parent * 0x100000001b3n + BigInt(tokens[0]! + 1)),
-  offloadKey: (lastBlockHash, group) => lastBlockHash ^ BigInt(group),
+  algorithm: 'sha256',
+  chain(parent, parentAt, tokens, tph, out, outAt) {
+    let h = new DataView(parent.buffer, parent.byteOffset).getBigUint64(parentAt, true);
+    const view = new DataView(out.buffer, out.byteOffset);
+    for (let i = 0; (i + 1) * tph <= tokens.length; i += 1) {
+      h = BigInt.asUintN(64, h * 0x100000001b3n + BigInt(tokens[i * tph]! + 1));
+      view.setBigUint64(outAt + i * 32, h, true);
+    }
+  },
 };
 
 function kvoffDesignConfig(s: StreamShape): ConfigInput {

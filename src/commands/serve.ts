@@ -11,7 +11,8 @@ import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
 import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
-import { addTierOptions, parseTierOptions } from './tier-options.js';
+import { DEFAULT_RUNTIME_CONFIG } from '../runtime/defaults.js';
+import { addTierOptions, parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import { INSECURE_TIER_WARNING, TierWatch } from './tier-watch.js';
 import type { TierRawOptions } from './tier-options.js';
 import { addEventOptions, parseEventOptions } from './event-options.js';
@@ -34,7 +35,7 @@ export function registerServe(program: Command): void {
   const cmd = program
     .command('serve')
     .description(
-      'HTTP server embedding one OffloadRuntime: POST /v1/requests, GET /v1/stats, GET /v1/events, GET /metrics, GET /healthz',
+      'HTTP server embedding one OffloadRuntime: POST /v1/requests, POST /v1/reset, GET /v1/stats, GET /v1/events, GET /metrics, GET /healthz',
     )
     .option('--port <n>', 'TCP port (0 picks a free one)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
@@ -55,7 +56,8 @@ export function registerServe(program: Command): void {
     .addHelpText(
       'after',
       '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
-        '  or {"promptTokens": [1, 2, 3], "maxDecodeTokens": 8}; answers the offload summary when the request ends.\n' +
+        '  or {"promptTokens": [1, 2, 3], "maxDecodeTokens": 8, "cacheSalt": "tenant-1"}; answers the offload summary when the request ends.\n' +
+        'POST /v1/reset body: {"shared": false} empties the host tier; {"shared": true} also retires this model\'s disk and Redis entries for every instance.\n' +
         'Errors are 4xx/5xx with {"error": {"code", "message"}}.\n' +
         'Exit codes: 0 drained after SIGTERM/SIGINT; 1 drain timed out, runtime failed, holes or mismatches; 2 bad options.\n' +
         'Under a supervisor run the server itself (node dist/src/cli.js serve, or exec node_modules/.bin/kvoff serve):\n' +
@@ -82,10 +84,12 @@ export function registerServe(program: Command): void {
       if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
       const policy = parseStorePolicy(raw.policy);
       const tiers = parseTierOptions(raw);
+      const namespace = parseNamespaceOptions(raw);
       const events = parseEventOptions(raw);
       if (tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
 
       const runtime = await OffloadRuntime.start({
+        config: { ...DEFAULT_RUNTIME_CONFIG, namespace },
         policy,
         transferThreads,
         lag: { seed },

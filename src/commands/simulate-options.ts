@@ -8,7 +8,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
-import { parseTierOptions } from './tier-options.js';
+import { parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import { parseEventOptions } from './event-options.js';
 import type { EventRawOptions } from './event-options.js';
 import type { EventsOptions } from '../events/types.js';
@@ -304,6 +304,7 @@ export function parseSimulateOptions(
     gpuBlocks,
     tierChunks,
     bytesPerBlock: blockBytes,
+    namespace: parseNamespaceOptions(raw),
   };
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);

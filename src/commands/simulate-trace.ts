@@ -19,9 +19,10 @@ import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './op
 import { parseGroups } from './simulate-options.js';
 import type { SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
-import { parseTierOptions } from './tier-options.js';
+import { parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import { INSECURE_TIER_WARNING } from './tier-watch.js';
 import type { GroupInput } from '../config.js';
+import type { NamespaceInput } from '../identity.js';
 
 const TRACE_MODES = ['threads', 'cache'] as const;
 type TraceMode = (typeof TRACE_MODES)[number];
@@ -92,6 +93,8 @@ export interface TracePlan {
   transferThreads: number;
   seed: number;
   tiers?: TiersOptions;
+  /** The simulated engine's model and adapter (--model ...): every key and lower-tier name. */
+  namespace: NamespaceInput;
   json: boolean;
 }
 
@@ -180,6 +183,7 @@ export function parseTraceOptions(
       1,
     ),
     seed: intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 7),
+    namespace: parseNamespaceOptions(raw),
     json: raw.json === true,
   };
   if (plan.blockBytes % 8 !== 0) {
@@ -246,7 +250,7 @@ async function runTrace(
     chunkOption: '--blocks-per-chunk',
   });
   const r = await replayThreaded(trace, {
-    config,
+    config: { ...config, namespace: plan.namespace },
     cache: { policy: plan.policy, storeThreshold: plan.storeThreshold },
     window: plan.window,
     ...(plan.speed !== undefined ? { speed: plan.speed } : {}),

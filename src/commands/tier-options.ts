@@ -1,6 +1,9 @@
 // The levels below host memory, shared by `kvoff simulate` and `kvoff serve`:
 // `--disk DIR`, `--redis URL[,URL...]` and how to reach and trust them.
-// Without them the runtime is host-only (the default).
+// Without them the runtime is host-only (the default). `--model NAME`,
+// `--model-revision REV` and `--adapter NAME`: whose KV it is (the namespace
+// every key and every lower-tier entry is derived under); the built-in engine
+// simulator is a model of its own, so without them its entries are still named.
 //
 // Secrets never come from argv (where `ps` shows them): the deployment secret
 // from KVOFF_TIER_SECRET or --tier-secret-file, Redis credentials from the URL
@@ -8,7 +11,9 @@
 // No message built here shows one.
 import { readFileSync } from 'node:fs';
 import type { Command } from 'commander';
-import { InvalidArgumentError } from '../errors.js';
+import { ConfigError, InvalidArgumentError } from '../errors.js';
+import { resolveNamespace } from '../identity.js';
+import type { NamespaceInput } from '../identity.js';
 import { DISK_BYTES_DEFAULT } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { resolveRedisAccess } from '../tier/redis-access.js';
@@ -24,6 +29,9 @@ export interface TierRawOptions {
   tierSecretFile?: string;
   insecureTier?: boolean;
   tierOptional?: boolean;
+  model?: string;
+  modelRevision?: string;
+  adapter?: string;
 }
 
 /** The environment variables the tier options read. */
@@ -32,6 +40,9 @@ const TIER_ENV = {
   redisUsername: 'KVOFF_REDIS_USERNAME',
   redisPassword: 'KVOFF_REDIS_PASSWORD',
 } as const;
+
+/** The model name of kvoff's built-in engine simulator: the CLI's namespace without --model. */
+export const SIMULATED_MODEL = 'kvoff-simulated-engine';
 
 export function addTierOptions(cmd: Command): Command {
   return cmd
@@ -55,7 +66,31 @@ export function addTierOptions(cmd: Command): Command {
     .option(
       '--tier-optional',
       'a tier that cannot be used at start is a warning, not an error (it runs degraded)',
-    );
+    )
+    .option(
+      '--model <name>',
+      `the model whose KV this is: every key and tier entry is derived under it (default ${SIMULATED_MODEL})`,
+    )
+    .option('--model-revision <rev>', 'the model revision (weights), part of the namespace')
+    .option('--adapter <name>', 'the LoRA adapter, part of the namespace');
+}
+
+/** The namespace the options name: --model (default the simulator's own), --model-revision, --adapter. */
+export function parseNamespaceOptions(raw: TierRawOptions): NamespaceInput {
+  const ns: NamespaceInput = { model: raw.model ?? SIMULATED_MODEL };
+  if (raw.modelRevision !== undefined) ns.revision = raw.modelRevision;
+  if (raw.adapter !== undefined) ns.adapter = raw.adapter;
+  try {
+    resolveNamespace(ns);
+  } catch (err) {
+    // Blame the option, not the config field.
+    if (!(err instanceof ConfigError)) throw err;
+    const option = { 'namespace.model': '--model', 'namespace.revision': '--model-revision' }[
+      err.field
+    ];
+    throw new InvalidArgumentError(option ?? '--adapter', err.rule);
+  }
+  return ns;
 }
 
 /** The tiers the options name, or undefined (host only). */

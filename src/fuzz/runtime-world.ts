@@ -35,6 +35,7 @@ import {
   S_STATUS,
   Status,
   T_CURSOR,
+  T_EPOCH,
   T_GENERATION,
 } from '../layout.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
@@ -158,6 +159,8 @@ export class RuntimeWorld {
   private readonly backlog: number[][] = [];
   private backlogRetryMs = 0;
   private closeAtMs = Infinity;
+  /** Virtual times at which main calls reset(), ascending. */
+  private readonly resetsAtMs: number[] = [];
   private readonly stalls: { actor: number; fromMs: number; toMs: number }[] = [];
   private readonly pending = new Map<number, PendingRequest>();
   private readonly transferFaults: boolean;
@@ -168,6 +171,8 @@ export class RuntimeWorld {
   /** Per slot and group: [generation, cursor] last seen. */
   private readonly cursorSeen: Int32Array;
   private readonly cursorGen: Int32Array;
+  /** The store epoch (a reset starts a new one) the cursor seen belongs to. */
+  private readonly cursorEpoch: Int32Array;
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -206,8 +211,10 @@ export class RuntimeWorld {
         this.stalls.push({ actor: e.actor, fromMs: e.atMs, toMs: e.atMs + e.forMs });
       else if (e.kind === 'transfer-fail') failing.add(e.task);
       else if (e.kind === 'close') this.closeAtMs = Math.min(this.closeAtMs, e.atMs);
+      else if (e.kind === 'reset') this.resetsAtMs.push(e.atMs);
     }
     this.toSubmit.sort((a, b) => a.atMs - b.atMs);
+    this.resetsAtMs.sort((a, b) => a - b);
     this.transferFaults = failing.size > 0;
     this.draftRewrite = scenario.events.some((e) => e.kind === 'draft-rewrite');
     this.engine = new EngineSimulator(
@@ -252,6 +259,7 @@ export class RuntimeWorld {
         ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
         ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
         ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
+        ...(switches.has('publish-stale-jobs') ? { unsafePublishStaleJobs: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
       },
@@ -259,6 +267,7 @@ export class RuntimeWorld {
     const cells = config.maxRequests * config.groups.length;
     this.cursorSeen = new Int32Array(cells);
     this.cursorGen = new Int32Array(cells);
+    this.cursorEpoch = new Int32Array(cells);
     this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
     invariant(
       scenario.stepMs.length === ACTORS.length && scenario.stepMs.every((ms) => ms > 0),
@@ -361,6 +370,15 @@ export class RuntimeWorld {
 
   /** main's part: submissions when due (a full ring retries on a timer), close(), stopping roles. */
   private mainThread(): void {
+    while (this.resetsAtMs.length > 0 && this.resetsAtMs[0]! <= this.nowMs) {
+      this.resetsAtMs.shift();
+      // After close() a reset is refused (ClosedError): nothing happens.
+      if (this.closing) continue;
+      // The store worker runs a reset between two of its steps, as here (main's part runs between decisions).
+      void this.store.reset(false);
+      this.bells[STORE]!.ring();
+      this.note(-1, 2, this.store.resetCount, () => `main: reset() at ${this.nowMs.toFixed(2)} ms`);
+    }
     if (!this.closing && this.nowMs >= this.closeAtMs) {
       this.closing = true;
       // close(): later submits are refused (ClosedError); the engine aborts what is left.
@@ -462,6 +480,7 @@ export class RuntimeWorld {
     if (this.toSubmit.length > 0) later(this.toSubmit[0]!.atMs);
     if (this.backlog.length > 0) later(this.backlogRetryMs);
     if (!this.closing) later(this.closeAtMs);
+    if (this.resetsAtMs.length > 0) later(this.resetsAtMs[0]!);
     return next;
   }
 
@@ -681,6 +700,16 @@ export class RuntimeWorld {
   private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
     const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
     if (v !== undefined) this.flag(v.invariant, v.message);
+    // Oracle 8: what a hit serves became readable after the last reset.
+    for (const l of a.locked) {
+      const since = this.store.readableSince(l.key);
+      if (since !== undefined && since !== this.store.resetCount) {
+        this.flag(
+          'reset',
+          `a lookup after reset ${this.store.resetCount} hit chunk ${l.group}:${l.chunk} (key ${l.key.toString(16)}), readable since reset ${since}: a byte stored before a reset served after it`,
+        );
+      }
+    }
   }
 
   private onEnded(summary: EngineSummary): void {
@@ -754,16 +783,23 @@ export class RuntimeWorld {
     for (let slot = 0; slot < config.maxRequests; slot += 1) {
       // The generation the store line (and so its cursors) belongs to.
       const gen = Atomics.load(c, state.storeWord(slot, T_GENERATION));
+      // Cursors move forward within one (generation, store epoch); a reset starts a new epoch at 0.
+      const epoch = Atomics.load(c, state.storeWord(slot, T_EPOCH));
       for (let g = 0; g < groups; g += 1) {
         const i = slot * groups + g;
         const cursor = Atomics.load(c, state.storeWord(slot, T_CURSOR + g));
-        if (this.cursorGen[i] === gen && cursor < this.cursorSeen[i]!) {
+        if (
+          this.cursorGen[i] === gen &&
+          this.cursorEpoch[i] === epoch &&
+          cursor < this.cursorSeen[i]!
+        ) {
           this.flag(
             'cursor-monotonic',
-            `slot ${slot} group ${g}: cursor moved back ${this.cursorSeen[i]} -> ${cursor} in generation ${gen}`,
+            `slot ${slot} group ${g}: cursor moved back ${this.cursorSeen[i]} -> ${cursor} in generation ${gen}, store epoch ${epoch}`,
           );
         }
         this.cursorGen[i] = gen;
+        this.cursorEpoch[i] = epoch;
         this.cursorSeen[i] = cursor;
       }
     }

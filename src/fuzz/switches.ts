@@ -14,6 +14,7 @@ export const RUNTIME_SWITCHES = [
   'leak-on-load-failure',
   'ack-on-alloc-failure',
   'drop-deferred',
+  'publish-stale-jobs',
 ] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
 

@@ -22,10 +22,10 @@ import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { asStartRefusal } from './start-refusal.js';
 import type { StartRefusal } from './start-refusal.js';
 import { StoreLoop } from './store-loop.js';
-import { TransferBackendFailedError } from '../errors.js';
+import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
@@ -56,6 +56,8 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /** Test only: the lower levels' switches. */
+  tierSwitches?: LowerTierSwitches;
 }
 
 /** Messages a role worker posts to main. */
@@ -67,6 +69,8 @@ export type RoleMessage =
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
+  | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number }
@@ -94,7 +98,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   memory.sample();
 
   if (data.role === 'scheduler') {
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(data.config.keyHash);
     const engine = new EngineSimulator(
       views,
       hashing,
@@ -114,7 +118,7 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
     );
     post({ type: 'final', role: data.role, report: { pending: engine.pending } });
   } else if (data.role === 'hasher') {
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(data.config.keyHash);
     const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
     const random = new Prng(data.hasher.seed, 0x4a54);
     const lagCell = new Int32Array(new SharedArrayBuffer(4));
@@ -246,7 +250,7 @@ async function runStore(
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
   let cascade: TierCascade | undefined;
   try {
-    cascade = await TierCascade.open(data.tiers, data.config);
+    cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
   } catch (err) {
     const refusal = asStartRefusal(err);
     if (refusal === undefined) throw err;
@@ -273,8 +277,22 @@ async function runStore(
         : {}),
     },
   );
-  const onMessage = (m: { type: string; id: number }) => {
+  const onMessage = (m: { type: string; id: number; shared?: boolean }) => {
     if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+    // Between two steps (a message is handled only while the loop awaits), as vLLM resets between steps.
+    if (m.type === 'reset') {
+      loop.reset(m.shared === true).then(
+        () => post({ type: 'reset', id: m.id }),
+        (err: unknown) =>
+          post({
+            type: 'reset',
+            id: m.id,
+            failedTier: err instanceof SharedResetFailedError ? err.tier : 'store',
+            cause: err instanceof Error ? err.message : String(err),
+          }),
+      );
+      bell.ring(); // the next pass plans the restarted requests at once
+    }
   };
   port.on('message', onMessage);
   const problems = new Map<LowerTierName, { problem: string | null; atMs: number }>();

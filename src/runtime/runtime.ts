@@ -14,6 +14,7 @@ import {
   InvalidArgumentError,
   QueueFullError,
   RequestCapacityError,
+  SharedResetFailedError,
   TimeoutError,
   TransferBackendFailedError,
   WorkerFailedError,
@@ -30,7 +31,7 @@ import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
-import { OP_SUBMIT, UNSET } from './protocol.js';
+import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
 import { startRefusalError } from './start-refusal.js';
 import { readAllStats } from './stats.js';
@@ -42,7 +43,8 @@ import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
-import { validateTiersOptions } from '../tier/cascade.js';
+import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
+import type { LowerTierSwitches } from '../tier/lower.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
@@ -90,6 +92,12 @@ export interface RuntimeOptions {
   unsafeSkipPins?: boolean;
   /** Test only: each copy sleeps this long first (widens the reuse-mid-copy window). */
   transferDelayMs?: number;
+  /**
+   * Test only: the lower levels' switches (LowerTierSwitches), e.g.
+   * unsafeKeyWordOnly, which serves an entry whose key word collides. Shows
+   * what each check prevents; never set it otherwise.
+   */
+  unsafeTierSwitches?: LowerTierSwitches;
   /** Test only: make one role's worker throw after N loop steps. */
   faultInjection?: FaultInjection;
   /** Submits pending at once before submit() rejects with QueueFullError; default PENDING_SUBMITS_MAX. */
@@ -228,6 +236,8 @@ export class OffloadRuntime {
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
+  /** reset() calls the store has not answered yet: each settles exactly once. */
+  private readonly resets = new Map<number, PendingReset>();
   private readonly emitter = new EventEmitter();
   private readonly backlog: number[][] = [];
   private backlogTimer: NodeJS.Timeout | undefined;
@@ -255,7 +265,9 @@ export class OffloadRuntime {
       { events: options.events !== undefined && options.offload !== false },
     );
     this.views = new RuntimeViews(config, this.buffers);
-    this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
+    this.external = options.external
+      ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
+      : undefined;
     this.roles = options.external
       ? ['hasher', 'store']
       : options.offload === false
@@ -272,6 +284,8 @@ export class OffloadRuntime {
     }
     const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
     validateOptions(options);
+    // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
+    if (options.tiers !== undefined) checkShareable(options.tiers, config);
     // A bad backend module is refused here, as a typed error, before any worker starts.
     if (options.transferBackendModule !== undefined) {
       await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
@@ -410,6 +424,8 @@ export class OffloadRuntime {
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
+      resets: s.resets,
+      chunksDiscardedByReset: s.chunksDiscardedByReset,
       jobsTransferFailed: s.jobsTransferFailed,
       chunksTransferFailed: s.chunksTransferFailed,
       jobsHeld: s.jobsHeld,
@@ -465,6 +481,51 @@ export class OffloadRuntime {
         },
       });
       store.postMessage({ type: 'verify', id });
+    });
+  }
+
+  /**
+   * vLLM's reset_cache (and, with `shared`, reset_prefix_cache's
+   * reset_external): the host tier is emptied between two store steps; copies
+   * in flight finish and publish nothing (stores are ignored by job id, loads
+   * read slots the reset retired); every live request that was not drained
+   * stores its chunks again from cursor 0; a request already drained is not
+   * signalled again. With `shared: true` the disk and Redis tiers also move
+   * their scope's epoch, which retires every entry of this namespace and
+   * layout for every instance (other namespaces untouched, no FLUSHALL).
+   * Resolves once done; rejects with SharedResetFailedError when a level
+   * could not store its new epoch (the host tier was reset), ClosedError
+   * after close(), WorkerFailedError if the store fails first.
+   */
+  reset(options: { shared?: boolean } = {}): Promise<void> {
+    if (typeof options !== 'object' || options === null) {
+      return Promise.reject(new InvalidArgumentError('options', 'must be an object'));
+    }
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') {
+      return Promise.reject(new InvalidArgumentError('shared', 'must be a boolean'));
+    }
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    // No store runs: nothing is stored anywhere, nothing to reset.
+    if (this.options.offload === false) return Promise.resolve();
+    const store = this.workers.get('store');
+    if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
+    const id = this.nextVerifyId++;
+    this.hold();
+    return new Promise<void>((resolve, reject) => {
+      this.resets.set(id, {
+        resolve: () => {
+          this.release();
+          resolve();
+        },
+        reject: (err) => {
+          this.release();
+          reject(err);
+        },
+      });
+      store.postMessage({ type: 'reset', id, shared: options.shared === true });
+      // A parked store handles the message at its next turn; wake it now.
+      this.views.doorbell('store').ring();
     });
   }
 
@@ -561,6 +622,7 @@ export class OffloadRuntime {
       },
       policy: this.options.policy ?? 'ready-prefix',
       ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
+      ...(this.options.unsafeTierSwitches ? { tierSwitches: this.options.unsafeTierSwitches } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
     };
     const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
@@ -660,6 +722,13 @@ export class OffloadRuntime {
         if (m.problem === null) this.tierProblems.delete(m.tier);
         else this.tierProblems.set(m.tier, m.problem);
         return;
+      case 'reset': {
+        const done = this.resets.get(m.id);
+        this.resets.delete(m.id);
+        if (m.failedTier === undefined) done?.resolve();
+        else done?.reject(new SharedResetFailedError(m.failedTier, m.cause));
+        return;
+      }
       case 'final':
         this.finals.set(m.role, m.report);
         this.onFinal.get(m.role)?.();
@@ -709,10 +778,11 @@ export class OffloadRuntime {
     void this.terminateAll();
   }
 
-  /** Settles every unanswered verify() with `err` (each exactly once). */
+  /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
   private rejectVerifies(err: Error): void {
-    const pending = [...this.verifies.values()];
+    const pending = [...this.verifies.values(), ...this.resets.values()];
     this.verifies.clear();
+    this.resets.clear();
     for (const v of pending) v.reject(err);
   }
 
@@ -737,9 +807,14 @@ export class OffloadRuntime {
     ];
     record.push(tokens?.length ?? 0);
     if (tokens) for (const t of tokens) record.push(t);
-    if (req.maxLoadTokens !== undefined || req.skipReadingPrefixCache === true) {
+    if (
+      req.maxLoadTokens !== undefined ||
+      req.skipReadingPrefixCache === true ||
+      req.cacheSalt !== undefined
+    ) {
       record.push(req.maxLoadTokens ?? UNSET, req.skipReadingPrefixCache === true ? 1 : 0);
     }
+    if (req.cacheSalt !== undefined) pushText(record, req.cacheSalt);
     return record;
   }
 
@@ -904,6 +979,11 @@ interface PendingVerify {
   reject: (e: Error) => void;
 }
 
+interface PendingReset {
+  resolve: () => void;
+  reject: (e: Error) => void;
+}
+
 function validateOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
   // Checked here, before any worker starts: a bad one used to start every
@@ -923,6 +1003,7 @@ function validateOptions(o: RuntimeOptions): void {
   };
   obj('lag', o.lag);
   obj('simulator', o.simulator);
+  obj('unsafeTierSwitches', o.unsafeTierSwitches);
   const seed: unknown = o.lag?.seed;
   if (
     seed !== undefined &&

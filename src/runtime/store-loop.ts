@@ -8,7 +8,7 @@
 import { tierChunkMatches } from '../copy.js';
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
-import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
+import { S_GENERATION, S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status, T_EPOCH } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
@@ -23,6 +23,7 @@ import { zeroCounters } from '../tier/lower.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
+import type { ReadableEntry } from './lower-lookup.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
@@ -100,6 +101,8 @@ export interface StoreLoopOptions {
   unsafeAckOnAllocFailure?: boolean;
   /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
   unsafeDropDeferred?: boolean;
+  /** Test-only: PlannerOptions.unsafePublishStaleJobs (no job-id threshold at a reset). */
+  unsafePublishStaleJobs?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
@@ -177,7 +180,7 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
-interface Readable {
+interface Writing {
   readonly slot: number;
   readonly positions: readonly number[];
   /** The KV group the chunk belongs to (KV events name it). */
@@ -190,6 +193,8 @@ interface HitLock {
   readonly slots: number[];
   readonly chunks: { group: number; chunk: number }[];
   readonly hit: number;
+  /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
+  readonly resets: number;
 }
 
 /**
@@ -240,9 +245,9 @@ export class StoreLoop {
   private readonly beingLoaded = new Map<bigint, number>();
   private lookupsDeferred = 0;
   private readonly loadingRequests = new Set<number>();
-  private readonly readable = new Map<bigint, Readable>();
+  private readonly readable = new Map<bigint, ReadableEntry>();
   /** Positions of keys being written, until their job completes. */
-  private readonly writing = new Map<bigint, Readable>();
+  private readonly writing = new Map<bigint, Writing>();
   // Per slot bookkeeping of the generation in slotGeneration.
   private readonly slotGeneration: Int32Array;
   private readonly coverage: Uint8Array[];
@@ -250,6 +255,12 @@ export class StoreLoop {
   private readonly slotStored: Int32Array;
   private readonly slotDeferred: Int32Array;
   private readonly slotDoubles: Int32Array;
+  /** Per slot: the store epoch the coverage below belongs to (a reset starts a new one). */
+  private readonly slotEpoch: Int32Array;
+  /** Per slot: a reset came during this generation, so its admission hit is no longer in the tier. */
+  private readonly hitVoid: Uint8Array;
+  /** Resets this loop ran (HitLock.resets compares against it). */
+  private resets = 0;
   private holes = 0;
   private doubleStores = 0;
   private deferredThenStored = 0;
@@ -312,6 +323,8 @@ export class StoreLoop {
     this.slotStored = new Int32Array(config.maxRequests);
     this.slotDeferred = new Int32Array(config.maxRequests);
     this.slotDoubles = new Int32Array(config.maxRequests);
+    this.slotEpoch = new Int32Array(config.maxRequests);
+    this.hitVoid = new Uint8Array(config.maxRequests);
     const traceRequests = options.traceRequests ?? 0;
     const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
     this.recorder = recorder;
@@ -337,6 +350,7 @@ export class StoreLoop {
       ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
       ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
       ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
+      ...(options.unsafePublishStaleJobs ? { unsafePublishStaleJobs: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
         ? {
@@ -361,6 +375,7 @@ export class StoreLoop {
           this.readable,
           () => this.takeTierEvents(),
           options.wake ?? (() => {}),
+          () => this.resets,
           capture ? (key, group, parent) => capture.promoted(key, group, parent) : undefined,
         )
       : undefined;
@@ -449,10 +464,64 @@ export class StoreLoop {
     };
   }
 
-  /** Leftovers after a run: entries still being written or read (should be 0 after close). */
+  /** Resets this loop ran. */
+  get resetCount(): number {
+    return this.resets;
+  }
+
+  /**
+   * The reset count at which `key`'s host entry became readable, or undefined
+   * when it is not readable (for the runtime fuzzer's oracle: an entry served
+   * after a reset must have become readable after it).
+   */
+  readableSince(key: bigint): number | undefined {
+    return this.readable.get(key)?.resets;
+  }
+
+  /** Leftovers after a run: entries still being written or read, slots a reset retired (0 after close). */
   leftovers(): { writing: number; reading: number; locks: number } {
     const s = this.tier.stats();
-    return { writing: s.writing, reading: s.reading, locks: this.locks.size + this.loads.size };
+    return {
+      writing: s.writing + (s.retired ?? 0),
+      reading: s.reading,
+      locks: this.locks.size + this.loads.size,
+    };
+  }
+
+  /**
+   * vLLM's reset_cache, run between two steps on this thread: the host tier
+   * is emptied (the planner's reset: stores in flight become stale by job id,
+   * live requests start a new store epoch at cursor 0); a load in flight, or
+   * a hit answered and not loaded yet, goes on reading the slots the reset
+   * retired and publishes nothing; a lower-level resolution under way
+   * promotes nothing. With `shared`, the levels below first move their
+   * scope's epoch, which retires this namespace's entries for every instance
+   * (rejects with SharedResetFailedError when a level could not store it;
+   * the host tier is reset either way), and the host tier is reset after
+   * that, so nothing promoted from below while the epoch moved survives.
+   */
+  async reset(shared: boolean): Promise<void> {
+    let failure: unknown;
+    if (shared && this.lower) {
+      this.lower.reset();
+      try {
+        await this.lower.cascade.retire();
+      } catch (err) {
+        failure = err;
+      }
+    }
+    this.planner.reset();
+    this.resets += 1;
+    // Whatever the tier's own removals said, subscribers drop everything (vLLM's AllBlocksCleared).
+    this.takeTierEvents();
+    this.capture?.cleared();
+    this.readable.clear();
+    this.writing.clear();
+    this.beingLoaded.clear();
+    this.lower?.reset();
+    // Before the caller hears of it: stats() after reset() sees it.
+    this.publishStats();
+    if (failure !== undefined) throw failure;
   }
 
   private dispatch(job: StoreJob): void {
@@ -495,20 +564,27 @@ export class StoreLoop {
   private completeStore(c: TransferCompletion): void {
     const job = this.planner.issuedJob(c.jobId);
     if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    // In flight at a reset: the planner publishes nothing and gives its retired slots back.
+    const stale = this.planner.isStale(job);
     this.planner.complete(job, c.ok);
     if (!c.ok) {
       this.capture?.settled(job);
-      this.storeFailed(job, c.error);
+      this.storeFailed(job, c.error, stale);
       return;
     }
     this.transferFailuresInRow = 0;
+    if (stale) {
+      this.bytesCopied += c.bytes;
+      this.jobsCompleted += 1;
+      return;
+    }
     const bpc = this.views.config.blocksPerChunk;
     for (const chunk of job.chunks) {
       const k = chunk.key;
       const w = this.writing.get(k);
       if (w === undefined) continue;
       this.writing.delete(k);
-      this.readable.set(k, w);
+      this.readable.set(k, { ...w, resets: this.resets });
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
@@ -529,12 +605,13 @@ export class StoreLoop {
     });
   }
 
-  private storeFailed(job: StoreJob, error: unknown): void {
-    for (const chunk of job.chunks) this.writing.delete(chunk.key);
+  private storeFailed(job: StoreJob, error: unknown, stale: boolean): void {
+    // A stale job's keys may name entries of the new epoch: only its failure counts.
+    if (!stale) for (const chunk of job.chunks) this.writing.delete(chunk.key);
     this.jobsTransferFailed += 1;
     this.transferFailuresInRow += 1;
     // The request's summary counts these as dropped, not stored, if it has not drained yet.
-    if (this.slotGeneration[job.slot] === job.generation) {
+    if (!stale && this.slotGeneration[job.slot] === job.generation) {
       const groups = this.views.state.groupCount;
       for (const chunk of job.chunks) {
         const cov = this.coverage[job.slot * groups + chunk.group]!;
@@ -573,7 +650,7 @@ export class StoreLoop {
       const t0 = performance.now();
       this.lookupTiming.answered(r[1]!, t0, this.lookup(r));
     } else if (op === OP_LOAD) this.load(r);
-    else if (op === OP_UNLOCK) this.unlock(r[1]!);
+    else if (op === OP_UNLOCK) this.unlock(r[1]!, r[2]!, r[3]!);
     else invariant(false, `store opcode ${op} is known`);
   }
 
@@ -685,7 +762,7 @@ export class StoreLoop {
       }
       const { keys: prepared, slots } = this.protect(locked);
       for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-      this.locks.set(tag, { keys: prepared, slots, chunks, hit });
+      this.locks.set(tag, { keys: prepared, slots, chunks, hit, resets: this.resets });
       for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
       for (let i = 0; i < chunks.length; i += 1) {
         const g = chunks[i]!.group;
@@ -737,18 +814,18 @@ export class StoreLoop {
     return 'miss';
   }
 
-  /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
+  /** [LOAD, tag, slot, generation, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
   private load(r: Int32Array): void {
     const tag = r[1]!;
     const lock = this.locks.get(tag);
     if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
     this.locks.delete(tag);
     const bpc = this.views.config.blocksPerChunk;
-    invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
+    invariant(r.length === 4 + lock.chunks.length * bpc, 'a block per loaded position');
     const entries: LoadEntry[] = [];
     for (let i = 0; i < lock.chunks.length; i += 1) {
       for (let p = 0; p < bpc; p += 1) {
-        const block = r[2 + i * bpc + p]!;
+        const block = r[4 + i * bpc + p]!;
         // 0: a window's leading null block the engine left out of the load (and never a
         // copy into the null block, whatever a host sends).
         if (block === 0) continue;
@@ -759,6 +836,9 @@ export class StoreLoop {
       if (job.requestId === tag)
         invariant(false, `request ${tag} loads while its stores are in flight`);
     }
+    // A hit answered before a reset loads from its retired slots; the request's
+    // cursor started after that hit, which the tier no longer holds: from 0 again.
+    if (lock.resets !== this.resets) this.restartRequest(r[2]!, r[3]!);
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
     this.loadingRequests.add(tag);
@@ -778,14 +858,29 @@ export class StoreLoop {
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
-  private unlock(tag: number): void {
+  private unlock(tag: number, slot: number, generation: number): void {
     const lock = this.locks.get(tag);
     if (lock === undefined) return;
     this.locks.delete(tag);
+    // Given up: the request recomputes from its cursor, which a stale hit placed past chunks the tier lost.
+    if (lock.resets !== this.resets) this.restartRequest(slot, generation);
     this.release(lock);
   }
 
+  /** The request in `slot` (if it is still `generation`) starts a new store epoch from cursor 0. */
+  private restartRequest(slot: number, generation: number): void {
+    const { state, config } = this.views;
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < config.maxRequests)) return;
+    const now = Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION));
+    if (now === generation) this.planner.restart(slot);
+  }
+
   private release(lock: HitLock): void {
+    if (lock.resets !== this.resets) {
+      // Read from slots a reset retired: they go back; the entries are gone.
+      this.tier.releaseRetired(lock.slots);
+      return;
+    }
     this.tier.completeLoad(lock.keys);
     for (const k of lock.keys) {
       const n = this.beingLoaded.get(k)!;
@@ -797,13 +892,21 @@ export class StoreLoop {
   // --- planner observer: this thread only ---
 
   private adopt(slot: number, generation: number): void {
-    if (this.slotGeneration[slot] === generation) return;
+    const { state } = this.views;
+    // The store line is this thread's own: a plain read of the epoch.
+    const epoch = state.control[state.storeWord(slot, T_EPOCH)]!;
+    const fresh = this.slotGeneration[slot] !== generation;
+    if (!fresh && this.slotEpoch[slot] === epoch) return;
     this.slotGeneration[slot] = generation;
-    const groups = this.views.state.groupCount;
+    // A new epoch (a reset) starts the coverage over: its chunks are stored again.
+    this.hitVoid[slot] = fresh ? 0 : 1;
+    this.slotEpoch[slot] = epoch;
+    const groups = state.groupCount;
     for (let g = 0; g < groups; g += 1) {
       this.coverage[slot * groups + g]!.fill(0);
       this.markedTo[slot * groups + g] = 0;
     }
+    if (!fresh) return;
     this.slotStored[slot] = 0;
     this.slotDeferred[slot] = 0;
     this.slotDoubles[slot] = 0;
@@ -863,7 +966,11 @@ export class StoreLoop {
     let counted = 0;
     const offloadable = offloadableTokens(snap, config);
     for (let g = 0; g < state.groupCount; g += 1) {
-      const hit = Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
+      // After a reset the admission hit is gone from the tier: those chunks count as anything else.
+      const hit =
+        this.hitVoid[slot] === 1
+          ? 0
+          : Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
       const cov = this.coverage[slot * state.groupCount + g]!;
       const end = Math.min(tokenChunks(snap, config.groups[g]!, offloadable), cov.length);
       tokenReady += Math.max(end, 0);
@@ -907,6 +1014,8 @@ export class StoreLoop {
     const s = this.views.stats;
     const c = this.planner.counters;
     publishStat(s, 'chunksStored', c.chunksStored);
+    publishStat(s, 'resets', c.resets);
+    publishStat(s, 'chunksDiscardedByReset', c.chunksDiscardedByReset);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
     publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
     publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);

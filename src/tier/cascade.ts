@@ -3,22 +3,24 @@
 // (asynchronously, from a copy of the host slot: GPU blocks are never held for
 // a lower level), answers per-key states across levels for a lookup, and
 // fetches checked payloads for promotion into the host tier.
+//
+// Sharing entries is deliberate: a level opens only under a named namespace
+// (the model its KV belongs to) and a collision-resistant key hash.
 import type { Config } from '../config.js';
-import { InvalidArgumentError } from '../errors.js';
-import { DiskTier } from './disk-tier.js';
 import {
-  EntryAuth,
-  entryBytes,
-  entryFingerprint,
-  sealEntry,
-  unauthenticatedRedisRefused,
-} from './entry-auth.js';
+  InvalidArgumentError,
+  KeyHashNotShareableError,
+  NamespaceRequiredError,
+  SharedResetFailedError,
+} from '../errors.js';
+import { DiskTier } from './disk-tier.js';
+import { EntryAuth, entryBytes, entryScope, unauthenticatedRedisRefused } from './entry-auth.js';
 import { Limiter } from './limiter.js';
-import type { LowerTier, TierStoreSample } from './lower.js';
+import type { LowerTier, LowerTierSwitches, TierStoreSample } from './lower.js';
 import { resolveRedisAccess } from './redis-access.js';
 import type { RedisTlsOptions } from './redis-access.js';
 import type { LookupState } from './types.js';
-import { layoutFingerprint } from './value.js';
+import { tierScope } from './value.js';
 
 /** `OffloadRuntime.start({ tiers })`: the levels below host memory (none by default). */
 export interface TiersOptions {
@@ -90,8 +92,11 @@ const FETCHES_IN_FLIGHT_MAX = 8;
 
 export class TierCascade {
   readonly levels: readonly LowerTier[];
-  /** The entries' fingerprint (the layout's, in the secret's namespace when there is one). */
-  readonly fingerprint: bigint;
+  /**
+   * tierScope(config), in the secret's namespace when there is one: names the
+   * levels' entries and is in every header.
+   */
+  readonly scope: bigint;
   readonly payloadBytes: number;
   /** Bytes of one stored value (header, payload, tag). */
   readonly valueBytes: number;
@@ -102,14 +107,14 @@ export class TierCascade {
 
   private constructor(
     levels: LowerTier[],
-    fingerprint: bigint,
+    scope: bigint,
     payloadBytes: number,
     auth: EntryAuth | undefined,
     lookupBudgetMs: number,
   ) {
     this.levels = levels;
     this.lookupBudgetMs = lookupBudgetMs;
-    this.fingerprint = fingerprint;
+    this.scope = scope;
     this.payloadBytes = payloadBytes;
     this.auth = auth;
     this.valueBytes = entryBytes(payloadBytes, auth);
@@ -119,37 +124,43 @@ export class TierCascade {
   static async open(
     options: TiersOptions | undefined,
     config: Config,
+    /** Test-only: see LowerTierSwitches. */
+    switches: LowerTierSwitches = {},
   ): Promise<TierCascade | undefined> {
     if (options === undefined || (options.disk === undefined && options.redis === undefined)) {
       return undefined;
     }
     validateTiersOptions(options);
+    checkShareable(options, config);
     const auth = options.secret === undefined ? undefined : new EntryAuth(options.secret);
-    const fingerprint = entryFingerprint(layoutFingerprint(config), auth);
+    const scope = entryScope(tierScope(config), auth);
     const payloadBytes = config.blocksPerChunk * config.bytesPerBlock;
     const secret = options.secret !== undefined ? { secret: options.secret } : {};
     const optional = options.optional === true ? { optional: true } : {};
     const levels: LowerTier[] = [];
     if (options.disk) {
       levels.push(
-        await DiskTier.open({
-          ...secret,
-          ...optional,
-          ...(options.disk.openTimeoutMs !== undefined
-            ? { openTimeoutMs: options.disk.openTimeoutMs }
-            : {}),
-          dir: options.disk.dir,
-          bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
-          ...(options.disk.freeBytesMin !== undefined
-            ? { freeBytesMin: options.disk.freeBytesMin }
-            : {}),
-          ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
-          ...(options.disk.writesQueuedBytesMax !== undefined
-            ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
-            : {}),
-          payloadBytes,
-          fingerprint,
-        }),
+        await DiskTier.open(
+          {
+            ...secret,
+            ...optional,
+            ...(options.disk.openTimeoutMs !== undefined
+              ? { openTimeoutMs: options.disk.openTimeoutMs }
+              : {}),
+            dir: options.disk.dir,
+            bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
+            ...(options.disk.freeBytesMin !== undefined
+              ? { freeBytesMin: options.disk.freeBytesMin }
+              : {}),
+            ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
+            ...(options.disk.writesQueuedBytesMax !== undefined
+              ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
+              : {}),
+            payloadBytes,
+            scope,
+          },
+          switches,
+        ),
       );
     }
     if (options.redis) {
@@ -158,24 +169,27 @@ export class TierCascade {
       const r = options.redis;
       try {
         levels.push(
-          await RedisTier.open({
-            ...secret,
-            ...optional,
-            ...(r.insecure === true ? { insecure: true } : {}),
-            ...(r.username !== undefined ? { username: r.username } : {}),
-            ...(r.password !== undefined ? { password: r.password } : {}),
-            ...(r.tls !== undefined ? { tls: r.tls } : {}),
-            urls: r.urls,
-            ...(r.timeoutMs !== undefined ? { timeoutMs: r.timeoutMs } : {}),
-            ...(r.storesInFlightMax !== undefined
-              ? { storesInFlightMax: r.storesInFlightMax }
-              : {}),
-            ...(r.storesQueuedBytesMax !== undefined
-              ? { storesQueuedBytesMax: r.storesQueuedBytesMax }
-              : {}),
-            payloadBytes,
-            fingerprint,
-          }),
+          await RedisTier.open(
+            {
+              ...secret,
+              ...optional,
+              ...(r.insecure === true ? { insecure: true } : {}),
+              ...(r.username !== undefined ? { username: r.username } : {}),
+              ...(r.password !== undefined ? { password: r.password } : {}),
+              ...(r.tls !== undefined ? { tls: r.tls } : {}),
+              urls: r.urls,
+              ...(r.timeoutMs !== undefined ? { timeoutMs: r.timeoutMs } : {}),
+              ...(r.storesInFlightMax !== undefined
+                ? { storesInFlightMax: r.storesInFlightMax }
+                : {}),
+              ...(r.storesQueuedBytesMax !== undefined
+                ? { storesQueuedBytesMax: r.storesQueuedBytesMax }
+                : {}),
+              payloadBytes,
+              scope,
+            },
+            switches,
+          ),
         );
       } catch (err) {
         // The disk level opened first: release it before the error goes up.
@@ -184,7 +198,7 @@ export class TierCascade {
       }
     }
     const budget = options.redis?.timeoutMs ?? LOOKUP_BUDGET_MS_DEFAULT;
-    return new TierCascade(levels, fingerprint, payloadBytes, auth, budget);
+    return new TierCascade(levels, scope, payloadBytes, auth, budget);
   }
 
   /** True when entries carry a tag under the deployment secret. */
@@ -192,23 +206,34 @@ export class TierCascade {
     return this.auth !== undefined;
   }
 
-  /** A value of valueBytes with the payload area (from VALUE_HEADER_BYTES on) for the caller to fill. */
-  allocValue(): Buffer {
-    return Buffer.allocUnsafe(this.valueBytes);
-  }
-
-  /** Seals a value from allocValue() whose payload is in place (header, then tag). */
-  seal(value: Buffer, key: bigint): Buffer {
-    return sealEntry(value, this.fingerprint, key, this.auth);
-  }
-
   level(name: 'disk' | 'redis'): LowerTier | undefined {
     return this.levels.find((l) => l.name === name);
   }
 
-  /** Write-through: every level gets the sealed value (each drops and counts what it cannot take). */
-  writeThrough(key: bigint, value: Buffer): void {
-    for (const level of this.levels) level.store(key, value);
+  /**
+   * Write-through of one chunk's payload: every level gets a value sealed
+   * with its own epoch (levels are reset apart, so theirs may differ); each
+   * drops and counts what it cannot take.
+   */
+  writeThrough(key: bigint, payload: Uint8Array): void {
+    for (const level of this.levels) level.store(key, level.seal(key, payload));
+  }
+
+  /**
+   * Shared reset: every level moves the scope's epoch, which retires every
+   * entry of this namespace and layout for every instance (each level's
+   * other scopes untouched). Rejects with SharedResetFailedError naming the
+   * first level that could not store its epoch (the others are reset).
+   */
+  async retire(): Promise<void> {
+    const results = await Promise.allSettled(this.levels.map((l) => l.retire()));
+    const failed = results.findIndex((r) => r.status === 'rejected');
+    if (failed >= 0) {
+      throw new SharedResetFailedError(
+        this.levels[failed]!.name,
+        (results[failed] as PromiseRejectedResult).reason,
+      );
+    }
   }
 
   /**
@@ -220,6 +245,9 @@ export class TierCascade {
    */
   async resolve(keys: readonly bigint[]): Promise<Map<bigint, LowerState>> {
     const out = new Map<bigint, LowerState>();
+    if (keys.length === 0) return out;
+    // A resolution that starts after another instance's shared reset serves nothing from before it.
+    await Promise.all(this.levels.map((l) => l.refreshEpoch()));
     let at = 0;
     while (at < keys.length) {
       const start = at;
@@ -254,6 +282,19 @@ export class TierCascade {
 
   async close(timeoutMs: number): Promise<void> {
     await Promise.all(this.levels.map((l) => l.close(timeoutMs)));
+  }
+}
+
+/**
+ * A level below the host tier is shared: it opens only under a namespace that
+ * names the model, and only with a collision-resistant key hash. Throws the
+ * typed error before anything is opened.
+ */
+export function checkShareable(options: TiersOptions, config: Config): void {
+  for (const tier of ['disk', 'redis'] as const) {
+    if (options[tier] === undefined) continue;
+    if (config.namespace === null) throw new NamespaceRequiredError(tier);
+    if (config.keyHash !== 'sha256') throw new KeyHashNotShareableError(tier, config.keyHash);
   }
 }
 

@@ -1,9 +1,20 @@
-// The disk level: one file per chunk, named from its key under one level of
-// 256 directories (`<dir>/<fingerprint>/<k0k1>/<key>.kv`), so incompatible
-// layouts never meet and a directory holds 1/256 of the entries (256 each for
-// the default 1 GiB of 16 KiB chunks). Keys are hashes: a second level
-// (65,536 directories) gave nearly every entry a directory of its own, and
-// creating it cost more CPU than writing the 16 KiB entry.
+// The disk level: one file per chunk, named from its key word under one level
+// of 256 directories (`<dir>/v2-<scope>/<k0k1>/<key word>.kv`), so other
+// namespaces and incompatible layouts never meet and a directory holds 1/256
+// of the entries (256 each for the default 1 GiB of 16 KiB chunks). Key words
+// are hashes: a second level (65,536 directories) gave nearly every entry a
+// directory of its own, and creating it cost more CPU than writing the 16 KiB
+// entry. A file's header holds the chunk's whole identity: a second chunk
+// whose key word collides finds the first one's file, reads a different
+// identity and misses (counted in keyCollisions), never served.
+//
+// The scope's epoch is a file beside the entries (`<dir>/v2-<scope>/epoch`,
+// 16 hex digits; absent: 0). Every entry carries the epoch it was written
+// under; a shared reset (retire) writes a new random one, so every entry of
+// the scope written before, by any process on the directory, is retired: a
+// load that finds another epoch deletes the file and misses. Other scopes'
+// directories are never touched; directories of the old format (16 hex
+// digits, version 1) are removed at open.
 //
 // The directory is private (src/tier/private-dir.ts): refused unless it is
 // ours and no one else may write it; directories 0700, files 0600, and no
@@ -19,8 +30,10 @@
 // level; entries being written or read are never evicted. File I/O runs on
 // libuv's pool, bounded in flight (writes beyond the bound are dropped and
 // counted, never queued without limit), so the store loop never waits on the
-// disk. With a deployment secret, every entry carries an HMAC tag checked
-// before any byte is served (src/tier/entry-auth.ts).
+// disk. With a deployment secret, every entry carries an HMAC tag over its
+// whole header (scope, epoch, identity) and payload, checked before any byte
+// is served (src/tier/entry-auth.ts).
+import { randomBytes } from 'node:crypto';
 import { constants } from 'node:fs';
 import { lstat, open, rename, statfs, unlink } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
@@ -42,7 +55,9 @@ import {
   probeWrite,
 } from './private-dir.js';
 import type { LookupState } from './types.js';
-import { VALUE_HEADER_BYTES, hex16 } from './value.js';
+import { keyWord } from '../identity.js';
+import { VALUE_HEADER_BYTES, hex16, keyName } from './value.js';
+import { readEpoch, removeOldFormat, writeEpoch } from './disk-epoch.js';
 
 export interface DiskTierOptions {
   /** Root directory; made (0700) if missing; must be ours and not group- or world-writable. Several processes of one user may share it. */
@@ -69,7 +84,8 @@ export interface DiskTierOptions {
   readonly readsInFlightMax?: number;
   /** Bytes of one chunk's payload (the layout's). */
   readonly payloadBytes: number;
-  readonly fingerprint: bigint;
+  /** The tier scope (tierScope): layout, namespace and key hash. */
+  readonly scope: bigint;
 }
 
 // The write queue absorbs the gap between how fast the host tier publishes
@@ -96,6 +112,10 @@ interface Entry {
   readonly bytes: number;
   writing: boolean;
   readers: number;
+  /** The identity stored, when this process wrote it (a file met at open or written by another process: unknown until read). */
+  readonly key: bigint | undefined;
+  /** The epoch it was written under, when this process wrote it. */
+  readonly epoch: bigint | undefined;
 }
 
 /** The free-space floor is checked against a statfs at most this old... */
@@ -122,10 +142,11 @@ export class DiskTier implements LowerTier {
   private readonly valueBytes: number;
   private readonly options: Resolved;
   private readonly auth: EntryAuth | undefined;
-  /** Insertion order is recency: first = least recently used. */
+  /** By key word; insertion order is recency: first = least recently used. */
   private readonly index = new Map<bigint, Entry>();
-  /** Keys whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
+  /** Key words whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
   private readonly unlinking = new Set<bigint>();
+  private currentEpoch = 0n;
   private readonly madeDirs = new Set<string>();
   private readonly writes: Limiter;
   private readonly reads: Limiter;
@@ -218,6 +239,32 @@ export class DiskTier implements LowerTier {
     return tier;
   }
 
+  get epoch(): bigint {
+    return this.currentEpoch;
+  }
+
+  async refreshEpoch(): Promise<void> {
+    if (this.closed || this.unusable) return;
+    // No file: no shared reset yet (0). Not a readable epoch: keep what we knew.
+    const epoch = await readEpoch(this.root);
+    if (epoch === undefined) this.counters.errors += 1;
+    else this.currentEpoch = epoch;
+  }
+
+  async retire(): Promise<void> {
+    if (this.unusable) throw new Error(`disk: ${this.lastProblem ?? 'unusable'}`);
+    const epoch = randomBytes(8).readBigUInt64LE(0);
+    await writeEpoch(this.root, epoch, `${process.pid}.${(this.tempSeq += 1)}`);
+    this.currentEpoch = epoch;
+    // Our own entries are retired at once; a write in flight drops itself when it lands.
+    for (const [word, e] of [...this.index]) {
+      if (e.writing || e.readers > 0) continue;
+      this.forget(word, e);
+      this.removeFile(word);
+      this.counters.retiredChunks += 1;
+    }
+  }
+
   get storesInFlight(): number {
     return this.writes.size;
   }
@@ -238,7 +285,7 @@ export class DiskTier implements LowerTier {
   seal(key: bigint, payload: Uint8Array): Buffer {
     const value = Buffer.allocUnsafe(this.valueBytes);
     value.set(payload, VALUE_HEADER_BYTES);
-    return sealEntry(value, this.options.fingerprint, key, this.auth);
+    return sealEntry(value, this.options.scope, key, this.currentEpoch, this.auth);
   }
 
   usage(): { entries: number; bytesUsed: number; capacityBytes: number } {
@@ -249,17 +296,27 @@ export class DiskTier implements LowerTier {
     };
   }
 
+  /** The file of an offload key (named by its key word). */
   pathOf(key: bigint): string {
-    const h = hex16(key);
+    const h = keyName(key);
     return join(this.root, h.slice(0, 2), h + ENTRY_SUFFIX);
   }
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
     for (const key of keys) {
-      let e = this.index.get(key);
+      const word = keyWord(key);
+      let e = this.index.get(word);
       // Not known here: another process on the same directory may have written it.
-      if (e === undefined && !this.closed && !this.unusable) e = await this.adopt(key);
+      if (e === undefined && !this.closed && !this.unusable) e = await this.adopt(word);
+      if (e !== undefined && e.key !== undefined && e.key !== key) {
+        // Another chunk's entry under the same key word: never this one's.
+        this.counters.keyCollisions += 1;
+        e = undefined;
+      } else if (e !== undefined && !e.writing && this.stale(e)) {
+        this.retireEntry(word, e);
+        e = undefined;
+      }
       if (e === undefined) {
         this.counters.missChunks += 1;
         out.push('miss');
@@ -274,15 +331,19 @@ export class DiskTier implements LowerTier {
   }
 
   store(key: bigint, value: Buffer): void {
-    if (this.closed || this.unlinking.has(key)) return;
+    const word = keyWord(key);
+    if (this.closed || this.unlinking.has(word)) return;
     if (this.unusable) {
       this.counters.droppedChunks += 1;
       return;
     }
-    const present = this.index.get(key);
+    const present = this.index.get(word);
     if (present !== undefined) {
-      // Written, or being written: the same bytes again would be waste.
-      if (!present.writing) this.counters.skippedChunks += 1;
+      // Written or being written (the same bytes again would be waste), or
+      // another chunk's entry under this key word (the first one stays).
+      if (!present.writing && present.key === key && !this.stale(present)) {
+        this.counters.skippedChunks += 1;
+      }
       return;
     }
     if (value.length !== this.valueBytes) {
@@ -298,7 +359,13 @@ export class DiskTier implements LowerTier {
     if (!this.makeRoom(value.length)) {
       if (this.switches.unsafeAckOnAllocFailure) {
         // The unsafe variant: refused, yet indexed as a readable entry and counted as stored.
-        this.index.set(key, { bytes: value.length, writing: false, readers: 0 });
+        this.index.set(word, {
+          bytes: value.length,
+          writing: false,
+          readers: 0,
+          key,
+          epoch: this.currentEpoch,
+        });
         this.bytesUsed += value.length;
         this.counters.storedChunks += 1;
         this.events.stored(key);
@@ -312,6 +379,9 @@ export class DiskTier implements LowerTier {
       bytes: value.length,
       writing: !this.switches.unsafePublishBeforeComplete,
       readers: 0,
+      key,
+      // The cascade sealed the value with this level's epoch just now.
+      epoch: this.currentEpoch,
     };
     const t0 = performance.now();
     const write = this.writes.tryRun(() => this.write(key, value));
@@ -320,7 +390,7 @@ export class DiskTier implements LowerTier {
       this.counters.busyChunks += 1;
       return;
     }
-    this.index.set(key, entry);
+    this.index.set(word, entry);
     this.bytesUsed += entry.bytes;
     this.bytesQueued += value.length;
     const done = write
@@ -328,9 +398,14 @@ export class DiskTier implements LowerTier {
       .then(
         () => {
           entry.writing = false;
+          if (this.stale(entry)) {
+            // A shared reset came while it was written: it is retired as it lands.
+            if (this.index.get(word) === entry) this.retireEntry(word, entry);
+            return;
+          }
           // Becoming readable makes it most recent.
-          this.index.delete(key);
-          this.index.set(key, entry);
+          this.index.delete(word);
+          this.index.set(word, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
           this.counters.degraded = 0;
@@ -349,7 +424,7 @@ export class DiskTier implements LowerTier {
             this.events.stored(key);
             return;
           }
-          this.forget(key, entry);
+          if (this.index.get(word) === entry) this.forget(word, entry);
           this.counters.droppedChunks += 1;
           if (isFullError(err)) this.counters.fullChunks += 1;
         },
@@ -358,8 +433,9 @@ export class DiskTier implements LowerTier {
   }
 
   async load(key: bigint): Promise<Buffer | undefined> {
-    const e = this.index.get(key);
-    if (e === undefined || e.writing || this.closed) {
+    const word = keyWord(key);
+    const e = this.index.get(word);
+    if (e === undefined || e.writing || this.closed || (e.key !== undefined && e.key !== key)) {
       this.counters.missChunks += 1;
       return undefined;
     }
@@ -373,8 +449,8 @@ export class DiskTier implements LowerTier {
         // Gone (another process evicted it), not a plain file, or unreadable: a miss.
         const code = (err as NodeJS.ErrnoException | undefined)?.code;
         if (code !== 'ENOENT') this.counters.errors += 1;
-        if (this.index.get(key) === e) {
-          this.forget(key, e);
+        if (this.index.get(word) === e) {
+          this.forget(word, e);
           this.events.removed(key);
         }
         if (code === 'ELOOP' || code === 'EFTYPE') this.removeFile(key);
@@ -385,20 +461,23 @@ export class DiskTier implements LowerTier {
         value,
         key,
         this.options,
+        this.currentEpoch,
         this.counters,
         this.auth,
-        this.switches.unsafeSkipChecksum,
+        this.switches,
       );
-      if (payload === undefined) {
+      // Another chunk's sound entry under this key word: not ours to delete.
+      if (payload === 'collision') return undefined;
+      if (payload === 'refused') {
         // Never served: deleted.
-        if (this.index.get(key) === e) this.forget(key, e);
-        this.removeFile(key);
+        if (this.index.get(word) === e) this.forget(word, e);
+        this.removeFile(word);
         this.events.removed(key);
         return undefined;
       }
-      if (this.index.get(key) === e) {
-        this.index.delete(key);
-        this.index.set(key, e);
+      if (this.index.get(word) === e) {
+        this.index.delete(word);
+        this.index.set(word, e);
       }
       // read() touched the mtime (the LRU order a restart rebuilds).
       this.counters.loadUs += (performance.now() - t0) * 1000;
@@ -535,19 +614,30 @@ export class DiskTier implements LowerTier {
     return true;
   }
 
-  private forget(key: bigint, e: Entry): void {
-    this.index.delete(key);
+  private forget(word: bigint, e: Entry): void {
+    this.index.delete(word);
     this.bytesUsed -= e.bytes;
   }
 
   /** Unlinks an entry's name (a symlink there goes, never what it points to). */
-  private removeFile(key: bigint): void {
-    this.unlinking.add(key);
+  private removeFile(word: bigint): void {
+    this.unlinking.add(word);
     this.track(
-      unlink(this.pathOf(key))
+      unlink(this.pathOf(word))
         .catch(() => undefined)
-        .finally(() => this.unlinking.delete(key)),
+        .finally(() => this.unlinking.delete(word)),
     );
+  }
+
+  /** Written by this process under an epoch a shared reset has since moved past. */
+  private stale(e: Entry): boolean {
+    return e.epoch !== undefined && e.epoch !== this.currentEpoch;
+  }
+
+  private retireEntry(word: bigint, e: Entry): void {
+    this.forget(word, e);
+    this.removeFile(word);
+    this.counters.retiredChunks += 1;
   }
 
   private track(p: Promise<unknown>): void {
@@ -560,16 +650,23 @@ export class DiskTier implements LowerTier {
   }
 
   /** A file this index does not know (written by another process): index it if it looks whole. */
-  private async adopt(key: bigint): Promise<Entry | undefined> {
+  private async adopt(word: bigint): Promise<Entry | undefined> {
     // An entry this process evicted or found bad is still on disk until its unlink lands: not a hit.
-    if (this.unlinking.has(key)) return undefined;
+    if (this.unlinking.has(word)) return undefined;
     try {
-      const s = await lstat(this.pathOf(key));
-      if (!s.isFile() || s.size !== this.valueBytes || this.index.has(key)) {
-        return this.index.get(key);
+      const s = await lstat(this.pathOf(word));
+      if (!s.isFile() || s.size !== this.valueBytes || this.index.has(word)) {
+        return this.index.get(word);
       }
-      const e: Entry = { bytes: s.size, writing: false, readers: 0 };
-      this.index.set(key, e);
+      // Whose and which epoch are known only once it is read (load checks both).
+      const e: Entry = {
+        bytes: s.size,
+        writing: false,
+        readers: 0,
+        key: undefined,
+        epoch: undefined,
+      };
+      this.index.set(word, e);
       this.bytesUsed += e.bytes;
       return e;
     } catch {
@@ -580,7 +677,7 @@ export class DiskTier implements LowerTier {
   /** The directory checks, then the index from what is there. */
   private async prepare(): Promise<void> {
     const real = await privateRoot(this.options.dir);
-    this.root = join(real, hex16(this.options.fingerprint));
+    this.root = join(real, scopeDirName(this.options.scope));
     try {
       await privateSubdir(this.root);
     } catch (err) {
@@ -588,13 +685,22 @@ export class DiskTier implements LowerTier {
     }
     this.chmodFiles = await probeWrite(this.root);
     await this.rebuild();
+    await this.refreshEpoch();
+    // Version-1 directories beside ours: removed in the background (close() waits for it, bounded).
+    this.track(removeOldFormat(real).then((n) => (this.staleRemoved += n)));
   }
 
   private async rebuild(): Promise<void> {
     const scan = await scanEntries(this.root, this.valueBytes);
     this.staleRemoved += scan.removed;
     for (const f of scan.entries) {
-      this.index.set(f.key, { bytes: f.bytes, writing: false, readers: 0 });
+      this.index.set(f.key, {
+        bytes: f.bytes,
+        writing: false,
+        readers: 0,
+        key: undefined,
+        epoch: undefined,
+      });
       this.bytesUsed += f.bytes;
     }
     // A smaller cap than last time: the oldest go first.
@@ -606,6 +712,11 @@ export class DiskTier implements LowerTier {
 function describeIoError(err: unknown): string {
   const e = err as NodeJS.ErrnoException | undefined;
   return e instanceof Error ? e.message.replace(/\s+/g, ' ') : String(err);
+}
+
+/** The directory of a scope's entries under the level's root (`v2-` and the scope in hex). */
+export function scopeDirName(scope: bigint): string {
+  return `v2-${hex16(scope)}`;
 }
 
 function isFullError(err: unknown): boolean {

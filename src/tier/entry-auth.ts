@@ -9,13 +9,17 @@
 //
 //   value = header | payload | tag (32 bytes) ;  tag = HMAC-SHA256(secret, header | payload)
 //
-// The secret also names its own namespace: keyId (64 bits of an HMAC of a
-// fixed label, which reveals nothing about the secret) is mixed into the
-// entries' fingerprint, so deployments with different secrets, or with none,
-// never read, count as forged, or delete each other's entries.
+// The header (src/tier/value.ts) holds the scope, the epoch and the chunk's
+// whole 256-bit identity, so none of them can be changed either: not an old
+// entry relabelled with the epoch of the last shared reset, not another
+// model's entry relabelled with this scope, not one chunk's entry relabelled
+// as another's. The secret also names its own namespace: keyId (64 bits of an
+// HMAC of a fixed label, which reveals nothing about the secret) is mixed into
+// the scope, so deployments with different secrets, or with none, never read,
+// count as forged, or delete each other's entries.
 import { createHmac, timingSafeEqual } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.js';
-import type { TierCounters } from './lower.js';
+import type { LowerTierSwitches, TierCounters } from './lower.js';
 import { VALUE_HEADER_BYTES, checkedPayload, sealValue } from './value.js';
 import type { ValueLayout } from './value.js';
 
@@ -84,52 +88,55 @@ export function entryBytes(payloadBytes: number, auth: EntryAuth | undefined): n
  */
 export function sealEntry(
   value: Buffer,
-  fingerprint: bigint,
+  scope: bigint,
   key: bigint,
+  epoch: bigint,
   auth: EntryAuth | undefined,
 ): Buffer {
-  if (auth === undefined) return sealValue(value, fingerprint, key);
-  sealValue(value.subarray(0, value.length - ENTRY_TAG_BYTES), fingerprint, key);
+  if (auth === undefined) return sealValue(value, scope, key, epoch);
+  sealValue(value.subarray(0, value.length - ENTRY_TAG_BYTES), scope, key, epoch);
   return auth.sign(value);
 }
 
 /**
  * The checked read of every level below the host tier, with the tag first
- * (when entries are authenticated): the payload of a value read back for
- * `key`, counted as a hit; or undefined, counted as an error and a miss (and
- * as an authFailure when the tag is wrong or missing), when it must not be
- * served. No byte of a value is looked at before its tag is checked.
+ * (when entries are authenticated): checkedPayload's answer for a value read
+ * back for `key` under the level's `epoch` (the payload, 'collision' or
+ * 'refused'); 'refused', counted as an error, a miss and an authFailure, when
+ * the tag is wrong or missing. No byte of a value is looked at before its tag
+ * is checked.
  */
 export function checkedEntry(
   value: Buffer,
   key: bigint,
   layout: ValueLayout,
+  epoch: bigint,
   counters: TierCounters,
   auth: EntryAuth | undefined,
-  /** Test-only (failure class F11): skip the tag and the CRC. */
-  unsafeSkipChecksum = false,
-): Buffer | undefined {
-  if (auth === undefined) return checkedPayload(value, key, layout, counters, unsafeSkipChecksum);
-  const body = unsafeSkipChecksum
+  /** Test-only: see LowerTierSwitches (unsafeSkipChecksum also skips the tag). */
+  switches: LowerTierSwitches = {},
+): Buffer | 'collision' | 'refused' {
+  if (auth === undefined) return checkedPayload(value, key, layout, epoch, counters, switches);
+  const body = switches.unsafeSkipChecksum
     ? value.subarray(0, Math.max(0, value.length - ENTRY_TAG_BYTES))
     : auth.open(value);
   if (body === undefined) {
     counters.errors += 1;
     counters.authFailures += 1;
     counters.missChunks += 1;
-    return undefined;
+    return 'refused';
   }
-  const payload = checkedPayload(body, key, layout, counters, unsafeSkipChecksum);
-  if (payload !== undefined) counters.bytesRead += ENTRY_TAG_BYTES;
+  const payload = checkedPayload(body, key, layout, epoch, counters, switches);
+  if (typeof payload !== 'string') counters.bytesRead += ENTRY_TAG_BYTES;
   return payload;
 }
 
 /**
- * The fingerprint entries are stored under: the layout's, mixed with the
- * secret's key id when entries are authenticated (a namespace per secret).
+ * The scope entries are stored under: tierScope's, mixed with the secret's
+ * key id when entries are authenticated (a namespace per secret).
  */
-export function entryFingerprint(layout: bigint, auth: EntryAuth | undefined): bigint {
-  return auth === undefined ? layout : layout ^ auth.keyId;
+export function entryScope(scope: bigint, auth: EntryAuth | undefined): bigint {
+  return auth === undefined ? scope : scope ^ auth.keyId;
 }
 
 /** The Redis level without a secret and without `insecure`: refused before anything starts. */

@@ -34,4 +34,9 @@ export class KnownKeys {
   delete(key: bigint): void {
     this.keys.delete(key);
   }
+
+  /** Forgets every key (the level's entries were retired). */
+  clear(): void {
+    this.keys.clear();
+  }
 }

@@ -29,7 +29,7 @@ import { keySlot } from './redis-slot.js';
 /** The commands the Redis tier sends, as it sends them (Buffer replies). */
 export interface RedisCommands {
   exists(key: string): Promise<number>;
-  set(key: string, value: Buffer): Promise<unknown>;
+  set(key: string, value: Buffer | string): Promise<unknown>;
   get(key: string): Promise<Buffer | null>;
   del(key: string): Promise<number>;
 }

@@ -43,7 +43,8 @@ export interface RedisTierOptions {
   /** How long the circuit stays open before a probe; default 1,000 ms. */
   readonly openMs?: number;
   readonly payloadBytes: number;
-  readonly fingerprint: bigint;
+  /** The tier scope (tierScope, in the secret's namespace): layout, namespace and key hash. */
+  readonly scope: bigint;
 }
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
@@ -106,7 +107,7 @@ export function resolveRedisOptions(options: RedisTierOptions): {
     }),
     urls: options.urls,
     payloadBytes: options.payloadBytes,
-    fingerprint: options.fingerprint,
+    scope: options.scope,
   };
   const int = (name: string, v: number, min: number, max: number) => {
     if (!Number.isInteger(v) || v < min || v > max) {

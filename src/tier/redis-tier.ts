@@ -3,21 +3,29 @@
 // every command has a deadline, a broken node's connection is replaced, the
 // credentials and TLS settings reach every node).
 //
-// One value per chunk under `kvoff:v1:<fingerprint>:<key>`, with no hash tag,
+// One value per chunk under `kvoff:v2:<scope>:<key word>`, with no hash tag,
 // so keys spread over the shards; one SET writes the whole value, so an entry
 // is visible whole or not at all (a SET cut off halfway never lands). With a
-// deployment secret every value carries an HMAC tag checked before any byte is
-// served (src/tier/entry-auth.ts); without one the level refuses to open unless
-// told `insecure`. Lookups send per-key EXISTS (pipelined by the client) in
-// batches and stop at the first miss; loads GET and check the value. The level
-// is best-effort: a failed store is dropped and counted, a failed load is a
-// miss, an OOM reply means the level is full (counted), and after repeated
-// failures a circuit breaker opens so a dead cluster costs nothing but counted
-// misses and drops; a half-open probe (a fresh connect when the client is gone)
-// closes it again. Stores in flight are bounded; over the bound they are
-// dropped and counted (back-pressure that never blocks). A chunk this process
-// knows the cluster holds (it wrote it, or a lookup or load found it) is not
-// sent again.
+// deployment secret every value carries an HMAC tag over its whole header
+// (scope, epoch, the chunk's 256-bit identity) and payload, checked before any
+// byte is served (src/tier/entry-auth.ts); without one the level refuses to
+// open unless told `insecure`. Lookups send per-key EXISTS (pipelined by the
+// client) in batches and stop at the first miss; loads GET and check the
+// value, whose whole identity tells a colliding key word's entry apart (a
+// counted miss, left in place). The scope's epoch is `kvoff:v2:<scope>:epoch`
+// (absent: 0): every value carries the epoch it was written under, a shared
+// reset SETs a new random one (no FLUSHALL, other scopes untouched), and a
+// load that finds another epoch deletes the entry and misses. Version-1
+// entries (`kvoff:v1:...`) are never read again; the cluster's maxmemory
+// policy evicts them. The level is best-effort: a failed store is dropped and
+// counted, a failed load is a miss, an OOM reply means the level is full
+// (counted), and after repeated failures a circuit breaker opens so a dead
+// cluster costs nothing but counted misses and drops; a half-open probe (a
+// fresh connect when the client is gone) closes it again. Stores in flight are
+// bounded; over the bound they are dropped and counted (back-pressure that
+// never blocks). A chunk this process knows the cluster holds under the
+// current epoch (it wrote it, or a lookup or load found it) is not sent again.
+import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { TierUnavailableError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
@@ -37,7 +45,7 @@ import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { VALUE_HEADER_BYTES, hex16 } from './value.js';
+import { VALUE_HEADER_BYTES, hex16, keyName } from './value.js';
 
 /** EXISTS sent at once per lookup round; the lookup stops at the first miss or failure. */
 const EXISTS_BATCH = 32;
@@ -85,6 +93,7 @@ export class RedisTier implements LowerTier {
   private readonly window: InFlightWindow;
   private closing = false;
   private closed = false;
+  private currentEpoch = 0n;
 
   private readonly switches: LowerTierSwitches;
 
@@ -108,7 +117,48 @@ export class RedisTier implements LowerTier {
       options.timeoutMs * 0.9,
       STORE_WINDOW_INITIAL,
     );
-    this.prefix = `kvoff:v1:${hex16(options.fingerprint)}:`;
+    this.prefix = `kvoff:v2:${hex16(options.scope)}:`;
+  }
+
+  get epoch(): bigint {
+    return this.currentEpoch;
+  }
+
+  /** The Redis key of the scope's epoch. */
+  get epochKey(): string {
+    return this.prefix + 'epoch';
+  }
+
+  async refreshEpoch(): Promise<void> {
+    const reply = await this.commandAt(this.epochKey, (c, k) => c.get(k));
+    if (reply === undefined) return; // unreachable: keep what we knew (loads fail meanwhile anyway)
+    if (reply === null) this.moveEpoch(0n);
+    else if (/^[0-9a-f]{16}$/.test(reply.toString('latin1'))) {
+      this.moveEpoch(BigInt('0x' + reply.toString('latin1')));
+    } else this.ownCounters.errors += 1;
+  }
+
+  async retire(): Promise<void> {
+    const epoch = randomBytes(8).readBigUInt64LE(0);
+    let failure: unknown;
+    const reply = await this.commandAt(
+      this.epochKey,
+      (c, k) => c.set(k, hex16(epoch)),
+      (err) => (failure = err ?? new Error('the circuit is open or the cluster unreachable')),
+    );
+    if (reply === undefined) {
+      throw new Error(`redis: the new epoch was not stored: ${String(failure)}`, {
+        cause: failure,
+      });
+    }
+    this.moveEpoch(epoch);
+  }
+
+  /** What this process knew the cluster holds was held under the old epoch: retired, so stored again. */
+  private moveEpoch(epoch: bigint): void {
+    if (epoch === this.currentEpoch) return;
+    this.currentEpoch = epoch;
+    this.known.clear();
   }
 
   /**
@@ -168,11 +218,12 @@ export class RedisTier implements LowerTier {
   seal(key: bigint, payload: Uint8Array): Buffer {
     const value = Buffer.allocUnsafe(this.valueBytes);
     value.set(payload, VALUE_HEADER_BYTES);
-    return sealEntry(value, this.options.fingerprint, key, this.auth);
+    return sealEntry(value, this.options.scope, key, this.currentEpoch, this.auth);
   }
 
+  /** The Redis key of an offload key's entry (named by its key word). */
   keyOf(key: bigint): string {
-    return this.prefix + hex16(key);
+    return this.prefix + keyName(key);
   }
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
@@ -334,11 +385,14 @@ export class RedisTier implements LowerTier {
       value,
       key,
       this.options,
+      this.currentEpoch,
       this.ownCounters,
       this.auth,
-      this.switches.unsafeSkipChecksum,
+      this.switches,
     );
-    if (payload === undefined) {
+    // Another chunk's sound entry under this key word: a miss, and not ours to delete.
+    if (payload === 'collision') return undefined;
+    if (payload === 'refused') {
       // Never served: deleted (best-effort), and no longer known to be held.
       this.known.delete(key);
       this.track(this.command(key, (c, name) => c.del(name)));
@@ -456,8 +510,17 @@ export class RedisTier implements LowerTier {
    * circuit open: nothing is sent) or failed (counted); never rejects. A
    * node that fails opens its own circuit: the other shards go on.
    */
-  private async command<R>(
+  private command<R>(
     key: bigint,
+    cmd: (c: RedisCommands, k: string) => Promise<R>,
+    onError?: (err: unknown) => void,
+  ): Promise<R | undefined> {
+    return this.commandAt(this.keyOf(key), cmd, onError);
+  }
+
+  /** command() on the Redis key `k` (an entry's, or the epoch's). */
+  private async commandAt<R>(
+    k: string,
     cmd: (c: RedisCommands, k: string) => Promise<R>,
     onError?: (err: unknown) => void,
   ): Promise<R | undefined> {
@@ -466,7 +529,6 @@ export class RedisTier implements LowerTier {
       onError?.(undefined);
       return undefined;
     }
-    const k = this.keyOf(key);
     const node = this.link.nodeOf(conn, k);
     const breaker = this.breakerOf(node);
     const gate = breaker.allow();

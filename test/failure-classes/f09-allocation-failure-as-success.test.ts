@@ -23,7 +23,8 @@ import type { PlannerOptions } from '../../src/planner.js';
 import { FaultyTier } from '../../src/fuzz/faulty-tier.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
-import { hex16 } from '../../src/tier/value.js';
+import { scopeDirName } from '../../src/tier/disk-tier.js';
+import { keyName } from '../../src/tier/value.js';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import { local, planAndComplete, tokens } from '../helpers/local.js';
 import { redisCli, useCluster } from '../helpers/redis-cluster.js';
@@ -146,7 +147,8 @@ describe('F9 allocation failure treated as success: disk tier', () => {
     const tier = await openDisk(dir, FP, extra, switches);
     // Unwritable after open (a directory that cannot be used at open is refused there):
     // a file where the keys' shard directory goes, so no write can land, even for root.
-    if (how === 'unwritable') writeFileSync(join(dir, hex16(FP), hex16(KEYS[0]!).slice(0, 2)), 'x');
+    if (how === 'unwritable')
+      writeFileSync(join(dir, scopeDirName(FP), keyName(KEYS[0]!).slice(0, 2)), 'x');
     for (const k of KEYS) tier.store(k, valueOf(FP, k));
     await settle(tier);
     const violations = await storedMeansFound(tier, KEYS);

@@ -53,7 +53,7 @@ export function openDisk(
       dir,
       bytesMax: 1 << 26,
       payloadBytes: PAYLOAD_BYTES,
-      fingerprint,
+      scope: fingerprint,
       freeBytesMin: 0,
       ...extra,
     },
@@ -73,7 +73,7 @@ export function openRedis(
     {
       urls: [url],
       payloadBytes: PAYLOAD_BYTES,
-      fingerprint,
+      scope: fingerprint,
       timeoutMs: 5_000,
       insecure: true,
       ...extra,

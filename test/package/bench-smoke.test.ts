@@ -46,6 +46,7 @@ describe('bench harness (smoke)', () => {
         '4. Copy',
         '5. Overflow',
         '6. Event-loop',
+        '9. Key hashing',
         'Targets',
       ]) {
         expect(stdout).toContain(title);
@@ -86,6 +87,10 @@ describe('bench harness (smoke)', () => {
       expect(results.scenario.offloadOn.holes).toBe(0);
       expect(results.scenario.offloadOn.verifyOk).toBe(true);
       expect(results.scenario.eventLoop.offloadOn.delayMsP99).toMatchObject(figureShape);
+      // Both key hashes at every geometry, with the SHA-256 ÷ xxHash64 ratio.
+      expect(results.hashing.rows).toHaveLength(6);
+      for (const row of results.hashing.rows) expect(row.nsPerToken).toMatchObject(figureShape);
+      expect(results.hashing.sha256OverXxh64).toHaveLength(3);
       const ids = results.targets.map((t: { id: string }) => t.id);
       expect(ids).toEqual(
         expect.arrayContaining([
@@ -99,6 +104,8 @@ describe('bench harness (smoke)', () => {
           'scenario-on-over-off',
           'scenario-lookup-nonblocking',
           'scenario-holes',
+          'hashing-16',
+          'hashing-256',
         ]),
       );
       // Every design row carries the CPU figure; every threaded one the latency at load.

@@ -29,7 +29,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, TierUnavailableError } from '../../src/errors.js';
-import { DiskTier } from '../../src/tier/disk-tier.js';
+import { DiskTier, scopeDirName } from '../../src/tier/disk-tier.js';
 import { hex16 } from '../../src/tier/value.js';
 import { ROOT, runBuiltCli } from '../helpers/cli.js';
 
@@ -50,7 +50,7 @@ function open(dir: string) {
     dir,
     bytesMax: 1 << 24,
     payloadBytes: PAYLOAD,
-    fingerprint: FP,
+    scope: FP,
     freeBytesMin: 0,
   });
 }
@@ -85,7 +85,7 @@ describe('the disk tier keeps to its own private directory', () => {
     // Outside: a file named like an entry (of the wrong size: the rebuild deletes such entries) and another one.
     writeFileSync(join(outside, `${hex16(victim)}.kv`), 'outside file named like an entry');
     writeFileSync(join(outside, 'precious'), 'not kvoff data');
-    const layout = join(cache, hex16(FP));
+    const layout = join(cache, scopeDirName(FP));
     mkdirSync(layout, { mode: 0o700 });
     symlinkSync(outside, join(layout, 'ab'));
     // An entry name that is a link to an outside file of exactly an entry's size.
@@ -118,13 +118,13 @@ describe('the disk tier keeps to its own private directory', () => {
     // The layout directory itself as a link: replaced, never followed.
     const cache2 = freshDir();
     const outside2 = freshDir();
-    symlinkSync(outside2, join(cache2, hex16(FP)));
+    symlinkSync(outside2, join(cache2, scopeDirName(FP)));
     const t2 = await open(cache2);
     t2.store(1n, t2.seal(1n, Buffer.alloc(PAYLOAD, 3)));
     await settle(t2);
     await t2.close(1_000);
     expect(readdirSync(outside2)).toEqual([]);
-    expect(lstatSync(join(cache2, hex16(FP))).isDirectory()).toBe(true);
+    expect(lstatSync(join(cache2, scopeDirName(FP))).isDirectory()).toBe(true);
   });
 
   it('directories 0700 and files 0600 whatever the umask (022, 000)', async () => {
@@ -201,7 +201,7 @@ describe('the disk tier keeps to its own private directory', () => {
         dir: '/proc/self/nonexistent',
         bytesMax: 1 << 20,
         payloadBytes: 16,
-        fingerprint: 1n,
+        scope: 1n,
       }),
     ).rejects.toBeInstanceOf(TierUnavailableError);
   });

@@ -43,7 +43,7 @@ function payloadOf(key: bigint): Buffer {
 let fp = 0x2500n;
 function open(extra: Partial<RedisTierOptions> & Pick<RedisTierOptions, 'urls'>) {
   fp += 1n;
-  return RedisTier.open({ payloadBytes: PAYLOAD, fingerprint: fp, secret: SECRET, ...extra });
+  return RedisTier.open({ payloadBytes: PAYLOAD, scope: fp, secret: SECRET, ...extra });
 }
 
 /** Stores keys spread over every slot range, waits, loads each back: true when every byte came back. */

@@ -7,7 +7,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseTierOptions } from '../../src/commands/tier-options.js';
-import { InvalidArgumentError, TierUnavailableError } from '../../src/errors.js';
+import {
+  InvalidArgumentError,
+  KeyHashNotShareableError,
+  NamespaceRequiredError,
+  TierUnavailableError,
+} from '../../src/errors.js';
 import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../../src/runtime/defaults.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import type { TiersOptions } from '../../src/tier/cascade.js';
@@ -19,7 +24,11 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 async function runOnce(tiers?: TiersOptions | undefined) {
   const runtime = await OffloadRuntime.start({
     // Full attention only: what a windowed group stored depends on thread timing, hits here must not.
-    config: { ...DEFAULT_RUNTIME_CONFIG, groups: [{ kind: 'full', tokensPerBlock: 16 }] },
+    config: {
+      ...DEFAULT_RUNTIME_CONFIG,
+      groups: [{ kind: 'full', tokensPerBlock: 16 }],
+      namespace: { model: 'tier-runtime' },
+    },
     ...(tiers ? { tiers } : {}),
     simulator: { seed: 9 },
   });
@@ -166,4 +175,32 @@ describe('tier cascade in the runtime', () => {
       OffloadRuntime.start({ tiers: { disk: { dir: 'd' }, secret: 'short' } }),
     ).rejects.toThrow(/tiers\.secret: must be at least 16 bytes/);
   });
+
+  it('a disk or Redis tier without namespace.model, or with xxHash keys, is refused before anything starts', async () => {
+    const config = {
+      ...DEFAULT_RUNTIME_CONFIG,
+      groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
+    };
+    for (const tiers of [
+      { disk: { dir } },
+      { redis: { urls: ['redis://127.0.0.1:1'], insecure: true } },
+    ]) {
+      const tier = Object.keys(tiers)[0];
+      const err = await OffloadRuntime.start({ config, tiers }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(NamespaceRequiredError);
+      expect(err).toMatchObject({ code: 'KVOFF_NAMESPACE_REQUIRED', tier });
+      const xxh = await OffloadRuntime.start({
+        config: { ...config, namespace: { model: 'm' }, keyHash: 'xxh64' },
+        tiers,
+      }).catch((e: unknown) => e);
+      expect(xxh).toBeInstanceOf(KeyHashNotShareableError);
+      expect(xxh).toMatchObject({ code: 'KVOFF_KEY_HASH_NOT_SHAREABLE', tier });
+    }
+    // xxHash keys on the host tier alone: one trusted process, allowed.
+    const rt = await OffloadRuntime.start({ config: { ...config, keyHash: 'xxh64' } });
+    const s = await rt.submit({ promptLength: 2000, prefixId: 1, maxDecodeTokens: 4 });
+    expect(s.holes).toBe(0);
+    expect((await rt.verify()).ok).toBe(true);
+    await rt.close();
+  }, 120_000);
 });

@@ -1,6 +1,6 @@
 // The pieces a shared tier's trust rests on, alone: the entry tag covers every
-// byte before it (so identity fields added to the header later are covered
-// too), a secret names its own namespace, Redis URLs are parsed without ever
+// byte before it (the header's scope, epoch and 256-bit identity included), a
+// secret names its own namespace, Redis URLs are parsed without ever
 // echoing a password, and the cluster slot of a key is Redis's.
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/errors.js';
@@ -8,7 +8,7 @@ import {
   ENTRY_TAG_BYTES,
   EntryAuth,
   checkedEntry,
-  entryFingerprint,
+  entryScope,
   sealEntry,
 } from '../../src/tier/entry-auth.js';
 import { zeroCounters } from '../../src/tier/lower.js';
@@ -18,32 +18,32 @@ import { VALUE_HEADER_BYTES } from '../../src/tier/value.js';
 
 const SECRET = 'a-deployment-secret-0123456789';
 const PAYLOAD = 256;
+const EPOCH = 0x5eedn;
 
 function sealed(auth: EntryAuth, key: bigint): Buffer {
   const v = Buffer.alloc(VALUE_HEADER_BYTES + PAYLOAD + ENTRY_TAG_BYTES);
   v.fill(0x33, VALUE_HEADER_BYTES, VALUE_HEADER_BYTES + PAYLOAD);
-  return sealEntry(v, 0xf00dn, key, auth);
+  return sealEntry(v, 0xf00dn, key, EPOCH, auth);
 }
 
 describe('entry tags', () => {
   it('a value checks; any byte changed anywhere (header, payload, tag) or a tag under another secret fails, counted', () => {
     const auth = new EntryAuth(SECRET);
-    const layout = { fingerprint: 0xf00dn, payloadBytes: PAYLOAD };
+    const layout = { scope: 0xf00dn, payloadBytes: PAYLOAD };
     const good = sealed(auth, 5n);
     const counters = zeroCounters();
-    expect(
-      checkedEntry(good, 5n, layout, counters, auth)?.equals(Buffer.alloc(PAYLOAD, 0x33)),
-    ).toBe(true);
+    const payload = checkedEntry(good, 5n, layout, EPOCH, counters, auth);
+    expect(Buffer.isBuffer(payload) && payload.equals(Buffer.alloc(PAYLOAD, 0x33))).toBe(true);
     for (let at = 0; at < good.length; at += 1) {
       const bad = Buffer.from(good);
       bad[at] = bad[at]! ^ 0x01;
       expect(auth.open(bad), `byte ${at}`).toBeUndefined();
     }
     const other = new EntryAuth('another-secret-0123456789abcdef');
-    expect(checkedEntry(good, 5n, layout, counters, other)).toBeUndefined();
-    expect(
-      checkedEntry(good.subarray(0, good.length - 1), 5n, layout, counters, auth),
-    ).toBeUndefined();
+    expect(checkedEntry(good, 5n, layout, EPOCH, counters, other)).toBe('refused');
+    expect(checkedEntry(good.subarray(0, good.length - 1), 5n, layout, EPOCH, counters, auth)).toBe(
+      'refused',
+    );
     expect(counters).toMatchObject({ hitChunks: 1, authFailures: 2, errors: 2, missChunks: 2 });
   });
 
@@ -52,8 +52,8 @@ describe('entry tags', () => {
     const b = new EntryAuth(Buffer.from(SECRET));
     const c = new EntryAuth('another-secret-0123456789abcdef');
     expect(a.keyId).toBe(b.keyId);
-    expect(entryFingerprint(1n, a)).not.toBe(entryFingerprint(1n, c));
-    expect(entryFingerprint(1n, a)).not.toBe(entryFingerprint(1n, undefined));
+    expect(entryScope(1n, a)).not.toBe(entryScope(1n, c));
+    expect(entryScope(1n, a)).not.toBe(entryScope(1n, undefined));
     expect(() => new EntryAuth('short-secret')).toThrow(InvalidArgumentError);
     expect(() => new EntryAuth('short-secret')).not.toThrow(/short-secret/);
   });
