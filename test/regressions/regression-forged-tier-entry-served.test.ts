@@ -5,22 +5,26 @@
 // cache directory) could poison every engine's KV.
 //
 // Here: every value carries an HMAC-SHA256 tag under the deployment secret,
-// checked before any byte is served. A forger who can read and write the
-// store but does not hold the secret rewrites values with their own payload
-// and a correct CRC: each is a miss, counted (authFailures), and deleted; a
-// restarted runtime over a directory forged whole loads no wrong byte. The
-// same forgery against a tier without a secret is served (that is the attack:
-// before, a runtime over such a directory loaded every forged chunk and its
-// check of the loaded blocks found the wrong bytes).
-import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
+// over its whole header (scope, epoch, the chunk's 256-bit identity) and its
+// payload, checked before any byte is served. The forger is not kvoff's code:
+// test/fixtures/forge_entry.py rebuilds the header from the documented layout
+// with Python's zlib and writes Redis with redis-cli. It can read and write
+// the store but lacks the secret, and it tries three things on a real
+// cluster and a real directory: its own payload; an entry from before a
+// shared reset relabelled with the current epoch (stale KV served after a
+// reset); one chunk's entry relabelled as another's (the wrong chunk's KV).
+// Each is a miss, counted (authFailures), and deleted. Without a secret the
+// same forgeries are served: that is the attack, shown on the same code.
+import { execFile } from 'node:child_process';
+import { copyFileSync, existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { RESP_TYPES, createCluster } from 'redis';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import type { TiersOptions } from '../../src/index.js';
 import { ENTRY_TAG_BYTES } from '../../src/tier/entry-auth.js';
 import type { LowerTier } from '../../src/tier/lower.js';
-import { VALUE_HEADER_BYTES, encodeValue } from '../../src/tier/value.js';
 import {
   freshDir,
   openDisk,
@@ -29,85 +33,127 @@ import {
   removeDirs,
   settle,
 } from '../failure-classes/lower-tier-support.js';
-import { useCluster } from '../helpers/redis-cluster.js';
+import { redisCli, useCluster } from '../helpers/redis-cluster.js';
 
 const cluster = useCluster();
 afterAll(removeDirs);
 const SECRET = 'tier-secret-for-tests-0123456789';
+/** Debian's python3 by name, as for the KV-event subscriber (.ci/run installs it). */
+const PYTHON = '/usr/bin/python3';
+const FORGER = fileURLToPath(new URL('../fixtures/forge_entry.py', import.meta.url));
+const EVIL = Buffer.alloc(payloadOf(1n).length, 0x5a);
 
-/**
- * What a forger without the secret can make of a stored value: the same
- * header fields (fingerprint, key), their own payload, the CRC recomputed
- * over it, and the tag's bytes kept (or anything else: they cannot compute it).
- */
-function forge(value: Buffer, tagged: boolean): Buffer {
-  const fingerprint = value.readBigUInt64LE(8);
-  const key = value.readBigUInt64LE(16);
-  const payloadBytes = value.length - VALUE_HEADER_BYTES - (tagged ? ENTRY_TAG_BYTES : 0);
-  const evil = Buffer.alloc(payloadBytes, 0x5a);
-  const forged = encodeValue(fingerprint, key, evil);
-  return tagged ? Buffer.concat([forged, value.subarray(value.length - ENTRY_TAG_BYTES)]) : forged;
+interface Header {
+  scope: string;
+  epoch: string;
+  identity: string;
 }
 
-/** The forged value of `key` is a miss, counted as an authentication failure, and is deleted. */
-async function forgeryRefused(tier: LowerTier, key: bigint): Promise<void> {
+/** Runs the forger; its answer is the header it found before the edit. */
+async function forger(...args: string[]): Promise<Header> {
+  const { stdout } = await promisify(execFile)(PYTHON, [FORGER, ...args], { timeout: 30_000 });
+  return JSON.parse(stdout) as Header;
+}
+
+const tagArgs = (secret: string | undefined) => [
+  '--tag-bytes',
+  String(secret === undefined ? 0 : ENTRY_TAG_BYTES),
+];
+
+/** The load of `key` was refused as forged: a miss, one more authFailure, nothing served. */
+async function refusedAsForged(tier: LowerTier, key: bigint, failuresBefore: number) {
+  const hitsBefore = tier.counters.hitChunks;
   expect(await tier.load(key)).toBeUndefined();
-  expect(tier.counters).toMatchObject({ authFailures: 1, hitChunks: 0, missChunks: 1 });
-  let state = (await tier.states([key]))[0];
-  for (let i = 0; i < 200 && state !== 'miss'; i += 1) {
-    await new Promise((r) => setTimeout(r, 10));
-    state = (await tier.states([key]))[0];
-  }
-  expect(state).toBe('miss');
+  expect(tier.counters.authFailures).toBe(failuresBefore + 1);
+  expect(tier.counters.hitChunks).toBe(hitsBefore);
+}
+
+function served(payload: Buffer | undefined, expected: Buffer): boolean {
+  return payload !== undefined && payload.equals(expected);
 }
 
 describe('a forged lower-tier value is never served', () => {
-  it('Redis: a value rewritten with its own payload and a recomputed CRC is a counted miss, deleted; without a secret it would be served', async () => {
-    const raw = createCluster({ rootNodes: [{ url: cluster().url }] });
-    raw.on('error', () => undefined);
-    await raw.connect();
-    try {
-      for (const secret of [SECRET, undefined]) {
-        const fp = secret === undefined ? 0x1a5ecn : 0x5ecn;
-        const tier = await openRedis(
-          cluster().url,
-          fp,
-          {},
-          secret ? { secret, insecure: false } : {},
-        );
-        tier.store(7n, tier.seal(7n, payloadOf(7n)));
-        await settle(tier);
-        const stored = await raw
-          .withTypeMapping({ [RESP_TYPES.BLOB_STRING]: Buffer })
-          .get(tier.keyOf(7n));
-        await raw.set(tier.keyOf(7n), forge(stored!, secret !== undefined));
-        if (secret !== undefined) await forgeryRefused(tier, 7n);
-        else {
-          // The attack, where nothing can tell: the forger's bytes are served.
-          expect((await tier.load(7n))?.equals(Buffer.alloc(payloadOf(7n).length, 0x5a))).toBe(
-            true,
-          );
+  it('Redis: its own payload, and an entry from before a shared reset relabelled with the current epoch', async () => {
+    const port = String(cluster().ports[0]!);
+    for (const secret of [SECRET, undefined]) {
+      const scope = secret === undefined ? 0x1a5ecn : 0x5ecn;
+      const tier = await openRedis(
+        cluster().url,
+        scope,
+        {},
+        secret ? { secret, insecure: false } : {},
+      );
+      // 8n's entry is written, then retired by a shared reset; 7n's is current.
+      tier.store(8n, tier.seal(8n, payloadOf(8n)));
+      await settle(tier);
+      await tier.retire();
+      tier.store(7n, tier.seal(7n, payloadOf(7n)));
+      await settle(tier);
+      await forger('redis', port, tier.keyOf(7n), ...tagArgs(secret), 'payload=5a');
+      // The forger relabels the retired entry with the current epoch.
+      const epoch = tier.epoch.toString(16).padStart(16, '0');
+      await forger('redis', port, tier.keyOf(8n), ...tagArgs(secret), `epoch=${epoch}`);
+      if (secret !== undefined) {
+        await refusedAsForged(tier, 7n, 0);
+        await refusedAsForged(tier, 8n, 1);
+        expect(tier.counters.retiredChunks).toBe(0);
+        // Deleted, as the cluster says.
+        for (const k of [7n, 8n]) {
+          expect(await redisCli(cluster().ports[0]!, '-c', 'exists', tier.keyOf(k))).toBe('0');
         }
-        await tier.close(2_000);
+      } else {
+        // The attack, where nothing can tell: the forger's bytes, and retired KV, are served.
+        expect(served(await tier.load(7n), EVIL)).toBe(true);
+        expect(served(await tier.load(8n), payloadOf(8n))).toBe(true);
       }
-    } finally {
-      raw.destroy();
+      await tier.close(2_000);
     }
   });
 
-  it('disk: a file rewritten with its own payload and a recomputed CRC is a counted miss, deleted', async () => {
-    const dir = freshDir();
-    const tier = await openDisk(dir, 0xd5ecn, { secret: SECRET });
-    tier.store(9n, tier.seal(9n, payloadOf(9n)));
-    await settle(tier);
-    writeFileSync(tier.pathOf(9n), forge(readFileSync(tier.pathOf(9n)), true));
-    await forgeryRefused(tier, 9n);
-    await tier.close(1_000);
+  it('disk: its own payload, a retired entry relabelled with the current epoch, one chunk relabelled as another', async () => {
+    for (const secret of [SECRET, undefined]) {
+      const dir = freshDir();
+      const tier = await openDisk(dir, 0xd5ecn, secret ? { secret } : {});
+      const tag = tagArgs(secret);
+      // 10n's entry, kept by the forger before a shared reset retires it.
+      tier.store(10n, tier.seal(10n, payloadOf(10n)));
+      await settle(tier);
+      const kept = join(dir, 'kept-by-the-forger');
+      copyFileSync(tier.pathOf(10n), kept);
+      await tier.retire();
+      await settle(tier);
+      for (const k of [9n, 11n, 12n]) tier.store(k, tier.seal(k, payloadOf(k)));
+      await settle(tier);
+      await forger('file', tier.pathOf(9n), ...tag, 'payload=5a');
+      // The retired entry put back, relabelled with the current epoch.
+      copyFileSync(kept, tier.pathOf(10n));
+      const epoch = tier.epoch.toString(16).padStart(16, '0');
+      await forger('file', tier.pathOf(10n), ...tag, `epoch=${epoch}`);
+      // 11n's entry under 12n's name, relabelled with 12n's identity.
+      const twelve = await forger('file', tier.pathOf(12n), ...tag);
+      copyFileSync(tier.pathOf(11n), tier.pathOf(12n));
+      await forger('file', tier.pathOf(12n), ...tag, `identity=${twelve.identity}`);
+      expect(await tier.states([10n])).toEqual(['hit']);
+      if (secret !== undefined) {
+        await refusedAsForged(tier, 9n, 0);
+        await refusedAsForged(tier, 10n, 1);
+        await refusedAsForged(tier, 12n, 2);
+        await settle(tier);
+        for (const k of [9n, 10n, 12n]) expect(existsSync(tier.pathOf(k)), `${k}`).toBe(false);
+        expect(served(await tier.load(11n), payloadOf(11n))).toBe(true);
+      } else {
+        expect(served(await tier.load(9n), EVIL)).toBe(true);
+        expect(served(await tier.load(10n), payloadOf(10n))).toBe(true);
+        expect(served(await tier.load(12n), payloadOf(11n))).toBe(true);
+      }
+      await tier.close(1_000);
+    }
   });
 
   it('a runtime restarted over a directory forged whole loads no wrong byte', async () => {
     const config = {
       ...DEFAULT_RUNTIME_CONFIG,
+      namespace: { model: 'forged-directory' },
       groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
     };
     const request = {
@@ -125,7 +171,10 @@ describe('a forged lower-tier value is never served', () => {
       .map(String)
       .filter((n) => n.endsWith('.kv'));
     expect(files).toHaveLength(first.stats().tiers.disk.storedChunks);
-    for (const f of files) writeFileSync(join(dir, f), forge(readFileSync(join(dir, f)), true));
+    const { forged } = (await forger('tree', dir, ...tagArgs(SECRET), 'payload=5a')) as unknown as {
+      forged: number;
+    };
+    expect(forged).toBe(files.length);
     const second = await OffloadRuntime.start({ config, tiers });
     await second.submit(request);
     const report = await second.verify();
