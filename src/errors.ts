@@ -21,6 +21,8 @@ export type KvoffErrorCode =
   | 'KVOFF_BLOCKS_SETTLED'
   | 'KVOFF_ROLE_CLAIMED'
   | 'KVOFF_TRANSFER_BACKEND_FAILED'
+  | 'KVOFF_TIER_UNAVAILABLE'
+  | 'KVOFF_EVENTS_UNAVAILABLE'
   | 'KVOFF_INVALID_TRACE'
   | 'KVOFF_NAMESPACE_REQUIRED'
   | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
@@ -51,9 +53,15 @@ export class ConfigError extends KvoffError {
 
 /** Thrown when a caller passes a value outside what an API accepts; nothing was changed. */
 export class InvalidArgumentError extends KvoffError {
+  /** The argument or option refused. */
+  readonly what: string;
+  /** The rule it broke. */
+  readonly rule: string;
   constructor(what: string, rule: string) {
     super('KVOFF_INVALID_ARGUMENT', `invalid argument: ${what}: ${rule}`);
     this.name = 'InvalidArgumentError';
+    this.what = what;
+    this.rule = rule;
   }
 }
 
@@ -158,6 +166,24 @@ export class QueueFullError extends KvoffError {
     super('KVOFF_QUEUE_FULL', `${what} is full (${limit} pending)`);
     this.name = 'QueueFullError';
     this.limit = limit;
+  }
+}
+
+/**
+ * Thrown by `OffloadRuntime.start()` when a tier below host memory that was
+ * configured explicitly cannot be used at start (unreachable, credentials
+ * refused, a TLS failure, a directory that cannot be made or written, opening
+ * that did not finish in time) and `tiers.optional` is not set. `reason` never
+ * carries a credential. Nothing was started.
+ */
+export class TierUnavailableError extends KvoffError {
+  readonly tier: string;
+  readonly reason: string;
+  constructor(tier: string, reason: string) {
+    super('KVOFF_TIER_UNAVAILABLE', `the ${tier} tier cannot be used: ${reason}`);
+    this.name = 'TierUnavailableError';
+    this.tier = tier;
+    this.reason = reason;
   }
 }
 

@@ -19,6 +19,7 @@ export {
   BlocksSettledError,
   RoleClaimedError,
   TransferBackendFailedError,
+  TierUnavailableError,
   EventsUnavailableError,
   TraceFormatError,
   WebGpuUnavailableError,
@@ -137,7 +138,7 @@ export type { DiskTierOptions } from './tier/disk-tier.js';
 export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
-export type { PerTierCounters } from './tier/tier-stats.js';
+export type { LowerTierFlags, LowerTierReport, PerTierCounters } from './tier/tier-stats.js';
 
 // WebGPU: an engine that holds its KV in WebGPU buffers serves kvoff's copies on its device's thread.
 export { WebGpuCopyServer } from './runtime/webgpu-host.js';

@@ -27,6 +27,7 @@ import {
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, progress } from './term.js';
 import { addTierOptions } from './tier-options.js';
+import { INSECURE_TIER_WARNING, TierWatch } from './tier-watch.js';
 import { addEventOptions } from './event-options.js';
 import { addTraceOptions, traceAction } from './simulate-trace.js';
 import type { TraceRawOptions } from './simulate-trace.js';
@@ -37,6 +38,8 @@ const PROGRESS_TICK_MS = 250;
 export interface SimulateHooks {
   /** Called every PROGRESS_TICK_MS while the workload runs. */
   onProgress?(done: number, total: number, stats: RuntimeStats): void;
+  /** A line about a lower tier's health (src/commands/tier-watch.ts), while it runs. */
+  onTierWarning?(line: string): void;
 }
 
 /** Runs one simulation to the end and returns its result; writes the report if asked. */
@@ -63,6 +66,9 @@ export async function runSimulate(
     ...(plan.events ? { events: plan.events } : {}),
     ...(plan.cache ? { cache: plan.cache } : {}),
   });
+  const warn = hooks.onTierWarning;
+  const watch =
+    warn && plan.tiers ? new TierWatch(() => runtime.stats().tiers, warn).start() : undefined;
   const requests = defaultWorkload(plan.workload);
   let done = 0;
   let crashed: string | undefined;
@@ -84,6 +90,7 @@ export async function runSimulate(
   } catch (err) {
     if (!isLegacyCrash(plan, err)) {
       clearInterval(ticker);
+      watch?.stop();
       await runtime.close().catch(() => undefined);
       throw err;
     }
@@ -96,6 +103,7 @@ export async function runSimulate(
   let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0, entriesInFlight: 0 };
   if (crashed === undefined) verify = await runtime.verify();
   const stats = runtime.stats();
+  watch?.stop();
   await runtime.close().catch((err: unknown) => {
     // A crashed runtime already stopped its workers; anything else is real.
     if (crashed === undefined) throw err;
@@ -275,6 +283,7 @@ export function registerSimulate(program: Command): void {
         (name) => command.getOptionValueSource(name) === 'cli',
       );
       if (plan.report) checkReportPath(plan.report);
+      if (plan.tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
       const color = colorAllowed(process.stdout);
       const bar = progress(process.stderr, plan.workload.requests, 'simulate', {
         quiet: plan.json && !process.stderr.isTTY,
@@ -282,6 +291,7 @@ export function registerSimulate(program: Command): void {
       let result: SimulateResult;
       try {
         result = await runSimulate(plan, {
+          onTierWarning: (line) => process.stderr.write(`${line}\n`),
           onProgress: (doneCount, _total, s) =>
             bar.update(
               doneCount,

@@ -20,6 +20,8 @@ import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
 import { Prng } from '../prng.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
+import { asStartRefusal } from './start-refusal.js';
+import type { StartRefusal } from './start-refusal.js';
 import { StoreLoop } from './store-loop.js';
 import { transferTaskWordsMax } from './transfer.js';
 import { GpuEngineKv } from './engine-kv.js';
@@ -28,7 +30,7 @@ import type { GpuThreadSpec } from './webgpu-thread.js';
 import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-loop.js';
 
 export type RoleName = DoorbellName;
@@ -81,7 +83,9 @@ export type RoleMessage =
   | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
-  | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number };
+  | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number }
+  | { type: 'startRefused'; error: StartRefusal }
+  | { type: 'tierProblem'; tier: LowerTierName; problem: string | null };
 
 class InjectedFault extends Error {
   constructor(role: string, steps: number) {
@@ -219,6 +223,8 @@ function yieldTurn(): Promise<void> {
 
 /** verify() waits at most this long for the copies in flight when it was called. */
 const VERIFY_WAIT_MS_MAX = 10_000;
+/** A lower level's changing reason for being degraded is posted to main at most this often. */
+const PROBLEM_POST_MS = 1_000;
 
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
@@ -253,7 +259,16 @@ async function runStore(
       ? new PiscinaTransferBackend(arenas, backendOptions)
       : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  const cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
+  let cascade: TierCascade | undefined;
+  try {
+    cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
+  } catch (err) {
+    const refusal = asStartRefusal(err);
+    if (refusal === undefined) throw err;
+    await backend.close();
+    post({ type: 'startRefused', error: refusal });
+    return;
+  }
   const loop = new StoreLoop(
     views,
     backend,
@@ -316,7 +331,25 @@ async function runStore(
     }
   };
   port.on('message', onMessage);
+  const problems = new Map<LowerTierName, { problem: string | null; atMs: number }>();
+  // Why a level is degraded (its state itself is in the shared counters):
+  // posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
+  const flushProblems = () => {
+    const now = performance.now();
+    for (const level of cascade?.levels ?? []) {
+      const problem = level.problem ?? null;
+      const last = problems.get(level.name);
+      if (problem === (last?.problem ?? null)) continue;
+      if (last && problem !== null && last.problem !== null && now - last.atMs < PROBLEM_POST_MS) {
+        continue;
+      }
+      problems.set(level.name, { problem, atMs: now });
+      post({ type: 'tierProblem', tier: level.name, problem });
+    }
+  };
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
+  // A level that could not be used at start (tiers.optional) says why before the runtime is ready.
+  flushProblems();
   post({ type: 'ready', role: 'store' });
   let steps = 0;
   const flushJobs = () => {
@@ -326,6 +359,7 @@ async function runStore(
     if (samples.length > 0) post({ type: 'tierStores', samples });
     const lookups = loop.takeLookupSamples();
     if (lookups.length > 0) post({ type: 'lookups', samples: lookups });
+    flushProblems();
   };
   const step = () => {
     try {

@@ -33,6 +33,7 @@ import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './t
 import type { DoorbellName } from './thread-words.js';
 import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
 import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
+import { startRefusalError } from './start-refusal.js';
 import { readAllStats } from './stats.js';
 import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
@@ -45,11 +46,12 @@ import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
 import { refuseUnknownKeys } from '../known-keys.js';
+import type { RedisTlsOptions } from '../tier/redis-access.js';
 import type { KnownKeys } from '../known-keys.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
@@ -247,6 +249,10 @@ export class OffloadRuntime {
   private readonly stopping = new Set<RoleName>();
   private readonly exited = new Map<RoleName, Promise<void>>();
   private readonly finals = new Map<RoleName, Record<string, number>>();
+  /** Why each lower level is degraded, as the store last said. */
+  private readonly tierProblems = new Map<LowerTierName, string>();
+  /** Called when a role's final report arrives (stop() waits on it). */
+  private readonly onFinal = new Map<RoleName, () => void>();
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
@@ -456,7 +462,12 @@ export class OffloadRuntime {
       jobsTransferFailed: s.jobsTransferFailed,
       chunksTransferFailed: s.chunksTransferFailed,
       jobsHeld: s.jobsHeld,
-      tiers: readTierStats(this.views.tierStats),
+      tiers: readTierStats(
+        this.views.tierStats,
+        new Set((['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined)),
+        this.options.tiers?.secret !== undefined,
+        this.tierProblems,
+      ),
       memory: readRuntimeMemory(this.views.memory),
       ...(this.hub ? { events: this.hub.stats(s.eventsQueued, s.eventsDropped) } : {}),
       ...(this.failure
@@ -692,6 +703,10 @@ export class OffloadRuntime {
         if (m.type === 'ready') {
           started = true;
           resolve();
+        } else if (m.type === 'startRefused') {
+          // The worker returns after this: its exit is expected, not a failure.
+          this.stopping.add(role);
+          reject(startRefusalError(m.error));
         } else this.onMessage(m);
       });
       worker.on('error', (err) => {
@@ -752,6 +767,10 @@ export class OffloadRuntime {
         done?.resolve(m.report);
         return;
       }
+      case 'tierProblem':
+        if (m.problem === null) this.tierProblems.delete(m.tier);
+        else this.tierProblems.set(m.tier, m.problem);
+        return;
       case 'reset': {
         const done = this.resets.get(m.id);
         this.resets.delete(m.id);
@@ -761,6 +780,7 @@ export class OffloadRuntime {
       }
       case 'final':
         this.finals.set(m.role, m.report);
+        this.onFinal.get(m.role)?.();
         return;
       case 'traces':
         // Traced requests the store saw before it failed, up to the failure.
@@ -942,9 +962,19 @@ export class OffloadRuntime {
     this.views.doorbell(role).ring();
     const ms = Math.max(0, deadline - Date.now());
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    let grace: NodeJS.Timeout | undefined;
+    // A role that sent its final report has nothing left to do: if a stray
+    // handle (a socket a library left open) keeps its thread alive, it is
+    // ended after a short grace instead of at the close deadline.
+    const reported = new Promise<void>((resolve) => {
+      const after = () => (grace = setTimeout(resolve, FINAL_EXIT_GRACE_MS));
+      if (this.finals.has(role)) after();
+      else this.onFinal.set(role, after);
+    });
+    await Promise.race([exited, reported, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
     clearTimeout(timer);
-    // Reported but still alive (a stray handle): it has nothing left to do.
+    clearTimeout(grace);
+    this.onFinal.delete(role);
     await this.workers.get(role)?.terminate();
   }
 
@@ -984,6 +1014,9 @@ export class OffloadRuntime {
 }
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
+
+/** How long a role may stay alive after its final report before it is terminated. */
+const FINAL_EXIT_GRACE_MS = 1_000;
 
 /** The most specific code: the cause's (TransferBackendFailedError) when it has one. */
 function failureCode(err: WorkerFailedError): string {
@@ -1037,19 +1070,35 @@ const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
 const ENGINE_OPTION_KEYS = Object.fromEntries(
   Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
 ) as KnownKeys<EngineOptions>;
-const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = { disk: true, redis: true };
+const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = {
+  disk: true,
+  redis: true,
+  secret: true,
+  optional: true,
+};
 const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
   dir: true,
   bytesMax: true,
   freeBytesMin: true,
   fdatasync: true,
   writesQueuedBytesMax: true,
+  openTimeoutMs: true,
 };
 const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
   urls: true,
   timeoutMs: true,
+  username: true,
+  password: true,
+  tls: true,
+  insecure: true,
   storesInFlightMax: true,
   storesQueuedBytesMax: true,
+};
+const REDIS_TLS_OPTION_KEYS: KnownKeys<RedisTlsOptions> = {
+  ca: true,
+  cert: true,
+  key: true,
+  servername: true,
 };
 
 function refuseUnknownTierKeys(tiers: object): void {
@@ -1059,6 +1108,10 @@ function refuseUnknownTierKeys(tiers: object): void {
     refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
   if (typeof redis === 'object' && redis !== null) {
     refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
+    const { tls } = redis;
+    if (typeof tls === 'object' && tls !== null) {
+      refuseUnknownKeys(tls, REDIS_TLS_OPTION_KEYS, 'tiers.redis.tls.');
+    }
   }
 }
 

@@ -49,7 +49,11 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
     entriesInFlight: 0,
     wallSeconds: 3,
     tierUsed: 160,
-    tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
+    tiers: {
+      host: zeroCounters(),
+      disk: { ...zeroCounters(), authenticated: false, state: 'off' },
+      redis: { ...zeroCounters(), authenticated: false, state: 'off' },
+    },
     chunksTransferFailed: 0,
     memory: {
       rssBytes: 0,
