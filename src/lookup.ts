@@ -90,23 +90,27 @@ export function maximalPrefix(states: readonly ChunkState[]): LookupResult {
  * Sliding window of `w` chunks: scanning right to left, the exclusive end of
  * the rightmost run of `w` hits; without one, the leading run of hits (a
  * prefix shorter than the window needs nothing before it). A pending entry
- * met before the answer counts toward its run and defers.
+ * counts toward its run and defers only if that run is the answer: a miss
+ * ends a run shorter than the window, so a pending entry in it could never
+ * make a window whole, and waiting for it would only delay the same answer
+ * (vLLM's test_pending_chunk_behind_gap_does_not_defer).
  */
 export function slidingWindow(states: readonly ChunkState[], w: number): LookupResult {
   if (!(Number.isInteger(w) && w >= 1)) invariant(false, `window ${w} is a positive chunk count`);
   let run = 0;
-  let defer = false;
+  let pendingInRun = false;
   for (let i = states.length - 1; i >= 0; i -= 1) {
     const s = states[i]!;
     if (s === 'miss') {
       run = 0;
+      pendingInRun = false;
       continue;
     }
-    if (s === 'pending') defer = true;
+    if (s === 'pending') pendingInRun = true;
     run += 1;
-    if (run === w) return defer ? DEFER : i + w;
+    if (run === w) return pendingInRun ? DEFER : i + w;
   }
-  return defer ? DEFER : run;
+  return pendingInRun ? DEFER : run;
 }
 
 /**

@@ -140,6 +140,21 @@ const CASES: Case[] = [
     expected: DEFER,
   },
   {
+    // vLLM's test_swa_load_does_not_wait_for_unusable_pending_suffix: window
+    // of 8 tokens, 17-token prompt, SWA chunk 2 missing and chunk 3 still
+    // being written; the load takes 2 chunks per group at once.
+    name: 'SW pending suffix behind a missing chunk cannot make a window: the hit before the gap, at once',
+    rows: [FA('HHHH'), SW(2, 'HHMP')],
+    numTokens: 17,
+    expected: 8,
+  },
+  {
+    name: 'SW pending behind a gap in a run that is the leading fallback still defers',
+    rows: [FA('HHHHHHHH'), SW(3, 'HPMHHMHH')],
+    numTokens: 33,
+    expected: DEFER,
+  },
+  {
     name: 'SW pending left of the rightmost window is moot',
     rows: [FA('HHHHHHHH'), SW(2, 'PHHHHHHH')],
     numTokens: 33,
@@ -254,6 +269,15 @@ describe('the scans', () => {
     expect(slidingWindow(s('HHHH'), 1)).toBe(4);
     expect(slidingWindow(s('MHHP'), 2)).toBe(DEFER);
     expect(slidingWindow(s('PHHMHH'), 2)).toBe(6);
+  });
+  it('slidingWindow: a pending chunk behind a gap does not defer (vLLM test_pending_chunk_behind_gap_does_not_defer)', () => {
+    // vLLM's row: window 2 over [HIT, HIT, MISS, HIT_PENDING] answers 2.
+    expect(slidingWindow(s('HHMP'), 2)).toBe(2);
+    // A pending run to the right of a gap, shorter than the window, never defers ...
+    expect(slidingWindow(s('HHHMPH'), 3)).toBe(3);
+    expect(slidingWindow(s('MHHMP'), 3)).toBe(0);
+    // ... but one as long as the window is the answer, and defers.
+    expect(slidingWindow(s('HHMPH'), 2)).toBe(DEFER);
   });
   it('lookupOrder puts full attention first, then windows widest first', () => {
     const g = (w: number | null): LookupGroup => ({
