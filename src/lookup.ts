@@ -9,6 +9,10 @@
 // present but not readable yet (being stored) or being read by another
 // request's load: the request is deferred ("ask again later") rather than
 // missing, so whether a prompt is reused never depends on how fast a copy ran.
+// 'retry' means the tier could not answer now (nothing is known about the
+// key): the request asks again later too, but the answer says which, because
+// a deferral waits for a known entry and a retry for an unknown one (vLLM
+// keeps HIT_PENDING and RETRY apart; a recompute budget never cuts a retry).
 import { invariant } from './errors.js';
 import type { LookupState } from './tier/types.js';
 
@@ -21,8 +25,16 @@ export type ChunkStateOf = (key: bigint) => ChunkState;
 /** Lookup's answer when a pending entry decides the hit: ask again later. */
 export const DEFER = 'defer';
 
-/** Hit tokens beyond the local (GPU) prefix, or DEFER. */
-export type LookupResult = number | typeof DEFER;
+/** Lookup's answer when a tier could not say whether a key the hit needs is there: ask again later. */
+export const RETRY = 'retry';
+
+/** Hit tokens beyond the local (GPU) prefix, DEFER or RETRY. */
+export type LookupResult = number | typeof DEFER | typeof RETRY;
+
+/** The answer is "ask again later" (DEFER or RETRY). */
+export function asksAgain(result: LookupResult): result is typeof DEFER | typeof RETRY {
+  return result === DEFER || result === RETRY;
+}
 
 /** What lookup needs to know about a group (GroupConfig satisfies it). */
 export interface LookupGroup {
@@ -45,16 +57,22 @@ export interface LookupRequest {
   readonly skipReadingPrefixCache?: boolean;
 }
 
-/** Combines tier levels (fastest first): a hit at any level hits; else pending anywhere defers. */
+/**
+ * Combines tier levels (fastest first): a hit at any level hits; else pending
+ * anywhere is pending (the entry is known to be coming); else a level that
+ * could not answer makes it a retry; else a miss.
+ */
 export function combineLevels(levels: readonly ChunkStateOf[]): ChunkStateOf {
   return (key) => {
     let pending = false;
+    let retry = false;
     for (const level of levels) {
       const s = level(key);
       if (s === 'hit') return 'hit';
       if (s === 'pending') pending = true;
+      else if (s === 'retry') retry = true;
     }
-    return pending ? 'pending' : 'miss';
+    return pending ? 'pending' : retry ? 'retry' : 'miss';
   };
 }
 
@@ -73,17 +91,20 @@ export function lookupOrder(groups: readonly LookupGroup[]): number[] {
 
 /**
  * Full attention: hits counted left to right until the first miss. A pending
- * entry before that miss counts and defers (the hit may grow once it lands).
+ * entry before that miss counts and defers (the hit may grow once it lands);
+ * a retry before it makes the answer RETRY (nothing is known past it).
  */
 export function maximalPrefix(states: readonly ChunkState[]): LookupResult {
   let n = 0;
   let defer = false;
+  let retry = false;
   for (const s of states) {
     if (s === 'miss') break;
     if (s === 'pending') defer = true;
+    else if (s === 'retry') retry = true;
     n += 1;
   }
-  return defer ? DEFER : n;
+  return retry ? RETRY : defer ? DEFER : n;
 }
 
 /**
@@ -99,23 +120,28 @@ export function slidingWindow(states: readonly ChunkState[], w: number): LookupR
   if (!(Number.isInteger(w) && w >= 1)) invariant(false, `window ${w} is a positive chunk count`);
   let run = 0;
   let pendingInRun = false;
+  // A retry ends a run like a miss (it is not known to be there) but, unlike
+  // a miss, may hide a window further right: any retry met makes the answer RETRY.
+  let retry = false;
   for (let i = states.length - 1; i >= 0; i -= 1) {
     const s = states[i]!;
-    if (s === 'miss') {
+    if (s === 'miss' || s === 'retry') {
+      if (s === 'retry') retry = true;
       run = 0;
       pendingInRun = false;
       continue;
     }
     if (s === 'pending') pendingInRun = true;
     run += 1;
-    if (run === w) return pendingInRun ? DEFER : i + w;
+    if (run === w) return retry ? RETRY : pendingInRun ? DEFER : i + w;
   }
-  return pendingInRun ? DEFER : run;
+  return retry ? RETRY : pendingInRun ? DEFER : run;
 }
 
 /**
  * vLLM's lookup: hit tokens beyond `localHitTokens`, a multiple of the
- * deciding groups' chunk size, or DEFER.
+ * deciding groups' chunk size, or DEFER (a pending entry decides it) or
+ * RETRY (a tier could not answer for a key it needs).
  *
  * - With any windowed group the last token is always recomputed (its logits
  *   are needed and a window cannot be rebuilt from a prefix alone).
@@ -141,7 +167,8 @@ export function lookupHitTokens(
   if (request.maxLoadTokens !== undefined)
     maxHit = Math.min(maxHit, computed + request.maxLoadTokens);
   let numHit = 0;
-  let defer = false;
+  // Why the answer would be "ask again later" (RETRY outranks DEFER: less is known).
+  let waiting: typeof DEFER | typeof RETRY | null = null;
   const verified = new Set<number>();
   let todo = order;
   // Every re-run follows a strictly shorter hit, so this ends; the bound is a guard.
@@ -167,7 +194,7 @@ export function lookupHitTokens(
           ? maximalPrefix(states)
           : slidingWindow(states, group.windowChunks + (unverifiedEagle ? 1 : 0));
       if (hits === 0) return 0;
-      if (hits === DEFER) defer = true;
+      if (asksAgain(hits)) waiting = waiting === RETRY ? RETRY : hits;
       else {
         if (unverifiedEagle) {
           hits -= 1; // the volatile tail
@@ -179,8 +206,8 @@ export function lookupHitTokens(
       if (newHit < tpc) return 0;
       if (newHit < numHit) {
         if (!group.eagle) verified.clear();
-        if (defer) {
-          defer = false; // what deferred may lie beyond the shorter hit: ask everyone again
+        if (waiting !== null) {
+          waiting = null; // what deferred may lie beyond the shorter hit: ask everyone again
           todo = order;
         } else if (lookedUpWindow && todo.length === 0) {
           todo = windowed;
@@ -190,7 +217,7 @@ export function lookupHitTokens(
       numHit = newHit;
     }
   }
-  return defer ? DEFER : numHit;
+  return waiting ?? numHit;
 }
 
 /** Chunk range [from, to) of one group. */

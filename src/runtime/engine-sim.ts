@@ -36,6 +36,7 @@ import {
   OP_ALLOC,
   OP_END,
   LOOKUP_DEFERRED,
+  LOOKUP_RETRY,
   OP_LOAD,
   OP_NULL,
   OP_PREEMPT,
@@ -889,8 +890,9 @@ export class EngineSimulator {
       const waitMs = this.now() - r.lookupSentMs;
       r.lookupSentMs = -1;
       if (waitMs > this.counters.lookupWaitMsMax) this.counters.lookupWaitMsMax = waitMs;
-      if (a[2] === LOOKUP_DEFERRED) {
-        // Ask again at a later step (vLLM's "None"): back to the head of the queue, no slot taken,
+      if (a[2] === LOOKUP_DEFERRED || a[2] === LOOKUP_RETRY) {
+        // Ask again at a later step (vLLM's "None" for HIT_PENDING and RETRY alike; the store
+        // counts the two apart): back to the head of the queue, no slot taken,
         // after a back-off on the engine's clock (others behind it are admitted meanwhile).
         const now = this.now();
         if (r.deferredSinceMs < 0) r.deferredSinceMs = now;

@@ -447,6 +447,17 @@ function registerOffloadMetrics(
       }
     },
   });
+  new Counter({
+    name: 'kvoff_lookups_asked_again_total',
+    help: 'lookups answered "ask again later", by reason: pending (an entry they need is being written or read, vLLM\'s HIT_PENDING) or retry (a lower level had not answered, vLLM\'s RETRY)',
+    labelNames: ['reason'],
+    registers: [registry],
+    collect() {
+      const s = take();
+      advance(this, 'asked.pending', s.lookupsDeferred, { reason: 'pending' });
+      advance(this, 'asked.retry', s.lookupsRetried, { reason: 'retry' });
+    },
+  });
   new Gauge({
     name: 'kvoff_tiers_usage_ratio',
     help: "per tier: bytes held over capacity (vLLM's kv_offload_cpu_cache_usage_perc for host); no sample where the level has no capacity of its own",

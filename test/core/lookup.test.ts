@@ -1,11 +1,13 @@
 // The load-path decisions (src/lookup.ts) as a table, in the style of vLLM's
-// own lookup tests: per group a row of chunk states (H hit, M miss, P pending),
+// own lookup tests: per group a row of chunk states (H hit, M miss, P pending,
+// R retry),
 // the window W and EAGLE on or off, and the expected hit in tokens or DEFER.
 // Every table row uses 4 tokens per chunk, so a hit of k chunks is 4k tokens.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   DEFER,
+  RETRY,
   combineLevels,
   loadPlan,
   lookupHitTokens,
@@ -36,7 +38,7 @@ interface Case {
   expected: LookupResult;
 }
 
-const STATE: Record<string, ChunkState> = { H: 'hit', M: 'miss', P: 'pending' };
+const STATE: Record<string, ChunkState> = { H: 'hit', M: 'miss', P: 'pending', R: 'retry' };
 
 function run(c: Case): LookupResult {
   const groups: LookupGroup[] = c.rows.map((r) => ({
@@ -153,6 +155,33 @@ const CASES: Case[] = [
     rows: [FA('HHHHHHHH'), SW(3, 'HPMHHMHH')],
     numTokens: 33,
     expected: DEFER,
+  },
+  // RETRY (the tier could not answer): kept apart from DEFER, never a hit.
+  { name: 'FA retry before a miss: RETRY', rows: [FA('HRHM')], numTokens: 16, expected: RETRY },
+  { name: 'FA retry after a miss is moot', rows: [FA('HHMR')], numTokens: 16, expected: 8 },
+  {
+    name: 'FA pending and retry: RETRY (less is known)',
+    rows: [FA('PHRH')],
+    numTokens: 16,
+    expected: RETRY,
+  },
+  {
+    name: 'SW retry right of a whole window: RETRY (it may hide a window further right)',
+    rows: [FA('HHHHHHHH'), SW(2, 'HHHHHHRH')],
+    numTokens: 33,
+    expected: RETRY,
+  },
+  {
+    name: 'SW retry left of the rightmost window is moot',
+    rows: [FA('HHHHHHHH'), SW(2, 'RHHHHHHH')],
+    numTokens: 33,
+    expected: 32,
+  },
+  {
+    name: 'a retry beyond a hit other groups shortened is dropped when everyone is asked again',
+    rows: [FA('HHHHHHHH'), SW(3, 'HHHHHHHR'), SW(2, 'HHHHHHMM')],
+    numTokens: 33,
+    expected: 24,
   },
   {
     name: 'SW pending left of the rightmost window is moot',
@@ -279,6 +308,22 @@ describe('the scans', () => {
     // ... but one as long as the window is the answer, and defers.
     expect(slidingWindow(s('HHMPH'), 2)).toBe(DEFER);
   });
+  it("maximalPrefix: RETRY apart from DEFER (vLLM's TestMaximalPrefixLookup retry rows)", () => {
+    expect(maximalPrefix(s('RH'))).toBe(RETRY); // test_retry_defers
+    expect(maximalPrefix(s('HR'))).toBe(RETRY); // test_retry_after_hit_defers
+    expect(maximalPrefix(s('RMH'))).toBe(RETRY); // test_retry_stops_at_miss
+    expect(maximalPrefix(s('PH'))).toBe(DEFER); // test_hit_pending_defers
+    expect(maximalPrefix(s('PMH'))).toBe(DEFER); // test_hit_pending_does_not_stop_scan
+    expect(maximalPrefix(s('HMR'))).toBe(1);
+  });
+  it("slidingWindow: RETRY apart from DEFER (vLLM's TestSlidingWindowLookup retry rows)", () => {
+    expect(slidingWindow(s('HR'), 2)).toBe(RETRY); // test_retry_defers
+    expect(slidingWindow(s('HHRH'), 2)).toBe(RETRY); // test_retry_with_full_window_still_defers
+    expect(slidingWindow(s('HP'), 2)).toBe(DEFER); // test_hit_pending_counts_as_hit
+    expect(slidingWindow(s('HPH'), 3)).toBe(DEFER); // test_hit_pending_does_not_break_streak
+    // A retry does not count toward a run: [R, H] with a window of 2 has no window.
+    expect(slidingWindow(s('RHH'), 2)).toBe(3);
+  });
   it('lookupOrder puts full attention first, then windows widest first', () => {
     const g = (w: number | null): LookupGroup => ({
       tokensPerChunk: 4,
@@ -287,11 +332,23 @@ describe('the scans', () => {
     });
     expect(lookupOrder([g(2), g(null), g(8), g(2), g(null)])).toEqual([1, 4, 2, 0, 3]);
   });
-  it('combineLevels: a hit anywhere hits, else pending anywhere defers', () => {
-    const a = (k: bigint): ChunkState => (k === 1n ? 'hit' : k === 2n ? 'pending' : 'miss');
-    const b = (k: bigint): ChunkState => (k === 2n ? 'hit' : k === 3n ? 'pending' : 'miss');
+  it('combineLevels: a hit anywhere hits, else pending anywhere defers, else a retry anywhere retries', () => {
+    const at =
+      (m: Record<string, ChunkState>) =>
+      (k: bigint): ChunkState =>
+        m[String(k)] ?? 'miss';
+    const a = at({ 1: 'hit', 2: 'pending', 4: 'retry', 5: 'retry', 6: 'hit' });
+    const b = at({ 2: 'hit', 3: 'pending', 4: 'miss', 5: 'pending', 6: 'retry' });
     const both = combineLevels([a, b]);
-    expect([0n, 1n, 2n, 3n].map(both)).toEqual(['miss', 'hit', 'hit', 'pending']);
+    expect([0n, 1n, 2n, 3n, 4n, 5n, 6n].map(both)).toEqual([
+      'miss',
+      'hit',
+      'hit',
+      'pending',
+      'retry',
+      'pending',
+      'hit',
+    ]);
   });
 });
 
