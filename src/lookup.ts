@@ -220,6 +220,20 @@ export function lookupHitTokens(
   return waiting ?? numHit;
 }
 
+/**
+ * How long a request's lookups may keep asking again before it takes what is
+ * readable then: a base plus a term per 1,000 prompt tokens (SGLang HiCache's
+ * prefetch timeout form), so a long prompt, whose pending entries take longer
+ * to land and whose hit saves more compute, may wait longer than a short one.
+ */
+export function lookupWaitMs(
+  promptTokens: number,
+  baseMs: number,
+  perThousandTokensMs: number,
+): number {
+  return baseMs + (perThousandTokensMs * promptTokens) / 1000;
+}
+
 /** Chunk range [from, to) of one group. */
 export interface ChunkRange {
   readonly group: number;
