@@ -138,6 +138,7 @@ export class LoadPath {
         localHitTokens: local,
         ...(cap !== undefined ? { maxLoadTokens: cap } : {}),
         skipReadingPrefixCache: options.skipReadingPrefixCache === true,
+        maxRecomputePendingTokens: this.config.maxRecomputePendingTokens,
       },
       (k) => this.chunkState(k),
     );

@@ -55,6 +55,8 @@ export interface LookupRequest {
   readonly maxLoadTokens?: number;
   /** The request opts out of reading the cache (skip_reading_prefix_cache): always 0. */
   readonly skipReadingPrefixCache?: boolean;
+  /** vLLM's max_recompute_pending_tokens (Config.maxRecomputePendingTokens); 0 by default. */
+  readonly maxRecomputePendingTokens?: number;
 }
 
 /**
@@ -91,20 +93,29 @@ export function lookupOrder(groups: readonly LookupGroup[]): number[] {
 
 /**
  * Full attention: hits counted left to right until the first miss. A pending
- * entry before that miss counts and defers (the hit may grow once it lands);
- * a retry before it makes the answer RETRY (nothing is known past it).
+ * entry before that miss counts and defers (the hit may grow once it lands),
+ * unless the chunks from the first pending one to the end of the hit, ready
+ * or not, are at most `recomputeBudgetChunks`: then the hit ends before the
+ * first pending chunk and the request recomputes the rest rather than wait.
+ * A retry before the miss makes the answer RETRY whatever the budget
+ * (nothing is known past it).
  */
-export function maximalPrefix(states: readonly ChunkState[]): LookupResult {
+export function maximalPrefix(
+  states: readonly ChunkState[],
+  recomputeBudgetChunks = 0,
+): LookupResult {
   let n = 0;
-  let defer = false;
+  let firstPending = -1;
   let retry = false;
   for (const s of states) {
     if (s === 'miss') break;
-    if (s === 'pending') defer = true;
+    if (s === 'pending' && firstPending < 0) firstPending = n;
     else if (s === 'retry') retry = true;
     n += 1;
   }
-  return retry ? RETRY : defer ? DEFER : n;
+  if (retry) return RETRY;
+  if (firstPending < 0) return n;
+  return n - firstPending > recomputeBudgetChunks ? DEFER : firstPending;
 }
 
 /**
@@ -160,6 +171,11 @@ export function lookupHitTokens(
 ): LookupResult {
   if (request.skipReadingPrefixCache === true) return 0;
   const computed = request.localHitTokens ?? 0;
+  const budgetTokens = request.maxRecomputePendingTokens ?? 0;
+  invariant(
+    Number.isInteger(budgetTokens) && budgetTokens >= 0,
+    'the recompute budget is validated (Config.maxRecomputePendingTokens)',
+  );
   const order = lookupOrder(groups);
   const windowed = order.filter((g) => groups[g]!.windowChunks !== null);
   let maxHit = request.numTokens;
@@ -191,7 +207,7 @@ export function lookupHitTokens(
       for (let c = start; c < n; c += 1) states.push(state(keys[c]!));
       let hits =
         group.windowChunks === null
-          ? maximalPrefix(states)
+          ? maximalPrefix(states, Math.floor(budgetTokens / tpc))
           : slidingWindow(states, group.windowChunks + (unverifiedEagle ? 1 : 0));
       if (hits === 0) return 0;
       if (asksAgain(hits)) waiting = waiting === RETRY ? RETRY : hits;

@@ -36,6 +36,7 @@ export function expectedLookupAnswer(config: Config, a: LookupAnswered): LookupR
       keys: lookup.keys,
       maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
       skipReadingPrefixCache: lookup.skipReadingPrefixCache,
+      maxRecomputePendingTokens: config.maxRecomputePendingTokens,
     },
     a.state,
   );

@@ -690,6 +690,7 @@ export class StoreLoop {
       keys,
       maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
       skipReadingPrefixCache,
+      maxRecomputePendingTokens: config.maxRecomputePendingTokens,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
       ? lookupHitTokens(groups, request, state)

@@ -17,6 +17,8 @@ import {
   touchRanges,
 } from '../../src/lookup.js';
 import type { ChunkState, LookupGroup, LookupResult } from '../../src/lookup.js';
+import { resolveConfig } from '../../src/config.js';
+import { ConfigError } from '../../src/errors.js';
 
 const TPC = 4;
 
@@ -349,6 +351,65 @@ describe('the scans', () => {
       'pending',
       'hit',
     ]);
+  });
+});
+
+describe("the recompute budget (vLLM's max_recompute_pending_tokens)", () => {
+  const s = (x: string) => [...x].map((l) => STATE[l]!);
+  it("maximalPrefix replays TestMaximalPrefixLookup's budget rows", () => {
+    // test_short_pending_run_is_cut_before_first_pending: [H, P, H, P], 3 chunks of budget.
+    expect(maximalPrefix(s('HPHP'), 3)).toBe(1);
+    // test_pending_run_over_budget_defers: the run counts ready chunks after the first pending one.
+    expect(maximalPrefix(s('HPHP'), 2)).toBe(DEFER);
+    // test_leading_pending_chunk_within_budget_is_a_miss.
+    expect(maximalPrefix(s('P'), 1)).toBe(0);
+    // test_retry_defers_regardless_of_budget.
+    expect(maximalPrefix(s('HR'), 10)).toBe(RETRY);
+    // No budget: always wait (vLLM's 0).
+    expect(maximalPrefix(s('HHHP'), 0)).toBe(DEFER);
+  });
+  const groups: LookupGroup[] = [{ tokensPerChunk: 4, windowChunks: null, eagle: false }];
+  const ask = (budget: number, states = 'HPH') => {
+    const keys = [[...states].map((_, i) => BigInt(i))];
+    return lookupHitTokens(
+      groups,
+      { numTokens: 4 * states.length + 1, keys, maxRecomputePendingTokens: budget },
+      (k) => STATE[states[Number(k)]!]!,
+    );
+  };
+  it('test_recompute_budget_decides_whether_pending_chunks_are_awaited: [H, P, H] with 4-token chunks', () => {
+    // A budget covering the two chunks waiting would gain loads the ready chunk at once ...
+    expect(ask(8)).toBe(4);
+    // ... a smaller one defers as before; the budget is counted in whole chunks.
+    expect(ask(4)).toBe(DEFER);
+    expect(ask(7)).toBe(DEFER);
+    expect(ask(0)).toBe(DEFER);
+  });
+  it('a sliding-window group is not cut by the budget (vLLM budgets the maximal prefix only)', () => {
+    const hybrid: LookupGroup[] = [...groups, { tokensPerChunk: 4, windowChunks: 2, eagle: false }];
+    const keys = [0, 1].map((g) => [0, 1, 2, 3].map((c) => BigInt(g * 10 + c)));
+    const states: Record<string, ChunkState> = { 13: 'pending' };
+    const answer = lookupHitTokens(
+      hybrid,
+      { numTokens: 17, keys, maxRecomputePendingTokens: 64 },
+      (k) => states[String(k)] ?? 'hit',
+    );
+    expect(answer).toBe(DEFER);
+  });
+  it('test_negative_recompute_budget_is_rejected: resolveConfig refuses it with a ConfigError naming the field', () => {
+    const base = { groups: [{ kind: 'full' as const, tokensPerBlock: 4 }], tokensPerHash: 4 };
+    for (const bad of [-1, 0.5, Number.NaN, '8']) {
+      expect(() => resolveConfig({ ...base, maxRecomputePendingTokens: bad as number })).toThrow(
+        ConfigError,
+      );
+      expect(() => resolveConfig({ ...base, maxRecomputePendingTokens: bad as number })).toThrow(
+        /maxRecomputePendingTokens/,
+      );
+    }
+    expect(resolveConfig(base).maxRecomputePendingTokens).toBe(0);
+    expect(resolveConfig({ ...base, maxRecomputePendingTokens: 8 }).maxRecomputePendingTokens).toBe(
+      8,
+    );
   });
 });
 
