@@ -6,8 +6,10 @@ import type { HashingResults } from './hashing.js';
 import type { PlannerResults } from './planner.js';
 import type { ScenarioResults } from './scenario.js';
 import type { SnapshotResults } from './snapshot.js';
+import type { WebGpuResults } from './webgpu.js';
 import type { Figure } from './lib/stats.js';
 import { formatNumber, printTable } from './lib/table.js';
+import { designLabel, designTableNotes, designTableRows } from './design-table.js';
 import type { TargetCheck } from './targets.js';
 
 const iqr = (f: Figure) => `${formatNumber(f.spread.p25)}..${formatNumber(f.spread.p75)}`;
@@ -66,25 +68,11 @@ export function printSnapshot(s: SnapshotResults): void {
 export function printDesigns(d: DesignResults): void {
   printTable(
     `3. Designs on one event stream (${d.requests} requests x ${d.chunksPerRequest} chunks, ${d.eventsPerRun} events per run)`,
-    d.rows.map((r) => ({
-      design: r.design,
-      writers: r.writers,
-      'events/s': Math.round(r.eventsPerSecond.median),
-      'a / this': round(r.aSpeedup.median, 2),
-      'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
-      'a / this (CPU)': round(r.aCpuAdvantage.median, 2),
-      'p99 ms (max rate)': round(r.latencyMsP99.median, 3),
-      'p99 ms @load': r.loadLatencyMsP99 ? round(r.loadLatencyMsP99.median, 3) : '',
-      'p99 @load / a': r.loadLatencyP99OverA ? round(r.loadLatencyP99OverA.median, 2) : '',
-    })),
+    designTableRows(d),
   );
-  for (const l of d.loads) {
-    process.stdout.write(
-      `   load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (slowest: ${l.slowestDesign} at ${Math.round(l.slowestEventsPerSecond)} events/s)\n`,
-    );
-  }
+  for (const line of designTableNotes(d)) process.stdout.write(`   ${line}\n`);
   for (const [name, text] of Object.entries(d.designs))
-    process.stdout.write(`   ${name}: ${text}\n`);
+    process.stdout.write(`   ${designLabel(name)}: ${text}\n`);
   process.stdout.write('\n');
 }
 
@@ -108,12 +96,35 @@ export function printCopy(c: CopyResults): void {
       threads: `${r.fromThreads} -> ${r.toThreads}`,
       pool: round(r.poolSpeedup.median, 2),
       memcpy: round(r.baselineSpeedup.median, 2),
+      'pool / memcpy scaling': round(r.poolOverBaselineScaling.median, 2),
     })),
   );
   const cc = c.cacheControl;
   if (cc) {
     process.stdout.write(
       `   control: memcpy over a ${cc.arenaKiB} KiB arena (in cache), ${cc.blockKiB} KiB blocks: 1 thread ${round(cc.gbPerSecond1.median, 2)} GB/s, 2 threads ${round(cc.gbPerSecond2.median, 2)} GB/s, 1 -> 2 threads ${round(cc.speedup.median, 2)}x\n\n`,
+    );
+  }
+}
+
+export function printWebGpu(w: WebGpuResults): void {
+  printTable(
+    `10. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    w.rows.map((r) => ({
+      direction: r.direction,
+      'job KiB': r.jobKiB,
+      'WebGPU GB/s': round(r.webgpuGbPerSecond.median, 2),
+      'shared-memory GB/s': round(r.sharedMemoryGbPerSecond.median, 2),
+      'WebGPU / shared': round(r.ratio.median, 2),
+      'ratio IQR': iqr(r.ratio),
+      'WebGPU job ms': round(r.webgpuJobMs.median, 2),
+    })),
+  );
+  process.stdout.write(`   ${w.note}\n\n`);
+  const sc = w.scenario;
+  if (sc) {
+    process.stdout.write(
+      `   the scenario on the WebGPU backend: offloading on ${Math.round(sc.wallMsOn.median)} ms, off ${Math.round(sc.wallMsOff.median)} ms, on / off ${round(sc.wallOnOverOff.median, 2)} (IQR ${iqr(sc.wallOnOverOff)}); holes ${sc.holes}, mismatches ${sc.mismatches}, verify ${sc.verifyOk ? 'ok' : 'FAILED'}\n\n`,
     );
   }
 }
@@ -138,11 +149,11 @@ export function printScenario(s: ScenarioResults): void {
       {
         run: 'offloading off',
         'wall ms': Math.round(off.wallMs.median),
-        'chunks stored/s': 0,
-        stored: 0,
-        'deferred (chunk-visits)': 0,
-        'deferred then stored': 0,
-        'alloc retries': 0,
+        'chunks stored/s': '',
+        stored: '',
+        'deferred (chunk-visits)': '',
+        'deferred then stored': '',
+        'alloc retries': '',
         preemptions: off.preemptions.median,
         holes: off.holes,
       },

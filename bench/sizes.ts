@@ -10,6 +10,7 @@ import type { HashingOptions } from './hashing.js';
 import type { PlannerOptions } from './planner.js';
 import type { ScenarioOptions } from './scenario.js';
 import type { SnapshotOptions } from './snapshot.js';
+import type { WebGpuBenchOptions } from './webgpu.js';
 
 export const MODES = ['quick', 'full', 'smoke'] as const;
 export type Mode = (typeof MODES)[number];
@@ -20,6 +21,7 @@ export interface Sizes {
   readonly designs: DesignOptions;
   readonly copy: CopyOptions;
   readonly scenario: ScenarioOptions;
+  readonly webgpu: WebGpuBenchOptions;
   readonly hashing: HashingOptions;
 }
 
@@ -38,9 +40,11 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       workRequestsMax: 1024,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
-    // The paced latency runs take twice the slowest design's run each (60 of
+    // The paced latency runs take twice the slowest design's run each (70 of
     // them): a quarter of the stream there (32 x 256 = 8,192 latency samples
-    // per run), and a short warm-up, keep the section to about a minute.
+    // per run) keeps the section to about a minute. The warm-up runs are
+    // whole streams: a design still compiling in its measured runs counts the
+    // compiler's CPU.
     designs: {
       shape: { requests: 32, chunks: 1024 },
       writerCounts: [1, 3],
@@ -48,7 +52,6 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       batch: 64,
       loadFraction: 0.5,
       loadChunks: 256,
-      warmupChunks: 128,
     },
     // 64 MiB arenas x 4 passes: 256 MiB timed per figure.
     copy: {
@@ -62,6 +65,16 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     // and >= 10 s. Three of them are paired with a run with offloading off
     // for on ÷ off (full mode pairs all five).
     scenario: { repeats: 5, offRepeats: 3, idleDelayMsMax: 1000 },
+    // 64 MiB arenas x 2 passes: 128 MiB timed per figure, 4 job sizes each way.
+    webgpu: {
+      blockBytes: 64 * KIB,
+      jobBytes: [256 * KIB, MIB, 4 * MIB, 16 * MIB],
+      arenaBytes: 64 * MIB,
+      passes: 2,
+      repeats: 3,
+      // The default overflow workload on the WebGPU backend, on and off: 3 pairs.
+      scenario: { repeats: 3 },
+    },
     // A 64k-token prompt per run (4 ms at 16-token blocks with SHA-256): seconds in all.
     hashing: { tokens: 65_536, repeats: 15 },
   },
@@ -84,6 +97,14 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
     scenario: { repeats: 5 },
+    webgpu: {
+      blockBytes: 64 * KIB,
+      jobBytes: [64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB],
+      arenaBytes: 64 * MIB,
+      passes: 4,
+      repeats: 5,
+      scenario: { repeats: 5 },
+    },
     hashing: { tokens: 262_144, repeats: 25 },
   },
   smoke: {
@@ -104,6 +125,14 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       promptTokens: 2000,
       steadySecondsMin: 0.2,
       steadyRunsMin: 1,
+    },
+    webgpu: {
+      blockBytes: 16 * KIB,
+      jobBytes: [64 * KIB],
+      arenaBytes: MIB,
+      passes: 1,
+      repeats: 1,
+      scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
     },
     hashing: { tokens: 4096, repeats: 2 },
   },

@@ -25,7 +25,8 @@ export type KvoffErrorCode =
   | 'KVOFF_NAMESPACE_REQUIRED'
   | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
   | 'KVOFF_SHARED_RESET_FAILED'
-  | 'KVOFF_EVENTS_UNAVAILABLE';
+  | 'KVOFF_EVENTS_UNAVAILABLE'
+  | 'KVOFF_WEBGPU_UNAVAILABLE';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -99,7 +100,7 @@ export class IllegalTransitionError extends KvoffError {
 /** Thrown when a policy or strategy name is not one kvoff knows. */
 export class UnknownPolicyError extends KvoffError {
   constructor(kind: string, name: string, known: readonly string[]) {
-    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} "${name}"; known: ${known.join(', ')}`);
+    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} ${quoted(name)}; known: ${known.join(', ')}`);
     this.name = 'UnknownPolicyError';
   }
 }
@@ -163,6 +164,27 @@ export class QueueFullError extends KvoffError {
 /** A broken internal invariant: a bug in kvoff, never an operating condition. */
 export function invariant(condition: unknown, message: string): asserts condition {
   if (!condition) throw new AssertionError({ message: `kvoff invariant: ${message}` });
+}
+
+/** Characters of a caller's input an error message quotes at most. */
+export const QUOTED_CHARS_MAX = 64;
+
+/**
+ * A caller's input as an error message quotes it: in double quotes, escaped as
+ * JSON (no control character reaches a log line), and cut after
+ * QUOTED_CHARS_MAX characters with the length said, so a 900 KB field name is
+ * not echoed back whole.
+ */
+export function quoted(text: string): string {
+  const s = String(text);
+  if (s.length <= QUOTED_CHARS_MAX) return JSON.stringify(s);
+  return `${JSON.stringify(s.slice(0, QUOTED_CHARS_MAX))}… (${s.length} characters)`;
+}
+
+/** Input already checked to be plain (digits, a name), cut as quoted() cuts it, without quotes. */
+export function clipped(text: string): string {
+  if (text.length <= QUOTED_CHARS_MAX) return text;
+  return `${text.slice(0, QUOTED_CHARS_MAX)}… (${text.length} characters)`;
 }
 
 function describe(cause: unknown): string {
@@ -260,6 +282,39 @@ export class TraceFormatError extends KvoffError {
     this.source = source;
     this.line = line;
   }
+}
+
+/** What a WebGPU backend could not get: the optional package, an adapter (a driver), or a device from it. */
+export type WebGpuMissing = 'package' | 'adapter' | 'device';
+
+/**
+ * Thrown (as a rejection of start()) when the WebGPU transfer backend was
+ * chosen and cannot run: the optional npm package `webgpu` is not installed,
+ * no adapter was found (without a GPU: Mesa's software Vulkan driver,
+ * mesa-vulkan-drivers 25 or later), or the adapter refused a device. Nothing
+ * was started.
+ */
+export class WebGpuUnavailableError extends KvoffError {
+  readonly missing: WebGpuMissing;
+  constructor(missing: WebGpuMissing, detail: string) {
+    super(
+      'KVOFF_WEBGPU_UNAVAILABLE',
+      `WebGPU backend unavailable: ${webGpuAdvice(missing)} (${detail})`,
+    );
+    this.name = 'WebGpuUnavailableError';
+    this.missing = missing;
+  }
+}
+
+function webGpuAdvice(missing: WebGpuMissing): string {
+  if (missing === 'package') {
+    return 'the optional npm package "webgpu" (Dawn for Node.js) is not installed: npm install webgpu';
+  }
+  const driver =
+    "without a GPU, install Mesa's software Vulkan driver, mesa-vulkan-drivers 25 or later (Debian 12: from bookworm-backports; scripts/webgpu-driver.sh install)";
+  return missing === 'adapter'
+    ? `no WebGPU adapter was found: install a Vulkan driver for your GPU, or ${driver}`
+    : `the WebGPU adapter refused a device: update its Vulkan driver, or ${driver}`;
 }
 
 /**

@@ -21,11 +21,12 @@ export {
   TransferBackendFailedError,
   EventsUnavailableError,
   TraceFormatError,
+  WebGpuUnavailableError,
   NamespaceRequiredError,
   KeyHashNotShareableError,
   SharedResetFailedError,
 } from './errors.js';
-export type { KvoffErrorCode } from './errors.js';
+export type { KvoffErrorCode, WebGpuMissing } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
 export type { Config, ConfigInput, GroupConfig, GroupInput, GroupKind } from './config.js';
 
@@ -64,10 +65,12 @@ export type { GpuBlockPool } from './gpu-pool.js';
 // Transfer backends: the copy between the GPU and tier arenas.
 export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
 export type {
+  PiscinaBackendOptions,
   TransferBackend,
   TransferBackendModule,
   TransferCompletion,
 } from './runtime/backend.js';
+export type { Doorbell } from './runtime/doorbell.js';
 export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
 export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
 
@@ -135,6 +138,13 @@ export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
 export type { PerTierCounters } from './tier/tier-stats.js';
+
+// WebGPU: an engine that holds its KV in WebGPU buffers serves kvoff's copies on its device's thread.
+export { WebGpuCopyServer } from './runtime/webgpu-host.js';
+export type { WebGpuKvBuffers } from './runtime/webgpu-host.js';
+export type { GpuRings, GpuCopyReport } from './runtime/webgpu-loop.js';
+export type { WebGpuAdapterInfo } from './runtime/webgpu-device.js';
+export type { TransferBackendName } from './runtime/runtime-gpu.js';
 
 // KV events: vLLM's event model, from every tier change.
 export { KvEventStream } from './events/stream.js';

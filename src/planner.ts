@@ -10,7 +10,7 @@
 // back without a new publication (a busy seqlock, a full tier, an ended
 // request waiting for lagging keys) raises the bit again itself, so nothing
 // waits for an event that may never come.
-import type { Config } from './config.js';
+import type { Config, GroupConfig } from './config.js';
 import { InvalidArgumentError, invariant } from './errors.js';
 import type { ChunkCopy } from './copy.js';
 import type { StoreJob } from './job.js';
@@ -136,6 +136,14 @@ export interface PlannerOptions {
    */
   unsafeDropDeferred?: boolean;
   /**
+   * Test-only (issue 32's rule-reachability variant): the first reachable
+   * sliding-window chunk of each alignment segment is judged unreachable, so
+   * the cursor passes it and it is never stored. A bug in the rule itself, not
+   * a race: exists so `kvoff fuzz --broken rule-reachability` can show the
+   * fuzzer's independent specification finds it; never turn it on otherwise.
+   */
+  unsafeReachabilityOneShort?: boolean;
+  /**
    * Test-only: a store job that was in flight at a reset completes as any
    * other (no job-id threshold): it publishes into the tier the reset
    * emptied, and its retired slots are never given back. Exists so the
@@ -238,6 +246,7 @@ export class StorePlanner {
   private readonly skipUnpinOnFailure: boolean;
   private readonly ackOnAllocFailure: boolean;
   private readonly dropDeferred: boolean;
+  private readonly reachabilityOneShort: boolean;
   private readonly publishStaleJobs: boolean;
   private readonly finalWaitMsMax: number;
   private readonly now: () => number;
@@ -296,6 +305,7 @@ export class StorePlanner {
     this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
     this.dropDeferred = options.unsafeDropDeferred ?? false;
+    this.reachabilityOneShort = options.unsafeReachabilityOneShort ?? false;
     this.publishStaleJobs = options.unsafePublishStaleJobs ?? false;
     this.finalWaitMsMax = options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX;
     if (
@@ -604,7 +614,7 @@ export class StorePlanner {
           nullChunks?.push(g, c);
           continue;
         }
-        if (!storeReachable(group, alignment, c, w.ready)) {
+        if (!this.reachable(group, alignment, c, w.ready)) {
           unreachable += 1; // no aligned hit can use it: passed, never copied
           unreachableChunks?.push(g, c);
           continue;
@@ -706,6 +716,19 @@ export class StorePlanner {
     };
     this.issued.set(job.jobId, job);
     return job;
+  }
+
+  /** storeReachable, or its broken variant (unsafeReachabilityOneShort). */
+  private reachable(
+    group: GroupConfig,
+    alignment: number | null,
+    chunk: number,
+    ready: number,
+  ): boolean {
+    if (!storeReachable(group, alignment, chunk, ready)) return false;
+    if (!this.reachabilityOneShort || alignment === null) return true;
+    // The broken variant: the first reachable chunk of its segment counts as unreachable.
+    return chunk % alignment !== 0 && storeReachable(group, alignment, chunk - 1, ready);
   }
 
   /** Raises the slot's dirty bit from the store side: the next pass visits it again. */

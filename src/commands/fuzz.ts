@@ -9,9 +9,8 @@
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
-import { intOption } from './options.js';
+import { intOption, namedOption, policyOption } from './options.js';
 import { loadHashing } from '../hashing.js';
-import { parseStorePolicy } from '../ready.js';
 import { describeFailure, fuzz } from '../fuzz/run.js';
 import { runSchedule } from '../fuzz/schedule.js';
 import type { FailureReport, FuzzReport } from '../fuzz/run.js';
@@ -72,7 +71,7 @@ export function registerFuzz(program: Command): void {
     )
     .option(
       '--broken <class>',
-      `re-create a failure class of docs/failure-classes.md with its test-only switch: ${BROKEN_CLASSES.map((r) => r.id).join(', ')} (F1 or f01 form); it sets the policy, variant, target and watched invariants`,
+      `re-create a failure class of docs/failure-classes.md or a rule bug with its test-only switch: ${BROKEN_CLASSES.map((r) => r.id).join(', ')} (classes in F1 or f01 form); it sets the policy, variant, target and watched invariants`,
     )
     .option('--policy <policy>', 'store policy: ready-prefix (default), legacy-assert, legacy-zip')
     .option('--strategy <strategy>', 'scheduling strategy: random (default) or pct')
@@ -105,7 +104,8 @@ export function registerFuzz(program: Command): void {
 }
 
 function positive(flag: string, text: string, max: number): number {
-  const n = Number(text);
+  // Plain decimals only, as every numeric option: Number() also took '1e3', '0x10' and ''.
+  const n = /^\s*(\d+(\.\d+)?|\.\d+)\s*$/.test(text) ? Number(text) : NaN;
   if (!Number.isFinite(n) || n <= 0 || n > max) {
     throw new InvalidArgumentError(flag, `must be a number in (0, ${max}]`);
   }
@@ -115,10 +115,10 @@ function positive(flag: string, text: string, max: number): number {
 async function campaign(given: FuzzFlags): Promise<void> {
   const broken = given.broken !== undefined ? brokenClass(given.broken) : undefined;
   const flags = broken !== undefined ? brokenFlags(given, broken) : given;
-  const policy = parseStorePolicy(flags.policy ?? 'ready-prefix');
+  const policy = policyOption(flags.policy);
   // Random is the default: in the benchmark it finds every target in as few or fewer
   // schedules than PCT (see bench/results/fuzz-power.json).
-  const strategy = parseStrategy(flags.strategy ?? 'random');
+  const strategy = namedOption('--strategy', flags.strategy ?? 'random', parseStrategy);
   if (flags.seconds !== undefined && flags.schedules !== undefined) {
     throw new InvalidArgumentError('--seconds/--schedules', 'give one budget, not both');
   }
@@ -300,6 +300,7 @@ async function replay(flags: FuzzFlags): Promise<void> {
           ? {
               shrunkLength: failure.shrunkLength,
               shrunkHash: failure.shrunkHash,
+              shrunkMessage: failure.shrunkMessage,
               shrunkToken: failure.shrunkToken,
               shrunkTrace: failure.shrunkTrace.map(lineText),
             }
@@ -323,6 +324,7 @@ async function replay(flags: FuzzFlags): Promise<void> {
     out.push(
       '',
       `shrunk: ${failure.shrunkLength} steps (from ${failure.traceLength}), hash ${failure.shrunkHash}`,
+      `  ${failure.shrunkMessage}`,
       `  replay: kvoff fuzz --replay ${failure.shrunkToken}`,
       formatTrace(failure.shrunkTrace),
     );
@@ -357,6 +359,7 @@ function jsonOf(report: FuzzReport): Record<string, unknown> {
           replayToken: f.replayToken,
           shrunkLength: f.shrunkLength,
           shrunkHash: f.shrunkHash,
+          shrunkMessage: f.shrunkMessage,
           shrunkToken: f.shrunkToken,
           shrunkTrace: f.shrunkTrace.map(lineText),
           shrunkScenario: f.shrunkScenario,
@@ -376,6 +379,8 @@ function failureText(f: FailureReport, full: boolean): string {
       ['trace', `${f.traceLength} steps, hash ${f.traceHash}`],
       ['replay', `kvoff fuzz --replay ${f.replayToken}`],
       ['shrunk', `${f.shrunkLength} steps, hash ${f.shrunkHash}`],
+      // The shrunk trace below names its own request ids: its message says what failed there.
+      ['shrunk message', f.shrunkMessage],
       ['replay shrunk', `kvoff fuzz --replay ${f.shrunkToken}`],
     ]),
   ];

@@ -6,6 +6,7 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
 import { loadHashing } from '../hashing.js';
+import { DEFAULT_SEED } from '../runtime/defaults.js';
 import { replayCache } from '../trace/cache-replay.js';
 import type { CacheReplayResult } from '../trace/cache-replay.js';
 import { replayThreaded, traceRuntimeConfig } from '../trace/threaded-replay.js';
@@ -15,7 +16,13 @@ import type { Trace } from '../trace/trace.js';
 import { parseCachePolicy, STORE_THRESHOLD_MAX } from '../tier/policy/index.js';
 import type { CachePolicyName } from '../tier/policy/index.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
+import {
+  TRANSFER_THREADS_MAX,
+  intOption,
+  intOptionOr,
+  namedOption,
+  numberOption,
+} from './options.js';
 import { parseGroups } from './simulate-options.js';
 import type { SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
@@ -157,7 +164,7 @@ export function parseTraceOptions(
       Number.MAX_SAFE_INTEGER,
       0,
     ),
-    policy: parseCachePolicy(raw.cachePolicy ?? 'lru'),
+    policy: namedOption('--cache-policy', raw.cachePolicy ?? 'lru', parseCachePolicy),
     storeThreshold,
     blockBytes: intOptionOr(
       '--block-bytes',
@@ -181,7 +188,7 @@ export function parseTraceOptions(
       TRANSFER_THREADS_MAX,
       1,
     ),
-    seed: intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 7),
+    seed: intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, DEFAULT_SEED),
     namespace: parseNamespaceOptions(raw),
     json: raw.json === true,
   };

@@ -12,7 +12,6 @@ import { InvalidArgumentError, KvoffError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import { renderReport } from '../report/render.js';
 import { defaultWorkload } from '../runtime/defaults.js';
-import { DEFAULT_ENGINE_OPTIONS } from '../runtime/engine-sim.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import type { RequestSummary, RuntimeStats } from '../runtime/runtime.js';
 import { buildReportData } from './simulate-report.js';
@@ -50,12 +49,12 @@ export async function runSimulate(
     config: plan.config,
     policy: plan.policy,
     transferThreads: plan.transferThreads,
+    transferBackend: plan.backend,
     lag: plan.lag,
     simulator: {
       seed: plan.seed,
-      ...(plan.abortRate !== undefined
-        ? { abortQueuedRate: plan.abortRate, abortRunningRate: plan.abortRate }
-        : {}),
+      abortQueuedRate: plan.abortRate,
+      abortRunningRate: plan.abortRate,
       // The baseline: the store role runs its passes but nothing is offloadable or loaded.
       ...(plan.offload ? {} : { offload: false, loadFromTier: false }),
     },
@@ -94,7 +93,7 @@ export async function runSimulate(
   clearInterval(ticker);
   hooks.onProgress?.(done, requests.length, runtime.stats());
 
-  let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0 };
+  let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0, entriesInFlight: 0 };
   if (crashed === undefined) verify = await runtime.verify();
   const stats = runtime.stats();
   await runtime.close().catch((err: unknown) => {
@@ -114,7 +113,8 @@ export async function runSimulate(
       gpuTokens: plan.gpuTokens,
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
-      abortRate: plan.abortRate ?? DEFAULT_ENGINE_OPTIONS.abortRunningRate,
+      backend: plan.backend,
+      abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
     },
@@ -138,13 +138,17 @@ export async function runSimulate(
     mismatches: stats.mismatches,
     doubleStores: verify.doubleStores,
     entriesVerified: verify.entriesChecked,
+    entriesInFlight: verify.entriesInFlight,
     tierUsed: stats.tierUsed,
+    tierCapacity: stats.tierCapacity,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
     tiers,
     chunksTransferFailed: stats.chunksTransferFailed,
     memory: stats.memory,
     ok: false,
   };
+  // The device the figures came from (a software device measures the API path, not a GPU).
+  if (runtime.webgpuAdapter) result.adapter = runtime.webgpuAdapter.name;
   if (crashed !== undefined) result.crashed = crashed;
   const leaks = runtime.leakReport();
   // The runtime says -1 when a role's final report never came (it crashed): unknown, so null.
@@ -216,7 +220,7 @@ export function registerSimulate(program: Command): void {
     )
     .option(
       '--shared-prefix-tokens <n>',
-      'tokens each request shares with its prefix (default: 30% of the prompt)',
+      "tokens each request shares with its prefix (default: 30% of the prompt, distinct prompts behind a common head; a request's prefixId alone, over HTTP or submit(), shares its whole prompt)",
     )
     .option(
       '--lag-hashes-per-wake <n>',
@@ -229,7 +233,8 @@ export function registerSimulate(program: Command): void {
     .option('--lag-jitter-ms <ms>', 'random extra lag on hasher and allocator (runtime default 1)')
     .option(
       '--abort-rate <p>',
-      'chance per engine step that one queued and one running request are aborted (engine default 0.002; 0: none)',
+      'chance per engine step that one queued and one running request are aborted (0: none; the embedding API aborts none)',
+      String(d.abortRate),
     )
     .option('--no-offload', 'switch offloading off (the baseline: nothing stored, nothing loaded)')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
@@ -237,6 +242,11 @@ export function registerSimulate(program: Command): void {
       '--transfer-threads <n>',
       `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
       String(d.transferThreads),
+    )
+    .option(
+      '--backend <name>',
+      'where the GPU KV lives and what copies it: shared-memory, or webgpu (a WebGPU device; needs the optional webgpu package and a Vulkan driver)',
+      'shared-memory',
     )
     .option('--block-bytes <n>', BLOCK_BYTES_MEANING, String(d.blockBytes))
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))

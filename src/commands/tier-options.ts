@@ -5,7 +5,7 @@
 // lower-tier entry is derived under); the built-in engine simulator is a
 // model of its own, so without them its entries are still named.
 import type { Command } from 'commander';
-import { ConfigError, InvalidArgumentError } from '../errors.js';
+import { ConfigError, InvalidArgumentError, quoted } from '../errors.js';
 import { resolveNamespace } from '../identity.js';
 import type { NamespaceInput } from '../identity.js';
 import { DISK_BYTES_DEFAULT } from '../tier/cascade.js';
@@ -77,7 +77,7 @@ export function parseTierOptions(raw: TierRawOptions): TiersOptions | undefined 
     if (urls.length === 0) throw new InvalidArgumentError('--redis', 'needs at least one URL');
     for (const url of urls) {
       if (!/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('--redis', `"${url}" is not a redis:// URL`);
+        throw new InvalidArgumentError('--redis', `${quoted(url)} is not a redis:// URL`);
       }
     }
     tiers.redis = { urls };

@@ -4,8 +4,10 @@
 // Each row turns one protection off (a legacy policy, a no-pin, no-settle or
 // no-re-validation variant, or a switch) and names the invariants that show
 // the class. A class without a row is one no fuzzer switch reaches; its test
-// file says how it is shown instead. Append rows at the end.
-import { InvalidArgumentError } from '../errors.js';
+// file says how it is shown instead. After the classes, the rule variants:
+// bugs in the rule itself (not races), which only an oracle that does not
+// share the rule's code can find (docs/fuzzing.md). Rows in id order.
+import { InvalidArgumentError, quoted } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName } from './oracle.js';
 import type { FuzzOptions } from './run.js';
@@ -29,9 +31,13 @@ export const FAILURE_CLASSES = [
 ] as const;
 export type FailureClassId = (typeof FAILURE_CLASSES)[number];
 
+/** Bugs planted in the rule itself (issue 32), fuzzable by name: `--broken rule-reachability`. */
+const RULE_VARIANTS = ['rule-last-token', 'rule-lookup-long', 'rule-reachability'] as const;
+type RuleVariantId = (typeof RULE_VARIANTS)[number];
+
 /** How the fuzzer re-creates one class: the unsafe configuration and what must catch it. */
 export interface BrokenClass {
-  readonly id: FailureClassId;
+  readonly id: FailureClassId | RuleVariantId;
   /** The class, as docs/failure-classes.md names it. */
   readonly title: string;
   /** What the variant turns off, in words (for --help, reports and the benchmark). */
@@ -130,6 +136,32 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
     switches: ['load-while-writing'],
     watch: ['mispairing'],
   },
+  {
+    id: 'rule-last-token',
+    title: 'the last prompt token loaded although a windowed group needs it computed',
+    variant:
+      'switch rule-last-token (runtime target: with a windowed group the lookup may hit every prompt token)',
+    target: 'runtime',
+    switches: ['rule-last-token'],
+    watch: ['load-decision'],
+  },
+  {
+    id: 'rule-lookup-long',
+    title: 'a lookup hit one chunk too long',
+    variant:
+      'switch rule-lookup-long (runtime target: an EAGLE group keeps the last chunk of its widened query)',
+    target: 'runtime',
+    switches: ['rule-lookup-long'],
+    watch: ['load-decision'],
+  },
+  {
+    id: 'rule-reachability',
+    title: 'a reachable sliding-window chunk judged unreachable, so never stored',
+    variant:
+      'switch rule-reachability (the first reachable chunk of each alignment segment counts as unreachable)',
+    switches: ['rule-reachability'],
+    watch: ['hole'],
+  },
 ];
 
 /** `F1`, `f1`, `F01`, `f01` -> 'f01'; InvalidArgumentError (flag `what`) for anything else. */
@@ -139,17 +171,21 @@ export function parseFailureClass(text: string, what = '--broken'): FailureClass
   if (id === undefined || !(FAILURE_CLASSES as readonly string[]).includes(id)) {
     throw new InvalidArgumentError(
       what,
-      `unknown failure class "${String(text)}"; known: F1..F12 (f01..f12), see docs/failure-classes.md`,
+      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md, and the rule variants ${RULE_VARIANTS.join(', ')}`,
     );
   }
   return id as FailureClassId;
 }
 
 /**
- * The row that re-creates a class. InvalidArgumentError for an unknown class,
- * and for a known one no fuzzer switch re-creates (its test shows it instead).
+ * The row that re-creates a class or a rule variant (by its name).
+ * InvalidArgumentError for an unknown class, and for a known one no fuzzer
+ * switch re-creates (its test shows it instead).
  */
 export function brokenClass(text: string, what = '--broken'): BrokenClass {
+  const name = typeof text === 'string' ? text.trim() : '';
+  const rule = BROKEN_CLASSES.find((r) => r.id === name && name.startsWith('rule-'));
+  if (rule !== undefined) return rule;
   const id = parseFailureClass(text, what);
   const row = BROKEN_CLASSES.find((r) => r.id === id);
   if (row === undefined) {

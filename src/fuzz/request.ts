@@ -74,7 +74,7 @@ export class WorldRequest {
   readonly dispatched = new Set<number>();
   readonly dropped = new Set<number>();
   readonly nulled = new Set<number>();
-  /** Chunks the planner passed as unreachable (checked against storeReachable when reported). */
+  /** Chunks the planner passed as unreachable (checked against the specification when reported). */
   readonly unreachable = new Set<number>();
   readonly cursorSeen: Int32Array;
 

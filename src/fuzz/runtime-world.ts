@@ -40,7 +40,6 @@ import {
 } from '../layout.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
-import { offloadableTokens, tokenChunks } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
 import { RuntimeViews, createRuntimeBuffers } from '../runtime/buffers.js';
 import type { Doorbell } from '../runtime/doorbell.js';
@@ -54,6 +53,7 @@ import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
 import { lookupAnswerViolation } from './lookup-oracle.js';
+import { specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -240,6 +240,7 @@ export class RuntimeWorld {
       failing,
       scenario.events.some((e) => e.kind === 'load-fail'),
       scenario.completionBell === false ? undefined : this.bells[STORE],
+      scenario.gpuMaps === true,
     );
     this.store = new StoreLoop(
       views,
@@ -259,6 +260,9 @@ export class RuntimeWorld {
         ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
         ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
         ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
+        ...(switches.has('rule-reachability') ? { unsafeReachabilityOneShort: true } : {}),
+        ...(switches.has('rule-lookup-long') ? { unsafeEagleTailKept: true } : {}),
+        ...(switches.has('rule-last-token') ? { unsafeLastTokenLoaded: true } : {}),
         ...(switches.has('publish-stale-jobs') ? { unsafePublishStaleJobs: true } : {}),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
@@ -428,7 +432,7 @@ export class RuntimeWorld {
     }
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.queued === 0) {
+      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.pending === 0) {
         store.stopped = true;
         // The allocator leaves its loop and steps once more (quarantined blocks go back).
         this.allocator.step();
@@ -448,7 +452,7 @@ export class RuntimeWorld {
   }
 
   private runnable(actor: number): boolean {
-    if (actor === TRANSFER) return this.backend.queued > 0 && !this.stalled(TRANSFER);
+    if (actor === TRANSFER) return this.backend.pending > 0 && !this.stalled(TRANSFER);
     const r = this.roles[actor]!;
     if (r.stopped || this.stalled(actor) || this.nowMs < r.busyUntilMs) return false;
     if (r.seen === undefined) return true;
@@ -652,15 +656,26 @@ export class RuntimeWorld {
   }
 
   private transferStep(): void {
+    const maps = this.backend.mapsPending;
+    // A device resolves its maps in its own order, and copies on while they wait.
+    if (maps > 0 && (this.backend.queued === 0 || this.transferRandom.chance(0.5))) {
+      const m = this.backend.resolveMap(this.transferRandom.int(maps))!;
+      this.note(
+        TRANSFER,
+        m.kind === 'store' ? 3 : 4,
+        m.jobId,
+        () =>
+          `transfer ${m.kind} job ${m.jobId} (task ${m.index}): map resolved, bytes written${m.kind === 'store' ? ', blocks unpinned' : ''}`,
+      );
+      return;
+    }
     const threads = Math.min(this.scenario.transferThreads, this.backend.queued);
     const t = this.backend.runNext(threads > 1 ? this.transferRandom.int(threads) : 0);
     if (t === undefined) return;
-    this.note(
-      TRANSFER,
-      t.kind === 'store' ? 1 : 2,
-      t.jobId,
-      () =>
-        `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
+    this.note(TRANSFER, t.kind === 'store' ? 1 : 2, t.jobId, () =>
+      this.scenario.gpuMaps === true
+        ? `transfer ${t.kind} job ${t.jobId} (task ${t.index}): GPU copy made, map pending`
+        : `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
     );
   }
 
@@ -753,7 +768,6 @@ export class RuntimeWorld {
       scheduledTokens: w(S_SCHEDULED_TOKENS),
       maxOffloadTokens: w(S_MAX_OFFLOAD_TOKENS),
     };
-    const offloadable = offloadableTokens(facts, config);
     const counters = this.store.planner.counters;
     const drops = counters.chunksDroppedForCapacity + counters.chunksDroppedUnready;
     const counted = drops - this.dropsSeen;
@@ -761,7 +775,7 @@ export class RuntimeWorld {
     let missing = 0;
     const where: string[] = [];
     for (const g of config.groups) {
-      const ready = tokenChunks(facts, g, offloadable);
+      const ready = specTokenChunks(config, facts, g);
       const cursor = Atomics.load(c, state.storeWord(d.slot, T_CURSOR + g.index));
       if (cursor < ready) {
         missing += ready - cursor;

@@ -14,6 +14,9 @@ export const RUNTIME_SWITCHES = [
   'leak-on-load-failure',
   'ack-on-alloc-failure',
   'drop-deferred',
+  'rule-reachability',
+  'rule-lookup-long',
+  'rule-last-token',
   'publish-stale-jobs',
 ] as const;
 export type RuntimeSwitch = (typeof RUNTIME_SWITCHES)[number];
@@ -23,4 +26,6 @@ export const RUNTIME_ONLY_SWITCHES: readonly RuntimeSwitch[] = [
   'load-while-writing',
   'evict-in-use',
   'leak-on-load-failure',
+  'rule-lookup-long',
+  'rule-last-token',
 ];

@@ -14,7 +14,7 @@ import {
   markDirty,
 } from '../layout.js';
 import type { SharedState } from '../state.js';
-import { checkHandle, ownHandle } from './handle.js';
+import { checkHandle } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export class HasherRole {
@@ -22,6 +22,9 @@ export class HasherRole {
   private readonly hashing: Hashing;
   /** Per group, m(g) as bytes (the group's mix into each identity word). */
   private readonly mixes: Uint8Array[];
+
+  /** The caller's handle, read once into this object (see ownHandle); valid until the next call. */
+  private readonly own: { slot: number; generation: number } = { slot: 0, generation: 0 };
 
   constructor(state: SharedState, hashing: Hashing) {
     if (hashing.algorithm !== state.config.keyHash) {
@@ -36,12 +39,34 @@ export class HasherRole {
   }
 
   /**
+   * ownHandle without a fresh object per call (hash runs once per chunk of
+   * every request): the fields are read once into `own`, which nothing reads
+   * after hash() took the slot into a local.
+   */
+  private ownCopy(handle: RequestHandle): RequestHandle {
+    if (typeof handle !== 'object' || handle === null) return handle;
+    let slot: number;
+    let generation: number;
+    try {
+      slot = handle.slot;
+      generation = handle.generation;
+    } catch {
+      throw new InvalidArgumentError('handle', 'must be a request handle whose fields can be read');
+    }
+    // Written only after both reads: a getter that calls hash() again (with
+    // another handle) cannot leave `own` holding half of each.
+    this.own.slot = slot;
+    this.own.generation = generation;
+    return this.own;
+  }
+
+  /**
    * Hashes up to `hashesMax` new full hash blocks of published tokens and
    * publishes every offload key they complete. Returns the hashes added, so a
    * driver can lag the hasher on purpose by giving it a small budget.
    */
   hash(handle: RequestHandle, hashesMax = Number.MAX_SAFE_INTEGER): number {
-    handle = ownHandle(handle);
+    handle = this.ownCopy(handle);
     checkHandle(this.state, handle);
     // NaN or a fraction would publish a count that disagrees with the hashes written.
     if (!(Number.isInteger(hashesMax) || hashesMax === Infinity) || hashesMax < 0) {

@@ -32,6 +32,7 @@ import {
   HandleCopies,
   SlotMarks,
   batchLength,
+  batchValues,
   checkHandle,
   ownHandle,
   statusName,
@@ -279,7 +280,9 @@ export class SchedulerRole {
     scheduledTokens?: ArrayLike<number>,
   ): void {
     this.claim.check();
-    const n = batchLength(handles, { computedTokens, scheduledTokens });
+    const n = batchLength(handles);
+    batchValues('computedTokens', computedTokens, n);
+    batchValues('scheduledTokens', scheduledTokens, n);
     // Each entry is read once, in this one loop (see IntInput): the handles
     // and values checked and written below are these copies. checkProgress
     // checks the values as given (a non-number is refused, not coerced).

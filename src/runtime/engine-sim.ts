@@ -15,7 +15,8 @@
 //
 // `step()` does one bounded unit of work and never blocks, so the same engine
 // runs in the scheduler worker and under a single-thread driver.
-import { gpuBlockMatches, writeComputedBlock } from '../copy.js';
+import { HostEngineKv } from './engine-kv.js';
+import type { EngineKv, KvEntry } from './engine-kv.js';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { KeyChain } from '../hashing.js';
@@ -46,6 +47,7 @@ import {
   readText,
 } from './protocol.js';
 import { Prng } from '../prng.js';
+import { DEFAULT_SEED } from './defaults.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import type { LookupLimits } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
@@ -97,8 +99,11 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   decodeTokens: 48,
   eagleDraftTokens: 3,
   eagleAcceptRate: 0.6,
-  abortQueuedRate: 0.002,
-  abortRunningRate: 0.002,
+  // No random aborts unless asked: an embedding program's requests end when
+  // they finish. `kvoff simulate` asks for 0.002 (its --abort-rate) to
+  // exercise the abort paths.
+  abortQueuedRate: 0,
+  abortRunningRate: 0,
   loadFromTier: true,
   offload: true,
   vocab: 32000,
@@ -106,7 +111,7 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   // 2 s + 0.5 s per 1,000 tokens: about 4 s for a 4,096-token prompt, 52 s for 100,000.
   lookupWaitBaseMs: 2000,
   lookupWaitPerThousandTokensMs: 500,
-  seed: 1,
+  seed: DEFAULT_SEED,
 };
 
 /** One submission, as the runtime's `submit` passes it (validated by the runtime). */
@@ -314,6 +319,8 @@ export class EngineSimulator {
   private lastPlanMs = -Infinity;
   private lastRetryMs = -Infinity;
   private readonly now: () => number;
+  /** Where the forward pass's KV is written and loads are checked (host arena or GPU thread). */
+  private readonly kv: EngineKv;
   private readonly counters = {
     requests: 0,
     completed: 0,
@@ -338,9 +345,11 @@ export class EngineSimulator {
     options: Partial<EngineOptions> = {},
     wake: () => void = () => {},
     now: () => number = () => performance.now(),
+    kv: EngineKv = new HostEngineKv(views.gpu, views.geometry),
   ) {
     this.now = now;
     this.views = views;
+    this.kv = kv;
     this.options = resolveEngineOptions(options, views.config.maxRequests);
     this.scheduler = new SchedulerRole(views.state);
     this.hashing = hashing;
@@ -935,16 +944,20 @@ export class EngineSimulator {
 
   /** Every loaded block must hold the expansion of its chunk's key. */
   private verifyLoad(r: EngineRequest): void {
-    const { config, gpu, geometry } = this.views;
-    const bpc = config.blocksPerChunk;
-    for (const g of config.groups) {
+    const bpc = this.views.config.blocksPerChunk;
+    const loaded: KvEntry[] = [];
+    for (const g of this.views.config.groups) {
       const blocks = r.blocks[g.index]!;
       const lo = r.load[g.index]!.firstChunk;
       for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
-        const key = r.keys[g.index]![Math.floor(p / bpc)]!;
-        if (!gpuBlockMatches(gpu, geometry, blocks[p]!, key, p)) this.counters.loadMismatches += 1;
+        loaded.push({
+          block: blocks[p]!,
+          key: r.keys[g.index]![Math.floor(p / bpc)]!,
+          position: p % bpc,
+        });
       }
     }
+    if (loaded.length > 0) this.counters.loadMismatches += this.kv.mismatches(loaded);
   }
 
   // --- allocation answers: commit a step ---
@@ -1077,8 +1090,9 @@ export class EngineSimulator {
 
   /** Writes the bytes of every chunk whose tokens end at or below `tokenLimit` (once per allocation). */
   private writeBytesUpTo(r: EngineRequest, tokenLimit: number): void {
-    const { config, gpu, geometry } = this.views;
+    const { config } = this.views;
     const bpc = config.blocksPerChunk;
+    const computed: KvEntry[] = [];
     this.ensureKeys(r, tokenLimit);
     for (const g of config.groups) {
       const blocks = r.blocks[g.index]!;
@@ -1091,11 +1105,12 @@ export class EngineSimulator {
         const key = r.keys[g.index]![c]!;
         for (let p = c * bpc; p < (c + 1) * bpc; p += 1) {
           const b = blocks[p]!;
-          if (b !== 0) writeComputedBlock(gpu, geometry, b, key, p);
+          if (b !== 0) computed.push({ block: b, key, position: p % bpc });
         }
       }
       if (upTo > r.bytesChunks[g.index]!) r.bytesChunks[g.index] = upTo;
     }
+    if (computed.length > 0) this.kv.write(computed);
   }
 
   /** Extends the request's hash chain and keys to cover `tokenLimit` known tokens. */

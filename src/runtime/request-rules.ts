@@ -3,7 +3,7 @@
 // validateRequestInput, so what one accepts the other accepts. A refused request
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
-import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { ConfigError, InvalidArgumentError, RequestCapacityError, quoted } from '../errors.js';
 import { validateCacheSalt } from '../identity.js';
 import { validateLookupLimits } from './lookup-record.js';
 
@@ -73,7 +73,7 @@ export function validateRequestInput(body: unknown, limits: RequestLimits): Requ
   }
   const obj = body as Record<string, unknown>;
   for (const k of Object.keys(obj)) {
-    if (!FIELDS.has(k)) throw new InvalidArgumentError(k, 'is not a known field');
+    if (!FIELDS.has(k)) throw new InvalidArgumentError(quoted(k), 'is not a known field');
   }
   // At least one decode token must fit after the prompt.
   const max = limits.maxTokensPerRequest - 1;

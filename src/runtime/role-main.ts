@@ -9,6 +9,7 @@ import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from './allocator-loop.js';
 import type { AllocatorLag } from './allocator-loop.js';
 import { PiscinaTransferBackend, createModuleBackend } from './backend.js';
+import type { PiscinaBackendOptions } from './backend.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { Doorbell } from './doorbell.js';
@@ -20,6 +21,10 @@ import type { DoorbellName } from './thread-words.js';
 import { Prng } from '../prng.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { StoreLoop } from './store-loop.js';
+import { transferTaskWordsMax } from './transfer.js';
+import { GpuEngineKv } from './engine-kv.js';
+import { WebGpuTransferBackend } from './webgpu-backend.js';
+import type { GpuThreadSpec } from './webgpu-thread.js';
 import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
@@ -54,6 +59,11 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /**
+   * The GPU thread's rings (transferBackend 'webgpu'): the store copies
+   * through them, the built-in engine writes and checks its KV through them.
+   */
+  gpu?: GpuThreadSpec;
   /** Test only: the lower levels' switches. */
   tierSwitches?: LowerTierSwitches;
 }
@@ -101,6 +111,8 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
       { ended: (summary) => post({ type: 'ended', summary }) },
       data.simulator,
       wakeOthers,
+      undefined,
+      data.gpu ? new GpuEngineKv(data.gpu, bell) : undefined,
     );
     post({ type: 'ready', role: data.role });
     syncLoop(
@@ -200,17 +212,13 @@ function syncLoop(
  */
 const TRANSFER_NICE_INCREMENT = 5;
 
-/** Words of the largest store or load task a job of this config can make. */
-function transferTaskWordsMax(config: Config): number {
-  const chunks = config.groups.length * config.maxChunksPerRequest;
-  const bpc = config.blocksPerChunk;
-  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
-}
-
 /** One event-loop turn (a resolved promise would only queue a microtask). */
 function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
 }
+
+/** verify() waits at most this long for the copies in flight when it was called. */
+const VERIFY_WAIT_MS_MAX = 10_000;
 
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
@@ -227,19 +235,23 @@ async function runStore(
   memory: MemorySampler,
 ): Promise<void> {
   const arenas = views.transferArenas();
-  const threads = { threads: data.store.transferThreads };
-  const backend =
-    data.store.transferBackendModule === undefined
-      ? new PiscinaTransferBackend(arenas, {
-          ...threads,
-          // Completions ring the store's own bell: a parked store wakes when a copy is done.
-          completionBell: bell,
-          taskWordsMax: transferTaskWordsMax(data.config),
-          niceIncrement: TRANSFER_NICE_INCREMENT,
-          // Each copy thread samples its own heap into the runtime's memory words.
-          memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
-        })
-      : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
+  const backendOptions: PiscinaBackendOptions = {
+    threads: data.store.transferThreads,
+    // Completions ring the store's own bell: a parked store wakes when a copy is done.
+    completionBell: bell,
+    taskWordsMax: transferTaskWordsMax(data.config),
+    niceIncrement: TRANSFER_NICE_INCREMENT,
+    // Each copy thread samples its own heap into the runtime's memory words.
+    memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
+  };
+  // A module gets the same options: one that wraps PiscinaTransferBackend
+  // keeps the completion bell (given only { threads }, its store slept up to
+  // a full park after each copy), and its own copies can ring it too.
+  const backend = data.gpu
+    ? WebGpuTransferBackend.attach(data.gpu)
+    : data.store.transferBackendModule === undefined
+      ? new PiscinaTransferBackend(arenas, backendOptions)
+      : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
   const cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
   const loop = new StoreLoop(
@@ -261,8 +273,33 @@ async function runStore(
         : {}),
     },
   );
+  // verify() is a barrier for the copies dispatched before it: it is answered
+  // once they completed (or failed), or after VERIFY_WAIT_MS_MAX with what is
+  // still in flight counted (entriesInFlight). Answering at once left a copy
+  // in flight out of the check, and `kvoff simulate` then called it evicted.
+  // Calls are answered in arrival order (each waits for the copies dispatched
+  // before it, so their thresholds only grow); those due together share one
+  // check, which reads every entry: a storm of calls (one per millisecond)
+  // must cost neither one read each nor a walk over every call per step.
+  const verifies: { id: number; upTo: number; deadline: number }[] = [];
+  const answerVerifies = () => {
+    const now = performance.now();
+    let due = 0;
+    while (due < verifies.length) {
+      const v = verifies[due]!;
+      if (loop.copiesInFlightUpTo(v.upTo) && now < v.deadline) break;
+      due += 1;
+    }
+    if (due === 0) return;
+    const report = loop.verify();
+    for (const v of verifies.splice(0, due)) post({ type: 'verified', id: v.id, report });
+  };
   const onMessage = (m: { type: string; id: number; shared?: boolean }) => {
-    if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+    if (m.type === 'verify') {
+      const deadline = performance.now() + VERIFY_WAIT_MS_MAX;
+      verifies.push({ id: m.id, upTo: loop.copiesDispatched, deadline });
+      answerVerifies();
+    }
     // Between two steps (a message is handled only while the loop awaits), as vLLM resets between steps.
     if (m.type === 'reset') {
       loop.reset(m.shared === true).then(
@@ -321,6 +358,7 @@ async function runStore(
     const seen = bell.read();
     const did = step();
     flushJobs();
+    if (verifies.length > 0) answerVerifies();
     if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
     if (did) wakeOthers();

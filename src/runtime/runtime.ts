@@ -26,8 +26,8 @@ import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
-import { resolveEngineOptions } from './engine-sim.js';
+import { DEFAULT_SEED, runtimeConfigInput } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from './engine-sim.js';
 import type { EngineOptions, EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
@@ -44,6 +44,8 @@ import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
@@ -51,6 +53,10 @@ import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
+import { RuntimeGpu, TRANSFER_BACKENDS } from './runtime-gpu.js';
+import type { TransferBackendName } from './runtime-gpu.js';
+import type { WebGpuAdapterInfo } from './webgpu-device.js';
+import type { GpuRings } from './webgpu-loop.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
 import type { KvEventStream } from '../events/stream.js';
 import { resolveEventsOptions } from '../events/types.js';
@@ -71,8 +77,12 @@ export interface LagOptions {
 }
 
 export interface RuntimeOptions {
-  /** Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window, async lag). */
-  config?: ConfigInput;
+  /**
+   * Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window). A
+   * partial config is merged over it: each field left out takes
+   * DEFAULT_RUNTIME_CONFIG's value (see runtimeConfigInput).
+   */
+  config?: Partial<ConfigInput>;
   /** Default 'ready-prefix'. */
   policy?: StorePolicy;
   /** piscina threads that copy, default 1. */
@@ -83,6 +93,15 @@ export interface RuntimeOptions {
    * worker; see docs/embedding.md. Default: kvoff's piscina pool over the arenas.
    */
   transferBackendModule?: string | URL;
+  /**
+   * What holds the GPU's KV and copies it: 'shared-memory' (default, host
+   * memory and piscina threads) or 'webgpu' (a WebGPU device on kvoff's GPU
+   * thread through the optional `webgpu` package; with `external`, the
+   * engine's own device, served on its thread with WebGpuCopyServer.serve
+   * over `runtime.webgpuRings`). start() rejects with WebGpuUnavailableError
+   * when the package or an adapter is missing.
+   */
+  transferBackend?: TransferBackendName;
   lag?: LagOptions;
   simulator?: Partial<EngineOptions>;
   /** Record per-pass windows of the first N requests (for the HTML report); 0 by default. */
@@ -247,6 +266,8 @@ export class OffloadRuntime {
   private readonly startedAtEpochMs = Date.now();
   /** KV events' main side, with `events` on. */
   private hub: EventHub | undefined;
+  /** The WebGPU device's rings and thread, with transferBackend 'webgpu'. */
+  private gpu: RuntimeGpu | undefined;
 
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
@@ -277,7 +298,8 @@ export class OffloadRuntime {
     if (typeof options !== 'object' || options === null || Array.isArray(options)) {
       throw new InvalidArgumentError('options', 'must be an object');
     }
-    const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
+    refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
+    const config = resolveConfig(runtimeConfigInput(options.config));
     validateOptions(options);
     // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
     if (options.tiers !== undefined) checkShareable(options.tiers, config);
@@ -296,8 +318,18 @@ export class OffloadRuntime {
       rt.hub = await EventHub.open(rt.buffers.events, config, resolveEventsOptions(options.events));
     }
     try {
+      if (options.transferBackend === 'webgpu') {
+        rt.gpu = await RuntimeGpu.open(
+          config,
+          rt.views,
+          rt.buffers.memory,
+          !options.external,
+          (c) => rt.fail('transfer', c),
+        );
+      }
       await rt.spawnAll();
     } catch (err) {
+      await rt.gpu?.close();
       await rt.hub?.close();
       throw err;
     }
@@ -542,11 +574,26 @@ export class OffloadRuntime {
     return this.on('lookup', fn);
   }
 
+  /** The WebGPU adapter kvoff's GPU thread opened (transferBackend 'webgpu' with the built-in engine). */
+  get webgpuAdapter(): WebGpuAdapterInfo | undefined {
+    return this.gpu?.adapter;
+  }
+
+  /**
+   * With transferBackend 'webgpu' and `external`: the rings an engine that
+   * holds its KV in WebGPU buffers serves on its device's thread
+   * (WebGpuCopyServer.serve(runtime.webgpuRings, { device, buffers })).
+   */
+  get webgpuRings(): GpuRings | undefined {
+    return this.gpu?.thread === undefined ? this.gpu?.servedRings : undefined;
+  }
+
   /** Same as on('tierStore', fn) (the serve layer's optional hook). */
   onTierStore(fn: (e: TierStoreSample) => void): this {
     return this.on('tierStore', fn);
   }
 
+  /** Each finished store job (its chunks, bytes and latency); loads are not reported here. */
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
@@ -573,7 +620,7 @@ export class OffloadRuntime {
 
   private async spawnAll(): Promise<void> {
     const lag = this.options.lag ?? {};
-    const seed = lag.seed ?? 1;
+    const seed = lag.seed ?? DEFAULT_SEED;
     const base: Omit<RoleWorkerData, 'role'> = {
       config: this.config,
       buffers: this.buffers,
@@ -615,6 +662,7 @@ export class OffloadRuntime {
       ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
       ...(this.options.unsafeTierSwitches ? { tierSwitches: this.options.unsafeTierSwitches } : {}),
       ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
+      ...(this.gpu ? { gpu: this.gpu.rings } : {}),
     };
     const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
     try {
@@ -758,6 +806,7 @@ export class OffloadRuntime {
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
     void this.terminateAll();
+    void this.gpu?.close();
   }
 
   /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
@@ -867,6 +916,8 @@ export class OffloadRuntime {
       }
     }
     await this.terminateAll();
+    // The store has stopped: no copy is asked for any more, and none is in flight.
+    await this.gpu?.close();
     // The store has stopped: what it queued is published, then the streams end.
     await this.hub?.close();
     this.closed = true;
@@ -953,6 +1004,65 @@ interface PendingReset {
   reject: (e: Error) => void;
 }
 
+/** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
+const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
+  config: true,
+  policy: true,
+  transferThreads: true,
+  transferBackendModule: true,
+  transferBackend: true,
+  lag: true,
+  simulator: true,
+  traceSlots: true,
+  unsafeSkipPins: true,
+  transferDelayMs: true,
+  faultInjection: true,
+  pendingSubmitsMax: true,
+  closeTimeoutMs: true,
+  finalWaitMsMax: true,
+  transferFailuresMax: true,
+  external: true,
+  tiers: true,
+  offload: true,
+  cache: true,
+  events: true,
+  unsafeTierSwitches: true,
+};
+const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
+  hasherHashesPerWake: true,
+  allocatorPublishDelayMs: true,
+  jitterMs: true,
+  seed: true,
+};
+/** The simulator's options are exactly those DEFAULT_ENGINE_OPTIONS gives a value. */
+const ENGINE_OPTION_KEYS = Object.fromEntries(
+  Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
+) as KnownKeys<EngineOptions>;
+const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = { disk: true, redis: true };
+const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
+  dir: true,
+  bytesMax: true,
+  freeBytesMin: true,
+  fdatasync: true,
+  writesQueuedBytesMax: true,
+};
+const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
+  urls: true,
+  timeoutMs: true,
+  storesInFlightMax: true,
+  storesQueuedBytesMax: true,
+};
+
+function refuseUnknownTierKeys(tiers: object): void {
+  refuseUnknownKeys(tiers, TIERS_OPTION_KEYS, 'tiers.');
+  const { disk, redis } = tiers as TiersOptions;
+  if (typeof disk === 'object' && disk !== null)
+    refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
+  if (typeof redis === 'object' && redis !== null) {
+    refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
+  }
+}
+
 function validateOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
   // Checked here, before any worker starts: a bad one used to start every
@@ -973,6 +1083,11 @@ function validateOptions(o: RuntimeOptions): void {
   obj('lag', o.lag);
   obj('simulator', o.simulator);
   obj('unsafeTierSwitches', o.unsafeTierSwitches);
+  if (o.lag !== undefined) refuseUnknownKeys(o.lag, LAG_OPTION_KEYS, 'lag.');
+  if (o.simulator !== undefined) refuseUnknownKeys(o.simulator, ENGINE_OPTION_KEYS, 'simulator.');
+  if (o.tiers !== undefined && typeof o.tiers === 'object' && o.tiers !== null) {
+    refuseUnknownTierKeys(o.tiers);
+  }
   const seed: unknown = o.lag?.seed;
   if (
     seed !== undefined &&
@@ -986,6 +1101,18 @@ function validateOptions(o: RuntimeOptions): void {
       throw new InvalidArgumentError(name, `must be an integer in [${min}, ${max}]`);
     }
   };
+  if (o.transferBackend !== undefined && !TRANSFER_BACKENDS.includes(o.transferBackend)) {
+    throw new InvalidArgumentError(
+      'transferBackend',
+      `must be one of ${TRANSFER_BACKENDS.join(', ')}`,
+    );
+  }
+  if (o.transferBackend === 'webgpu' && o.transferBackendModule !== undefined) {
+    throw new InvalidArgumentError(
+      'transferBackend',
+      "'webgpu' cannot be combined with transferBackendModule",
+    );
+  }
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);

@@ -10,6 +10,7 @@ import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../
 import type { StoreJob } from '../job.js';
 import { S_GENERATION, S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status, T_EPOCH } from '../layout.js';
 import { DEFER, RETRY, asksAgain, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import type { LookupUnsafe } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
 import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
@@ -102,6 +103,12 @@ export interface StoreLoopOptions {
   unsafeAckOnAllocFailure?: boolean;
   /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
   unsafeDropDeferred?: boolean;
+  /** Test-only: PlannerOptions.unsafeReachabilityOneShort (rule-reachability). */
+  unsafeReachabilityOneShort?: boolean;
+  /** Test-only: LookupUnsafe.unsafeEagleTailKept (rule-lookup-long). */
+  unsafeEagleTailKept?: boolean;
+  /** Test-only: LookupUnsafe.unsafeLastTokenLoaded, in the lookup and in the store's cap (rule-last-token). */
+  unsafeLastTokenLoaded?: boolean;
   /** Test-only: PlannerOptions.unsafePublishStaleJobs (no job-id threshold at a reset). */
   unsafePublishStaleJobs?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
@@ -136,6 +143,7 @@ export interface LookupAnswered {
   }[];
 }
 
+/** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
 export interface JobEvent {
   jobId: number;
   chunks: number;
@@ -168,6 +176,13 @@ export interface DrainedRequest {
 export interface VerifyReport {
   ok: boolean;
   entriesChecked: number;
+  /**
+   * Entries whose store copy was still in flight when the check ran, so not
+   * checked: verify() waits (bounded) for the copies dispatched before it was
+   * called, so this is 0 unless a copy took longer than that wait or new
+   * copies were dispatched meanwhile.
+   */
+  entriesInFlight: number;
   blocksChecked: number;
   mismatches: number;
   holes: number;
@@ -181,11 +196,13 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
+/** An entry whose store copy is in flight: `task` numbers the copies in dispatch order. */
 interface Writing {
   readonly slot: number;
   readonly positions: readonly number[];
   /** The KV group the chunk belongs to (KV events name it). */
   readonly group: number;
+  readonly task: number;
 }
 
 interface HitLock {
@@ -231,6 +248,8 @@ export class StoreLoop {
   private readonly faultAfterTasks: number;
   private readonly loadWhileWriting: boolean;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
+  /** Test-only rule bugs of the lookup (all off in a real runtime). */
+  private readonly lookupUnsafe: LookupUnsafe;
   private readonly leakOnLoadFailure: boolean;
   private readonly faultTasks: number;
   private readonly transferFailuresMax: number;
@@ -315,6 +334,10 @@ export class StoreLoop {
     }
     this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
     this.onLookupAnswered = options.onLookupAnswered;
+    this.lookupUnsafe = {
+      unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
+      unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
+    };
     const groups = views.state.groupCount;
     this.slotGeneration = new Int32Array(config.maxRequests);
     this.coverage = Array.from(
@@ -352,6 +375,7 @@ export class StoreLoop {
       ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
       ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
       ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
+      ...(options.unsafeReachabilityOneShort ? { unsafeReachabilityOneShort: true } : {}),
       ...(options.unsafePublishStaleJobs ? { unsafePublishStaleJobs: true } : {}),
       observer,
       ...(recorder || options.onPlanPoint
@@ -442,6 +466,17 @@ export class StoreLoop {
     return out;
   }
 
+  /** Store copies dispatched so far; verify() waits for those up to this one. */
+  get copiesDispatched(): number {
+    return this.tasks;
+  }
+
+  /** True while a store copy dispatched at or before copy number `task` is in flight (O(1)). */
+  copiesInFlightUpTo(task: number): boolean {
+    for (const w of this.writing.values()) return w.task <= task;
+    return false;
+  }
+
   /** Every readable tier entry's bytes against the expansion of its key. */
   verify(): VerifyReport {
     const { tier, geometry } = this.views;
@@ -458,6 +493,7 @@ export class StoreLoop {
     return {
       ok: mismatches === 0 && this.holes === 0 && this.doubleStores === 0,
       entriesChecked: this.readable.size,
+      entriesInFlight: this.writing.size,
       blocksChecked: blocks,
       mismatches,
       holes: this.holes,
@@ -531,16 +567,19 @@ export class StoreLoop {
     if (this.loadingRequests.has(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
     const bpc = this.views.config.blocksPerChunk;
+    this.tasks += 1;
     for (const c of job.chunks) {
+      // Deleted first so the map stays in dispatch order: its first entry is the oldest copy.
+      this.writing.delete(c.key);
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
         group: c.group,
+        task: this.tasks,
       });
     }
     this.capture?.dispatched(job);
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-    this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
       task[0] = TASK_FAULT;
     this.backend.submit(task);
@@ -683,7 +722,8 @@ export class StoreLoop {
     // hits that end on a chunk boundary: rounding an unaligned hit down after
     // the fact would move a sliding-window group's window onto chunks that
     // were never checked (the store then threw on a key it could not load).
-    const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const anyWindow =
+      !this.lookupUnsafe.unsafeLastTokenLoaded && groups.some((g) => g.windowChunks !== null);
     const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
     const request = {
       numTokens,
@@ -693,7 +733,7 @@ export class StoreLoop {
       maxRecomputePendingTokens: config.maxRecomputePendingTokens,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, state)
+      ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
       : 0;
     invariant(
       asksAgain(result) || result % tpc === 0,
@@ -728,7 +768,12 @@ export class StoreLoop {
       hitTokens / tpc < asked
     ) {
       const prefixHit = (present: (k: bigint) => boolean) => {
-        const t = lookupHitTokens(groups, request, (k) => (present(k) ? 'hit' : 'miss'));
+        const t = lookupHitTokens(
+          groups,
+          request,
+          (k) => (present(k) ? 'hit' : 'miss'),
+          this.lookupUnsafe,
+        );
         return asksAgain(t) ? 0 : Math.floor(t / tpc);
       };
       const view = { count: asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };

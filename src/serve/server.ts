@@ -30,6 +30,8 @@ import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
 import type { KvEventBatch } from '../events/types.js';
 import { HttpError, parseRequestInput } from './validate.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 import { streamEvents } from './events-route.js';
 
 export interface ServeOptions {
@@ -514,10 +516,16 @@ function round3(n: number): number {
  * in-flight bound; a negative timeout threw node's RangeError. Throws
  * InvalidArgumentError naming the option.
  */
+/** The server's options are exactly those SERVE_DEFAULTS gives a value; others are refused. */
+const SERVE_OPTION_KEYS = Object.fromEntries(
+  Object.keys(SERVE_DEFAULTS).map((k) => [k, true as const]),
+) as KnownKeys<ServeOptions>;
+
 function resolveServeOptions(options: ServeOptions): Required<ServeOptions> {
   if (typeof options !== 'object' || options === null) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
+  refuseUnknownKeys(options, SERVE_OPTION_KEYS, '');
   const int = (name: keyof ServeOptions, lo: number, hi: number): number => {
     const v: unknown = options[name];
     if (v === undefined) return SERVE_DEFAULTS[name];

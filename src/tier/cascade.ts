@@ -12,6 +12,7 @@ import {
   KeyHashNotShareableError,
   NamespaceRequiredError,
   SharedResetFailedError,
+  quoted,
 } from '../errors.js';
 import { DiskTier } from './disk-tier.js';
 import { Limiter } from './limiter.js';
@@ -252,7 +253,10 @@ export function validateTiersOptions(o: TiersOptions): void {
     }
     for (const url of o.redis.urls) {
       if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
+        throw new InvalidArgumentError(
+          'tiers.redis.urls',
+          `${quoted(String(url))} is not a redis:// URL`,
+        );
       }
     }
     const t = o.redis.timeoutMs;

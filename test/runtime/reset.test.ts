@@ -113,6 +113,8 @@ describe('ExternalHost.reset', () => {
       external: true,
       config: {
         groups: [{ kind: 'full', tokensPerBlock: 4 }],
+        // One block per chunk (a partial config merges over the runtime's default of 4).
+        blocksPerChunk: 1,
         tokensPerHash: 4,
         maxRequests: 4,
         maxBlocksPerRequest: 16,

@@ -113,12 +113,14 @@ describe('tier cascade in the runtime', () => {
   it('--disk, --disk-bytes and --redis parse into tiers; bad values are refused with the flag named', () => {
     expect(parseTierOptions({})).toBeUndefined();
     expect(
-      parseTierOptions({ disk: 'd', diskBytes: '1_000_000', redis: 'redis://a:1,redis://b:2' }),
+      parseTierOptions({ disk: 'd', diskBytes: '1000000', redis: 'redis://a:1,redis://b:2' }),
     ).toEqual({
       disk: { dir: 'd', bytesMax: 1_000_000 },
       redis: { urls: ['redis://a:1', 'redis://b:2'] },
     });
     expect(() => parseTierOptions({ diskBytes: '5' })).toThrow(/--disk-bytes/);
+    // Plain digits only (issue 31): a digit separator is refused, not read.
+    expect(() => parseTierOptions({ disk: 'd', diskBytes: '1_000_000' })).toThrow(/--disk-bytes/);
     expect(() => parseTierOptions({ disk: 'd', diskBytes: '0' })).toThrow(InvalidArgumentError);
     expect(() => parseTierOptions({ redis: 'http://x' })).toThrow(/--redis/);
     expect(() => parseTierOptions({ redis: ' , ' })).toThrow(/--redis/);
