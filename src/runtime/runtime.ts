@@ -449,6 +449,7 @@ export class OffloadRuntime {
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
       lookupsDeferred: s.lookupsDeferred,
+      lookupsRetried: s.lookupsRetried,
       storesBelowThreshold: s.storesBelowThreshold,
       lookupCalls: s.lookupCalls,
       lookupCallSeconds: s.lookupCallUs / 1e6,

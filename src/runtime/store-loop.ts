@@ -9,7 +9,7 @@ import { tierChunkMatches } from '../copy.js';
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { S_GENERATION, S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status, T_EPOCH } from '../layout.js';
-import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import { DEFER, RETRY, asksAgain, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { LookupUnsafe } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
@@ -34,6 +34,7 @@ import {
   ANS_LOADED,
   ANS_LOOKED_UP,
   LOOKUP_DEFERRED,
+  LOOKUP_RETRY,
   OP_LOAD,
   OP_LOOKUP,
   OP_UNLOCK,
@@ -129,7 +130,7 @@ export interface LookupAnswered {
   readonly lookup: DecodedLookup;
   /** The store's per-key state at that moment (what lookupHitTokens read). */
   readonly state: ChunkStateOf;
-  /** Hit tokens, or DEFER. */
+  /** Hit tokens, DEFER or RETRY. */
   readonly answer: LookupResult;
   /** Deferred while the levels below host resolve (not a lookup decision). */
   readonly lower: boolean;
@@ -263,6 +264,7 @@ export class StoreLoop {
   /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
   private readonly beingLoaded = new Map<bigint, number>();
   private lookupsDeferred = 0;
+  private lookupsRetried = 0;
   private readonly loadingRequests = new Set<number>();
   private readonly readable = new Map<bigint, ReadableEntry>();
   /** Positions of keys being written, until their job completes. */
@@ -697,7 +699,8 @@ export class StoreLoop {
    * Answers a lookup with the one lookup decision (src/lookup.ts): the hit in
    * chunks, or LOOKUP_DEFERRED when an entry it depends on is still being
    * written or is being read by another request's load (the scheduler asks
-   * again later, so hits never depend on how fast the copy threads ran). Only
+   * again later, so hits never depend on how fast the copy threads ran), or
+   * LOOKUP_RETRY while a tier level below the host has not answered yet. Only
    * whole chunks count (every block position stored). Every lookup touches
    * the request's keys, group by group; hit entries are protected from
    * eviction until loaded or unlocked. The request's own limits apply: a
@@ -727,19 +730,20 @@ export class StoreLoop {
       keys,
       maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
       skipReadingPrefixCache,
+      maxRecomputePendingTokens: config.maxRecomputePendingTokens,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
       ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
       : 0;
     invariant(
-      result === DEFER || result % tpc === 0,
+      asksAgain(result) || result % tpc === 0,
       'a runtime lookup hit ends on a chunk boundary',
     );
     invariant(
-      result === DEFER || result <= request.maxLoadTokens,
+      asksAgain(result) || result <= request.maxLoadTokens,
       'a runtime lookup hit is within the cap',
     );
-    const hitTokens = result === DEFER ? 0 : result;
+    const hitTokens = asksAgain(result) ? 0 : result;
     for (const t of touchRanges(
       groups,
       keys.map((k) => k.length),
@@ -757,7 +761,7 @@ export class StoreLoop {
         : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
     const asked = Math.min(capChunks, ...keys.map((k) => k.length));
     if (
-      result !== DEFER &&
+      !asksAgain(result) &&
       this.lower &&
       !force &&
       !skipReadingPrefixCache &&
@@ -770,23 +774,26 @@ export class StoreLoop {
           (k) => (present(k) ? 'hit' : 'miss'),
           this.lookupUnsafe,
         );
-        return t === DEFER ? 0 : Math.floor(t / tpc);
+        return asksAgain(t) ? 0 : Math.floor(t / tpc);
       };
       const view = { count: asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
-      if (this.lower.mustWait(tag, view)) {
-        this.lookupsDeferred += 1;
-        this.hostCounters.pendingChunks += 1;
-        this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: true, locked: [] });
-        this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
+      const wait = this.lower.mustWait(tag, view);
+      if (wait !== null) {
+        this.askAgain(wait === 'retry' ? RETRY : DEFER, tag);
+        this.onLookupAnswered?.({
+          lookup: decoded,
+          state,
+          answer: wait === 'retry' ? RETRY : DEFER,
+          lower: true,
+          locked: [],
+        });
         return true;
       }
     }
     const promoted = this.lower?.finish(tag);
-    if (result === DEFER) {
-      this.hostCounters.pendingChunks += 1;
-      this.lookupsDeferred += 1;
-      this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: false, locked: [] });
-      this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
+    if (asksAgain(result)) {
+      this.askAgain(result, tag);
+      this.onLookupAnswered?.({ lookup: decoded, state, answer: result, lower: false, locked: [] });
       return true;
     }
     // One sighting per answered lookup, of every key it carries (the store threshold's count).
@@ -830,6 +837,16 @@ export class StoreLoop {
     });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
     return false;
+  }
+
+  /** Answers a lookup "ask again later", counting a deferral (pending) apart from a retry (unknown). */
+  private askAgain(why: typeof DEFER | typeof RETRY, tag: number): void {
+    if (why === RETRY) this.lookupsRetried += 1;
+    else {
+      this.lookupsDeferred += 1;
+      this.hostCounters.pendingChunks += 1;
+    }
+    this.answers.send([ANS_LOOKED_UP, tag, why === RETRY ? LOOKUP_RETRY : LOOKUP_DEFERRED]);
   }
 
   /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
@@ -1080,6 +1097,7 @@ export class StoreLoop {
     publishStat(s, 'doubleStores', this.doubleStores);
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
+    publishStat(s, 'lookupsRetried', this.lookupsRetried);
     publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
     if (this.capture) {
       publishStat(s, 'eventsQueued', this.capture.queue.queued);
