@@ -50,18 +50,23 @@ export const FINAL_STORE_ATTEMPTS_MAX = 3;
 export const FINAL_WAIT_MS_MAX = 1_000;
 
 /** What happened to a chunk of a store window once the cursor moved over it. */
-export type ChunkOutcome = 'stored' | 'present' | 'null' | 'unreachable' | 'dropped' | 'unready';
+export type ChunkOutcome =
+  'stored' | 'present' | 'null' | 'unreachable' | 'dropped' | 'unready' | 'skipped';
 
 /**
- * Optional hooks for drivers that check invariants (runtime, fuzzer, tests).
- * Called on the store role's thread; they must not write shared state.
+ * Optional hooks for drivers that check invariants (runtime, fuzzer, tests);
+ * the chunk ledger (src/ledger.ts) is one. Called as methods of the observer,
+ * on the store role's thread; they must not write shared state.
  */
 export interface PlannerObserver {
   /**
    * A chunk the cursor moved over: dispatched, already in the tier, null (slid
    * out), unreachable (a sliding-window chunk no aligned hit can use, see
    * storeReachable), or dropped for capacity; or a token-ready chunk of an ended request
-   * counted in chunksDroppedUnready ('unready': its keys or blocks never came).
+   * counted in chunksDroppedUnready ('unready': its keys or blocks never came);
+   * or a token-ready chunk that was not ready and that a legacy policy passed
+   * without a copy ('skipped', counted in chunksSkippedUnready: a hole, never
+   * under ready-prefix).
    */
   chunk?(
     slot: number,
@@ -72,8 +77,15 @@ export interface PlannerObserver {
   ): void;
   /** Chunks [from, to) of a group were token-ready but not ready at this pass. */
   deferred?(slot: number, generation: number, group: number, from: number, to: number): void;
+  /**
+   * A group's cursor moved from `from` to `snap.cursor[group]`, at a pass whose
+   * window's ready prefix was `ready`.
+   */
+  cursorMoved?(snap: Readonly<RequestSnapshot>, group: number, from: number, ready: number): void;
   /** Just before an ended request is marked drained: its cursors are final, its blocks still held. */
   draining?(snap: Readonly<RequestSnapshot>): void;
+  /** A job completed with success = false (complete()): its chunks were not stored. */
+  failed?(job: StoreJob): void;
 }
 
 export interface PlannerOptions {
@@ -416,7 +428,10 @@ export class StorePlanner {
       }
     }
     this.issued.delete(job.jobId);
-    if (!success) this.counters.chunksTransferFailed += job.chunks.length;
+    if (!success) {
+      this.counters.chunksTransferFailed += job.chunks.length;
+      this.observer?.failed?.(job);
+    }
     // A plain loop: Array.prototype.map with a fresh closure was over half of
     // complete()'s time for the one-chunk jobs a store that keeps pace makes.
     const keys = new Array<bigint>(job.chunks.length);
@@ -553,7 +568,7 @@ export class StorePlanner {
     }
 
     this.countDeferred(deferred - skipped);
-    this.counters.chunksSkippedUnready += skipped;
+    this.countSkipped(skipped);
     this.counters.chunksSkippedNull += nulls;
     const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
     // Ended, not drained: what it waits for is looked for again at the next passes.
@@ -637,9 +652,13 @@ export class StorePlanner {
   }
 
   private advanceAll(ended: boolean): void {
+    const moved = this.observer?.cursorMoved;
     for (let g = 0; g < this.state.groupCount; g += 1) {
-      const to = this.windows[g]!.advanceTo;
-      if (to > this.snap.cursor[g]!) this.role.advanceCursor(this.snap, g, to);
+      const w = this.windows[g]!;
+      const from = this.snap.cursor[g]!;
+      if (w.advanceTo <= from) continue;
+      this.role.advanceCursor(this.snap, g, w.advanceTo);
+      moved?.call(this.observer, this.snap, g, from, w.ready);
     }
     if (ended) {
       this.observer?.draining?.(this.snap);
@@ -650,12 +669,22 @@ export class StorePlanner {
   /** Counts the chunks that wait for a later pass (from waitingFrom; skipped ones are not deferred). */
   private countDeferred(deferred: number): void {
     this.counters.chunksDeferred += deferred;
-    const hook = this.observer?.deferred;
-    if (deferred === 0 || hook === undefined) return;
+    const observer = this.observer;
+    if (deferred === 0 || observer?.deferred === undefined) return;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const from = this.waitingFrom[g]!;
       const to = this.windows[g]!.tokenChunks;
-      if (to > from) hook(this.snap.slot, this.snap.generation, g, from, to);
+      if (to > from) observer.deferred(this.snap.slot, this.snap.generation, g, from, to);
+    }
+  }
+
+  /** Counts (and reports) the chunks a legacy policy's cursor passes unready: [deferredFrom, waitingFrom). */
+  private countSkipped(skipped: number): void {
+    this.counters.chunksSkippedUnready += skipped;
+    if (skipped === 0 || this.observer?.chunk === undefined) return;
+    for (let g = 0; g < this.state.groupCount; g += 1) {
+      for (let c = this.deferredFrom[g]!; c < this.waitingFrom[g]!; c += 1)
+        this.report(g, c, 'skipped');
     }
   }
 

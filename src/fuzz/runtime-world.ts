@@ -15,10 +15,12 @@
 //
 // The oracle: a step that throws (crash); no end within the bounds (hang);
 // tier bytes that are not their key's expansion, or a load that brought back
-// other bytes (mispairing); a chunk dispatched twice (double-store); a chunk
-// below the drained cursor never offered, or a token-ready chunk of an ended
-// request neither stored nor counted as dropped (hole); a cursor moving back
-// (cursor-monotonic); anything held after close() (leak).
+// other bytes (mispairing); and, from the store's chunk ledger (the one the
+// runtime's stats() and verify() read): a chunk dispatched twice
+// (double-store), a token-ready chunk of an ended request neither stored nor
+// counted as dropped (hole), a cursor moving back (cursor-monotonic) or past
+// the ready prefix it was read with (cursor-within-ready); and anything held
+// after close() (leak, the runtime's own leak report).
 import { resolveConfig } from '../config.js';
 import { TransferBackendFailedError, invariant } from '../errors.js';
 import type { Config } from '../config.js';
@@ -28,18 +30,14 @@ import {
   S_COMPUTED_TOKENS,
   S_GENERATION,
   S_HIT_CHUNKS,
-  S_MAX_OFFLOAD_TOKENS,
   S_NUM_TOKENS,
-  S_PROMPT_TOKENS,
   S_SCHEDULED_TOKENS,
   S_STATUS,
   Status,
-  T_CURSOR,
-  T_GENERATION,
 } from '../layout.js';
+import { describeLeak, pinsOutstanding, slotsInUse } from '../leaks.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
-import { offloadableTokens, tokenChunks } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
 import { RuntimeViews, createRuntimeBuffers } from '../runtime/buffers.js';
 import type { Doorbell } from '../runtime/doorbell.js';
@@ -163,11 +161,7 @@ export class RuntimeWorld {
   private readonly transferFaults: boolean;
   private draftRewrite: boolean;
   private transferFailed = false;
-  private dropsSeen = 0;
   private jobsSeen = 0;
-  /** Per slot and group: [generation, cursor] last seen. */
-  private readonly cursorSeen: Int32Array;
-  private readonly cursorGen: Int32Array;
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -256,9 +250,6 @@ export class RuntimeWorld {
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
       },
     );
-    const cells = config.maxRequests * config.groups.length;
-    this.cursorSeen = new Int32Array(cells);
-    this.cursorGen = new Int32Array(cells);
     this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
     invariant(
       scenario.stepMs.length === ACTORS.length && scenario.stepMs.every((ms) => ms > 0),
@@ -690,112 +681,67 @@ export class RuntimeWorld {
     if (!summary.opened || p.drained !== undefined) this.pending.delete(summary.requestId);
   }
 
+  /**
+   * The store's drained event, sent in the request's final pass just before
+   * its drained mark (its blocks still held): the chunk ledger's account of it.
+   */
   private onDrained(d: DrainedRequest): void {
     if (d.holes > 0) {
+      const at = d.firstHole
+        ? ` (first: group ${d.firstHole.group} chunk ${d.firstHole.chunk})`
+        : '';
       this.flag(
         'hole',
-        `r${d.requestId}: ${d.holes} chunk(s) below its drained cursor were never offered`,
+        `r${d.requestId} ${d.status}: ${d.holes} token-ready chunk(s) neither stored nor counted as dropped when it drained${at}`,
       );
     }
     if (d.doubleStores > 0) {
       this.flag('double-store', `r${d.requestId}: ${d.doubleStores} chunk(s) dispatched twice`);
     }
-    this.checkEndedCursor(d);
     const p = this.pending.get(d.requestId);
     if (p === undefined) return;
     p.drained = d;
     if (p.ended !== undefined) this.pending.delete(d.requestId);
   }
 
-  /**
-   * Runs just before the store marks the request drained (its blocks still
-   * held): every chunk whose tokens were ready when it ended is below the final
-   * cursor, or counted as dropped (for capacity, or unready after the bound).
-   */
-  private checkEndedCursor(d: DrainedRequest): void {
-    const { state, config } = this.views;
-    const c = state.control;
-    const w = (f: number) => Atomics.load(c, state.schedulerWord(d.slot, f));
-    const facts = {
-      status: w(S_STATUS),
-      promptTokens: w(S_PROMPT_TOKENS),
-      numTokens: w(S_NUM_TOKENS),
-      computedTokens: w(S_COMPUTED_TOKENS),
-      scheduledTokens: w(S_SCHEDULED_TOKENS),
-      maxOffloadTokens: w(S_MAX_OFFLOAD_TOKENS),
-    };
-    const offloadable = offloadableTokens(facts, config);
-    const counters = this.store.planner.counters;
-    const drops = counters.chunksDroppedForCapacity + counters.chunksDroppedUnready;
-    const counted = drops - this.dropsSeen;
-    this.dropsSeen = drops;
-    let missing = 0;
-    const where: string[] = [];
-    for (const g of config.groups) {
-      const ready = tokenChunks(facts, g, offloadable);
-      const cursor = Atomics.load(c, state.storeWord(d.slot, T_CURSOR + g.index));
-      if (cursor < ready) {
-        missing += ready - cursor;
-        where.push(`group ${g.index}: cursor ${cursor} of ${ready} token-ready chunks`);
-      }
-    }
-    if (missing > counted) {
+  /** The ledger's cursor findings of the store step that just ran. */
+  private checkCursors(): void {
+    const f = this.store.ledger.takeCursorFindings()[0];
+    if (f === undefined) return;
+    if (f.to < f.from) {
       this.flag(
-        'hole',
-        `r${d.requestId} ${d.status}: ${missing - counted} token-ready chunk(s) neither stored nor counted as dropped when it drained (${where.join('; ')})`,
+        'cursor-monotonic',
+        `slot ${f.slot} group ${f.group}: cursor moved back ${f.from} -> ${f.to} in generation ${f.generation}`,
+      );
+    } else {
+      this.flag(
+        'cursor-within-ready',
+        `slot ${f.slot} group ${f.group}: cursor advanced ${f.from} -> ${f.to} past the ready prefix ${f.ready} it was read with`,
       );
     }
   }
 
-  private checkCursors(): void {
-    const { state, config } = this.views;
-    const c = state.control;
-    const groups = config.groups.length;
-    for (let slot = 0; slot < config.maxRequests; slot += 1) {
-      // The generation the store line (and so its cursors) belongs to.
-      const gen = Atomics.load(c, state.storeWord(slot, T_GENERATION));
-      for (let g = 0; g < groups; g += 1) {
-        const i = slot * groups + g;
-        const cursor = Atomics.load(c, state.storeWord(slot, T_CURSOR + g));
-        if (this.cursorGen[i] === gen && cursor < this.cursorSeen[i]!) {
-          this.flag(
-            'cursor-monotonic',
-            `slot ${slot} group ${g}: cursor moved back ${this.cursorSeen[i]} -> ${cursor} in generation ${gen}`,
-          );
-        }
-        this.cursorGen[i] = gen;
-        this.cursorSeen[i] = cursor;
-      }
-    }
-  }
-
-  /** After close(): what the runtime's leak report checks, all zero. */
+  /** After close(): the runtime's leak report, all zero. */
   private endChecks(): void {
     if (this.transferFailed) return;
-    const { state, config } = this.views;
-    const fail = (msg: string) => this.stopQuiet('leak', msg);
-    if (this.engine.pending !== 0)
-      return fail(`${this.engine.pending} requests still in the engine`);
+    const { state } = this.views;
     const pool = this.allocator.pool;
-    if (pool.inUse !== 0 || pool.quarantined !== 0) {
-      return fail(
-        `GPU pool: ${pool.inUse} blocks in use, ${pool.quarantined} quarantined after close()`,
-      );
-    }
-    let pins = 0;
-    for (let b = 0; b < state.pins.length; b += 1) pins += Atomics.load(state.pins, b);
-    if (pins !== 0) return fail(`${pins} pins outstanding after close()`);
-    let slots = 0;
-    for (let s = 0; s < config.maxRequests; s += 1) {
-      if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
-    }
-    if (slots !== 0) return fail(`${slots} request slots still held after close()`);
     const left = this.store.leftovers();
-    if (left.writing !== 0 || left.reading !== 0 || left.locks !== 0) {
-      return fail(
-        `tier: ${left.writing} entries half-written, ${left.reading} being read, ${left.locks} load locks after close()`,
-      );
-    }
+    const leak = describeLeak(
+      {
+        requestsInEngine: this.engine.pending,
+        blocksInUse: pool.inUse,
+        blocksQuarantined: pool.quarantined,
+        pinsOutstanding: pinsOutstanding(state),
+        slotsInUse: slotsInUse(state),
+        tierEntriesWriting: left.writing,
+        tierEntriesReading: left.reading,
+        jobsInFlight: this.store.jobsInFlight,
+        loadLocks: left.locks,
+      },
+      'after close()',
+    );
+    if (leak !== undefined) return this.stopQuiet('leak', leak);
     const v = this.store.verify();
     if (v.mismatches > 0)
       this.stopQuiet(

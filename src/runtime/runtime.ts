@@ -19,7 +19,9 @@ import {
   WorkerFailedError,
 } from '../errors.js';
 import { readRuntimeMemory } from './memory.js';
-import { OWNER_ROLES, S_GENERATION } from '../layout.js';
+import { OWNER_ROLES } from '../layout.js';
+import { pinsOutstanding, slotsInUse } from '../leaks.js';
+import type { LeakReport } from '../leaks.js';
 import { closeRoles } from '../roles/claim.js';
 import type { StorePolicy } from '../ready.js';
 import { parseStorePolicy } from '../ready.js';
@@ -143,16 +145,8 @@ export interface RequestSummary {
   reason?: string;
 }
 
-/** What close() found left over; every field is 0 after a clean run. */
-export interface LeakReport {
-  blocksInUse: number;
-  blocksQuarantined: number;
-  pinsOutstanding: number;
-  slotsInUse: number;
-  tierEntriesWriting: number;
-  tierEntriesReading: number;
-  jobsInFlight: number;
-}
+/** What close() found left over (one shape for every driver, src/leaks.ts); every field is 0 after a clean run. */
+export type { LeakReport } from '../leaks.js';
 
 /** Per-pass windows of traced requests (one definition, in the recorder); `trace()` makes `atMs` relative to the start. */
 export type { TracedPass as TracePass, TracedRequest as RequestTrace } from './trace-recorder.js';
@@ -321,7 +315,7 @@ export class OffloadRuntime {
       allocationRetries: s.allocationRetries,
       tierHits: s.tierHits,
       bytesCopied: s.bytesCopied,
-      pinsOutstanding: this.pinsOutstanding(),
+      pinsOutstanding: pinsOutstanding(this.views.state),
       snapshotRetries: s.snapshotRetries,
       jobsInFlight: s.jobsInFlight,
       tierUsed: s.tierUsed,
@@ -684,13 +678,6 @@ export class OffloadRuntime {
     }
   }
 
-  private pinsOutstanding(): number {
-    const pins = this.views.state.pins;
-    let n = 0;
-    for (let b = 0; b < pins.length; b += 1) n += Atomics.load(pins, b);
-    return n;
-  }
-
   private async doClose(): Promise<void> {
     this.updateRef();
     const timeoutMs = this.options.closeTimeoutMs ?? 60_000;
@@ -750,10 +737,6 @@ export class OffloadRuntime {
 
   private leakCheck(): LeakReport {
     const { state } = this.views;
-    let slots = 0;
-    for (let s = 0; s < this.config.maxRequests; s += 1) {
-      if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
-    }
     // The host's pool: copies are drained, so quarantined blocks can go back first.
     this.external?.pool.releaseUnpinned();
     const alloc = this.external
@@ -761,14 +744,18 @@ export class OffloadRuntime {
       : this.finals.get('allocator');
     // No store ran (offload: false): it cannot have left tier entries or jobs.
     const store = this.options.offload === false ? noStoreFinal : this.finals.get('store');
+    // No engine ran (external): the host holds its own requests.
+    const engine = this.external ? { pending: 0 } : this.finals.get('scheduler');
     return {
+      requestsInEngine: engine?.pending ?? -1,
       blocksInUse: alloc?.inUse ?? -1,
       blocksQuarantined: alloc?.quarantined ?? -1,
-      pinsOutstanding: this.pinsOutstanding(),
-      slotsInUse: slots,
+      pinsOutstanding: pinsOutstanding(state),
+      slotsInUse: slotsInUse(state),
       tierEntriesWriting: store?.tierWriting ?? -1,
       tierEntriesReading: store?.tierReading ?? -1,
       jobsInFlight: store?.jobsInFlight ?? -1,
+      loadLocks: store?.loadLocks ?? -1,
     };
   }
 }
@@ -781,7 +768,12 @@ function failureCode(err: WorkerFailedError): string {
   return typeof code === 'string' && code.startsWith('KVOFF_') ? code : err.code;
 }
 
-const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, jobsInFlight: 0 };
+const noStoreFinal: Record<string, number> = {
+  tierWriting: 0,
+  tierReading: 0,
+  jobsInFlight: 0,
+  loadLocks: 0,
+};
 
 interface PendingVerify {
   resolve: (r: VerifyReport) => void;

@@ -3,17 +3,18 @@
 // copies (publishing a tier entry only after its bytes are there), and runs one
 // StorePlanner pass whose jobs go to the backend. It also keeps what the
 // runtime's checks need, on this thread only: which tier entries are readable
-// and which chunk positions they hold (verify), which chunks each request
-// generation dispatched or covered (double stores, holes).
+// and which chunk positions they hold (verify); what happened to each chunk
+// (double stores, holes) is the chunk ledger's, fed by the planner.
 import { tierChunkMatches } from '../copy.js';
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
-import { S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status } from '../layout.js';
+import { Status } from '../layout.js';
+import { ChunkLedger } from '../ledger.js';
+import type { DrainAccount } from '../ledger.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
-import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
-import { offloadableTokens, tokenChunks } from '../ready.js';
+import type { PlannerObserver, PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
@@ -148,7 +149,10 @@ export interface DrainedRequest {
    * counted as dropped (for capacity, or never ready).
    */
   chunksCounted: number;
+  /** Token-ready chunks neither stored nor counted (the chunk ledger's holes; must be 0). */
   holes: number;
+  /** The first of them, in group then chunk order. */
+  firstHole?: { group: number; chunk: number };
   doubleStores: number;
   /** Per-pass windows, for a traced request only (options.traceRequests). */
   trace?: TracedRequest;
@@ -195,11 +199,6 @@ const TRANSFER_FAILURES_MAX = 16;
 /** Store jobs in flight before a pass is skipped (bounds the backend's queue), by default. */
 export const JOBS_IN_FLIGHT_MAX = 256;
 
-// Per chunk coverage flags of the current generation of a slot.
-const COVERED = 1;
-const STORED = 2;
-const DEFERRED = 4;
-
 const RECORDS_PER_STEP_MAX = 64;
 
 export class StoreLoop {
@@ -234,16 +233,8 @@ export class StoreLoop {
   private readonly readable = new Map<bigint, Readable>();
   /** Positions of keys being written, until their job completes. */
   private readonly writing = new Map<bigint, Readable>();
-  // Per slot bookkeeping of the generation in slotGeneration.
-  private readonly slotGeneration: Int32Array;
-  private readonly coverage: Uint8Array[];
-  private readonly markedTo: Int32Array;
-  private readonly slotStored: Int32Array;
-  private readonly slotDeferred: Int32Array;
-  private readonly slotDoubles: Int32Array;
-  private holes = 0;
-  private doubleStores = 0;
-  private deferredThenStored = 0;
+  /** What happened to every chunk (holes, double stores), from the planner's observer. */
+  readonly ledger: ChunkLedger;
   private bytesCopied = 0;
   private jobsCompleted = 0;
   private nextLoadId = 1;
@@ -281,28 +272,27 @@ export class StoreLoop {
     }
     this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
     this.onLookupAnswered = options.onLookupAnswered;
-    const groups = views.state.groupCount;
-    this.slotGeneration = new Int32Array(config.maxRequests);
-    this.coverage = Array.from(
-      { length: config.maxRequests * groups },
-      () => new Uint8Array(config.maxChunksPerRequest),
-    );
-    this.markedTo = new Int32Array(config.maxRequests * groups);
-    this.slotStored = new Int32Array(config.maxRequests);
-    this.slotDeferred = new Int32Array(config.maxRequests);
-    this.slotDoubles = new Int32Array(config.maxRequests);
     const traceRequests = options.traceRequests ?? 0;
     const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
     this.recorder = recorder;
-    const observer: PlannerObserver = {
-      chunk: (slot, generation, group, chunk, outcome) => {
-        if (outcome === 'stored') recorder?.onStored(slot, group);
-        this.onChunk(slot, generation, group, chunk, outcome);
-      },
-      deferred: (slot, generation, group, from, to) =>
-        this.onDeferred(slot, generation, group, from, to),
-      draining: (snap) => this.onDraining(snap),
-    };
+    const ledger = new ChunkLedger(views.state, (account) => this.onDrained(account));
+    this.ledger = ledger;
+    // The ledger is the observer; a traced run's recorder reads the same feed.
+    const observer: PlannerObserver = recorder
+      ? {
+          chunk: (slot, generation, group, chunk, outcome) => {
+            recorder.onChunk(slot, group, outcome);
+            ledger.chunk(slot, generation, group, chunk, outcome);
+          },
+          deferred: (slot, generation, group, from, to) => {
+            recorder.onDeferred(slot, group, to - from);
+            ledger.deferred(slot, generation, group, from, to);
+          },
+          cursorMoved: (snap, group, from, ready) => ledger.cursorMoved(snap, group, from, ready),
+          draining: (snap) => ledger.draining(snap),
+          failed: (job) => ledger.failed(job),
+        }
+      : ledger;
     this.planner = new StorePlanner(views.state, this.tier, {
       policy: options.policy ?? 'ready-prefix',
       // The transfer thread unpins each source block as its copy finishes.
@@ -406,13 +396,14 @@ export class StoreLoop {
         if (mismatchKeys.length < 8) mismatchKeys.push(key.toString(16));
       }
     }
+    const { holes, doubleStores } = this.ledger;
     return {
-      ok: mismatches === 0 && this.holes === 0 && this.doubleStores === 0,
+      ok: mismatches === 0 && holes === 0 && doubleStores === 0,
       entriesChecked: this.readable.size,
       blocksChecked: blocks,
       mismatches,
-      holes: this.holes,
-      doubleStores: this.doubleStores,
+      holes,
+      doubleStores,
       mismatchKeys,
     };
   }
@@ -492,16 +483,6 @@ export class StoreLoop {
     for (const chunk of job.chunks) this.writing.delete(chunk.key);
     this.jobsTransferFailed += 1;
     this.transferFailuresInRow += 1;
-    // The request's summary counts these as dropped, not stored, if it has not drained yet.
-    if (this.slotGeneration[job.slot] === job.generation) {
-      const groups = this.views.state.groupCount;
-      for (const chunk of job.chunks) {
-        const cov = this.coverage[job.slot * groups + chunk.group]!;
-        if ((cov[chunk.chunk]! & STORED) === 0) continue;
-        cov[chunk.chunk] = cov[chunk.chunk]! & ~STORED;
-        this.slotStored[job.slot]! -= 1;
-      }
-    }
     if (this.transferFailuresInRow >= this.transferFailuresMax) {
       throw new TransferBackendFailedError(this.transferFailuresInRow, error);
     }
@@ -728,106 +709,28 @@ export class StoreLoop {
     }
   }
 
-  // --- planner observer: this thread only ---
-
-  private adopt(slot: number, generation: number): void {
-    if (this.slotGeneration[slot] === generation) return;
-    this.slotGeneration[slot] = generation;
-    const groups = this.views.state.groupCount;
-    for (let g = 0; g < groups; g += 1) {
-      this.coverage[slot * groups + g]!.fill(0);
-      this.markedTo[slot * groups + g] = 0;
-    }
-    this.slotStored[slot] = 0;
-    this.slotDeferred[slot] = 0;
-    this.slotDoubles[slot] = 0;
-  }
-
-  private onChunk(
-    slot: number,
-    generation: number,
-    group: number,
-    chunk: number,
-    outcome: ChunkOutcome,
-  ): void {
-    this.adopt(slot, generation);
-    const cov = this.coverage[slot * this.views.state.groupCount + group]!;
-    const was = cov[chunk]!;
-    if (outcome === 'stored') {
-      if ((was & STORED) !== 0) {
-        this.doubleStores += 1;
-        this.slotDoubles[slot]! += 1;
-      }
-      if ((was & DEFERRED) !== 0) this.deferredThenStored += 1;
-      this.slotStored[slot]! += 1;
-      cov[chunk] = was | STORED | COVERED;
-    } else {
-      cov[chunk] = was | COVERED;
-    }
-  }
-
-  private onDeferred(
-    slot: number,
-    generation: number,
-    group: number,
-    from: number,
-    to: number,
-  ): void {
-    this.adopt(slot, generation);
-    const i = slot * this.views.state.groupCount + group;
-    const cov = this.coverage[i]!;
-    this.slotDeferred[slot]! += to - from;
-    const end = Math.min(to, cov.length);
-    for (let c = Math.max(from, this.markedTo[i]!); c < end; c += 1) cov[c] = cov[c]! | DEFERRED;
-    this.markedTo[i] = Math.max(this.markedTo[i]!, end);
-  }
-
   /**
-   * Runs before the drained mark: the allocator cannot free (or the slot be
-   * reused) yet. A hole is a chunk that was token-ready when the request ended
-   * and was neither stored (or present, or slid out) nor counted as dropped,
-   * whether or not its keys or block IDs were ever published.
+   * The ledger's account of an ended request, taken in its final pass before
+   * the drained mark (the allocator cannot free, nor the slot be reused, yet).
    */
-  private onDraining(snap: Readonly<RequestSnapshot>): void {
-    const { state, config } = this.views;
-    const slot = snap.slot;
-    this.adopt(slot, snap.generation);
-    let holes = 0;
-    let tokenReady = 0;
-    let counted = 0;
-    const offloadable = offloadableTokens(snap, config);
-    for (let g = 0; g < state.groupCount; g += 1) {
-      const hit = Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
-      const cov = this.coverage[slot * state.groupCount + g]!;
-      const end = Math.min(tokenChunks(snap, config.groups[g]!, offloadable), cov.length);
-      tokenReady += Math.max(end, 0);
-      counted += Math.min(hit, end); // loaded from the tier at admission
-      for (let c = hit; c < end; c += 1) {
-        const was = cov[c]!;
-        if ((was & COVERED) === 0) holes += 1;
-        else if ((was & STORED) === 0) counted += 1;
-      }
-      // Passed by the cursor beyond the end's token chunks (an abort's horizon shrank): still checked.
-      for (let c = Math.max(hit, end); c < Math.min(snap.cursor[g]!, cov.length); c += 1)
-        if ((cov[c]! & COVERED) === 0) holes += 1;
-    }
-    this.holes += holes;
+  private onDrained(account: DrainAccount): void {
     this.publishStats(); // before the drained event: main may read stats as soon as it arrives
-    const status = Atomics.load(state.control, state.schedulerWord(slot, S_STATUS));
-    const requestId = Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID));
-    const ended = status === Status.finished ? 'finished' : 'aborted';
-    const trace = this.recorder?.take(requestId, slot, ended);
+    const ended = account.status === Status.finished ? 'finished' : 'aborted';
+    const trace = this.recorder?.take(account.requestId, account.slot, ended);
     this.events.drained({
-      requestId,
-      slot,
-      generation: snap.generation,
+      requestId: account.requestId,
+      slot: account.slot,
+      generation: account.generation,
       status: ended,
-      chunksStored: this.slotStored[slot]!,
-      chunksDeferred: this.slotDeferred[slot]!,
-      tokenChunks: tokenReady,
-      chunksCounted: counted,
-      holes,
-      doubleStores: this.slotDoubles[slot]!,
+      chunksStored: account.chunksStored,
+      chunksDeferred: account.chunksDeferred,
+      tokenChunks: account.tokenChunks,
+      chunksCounted: account.chunksCounted,
+      holes: account.holes,
+      ...(account.firstHole
+        ? { firstHole: { group: account.firstHole.group, chunk: account.firstHole.chunk } }
+        : {}),
+      doubleStores: account.doubleStores,
       ...(trace ? { trace } : {}),
     });
   }
@@ -843,7 +746,7 @@ export class StoreLoop {
     publishStat(s, 'chunksStored', c.chunksStored);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
     publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
-    publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);
+    publishStat(s, 'chunksDeferredThenStored', this.ledger.deferredThenStored);
     publishStat(s, 'allocationRetries', c.allocationFailures);
     publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
     publishStat(s, 'chunksDroppedUnready', c.chunksDroppedUnready);
@@ -856,8 +759,8 @@ export class StoreLoop {
     publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
     publishStat(s, 'jobsHeld', this.planner.jobsHeld);
     publishStat(s, 'tierUsed', this.tier.stats().used);
-    publishStat(s, 'holes', this.holes);
-    publishStat(s, 'doubleStores', this.doubleStores);
+    publishStat(s, 'holes', this.ledger.holes);
+    publishStat(s, 'doubleStores', this.ledger.doubleStores);
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
     const t = this.tier.stats();
