@@ -8,6 +8,9 @@ export default defineConfig({
     // The summary reporter prints the plain "N passed, N failed" line CI reads.
     reporters: ['default', './test/helpers/summary-reporter.ts'],
     testTimeout: 60_000,
+    // Hooks start and close runtimes as tests do, so they get the same bound
+    // (vitest's 10 s default is less than a runtime start on a loaded 2-core box).
+    hookTimeout: 60_000,
     // Real-thread tests spawn their own workers; two files at a time fits 2 cores.
     maxWorkers: 2,
   },

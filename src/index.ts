@@ -18,6 +18,7 @@ export {
   QueueFullError,
   BlocksSettledError,
   RoleClaimedError,
+  TransferBackendFailedError,
 } from './errors.js';
 export type { KvoffErrorCode } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
@@ -41,6 +42,7 @@ export type {
 export { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from './runtime/defaults.js';
 export type { WorkloadOptions } from './runtime/defaults.js';
 export type { EngineOptions } from './runtime/engine-sim.js';
+export type { RuntimeMemory, WorkerMemory, MemoryRole } from './runtime/memory.js';
 
 // The external host: the engine is the embedder's, kvoff runs the store path.
 export { ExternalHost, attachExternal } from './runtime/external.js';

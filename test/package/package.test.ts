@@ -103,6 +103,17 @@ describe('entries', () => {
       expect(main[name], name).toBeUndefined();
       expect(testing[name], name).toBeDefined();
     }
+    // Every typed error is public: an embedder catches them by class.
+    const errors = (await import(join(ROOT, 'dist', 'src', 'errors.js'))) as Record<
+      string,
+      unknown
+    >;
+    const KvoffError = errors.KvoffError as abstract new (...args: never[]) => unknown;
+    const errorClasses = Object.entries(errors).filter(
+      ([, v]) => typeof v === 'function' && (v === KvoffError || v.prototype instanceof KvoffError),
+    );
+    expect(errorClasses.length).toBeGreaterThan(10);
+    expect(errorClasses.filter(([name]) => main[name] === undefined).map(([n]) => n)).toEqual([]);
     expect(pkg.exports['./testing']).toEqual({
       types: './dist/src/testing.d.ts',
       import: './dist/src/testing.js',
