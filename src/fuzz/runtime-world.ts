@@ -1,17 +1,18 @@
-// `kvoff fuzz --target runtime`: the runtime's own loop classes, the ones the
-// role workers run (EngineSimulator, HasherLoop, AllocatorLoop, StoreLoop), in
-// one thread over the runtime's real shared buffers, rings and doorbells. Each
-// role's step() is one schedulable step; the transfer backend runs one queued
-// copy per transfer step (StepTransferBackend). What role-main.ts does around
-// a step is mirrored here on a virtual clock: a role whose step did nothing
-// parks on its doorbell (it runs again once another role rings it or its park
-// times out), a role whose step did something rings the others, the hasher
-// pauses after publishing, the store drains in-flight copies at close. Every
-// delay the loops read (allocator publish lag and jitter, the engine's step
-// time, the store's lookup wait) reads the same virtual clock, which advances
-// by each step's virtual cost and, when every role is parked, jumps to the
-// earliest wake-up. main's part (submissions, close(), the settle of a request
-// once both its ended and drained messages arrived) is played by the driver.
+// `kvoff fuzz --target runtime`: the runtime's own role loop objects, the ones
+// the role workers run (EngineSimulator, HasherLoop, AllocatorLoop, StoreLoop:
+// src/runtime/role-loop.ts), in one thread over the runtime's real shared
+// buffers, rings and doorbells. Each role's step() is one schedulable step;
+// the transfer backend runs one queued copy per transfer step
+// (StepTransferBackend). After a step this driver carries out the wait the
+// loop itself returns, as role-main.ts does on the real clock, here on a
+// virtual one: a parked role runs again once its bell moves or its park times
+// out, a paused one once its pause is over; the store drains in-flight copies
+// at close. Every delay the loops read (allocator publish lag and jitter, the
+// engine's step time, the store's lookup wait) reads the same virtual clock,
+// which advances by each step's virtual cost and, when every role is parked,
+// jumps to the earliest wake-up. main's part (submissions, close(), the
+// settle of a request once both its ended and drained messages arrived) is
+// played by the driver.
 //
 // The oracle: a step that throws (crash); no end within the bounds (hang);
 // tier bytes that are not their key's expansion, or a load that brought back
@@ -47,6 +48,8 @@ import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
 import { Prng } from '../prng.js';
+import { ringOthers } from '../runtime/role-loop.js';
+import type { RoleLoop, RoleWait } from '../runtime/role-loop.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
@@ -91,11 +94,6 @@ export interface RuntimeWorldOptions {
  * this bound before its virtual budget ran a clock that stopped moving.
  */
 const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
-/** role-main's idle parks (see syncLoop's idleParkMs there). */
-const ENGINE_BUSY_PARK_MS = 2;
-const ALLOCATOR_BUSY_PARK_MS = 1;
-/** role-main's store drain loop: one step, then a 1 ms timer. */
-const STORE_DRAIN_TICK_MS = 1;
 /** main's backlog timer when the submit ring is full. */
 const BACKLOG_RETRY_MS = 1;
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
@@ -138,7 +136,8 @@ export class RuntimeWorld {
   private readonly backend: StepTransferBackend;
   private readonly bells: Doorbell[];
   private readonly roles: RolePark[];
-  private readonly hasherRandom: Prng;
+  /** The loop object of each role with a doorbell, by actor index. */
+  private readonly loops: RoleLoop[];
   /** Which of the oldest queued copies a transfer step runs (the pool's threads race). */
   private readonly transferRandom: Prng;
   private readonly strategy: Strategy;
@@ -209,13 +208,13 @@ export class RuntimeWorld {
       options.hashing,
       { ended: (summary) => this.onEnded(summary) },
       scenario.engine,
-      () => this.wakeOthers(SCHEDULER),
+      ringOthers(views, 'scheduler'),
       now,
     );
     this.hasher = new HasherLoop(views, options.hashing, {
-      hashesPerWake: scenario.hasher.hashesPerWake,
+      ...scenario.hasher,
+      seed: scenario.engine.seed ?? 1,
     });
-    this.hasherRandom = new Prng(scenario.engine.seed ?? 1, 0x4a54);
     this.transferRandom = new Prng(scenario.engine.seed ?? 1, 0x7a5f);
     this.allocator = new AllocatorLoop(views, {
       lag: { ...scenario.allocator, seed: scenario.engine.seed ?? 1 },
@@ -250,6 +249,7 @@ export class RuntimeWorld {
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
       },
     );
+    this.loops = [this.engine, this.hasher, this.allocator, this.store];
     this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
     invariant(
       scenario.stepMs.length === ACTORS.length && scenario.stepMs.every((ms) => ms > 0),
@@ -396,17 +396,22 @@ export class RuntimeWorld {
         // close(): every request settled; stop in the runtime's order.
         this.phase = 'stopping';
         this.roles[SCHEDULER]!.stopped = true;
+        this.engine.stop();
+        // The store's stop word: it leaves its loop and drains its copies in flight.
+        this.store.beginDrain();
         this.note(-1, 3, 0, () => 'main: every request settled; stop scheduler, then drain store');
       }
     }
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.queued === 0) {
+      if (!store.stopped && this.store.drained && this.backend.queued === 0) {
         store.stopped = true;
-        // The allocator leaves its loop and steps once more (quarantined blocks go back).
-        this.allocator.step();
-        this.roles[ALLOCATOR]!.stopped = true;
-        this.roles[HASHER]!.stopped = true;
+        this.store.stop();
+        // Then the allocator's and the hasher's stop words, in the runtime's order.
+        for (const a of [ALLOCATOR, HASHER]) {
+          this.roles[a]!.stopped = true;
+          this.loops[a]!.stop();
+        }
         this.phase = 'done';
         this.endChecks();
       }
@@ -456,14 +461,26 @@ export class RuntimeWorld {
     return next;
   }
 
-  private wakeOthers(self: number): void {
-    for (const a of BELL_ROLES) if (a !== self) this.bells[a]!.ring();
+  /**
+   * One step of a role with a doorbell, then the wait its loop object asks
+   * for, on the virtual clock: a park (runnable again once the bell moved
+   * since `seen`, read before the step, or at its timeout) or a pause.
+   */
+  private stepRole(actor: number): boolean {
+    const seen = this.bells[actor]!.read();
+    const did = this.loops[actor]!.step();
+    this.await(actor, this.loops[actor]!.wait(did), seen);
+    return did;
   }
 
-  private park(actor: number, seen: number, ms: number): void {
+  private await(actor: number, wait: RoleWait, seen: number): void {
     const r = this.roles[actor]!;
-    r.seen = seen;
-    r.untilMs = this.nowMs + Math.min(ms, PARK_MS_MAX);
+    if (wait.kind === 'park') {
+      r.seen = seen;
+      r.untilMs = this.nowMs + Math.min(wait.ms, PARK_MS_MAX);
+    } else if (wait.kind === 'pause') {
+      r.busyUntilMs = this.nowMs + wait.ms;
+    }
   }
 
   private stepActor(a: number): void {
@@ -536,11 +553,7 @@ export class RuntimeWorld {
   }
 
   private schedulerStep(): void {
-    const seen = this.bells[SCHEDULER]!.read();
-    const did = this.engine.step();
-    if (!did) {
-      this.park(SCHEDULER, seen, this.engine.pending > 0 ? ENGINE_BUSY_PARK_MS : PARK_MS_MAX);
-    }
+    const did = this.stepRole(SCHEDULER);
     if (this.draftRewrite) this.rewriteTrailingChunks();
     const s = this.views.stats;
     this.note(
@@ -560,14 +573,7 @@ export class RuntimeWorld {
   }
 
   private hasherStep(): void {
-    const seen = this.bells[HASHER]!.read();
-    const did = this.hasher.step();
-    if (did) {
-      this.wakeOthers(HASHER);
-      // role-main: a random pause after publishing, not cut short by the doorbell.
-      const ms = this.hasherRandom.next() * this.scenario.hasher.jitterMs;
-      if (ms >= 0.05) this.roles[HASHER]!.busyUntilMs = this.nowMs + ms;
-    } else this.park(HASHER, seen, PARK_MS_MAX);
+    const did = this.stepRole(HASHER);
     const n = readStat(this.views.stats, 'hashesPublished');
     this.note(
       HASHER,
@@ -578,10 +584,7 @@ export class RuntimeWorld {
   }
 
   private allocatorStep(): void {
-    const seen = this.bells[ALLOCATOR]!.read();
-    const did = this.allocator.step();
-    if (did) this.wakeOthers(ALLOCATOR);
-    else this.park(ALLOCATOR, seen, this.allocator.busy ? ALLOCATOR_BUSY_PARK_MS : PARK_MS_MAX);
+    const did = this.stepRole(ALLOCATOR);
     const pool = this.allocator.pool;
     this.note(
       ALLOCATOR,
@@ -593,13 +596,7 @@ export class RuntimeWorld {
   }
 
   private storeStep(): void {
-    const seen = this.bells[STORE]!.read();
-    const did = this.store.step();
-    if (this.phase === 'stopping') {
-      // role-main's drain loop: step, then a 1 ms timer.
-      this.roles[STORE]!.busyUntilMs = this.nowMs + STORE_DRAIN_TICK_MS;
-    } else if (did) this.wakeOthers(STORE);
-    else this.park(STORE, seen, PARK_MS_MAX);
+    const did = this.stepRole(STORE);
     const c = this.store.planner.counters;
     this.chunksDispatched = c.chunksStored;
     this.note(
