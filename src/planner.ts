@@ -177,6 +177,33 @@ export interface PlannerOptions {
   onPlanPoint?: PlanPointListener;
 }
 
+/** The planner's test-only switches (src/fuzz/switches.ts says which bug each re-creates). */
+type PlannerSwitch = keyof PlannerOptions & `unsafe${string}`;
+export type PlannerSwitches = Pick<PlannerOptions, PlannerSwitch>;
+
+const PLANNER_SWITCHES = [
+  'unsafeSkipPins',
+  'unsafeSkipRevalidate',
+  'unsafeSkipSettle',
+  'unsafeEagleCursorUnexcluded',
+  'unsafeStoreLastSampledToken',
+  'unsafeSkipUnpinOnFailure',
+  'unsafeAckOnAllocFailure',
+  'unsafeDropDeferred',
+] as const satisfies readonly PlannerSwitch[];
+// Every switch of PlannerOptions is in the list (a compile error otherwise).
+const everySwitchListed: Exclude<PlannerSwitch, (typeof PLANNER_SWITCHES)[number]> extends never
+  ? true
+  : never = true;
+void everySwitchListed;
+
+/** The planner switches turned on in `o`, for a driver that passes them on to its planner. */
+export function plannerSwitches(o: PlannerSwitches): PlannerSwitches {
+  const out: PlannerSwitches = {};
+  for (const k of PLANNER_SWITCHES) if (o[k] === true) out[k] = true;
+  return out;
+}
+
 export type PlanPoint = 'snapshot' | 'pinned';
 export type PlanPointListener = (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
 

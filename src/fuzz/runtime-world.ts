@@ -64,6 +64,7 @@ import { StepTransferBackend } from './step-backend.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
+import { switchOptions } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import type { WorldOutcome } from './world.js';
 
@@ -238,13 +239,7 @@ export class RuntimeWorld {
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
-        ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
-        ...(switches.has('eagle-cursor-unexcluded') ? { unsafeEagleCursorUnexcluded: true } : {}),
-        ...(switches.has('store-last-sampled-token') ? { unsafeStoreLastSampledToken: true } : {}),
-        ...(switches.has('evict-in-use') ? { unsafeEvictInUse: true } : {}),
-        ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
-        ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
-        ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
+        ...switchOptions([...switches], 'StoreLoopOptions'),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
       },

@@ -12,14 +12,16 @@
 //   kvf1.ready-prefix.random.pins.1234.trt.uload-while-writing   a runtime test switch on
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
-// hole), which read as "whole schedule"; such tokens still decode.
+// hole), which read as "whole schedule"; such tokens still decode. The parts
+// of the fault switches (`nopins`, `r0`, `s0`, `u<switches>`) come from their
+// list, src/fuzz/switches.ts.
 import { InvalidArgumentError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { INVARIANTS } from './oracle.js';
 import type { InvariantName } from './oracle.js';
 import { ACTORS } from './scenario.js';
-import { RUNTIME_SWITCHES } from './switches.js';
+import { RUNTIME_SWITCHES, switchFlag } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import { STRATEGIES } from './strategy.js';
 import type { StrategyName } from './strategy.js';
@@ -49,6 +51,11 @@ const FUZZ_TARGETS = ['roles', 'runtime'] as const;
 export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
+const NO_PINS = switchFlag('no-pins').token;
+const NO_REVALIDATE = switchFlag('no-revalidate').token;
+const NO_SETTLE = switchFlag('no-settle').token;
+/** The part listing runtime switches: `u<names>`. */
+const SWITCHES_PREFIX = 'u';
 /** The part naming watched invariants: `watch-hole,crash`. */
 const WATCH_PREFIX = 'watch-';
 /** The old spelling of that part (`whole` = w + hole), still accepted. */
@@ -61,15 +68,15 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     PREFIX,
     spec.policy,
     spec.strategy,
-    spec.pins ? 'pins' : 'nopins',
+    spec.pins ? 'pins' : NO_PINS,
     String(spec.seed),
   ];
-  if (spec.revalidate === false) parts.push('r0');
+  if (spec.revalidate === false) parts.push(NO_REVALIDATE);
   if (spec.target === 'runtime') parts.push('trt');
   if (spec.switches !== undefined && spec.switches.length > 0) {
-    parts.push(`u${spec.switches.join(',')}`);
+    parts.push(`${SWITCHES_PREFIX}${spec.switches.join(',')}`);
   }
-  if (spec.settle === false) parts.push('s0');
+  if (spec.settle === false) parts.push(NO_SETTLE);
   if (spec.watch !== undefined) parts.push(`${WATCH_PREFIX}${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
@@ -99,7 +106,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
     throw bad(`unknown policy "${policy}"`);
   if (!(STRATEGIES as readonly string[]).includes(strategy))
     throw bad(`unknown strategy "${strategy}"`);
-  if (pins !== 'pins' && pins !== 'nopins') throw bad('pins must be "pins" or "nopins"');
+  if (pins !== 'pins' && pins !== NO_PINS) throw bad(`pins must be "pins" or "${NO_PINS}"`);
   const seed = parseSeed(seedText, '--replay');
   let events: number[] | undefined;
   let decisions: number[] | undefined;
@@ -109,13 +116,13 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let switches: RuntimeSwitch[] | undefined;
   let settle: boolean | undefined;
   for (const part of rest) {
-    if (part === 'r0' && revalidate === undefined) {
+    if (part === NO_REVALIDATE && revalidate === undefined) {
       revalidate = false;
-    } else if (part === 's0' && settle === undefined) {
+    } else if (part === NO_SETTLE && settle === undefined) {
       settle = false;
     } else if (part === 'trt' && target === undefined) {
       target = 'runtime';
-    } else if (part.startsWith('u') && switches === undefined) {
+    } else if (part.startsWith(SWITCHES_PREFIX) && switches === undefined) {
       switches = part
         .slice(1)
         .split(',')

@@ -84,7 +84,7 @@ import {
   requestSpecs,
 } from './scenario.js';
 import type { Scenario, ScenarioEvent } from './scenario.js';
-import { RUNTIME_ONLY_SWITCHES } from './switches.js';
+import { RUNTIME_ONLY_SWITCHES, switchOptions } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
@@ -218,10 +218,7 @@ export class World {
       policy: options.policy,
       // The final wait's clock is virtual: one ms per decision, so a schedule replays exactly.
       now: () => this.decision,
-      unsafeEagleCursorUnexcluded: switches.has('eagle-cursor-unexcluded'),
-      unsafeStoreLastSampledToken: switches.has('store-last-sampled-token'),
-      unsafeAckOnAllocFailure: switches.has('ack-on-alloc-failure'),
-      unsafeDropDeferred: switches.has('drop-deferred'),
+      ...switchOptions([...switches], 'PlannerOptions'),
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
       unsafeSkipSettle: options.settle === false,

@@ -14,7 +14,8 @@ import type { DrainAccount } from '../ledger.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
 import { StorePlanner } from '../planner.js';
-import type { PlannerObserver, PlanPoint } from '../planner.js';
+import { plannerSwitches } from '../planner.js';
+import type { PlannerObserver, PlannerSwitches, PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
@@ -45,18 +46,12 @@ import type { LoadEntry } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import type { TracedRequest } from './trace-recorder.js';
 
-export interface StoreLoopOptions {
+/**
+ * The planner's test-only switches are passed on to it (PlannerOptions says
+ * what each does; with unsafeSkipPins the transfer does not unpin either).
+ */
+export interface StoreLoopOptions extends PlannerSwitches {
   policy?: StorePolicy;
-  /** Test-only: the planner does not pin and the transfer does not unpin. */
-  unsafeSkipPins?: boolean;
-  /** Test-only: the planner skips its snapshot re-validation (see PlannerOptions.unsafeSkipRevalidate). */
-  unsafeSkipRevalidate?: boolean;
-  /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
-  unsafeSkipSettle?: boolean;
-  /** Test-only: failure class F2 re-created (see PlannerOptions.unsafeEagleCursorUnexcluded). */
-  unsafeEagleCursorUnexcluded?: boolean;
-  /** Test-only: failure class F4 re-created (see PlannerOptions.unsafeStoreLastSampledToken). */
-  unsafeStoreLastSampledToken?: boolean;
   /** Test knob: every transfer task sleeps this long before copying. */
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
@@ -92,10 +87,6 @@ export interface StoreLoopOptions {
    * runtime fuzzer can show the release on failure is load-bearing.
    */
   unsafeLeakOnLoadFailure?: boolean;
-  /** Test-only: PlannerOptions.unsafeAckOnAllocFailure (class F9). */
-  unsafeAckOnAllocFailure?: boolean;
-  /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
-  unsafeDropDeferred?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
@@ -304,13 +295,7 @@ export class StoreLoop implements RoleLoop {
       transferUnpins: true,
       ...(options.now ? { now: options.now } : {}),
       ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
-      unsafeSkipPins: this.skipPins,
-      unsafeSkipSettle: options.unsafeSkipSettle ?? false,
-      ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
-      ...(options.unsafeEagleCursorUnexcluded ? { unsafeEagleCursorUnexcluded: true } : {}),
-      ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
-      ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
-      ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
+      ...plannerSwitches(options),
       observer,
       ...(recorder || options.onPlanPoint
         ? {
