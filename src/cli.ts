@@ -61,7 +61,8 @@ async function main(argv: string[]): Promise<number> {
       if (debug && err.stack) process.stderr.write(`${err.stack}\n`);
       return err.code === 'KVOFF_INVALID_CONFIG' ||
         err.code === 'KVOFF_INVALID_ARGUMENT' ||
-        err.code === 'KVOFF_UNKNOWN_POLICY'
+        err.code === 'KVOFF_UNKNOWN_POLICY' ||
+        err.code === 'KVOFF_INVALID_TRACE'
         ? EXIT.usage
         : EXIT.found;
     }

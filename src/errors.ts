@@ -20,7 +20,8 @@ export type KvoffErrorCode =
   | 'KVOFF_QUEUE_FULL'
   | 'KVOFF_BLOCKS_SETTLED'
   | 'KVOFF_ROLE_CLAIMED'
-  | 'KVOFF_TRANSFER_BACKEND_FAILED';
+  | 'KVOFF_TRANSFER_BACKEND_FAILED'
+  | 'KVOFF_INVALID_TRACE';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -216,5 +217,25 @@ export class TransferBackendFailedError extends KvoffError {
     );
     this.name = 'TransferBackendFailedError';
     this.failuresInRow = failuresInRow;
+  }
+}
+
+/**
+ * Thrown when a request trace (Mooncake's JSONL or one of its shape) cannot be
+ * read: a line that is not an object of the expected fields, or a file with no
+ * request. Names the source and the line; nothing was replayed.
+ */
+export class TraceFormatError extends KvoffError {
+  readonly source: string;
+  /** 1-based line number, or 0 when the error is about the whole trace. */
+  readonly line: number;
+  constructor(source: string, line: number, rule: string) {
+    super(
+      'KVOFF_INVALID_TRACE',
+      `invalid trace: ${source}${line > 0 ? ` line ${line}` : ''}: ${rule}`,
+    );
+    this.name = 'TraceFormatError';
+    this.source = source;
+    this.line = line;
   }
 }

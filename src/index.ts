@@ -19,6 +19,7 @@ export {
   BlocksSettledError,
   RoleClaimedError,
   TransferBackendFailedError,
+  TraceFormatError,
 } from './errors.js';
 export type { KvoffErrorCode } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
@@ -128,3 +129,24 @@ export type { PerTierCounters } from './tier/tier-stats.js';
 export { KvoffServer, SERVE_DEFAULTS } from './serve/server.js';
 export type { ServeOptions, ServeStats, DrainResult } from './serve/server.js';
 export type { EmbeddableRuntime } from './serve/runtime-api.js';
+
+// Request traces (Mooncake's shape) and the host tier's cache policies.
+export { CACHE_POLICIES, createCachePolicy, parseCachePolicy } from './tier/policy/index.js';
+export type {
+  CacheOptions,
+  CachePolicy,
+  CachePolicyName,
+  PolicyEntry,
+} from './tier/policy/index.js';
+export { MOONCAKE_BLOCK_TOKENS, checkTraceChunk, parseTrace, readTrace } from './trace/trace.js';
+export type { Trace, TraceFigures, TraceReadOptions, TraceRequest } from './trace/trace.js';
+export { chunkKeys, promptTokens } from './trace/tokens.js';
+export { replayCache } from './trace/cache-replay.js';
+export type { CacheReplayOptions, CacheReplayResult } from './trace/cache-replay.js';
+export { replayThreaded, traceRuntimeConfig } from './trace/threaded-replay.js';
+export type {
+  MemorySample,
+  ThreadedReplayOptions,
+  ThreadedReplayResult,
+  TraceGeometry,
+} from './trace/threaded-replay.js';

@@ -137,6 +137,7 @@ export class LoadPath {
       this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
     }
     if (result === DEFER) return { deferred: true };
+    for (const k of keys) this.tier.recordLookup?.(k);
     const hitChunks = this.config.groups.map((g) => {
       if (this.policy === 'request-level' || hit === 0) return 0;
       return Math.ceil((local + hit) / g.tokensPerChunk);

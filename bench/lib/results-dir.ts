@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 /** The ignored folder every run writes into. */
 export const LATEST_DIR = fileURLToPath(new URL('../results/latest/', import.meta.url));
 /** The committed results folder, written only when publishing. */
-const PUBLISHED_DIR = fileURLToPath(new URL('../results/', import.meta.url));
+export const PUBLISHED_DIR = fileURLToPath(new URL('../results/', import.meta.url));
 
 /** True when KVOFF_BENCH_PUBLISH=1 asks a script to refresh the committed copy. */
 export function publishRequested(): boolean {

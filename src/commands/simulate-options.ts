@@ -11,6 +11,8 @@ import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './op
 import { parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
 import type { TiersOptions } from '../tier/cascade.js';
+import { STORE_THRESHOLD_MAX, parseCachePolicy } from '../tier/policy/index.js';
+import type { CacheOptions } from '../tier/policy/index.js';
 
 /** Named group layouts for --groups; anything else is parsed as a spec. */
 export const GROUP_PRESETS: Readonly<Record<string, GroupInput[]>> = {
@@ -87,8 +89,19 @@ export interface SimulateRawOptions extends TierRawOptions {
   report?: string;
   traceRequests?: string;
   blockBytes?: string;
+  cachePolicy?: string;
+  storeThreshold?: string;
   json?: boolean;
 }
+
+/** Options that only a trace replay takes (see simulate-trace.ts): refused without --trace. */
+const TRACE_ONLY: ReadonlyArray<[string, string]> = [
+  ['traceMode', '--trace-mode'],
+  ['traceLimit', '--trace-limit'],
+  ['capacityTokens', '--capacity-tokens'],
+  ['speed', '--speed'],
+  ['traceWindow', '--trace-window'],
+];
 
 export interface SimulatePlan {
   policy: StorePolicy;
@@ -122,6 +135,8 @@ export interface SimulatePlan {
   json: boolean;
   /** Levels below host memory (--disk, --redis); host only when absent. */
   tiers?: TiersOptions;
+  /** The host tier's cache policy and store threshold (--cache-policy, --store-threshold); LRU, 1 when absent. */
+  cache?: CacheOptions;
 }
 
 export function parseGroups(spec: string): GroupInput[] {
@@ -158,7 +173,13 @@ function groupsRule(): string {
   return `use a preset (${Object.keys(GROUP_PRESETS).join(', ')}) or a comma list of kind:tokensPerBlock[:windowTokens][:eagle], e.g. full:16:eagle,sliding-window:16:1024`;
 }
 
-export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
+export function parseSimulateOptions(
+  raw: SimulateRawOptions,
+  given: (name: string) => boolean = () => false,
+): SimulatePlan {
+  for (const [key, flag] of TRACE_ONLY) {
+    if (given(key)) throw new InvalidArgumentError(flag, 'needs --trace FILE');
+  }
   const policy = parseStorePolicy(raw.policy ?? 'ready-prefix');
   const requests = intOptionOr('--requests', raw.requests, 1, 4096, SIMULATE_DEFAULTS.requests);
   const promptTokens = intOptionOr(
@@ -316,6 +337,16 @@ export function parseSimulateOptions(raw: SimulateRawOptions): SimulatePlan {
   const tiers = parseTierOptions(raw);
   if (tiers) plan.tiers = tiers;
   if (abortRate !== undefined) plan.abortRate = abortRate;
+  const cachePolicy = parseCachePolicy(raw.cachePolicy ?? 'lru');
+  const storeThreshold = intOptionOr(
+    '--store-threshold',
+    raw.storeThreshold,
+    1,
+    STORE_THRESHOLD_MAX,
+    1,
+  );
+  if (cachePolicy !== 'lru' || storeThreshold !== 1)
+    plan.cache = { policy: cachePolicy, storeThreshold };
   return plan;
 }
 

@@ -28,6 +28,8 @@ import {
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, progress } from './term.js';
 import { addTierOptions } from './tier-options.js';
+import { addTraceOptions, traceAction } from './simulate-trace.js';
+import type { TraceRawOptions } from './simulate-trace.js';
 
 /** How often the progress display is refreshed. */
 const PROGRESS_TICK_MS = 250;
@@ -58,6 +60,7 @@ export async function runSimulate(
     },
     traceSlots: plan.traceRequests,
     ...(plan.tiers ? { tiers: plan.tiers } : {}),
+    ...(plan.cache ? { cache: plan.cache } : {}),
   });
   const requests = defaultWorkload(plan.workload);
   let done = 0;
@@ -237,16 +240,24 @@ export function registerSimulate(program: Command): void {
     )
     .option('--trace-requests <n>', 'requests traced for --report', String(d.traceRequests))
     .option('--json', 'print one JSON object instead of the text report');
-  addTierOptions(cmd)
+  addTraceOptions(addTierOptions(cmd))
     .addHelpText(
       'after',
       '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +
         'Examples:\n  kvoff simulate\n  kvoff simulate --requests 4 --prompt-tokens 8192 --gpu-tokens 65536 --json\n' +
         '  kvoff simulate --policy legacy-zip      # completes, reports holes, exit 1\n' +
-        '  kvoff simulate --report out.html',
+        '  kvoff simulate --report out.html\n' +
+        '  kvoff simulate --trace conversation_trace.jsonl --trace-mode cache --capacity-tokens 3000000 --json',
     )
-    .action(async (raw: SimulateRawOptions) => {
-      const plan = parseSimulateOptions(raw);
+    .action(async (raw: SimulateRawOptions & TraceRawOptions, command: Command) => {
+      if (raw.trace !== undefined) {
+        await traceAction(raw, command);
+        return;
+      }
+      const plan = parseSimulateOptions(
+        raw,
+        (name) => command.getOptionValueSource(name) === 'cli',
+      );
       if (plan.report) checkReportPath(plan.report);
       const color = colorAllowed(process.stdout);
       const bar = progress(process.stderr, plan.workload.requests, 'simulate', {

@@ -45,6 +45,8 @@ import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
+import { validateCacheOptions } from '../tier/policy/index.js';
+import type { CacheOptions } from '../tier/policy/index.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
 
@@ -124,6 +126,12 @@ export interface RuntimeOptions {
    * verify() is then unavailable. Default true.
    */
   offload?: boolean;
+  /**
+   * The host tier's cache policy ('lru' by default, 'arc', 's3-fifo') and
+   * admission threshold (storeThreshold: store a chunk only once lookups
+   * asked for it that many times, vLLM's store_threshold; 1 by default).
+   */
+  cache?: CacheOptions;
 }
 
 export interface RequestSummary {
@@ -448,6 +456,7 @@ export class OffloadRuntime {
         unsafeSkipPins: this.options.unsafeSkipPins ?? false,
         transferDelayMs: this.options.transferDelayMs ?? 0,
         traceRequests: this.options.traceSlots ?? 0,
+        ...(this.options.cache ? { cache: this.options.cache } : {}),
         ...(this.options.finalWaitMsMax !== undefined
           ? { finalWaitMsMax: this.options.finalWaitMsMax }
           : {}),
@@ -813,6 +822,7 @@ function validateOptions(o: RuntimeOptions): void {
     }
   };
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
+  validateCacheOptions(o.cache);
   if (o.offload !== undefined && typeof o.offload !== 'boolean') {
     throw new InvalidArgumentError('offload', 'must be a boolean');
   }

@@ -19,6 +19,7 @@ import type { PlannerObserver, PlannerSwitches, PlanPoint } from '../planner.js'
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
+import type { CacheOptions } from '../tier/policy/index.js';
 import type { TierCascade } from '../tier/cascade.js';
 import { zeroCounters } from '../tier/lower.js';
 import type { TierStoreSample } from '../tier/lower.js';
@@ -52,6 +53,8 @@ import type { TracedRequest } from './trace-recorder.js';
  */
 export interface StoreLoopOptions extends PlannerSwitches {
   policy?: StorePolicy;
+  /** The host tier's cache policy and store threshold (default LRU, every chunk admitted). */
+  cache?: CacheOptions;
   /** Test knob: every transfer task sleeps this long before copying. */
   transferDelayMs?: number;
   /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
@@ -252,10 +255,13 @@ export class StoreLoop implements RoleLoop {
     this.backend = backend;
     this.events = events;
     const { config } = views;
-    this.tier = new HostTier(
-      config.tierChunks,
-      options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {},
-    );
+    this.tier = new HostTier(config.tierChunks, {
+      ...(options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {}),
+      ...(options.cache?.policy !== undefined ? { policy: options.cache.policy } : {}),
+      ...(options.cache?.storeThreshold !== undefined
+        ? { storeThreshold: options.cache.storeThreshold }
+        : {}),
+    });
     this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
@@ -627,6 +633,8 @@ export class StoreLoop implements RoleLoop {
       this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
       return;
     }
+    // One sighting per answered lookup, of every key it carries (the store threshold's count).
+    for (const k of keys) this.tier.recordLookup(k);
     const hit = hitTokens / tpc;
     if (hit < asked) this.hostCounters.missChunks += 1;
     const lockedChunks: LookupAnswered['locked'][number][] = [];

@@ -1,12 +1,18 @@
-// The host tier: a fixed pool of chunk slots keyed by offload key, with LRU
-// eviction. An entry's refCount is -1 while it is being written (invisible to
-// lookups, never evicted), 0 when readable and idle (the only evictable state),
-// and > 0 while loads read it (never evicted). prepareStore is atomic: it
-// either reserves every slot it needs or changes nothing.
+// The host tier: a fixed pool of chunk slots keyed by offload key. An entry's
+// refCount is -1 while it is being written (invisible to lookups, never
+// evicted), 0 when readable and idle (the only evictable state), and > 0 while
+// loads read it (never evicted). prepareStore is atomic: it either reserves
+// every slot it needs or changes nothing. Which idle entry goes first is the
+// cache policy's choice (src/tier/policy/: LRU by default, ARC, S3-FIFO); an
+// optional admission threshold (vLLM's store_threshold) keeps chunks out until
+// they were looked up often enough.
 //
 // Two test-only switches (HostTierOptions) re-create the bugs these rules
 // prevent, so the failure-class tests can show each rule is load-bearing.
 import { InvalidArgumentError, invariant } from '../errors.js';
+import { AdmissionCounter, createCachePolicy, parseCachePolicy } from './policy/index.js';
+import type { CachePolicy, CachePolicyName, PolicyEntry } from './policy/index.js';
+import { WRITING } from './policy/index.js';
 import type {
   LookupState,
   OffloadTier,
@@ -16,31 +22,16 @@ import type {
 } from './types.js';
 
 /**
- * An entry is also a link of the recency list. Touching a request's keys after
- * every store it makes is vLLM's rule (every key of a full-attention group),
- * so a long prompt's thousands of keys move on each of its jobs: a Map
+ * An entry is also a link of its policy's queues. Touching a request's keys
+ * after every store it makes is vLLM's rule (every key of a full-attention
+ * group), so a long prompt's thousands of keys move on each of its jobs: a Map
  * delete-and-set per key (two more hashes of a BigInt, and rehashes as the
  * table fills with deleted entries) was the store's largest single cost. A
  * list splice moves an entry in O(1) after the one lookup.
  */
-interface Entry {
-  readonly key: bigint;
+interface Entry extends PolicyEntry {
   slot: number;
-  refCount: number;
-  /** Less recent neighbour (the sentinel at the LRU end). */
-  prev: Entry;
-  /** More recent neighbour (the sentinel at the MRU end). */
-  next: Entry;
 }
-
-function newSentinel(): Entry {
-  const s = { key: -1n, slot: -1, refCount: 0 } as Entry;
-  s.prev = s;
-  s.next = s;
-  return s;
-}
-
-const WRITING = -1;
 
 export interface HostTierOptions {
   /**
@@ -56,13 +47,20 @@ export interface HostTierOptions {
    * that only completeStore may publish; never turn it on otherwise.
    */
   unsafePublishBeforeComplete?: boolean;
+  /** Which idle entry is evicted first; default 'lru'. */
+  policy?: CachePolicyName;
+  /** Store a chunk only once recordLookup saw it this many times (vLLM's store_threshold); default 1. */
+  storeThreshold?: number;
+  /** Keys the admission counter remembers (vLLM's max_tracker_size); default 64,000. */
+  admissionTrackerKeys?: number;
 }
 
 export class HostTier implements OffloadTier {
   readonly capacityChunks: number;
+  readonly policy: CachePolicy;
   private readonly entries = new Map<bigint, Entry>();
-  /** Recency order: sentinel.next is the least recently used entry, sentinel.prev the most. */
-  private readonly recency: Entry = newSentinel();
+  /** Lookup counts for the store threshold; undefined when every chunk is admitted. */
+  private readonly admission: AdmissionCounter | undefined;
   /** Freed slots are reused last-in first-out; fresh ones are handed out in order. */
   private readonly freeSlots: number[] = [];
   private nextFreshSlot = 0;
@@ -73,6 +71,7 @@ export class HostTier implements OffloadTier {
   private storeCount = 0;
   private evictionCount = 0;
   private allocationFailureCount = 0;
+  private admissionSkipCount = 0;
   private readonly evictInUse: boolean;
   private readonly publishBeforeComplete: boolean;
 
@@ -83,6 +82,24 @@ export class HostTier implements OffloadTier {
     this.capacityChunks = capacityChunks;
     this.evictInUse = options.unsafeEvictInUse ?? false;
     this.publishBeforeComplete = options.unsafePublishBeforeComplete ?? false;
+    this.policy = createCachePolicy(parseCachePolicy(options.policy ?? 'lru'), capacityChunks);
+    // A threshold of 1 admits everything: no counting at all (the counter validates the rest).
+    const threshold = options.storeThreshold ?? 1;
+    this.admission =
+      threshold === 1 ? undefined : new AdmissionCounter(threshold, options.admissionTrackerKeys);
+  }
+
+  /** Offered chunks the store threshold kept out so far. */
+  get admissionSkips(): number {
+    return this.admissionSkipCount;
+  }
+
+  /**
+   * One sighting of each key of an answered lookup, every key of the prompt
+   * (not only those up to the first miss): the store threshold counts these.
+   */
+  recordLookup(keys: readonly bigint[]): void {
+    this.admission?.record(keys);
   }
 
   lookup(keys: readonly bigint[]): number {
@@ -101,40 +118,42 @@ export class HostTier implements OffloadTier {
     return e.refCount === WRITING ? 'pending' : 'hit';
   }
 
-  /** Marks keys recently used, in reverse so the first key ends most recent (prefix heads outlive tails). */
+  /** vLLM's touch: the policy walks the keys in reverse, so a prefix head outlives its tail. */
   touch(keys: readonly bigint[]): void {
-    for (let i = keys.length - 1; i >= 0; i -= 1) {
-      const key = keys[i]!;
-      const e = this.entries.get(key);
-      if (e === undefined || e.refCount !== 0) continue;
-      this.makeMostRecent(e);
-    }
+    this.policy.touch(keys, this.entries);
   }
 
   prepareStore(keys: readonly bigint[]): PrepareStoreResult {
     const keysToStore: bigint[] = [];
     const seen = new Set<bigint>();
+    let skipped = 0;
     for (const key of keys) {
       if (seen.has(key)) continue;
       seen.add(key);
-      if (!this.entries.has(key)) keysToStore.push(key);
+      if (this.entries.has(key)) continue;
+      // Below the store threshold: left out, as vLLM's prepare_store filters it.
+      if (this.admission !== undefined && !this.admission.admits(key)) skipped += 1;
+      else keysToStore.push(key);
     }
-    if (keysToStore.length === 0) return { ok: true, keysToStore, slots: [], evicted: [] };
+    if (keysToStore.length === 0) {
+      this.admissionSkipCount += skipped;
+      return { ok: true, keysToStore, slots: [], evicted: [] };
+    }
     const free = this.freeSlots.length + (this.capacityChunks - this.nextFreshSlot);
     const needed = keysToStore.length - free;
     let evicted: bigint[] = [];
     if (needed > 0) {
-      const candidates = this.evictInUse ? this.entries.size : this.evictableCount;
-      const victims = needed <= candidates ? this.pickVictims(needed, seen) : undefined;
+      const victims = needed <= this.candidates(seen) ? this.pickVictims(needed, seen) : undefined;
       if (victims === undefined) {
         this.allocationFailureCount += 1;
         return { ok: false, reason: 'cannot-allocate', needed, evictable: this.evictableCount };
       }
-      for (const key of victims) this.remove(key);
-      evicted = victims;
+      for (const e of victims) this.remove(e);
+      evicted = victims.map((e) => e.key);
       this.evictionCount += victims.length;
-      this.events.push({ kind: 'removed', keys: victims });
+      this.events.push({ kind: 'removed', keys: evicted });
     }
+    this.admissionSkipCount += skipped;
     const slots: number[] = [];
     for (const key of keysToStore) {
       const slot = this.freeSlots.pop() ?? this.nextFreshSlot++;
@@ -163,12 +182,12 @@ export class HostTier implements OffloadTier {
       if (success) {
         e.refCount = 0;
         this.evictableCount += 1;
-        // Becoming readable makes the entry most recent.
-        this.makeMostRecent(e);
+        this.policy.published(e);
         stored.push(key);
         this.storeCount += 1;
       } else {
-        this.unlink(e);
+        this.policy.remove(e);
+        this.entries.delete(key);
         this.freeSlots.push(e.slot);
       }
     }
@@ -190,6 +209,7 @@ export class HostTier implements OffloadTier {
         this.readingCount += 1;
       }
       e.refCount += 1;
+      this.policy.read(e);
       slots.push(e.slot);
     }
     return slots;
@@ -232,54 +252,39 @@ export class HostTier implements OffloadTier {
     };
   }
 
-  /** Exactly `n` idle, unprotected entries from the LRU end, or undefined. */
-  private pickVictims(n: number, protectedKeys: ReadonlySet<bigint>): bigint[] | undefined {
-    const victims: bigint[] = [];
-    // Bounded by the entry count: the list holds each entry once.
-    for (let e = this.recency.next; e !== this.recency; e = e.next) {
-      if (victims.length === n) break;
-      if ((e.refCount === 0 || this.evictInUse) && !protectedKeys.has(e.key)) victims.push(e.key);
+  /** Entries the policy may take for a store that offers `protectedKeys`. */
+  private candidates(protectedKeys: ReadonlySet<bigint>): number {
+    let n = this.evictInUse ? this.entries.size : this.evictableCount;
+    for (const key of protectedKeys) {
+      const e = this.entries.get(key);
+      if (e !== undefined && (e.refCount === 0 || this.evictInUse)) n -= 1;
     }
-    return victims.length === n ? victims : undefined;
+    return n;
   }
 
-  private remove(key: bigint): void {
-    const e = this.entries.get(key);
-    invariant(
-      e !== undefined && (e.refCount === 0 || this.evictInUse),
-      'only idle entries are evicted',
-    );
-    this.unlink(e);
+  /** Exactly `n` idle, unprotected entries in the policy's order, or undefined. */
+  private pickVictims(n: number, protectedKeys: ReadonlySet<bigint>): Entry[] | undefined {
+    const evictInUse = this.evictInUse;
+    return this.policy.evict(
+      n,
+      (e) => (e.refCount === 0 || evictInUse) && !protectedKeys.has(e.key),
+    ) as Entry[] | undefined;
+  }
+
+  /** Takes an evicted entry (already out of the policy's queues) out of the tier. */
+  private remove(e: Entry): void {
+    invariant(e.refCount === 0 || this.evictInUse, 'only idle entries are evicted');
+    this.entries.delete(e.key);
     if (e.refCount === 0) this.evictableCount -= 1;
     else if (e.refCount === WRITING) this.writingCount -= 1;
     else this.readingCount -= 1;
     this.freeSlots.push(e.slot);
   }
 
-  /** A new entry, most recent. */
+  /** A new entry, handed to the policy. */
   private insert(key: bigint, slot: number, refCount: number): void {
-    const last = this.recency.prev;
-    const e: Entry = { key, slot, refCount, prev: last, next: this.recency };
-    last.next = e;
-    this.recency.prev = e;
+    const e: Entry = { key, slot, refCount, prev: null, next: null, queue: -1, freq: 0 };
     this.entries.set(key, e);
-  }
-
-  private makeMostRecent(e: Entry): void {
-    if (this.recency.prev === e) return;
-    e.prev.next = e.next;
-    e.next.prev = e.prev;
-    const last = this.recency.prev;
-    e.prev = last;
-    e.next = this.recency;
-    last.next = e;
-    this.recency.prev = e;
-  }
-
-  /** Removes the entry from the map and the recency list. */
-  private unlink(e: Entry): void {
-    e.prev.next = e.next;
-    e.next.prev = e.prev;
-    this.entries.delete(e.key);
+    this.policy.insert(e);
   }
 }

@@ -41,6 +41,12 @@ export interface OffloadTier {
    * array is lent for the call only: a tier must not keep it.
    */
   touch?(keys: readonly bigint[]): void;
+  /**
+   * One sighting of every key of an answered lookup (a lookup answered "ask
+   * again later" is not one): what a store threshold counts. A tier without
+   * one leaves it out.
+   */
+  recordLookup?(keys: readonly bigint[]): void;
   prepareStore(keys: readonly bigint[]): PrepareStoreResult;
   completeStore(keys: readonly bigint[], success?: boolean): void;
   /** Protects readable keys from eviction while they are read; returns their slots. */
