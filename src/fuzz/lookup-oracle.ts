@@ -11,7 +11,7 @@ import { tierChunkMatches } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { lookupHitTokens } from '../lookup.js';
 import type { LookupResult } from '../lookup.js';
-import type { LookupAnswered } from '../runtime/store-loop.js';
+import type { LookupAnswered } from '../runtime/store-loads.js';
 import type { LookupState } from '../tier/types.js';
 import type { InvariantName } from './oracle.js';
 

@@ -1,20 +1,18 @@
 // The store role's loop body. It owns the host tier and the transfer backend:
-// each step it answers the scheduler's lookups and loads, collects finished
-// copies (publishing a tier entry only after its bytes are there), and runs one
-// StorePlanner pass whose jobs go to the backend. It also keeps what the
-// runtime's checks need, on this thread only: which tier entries are readable
-// and which chunk positions they hold (verify); what happened to each chunk
-// (double stores, holes) is the chunk ledger's, fed by the planner.
+// each step it answers the scheduler's lookups and loads (store-loads.ts),
+// collects finished copies (publishing a tier entry only after its bytes are
+// there), and runs one StorePlanner pass whose jobs go to the backend. It also
+// keeps what the runtime's checks need, on this thread only: which tier
+// entries are readable and which chunk positions they hold (verify); what
+// happened to each chunk (double stores, holes) is the chunk ledger's, fed by
+// the planner.
 import { tierChunkMatches } from '../copy.js';
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { Status } from '../layout.js';
 import { ChunkLedger } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
-import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
-import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
-import { StorePlanner } from '../planner.js';
-import { plannerSwitches } from '../planner.js';
+import { StorePlanner, plannerSwitches } from '../planner.js';
 import type { PlannerObserver, PlannerSwitches, PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
@@ -25,25 +23,17 @@ import { zeroCounters } from '../tier/lower.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
+import { StoreLoads } from './store-loads.js';
+import type { LookupAnswered, Readable } from './store-loads.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
-import { decodeLookup } from './lookup-record.js';
-import type { DecodedLookup } from './lookup-record.js';
-import {
-  ANS_LOADED,
-  ANS_LOOKED_UP,
-  LOOKUP_DEFERRED,
-  OP_LOAD,
-  OP_LOOKUP,
-  OP_UNLOCK,
-} from './protocol.js';
+import { OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
 import type { SpscRing } from './rings.js';
 import { AGAIN, STORE_DRAIN_TICK_MS, park, pause, ringOthers } from './role-loop.js';
 import type { RoleLoop, RoleWait } from './role-loop.js';
 import { publishStat } from './stats.js';
-import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
-import type { LoadEntry } from './transfer.js';
+import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import type { TracedRequest } from './trace-recorder.js';
 
@@ -104,24 +94,6 @@ export interface StoreLoopOptions extends PlannerSwitches {
   onLookupAnswered?: (answered: LookupAnswered) => void;
 }
 
-/** One lookup answer, as the store role gave it, with the tier state it was decided from. */
-export interface LookupAnswered {
-  readonly lookup: DecodedLookup;
-  /** The store's per-key state at that moment (what lookupHitTokens read). */
-  readonly state: ChunkStateOf;
-  /** Hit tokens, or DEFER. */
-  readonly answer: LookupResult;
-  /** Deferred while the levels below host resolve (not a lookup decision). */
-  readonly lower: boolean;
-  /** The chunks a hit protects for its load, with their tier slots. */
-  readonly locked: readonly {
-    readonly key: bigint;
-    readonly slot: number;
-    readonly group: number;
-    readonly chunk: number;
-  }[];
-}
-
 export interface JobEvent {
   jobId: number;
   chunks: number;
@@ -170,19 +142,6 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
-interface Readable {
-  readonly slot: number;
-  readonly positions: readonly number[];
-}
-
-interface HitLock {
-  readonly keys: bigint[];
-  /** Per loaded (group, chunk), group-major: tier slot. */
-  readonly slots: number[];
-  readonly chunks: { group: number; chunk: number }[];
-  readonly hit: number;
-}
-
 /**
  * Consecutive failed store copies (no success between them) after which the
  * store gives up on the transfer backend. A copy can fail for a reason of its
@@ -209,23 +168,14 @@ export class StoreLoop implements RoleLoop {
   private readonly delayMs: number;
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
-  private readonly loadWhileWriting: boolean;
-  private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
-  private readonly leakOnLoadFailure: boolean;
   private readonly faultTasks: number;
   private readonly transferFailuresMax: number;
   private tasks = 0;
   /** Failed store copies since the last one that succeeded. */
   private transferFailuresInRow = 0;
   private jobsTransferFailed = 0;
-  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
-  private readonly locks = new Map<number, HitLock>();
-  /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
-  private readonly leaked: HitLock[] = [];
-  /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
-  private readonly beingLoaded = new Map<bigint, number>();
-  private lookupsDeferred = 0;
-  private readonly loadingRequests = new Set<number>();
+  /** Lookups and loads: answers, protected hits, loads in flight. */
+  private readonly loads: StoreLoads;
   private readonly readable = new Map<bigint, Readable>();
   /** Positions of keys being written, until their job completes. */
   private readonly writing = new Map<bigint, Readable>();
@@ -233,14 +183,12 @@ export class StoreLoop implements RoleLoop {
   readonly ledger: ChunkLedger;
   private bytesCopied = 0;
   private jobsCompleted = 0;
-  private nextLoadId = 1;
   private jobEvents: JobEvent[] = [];
   private readonly recorder: TraceRecorder | undefined;
   /** Lookups, write-through and promotion over the levels below host; undefined without them. */
   private readonly lower: LowerLookups | undefined;
   /** The host level's lookup counters (the rest come from the tier and the planner). */
   private readonly hostCounters = zeroCounters();
-  private hostBytesRead = 0;
   private readonly wakeOthers: () => void;
   /** Closing: every step only completes copies in flight (beginDrain). */
   private draining = false;
@@ -262,7 +210,6 @@ export class StoreLoop implements RoleLoop {
         ? { storeThreshold: options.cache.storeThreshold }
         : {}),
     });
-    this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? JOBS_IN_FLIGHT_MAX;
@@ -272,8 +219,6 @@ export class StoreLoop implements RoleLoop {
     if (!Number.isInteger(this.transferFailuresMax) || this.transferFailuresMax < 1) {
       throw new InvalidArgumentError('transferFailuresMax', 'must be a positive integer');
     }
-    this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
-    this.onLookupAnswered = options.onLookupAnswered;
     const traceRequests = options.traceRequests ?? 0;
     const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
     this.recorder = recorder;
@@ -325,11 +270,25 @@ export class StoreLoop implements RoleLoop {
           options.wake ?? (() => {}),
         )
       : undefined;
+    this.loads = new StoreLoads({
+      views,
+      tier: this.tier,
+      answers: this.answers,
+      backend,
+      planner: this.planner,
+      readable: this.readable,
+      writing: this.writing,
+      lower: this.lower,
+      hostCounters: this.hostCounters,
+      loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
+      leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
+      onLookupAnswered: options.onLookupAnswered,
+    });
   }
 
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
   get jobsInFlight(): number {
-    return this.planner.jobsHeld + this.loads.size;
+    return this.planner.jobsHeld + this.loads.inFlight;
   }
 
   /** Store latencies of the lower levels since the last call, per chunk (the host's are the job events). */
@@ -452,12 +411,12 @@ export class StoreLoop implements RoleLoop {
   /** Leftovers after a run: entries still being written or read (should be 0 after close). */
   leftovers(): { writing: number; reading: number; locks: number } {
     const s = this.tier.stats();
-    return { writing: s.writing, reading: s.reading, locks: this.locks.size + this.loads.size };
+    return { writing: s.writing, reading: s.reading, locks: this.loads.lockCount };
   }
 
   private dispatch(job: StoreJob): void {
     // One load xor stores per request (vLLM's §7.6): a loading request has computed nothing to store.
-    if (this.loadingRequests.has(job.requestId))
+    if (this.loads.loading(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
     const bpc = this.views.config.blocksPerChunk;
     for (const c of job.chunks) {
@@ -477,7 +436,7 @@ export class StoreLoop implements RoleLoop {
     const done = this.backend.takeCompletions();
     for (const c of done) {
       if (c.kind === 'store') this.completeStore(c);
-      else this.completeLoad(c);
+      else this.loads.complete(c);
     }
     return done.length > 0;
   }
@@ -537,219 +496,10 @@ export class StoreLoop implements RoleLoop {
 
   private handle(r: Int32Array): void {
     const op = r[0];
-    if (op === OP_LOOKUP) this.lookup(r);
-    else if (op === OP_LOAD) this.load(r);
-    else if (op === OP_UNLOCK) this.unlock(r[1]!);
+    if (op === OP_LOOKUP) this.loads.lookup(r);
+    else if (op === OP_LOAD) this.loads.load(r);
+    else if (op === OP_UNLOCK) this.loads.unlock(r[1]!);
     else invariant(false, `store opcode ${op} is known`);
-  }
-
-  /**
-   * Answers a lookup with the one lookup decision (src/lookup.ts): the hit in
-   * chunks, or LOOKUP_DEFERRED when an entry it depends on is still being
-   * written or is being read by another request's load (the scheduler asks
-   * again later, so hits never depend on how fast the copy threads ran). Only
-   * whole chunks count (every block position stored). Every lookup touches
-   * the request's keys, group by group; hit entries are protected from
-   * eviction until loaded or unlocked. The request's own limits apply: a
-   * maxLoadTokens cap (rounded down to whole chunks) and skipReadingPrefixCache
-   * (a hit of 0 that never defers; the keys are still touched, and the request
-   * still stores, as in vLLM). The runtime loads whole chunks from a chunk
-   * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
-   * refuses other configs with the load path on; here they hit 0) and the hit
-   * is a whole number of chunks.
-   */
-  private lookup(r: Int32Array): void {
-    const { config } = this.views;
-    const groups = config.groups;
-    const decoded = decodeLookup(config, r);
-    const { tag, numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decoded;
-    const state = (k: bigint) => this.chunkState(k, force);
-    const tpc = groups[0]!.tokensPerChunk;
-    // The runtime loads whole chunks, so the lookup itself must only consider
-    // hits that end on a chunk boundary: rounding an unaligned hit down after
-    // the fact would move a sliding-window group's window onto chunks that
-    // were never checked (the store then threw on a key it could not load).
-    const anyWindow = groups.some((g) => g.windowChunks !== null);
-    const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
-    const request = {
-      numTokens,
-      keys,
-      maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
-      skipReadingPrefixCache,
-    };
-    const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, state)
-      : 0;
-    invariant(
-      result === DEFER || result % tpc === 0,
-      'a runtime lookup hit ends on a chunk boundary',
-    );
-    invariant(
-      result === DEFER || result <= request.maxLoadTokens,
-      'a runtime lookup hit is within the cap',
-    );
-    const hitTokens = result === DEFER ? 0 : result;
-    for (const t of touchRanges(
-      groups,
-      keys.map((k) => k.length),
-      hitTokens,
-    )) {
-      if (t.to > t.from) this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
-    }
-    // Below a host prefix shorter than asked: the lower levels resolve (and
-    // promote) first; ask again meanwhile. Not for a request that reads
-    // nothing; a capped request asks up to its cap (and the EAGLE tail chunk
-    // a widened query reads).
-    const capChunks =
-      maxLoadTokens === undefined
-        ? Infinity
-        : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
-    const asked = Math.min(capChunks, ...keys.map((k) => k.length));
-    if (
-      result !== DEFER &&
-      this.lower &&
-      !force &&
-      !skipReadingPrefixCache &&
-      hitTokens / tpc < asked
-    ) {
-      const prefixHit = (present: (k: bigint) => boolean) => {
-        const t = lookupHitTokens(groups, request, (k) => (present(k) ? 'hit' : 'miss'));
-        return t === DEFER ? 0 : Math.floor(t / tpc);
-      };
-      const view = { count: asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
-      if (this.lower.mustWait(tag, view)) {
-        this.lookupsDeferred += 1;
-        this.hostCounters.pendingChunks += 1;
-        this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: true, locked: [] });
-        this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
-        return;
-      }
-    }
-    const promoted = this.lower?.finish(tag);
-    if (result === DEFER) {
-      this.hostCounters.pendingChunks += 1;
-      this.lookupsDeferred += 1;
-      this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower: false, locked: [] });
-      this.answers.send([ANS_LOOKED_UP, tag, LOOKUP_DEFERRED]);
-      return;
-    }
-    // One sighting per answered lookup, of every key it carries (the store threshold's count).
-    for (const k of keys) this.tier.recordLookup(k);
-    const hit = hitTokens / tpc;
-    if (hit < asked) this.hostCounters.missChunks += 1;
-    const lockedChunks: LookupAnswered['locked'][number][] = [];
-    // The state the decision read, before this hit's lock makes its keys 'being read'.
-    const decidedFrom = this.onLookupAnswered ? snapshotState(keys, state) : state;
-    if (hit > 0) {
-      const locked: bigint[] = [];
-      const chunks: { group: number; chunk: number }[] = [];
-      for (const plan of loadPlan(groups, 0, hitTokens)) {
-        for (let c = plan.firstChunk; c < plan.endChunk; c += 1) {
-          locked.push(keys[plan.group]![c]!);
-          chunks.push({ group: plan.group, chunk: c });
-        }
-      }
-      const { keys: prepared, slots } = this.protect(locked);
-      for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-      this.locks.set(tag, { keys: prepared, slots, chunks, hit });
-      for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
-      if (this.onLookupAnswered) {
-        chunks.forEach((c, i) =>
-          lockedChunks.push({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }),
-        );
-      }
-    }
-    this.onLookupAnswered?.({
-      lookup: decoded,
-      state: decidedFrom,
-      answer: hitTokens,
-      lower: false,
-      locked: lockedChunks,
-    });
-    this.answers.send([ANS_LOOKED_UP, tag, hit]);
-  }
-
-  /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
-  private protect(keys: bigint[]): { keys: bigint[]; slots: number[] } {
-    if (!this.loadWhileWriting) return { keys, slots: this.tier.prepareLoad(keys) };
-    const prepared: bigint[] = [];
-    const slots: number[] = [];
-    for (const k of keys) {
-      const w = this.writing.get(k);
-      if (w !== undefined) slots.push(w.slot);
-      else {
-        prepared.push(k);
-        slots.push(this.tier.prepareLoad([k])[0]!);
-      }
-    }
-    return { keys: prepared, slots };
-  }
-
-  /** A key's state for lookups: whole and readable, being written or read (pending), or missing. */
-  private chunkState(k: bigint, force: boolean): ChunkState {
-    const bpc = this.views.config.blocksPerChunk;
-    if (this.loadWhileWriting && this.writing.get(k)?.positions.length === bpc) return 'hit';
-    if (this.readable.get(k)?.positions.length === bpc) {
-      return !force && this.beingLoaded.has(k) ? 'pending' : 'hit';
-    }
-    if (this.writing.get(k)?.positions.length === bpc) return force ? 'miss' : 'pending';
-    return 'miss';
-  }
-
-  /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
-  private load(r: Int32Array): void {
-    const tag = r[1]!;
-    const lock = this.locks.get(tag);
-    if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
-    this.locks.delete(tag);
-    const bpc = this.views.config.blocksPerChunk;
-    invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
-    const entries: LoadEntry[] = [];
-    for (let i = 0; i < lock.chunks.length; i += 1) {
-      for (let p = 0; p < bpc; p += 1) {
-        const block = r[2 + i * bpc + p]!;
-        // 0: a window's leading null block the engine left out of the load (and never a
-        // copy into the null block, whatever a host sends).
-        if (block === 0) continue;
-        entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block });
-      }
-    }
-    for (const job of this.planner.issuedJobs()) {
-      if (job.requestId === tag)
-        invariant(false, `request ${tag} loads while its stores are in flight`);
-    }
-    const jobId = -this.nextLoadId++;
-    this.loads.set(jobId, { lock, tag });
-    this.loadingRequests.add(tag);
-    this.backend.submit(encodeLoadTask(jobId, entries, 0));
-  }
-
-  private completeLoad(c: TransferCompletion): void {
-    const load = this.loads.get(c.jobId);
-    if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
-    this.loads.delete(c.jobId);
-    this.loadingRequests.delete(load.tag);
-    // The unsafe variant parks the failed load's lock where nothing ever releases it.
-    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
-    else this.release(load.lock);
-    this.hostBytesRead += c.bytes;
-    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
-  }
-
-  private unlock(tag: number): void {
-    const lock = this.locks.get(tag);
-    if (lock === undefined) return;
-    this.locks.delete(tag);
-    this.release(lock);
-  }
-
-  private release(lock: HitLock): void {
-    this.tier.completeLoad(lock.keys);
-    for (const k of lock.keys) {
-      const n = this.beingLoaded.get(k)!;
-      if (n <= 1) this.beingLoaded.delete(k);
-      else this.beingLoaded.set(k, n - 1);
-    }
   }
 
   /**
@@ -805,13 +555,13 @@ export class StoreLoop implements RoleLoop {
     publishStat(s, 'holes', this.ledger.holes);
     publishStat(s, 'doubleStores', this.ledger.doubleStores);
     publishStat(s, 'storePasses', c.passes);
-    publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
+    publishStat(s, 'lookupsDeferred', this.loads.deferred);
     const t = this.tier.stats();
     const host = this.hostCounters;
     host.storedChunks = t.stores;
     host.evictions = t.evictions;
     host.bytesWritten = this.bytesCopied;
-    host.bytesRead = this.hostBytesRead;
+    host.bytesRead = this.loads.bytesRead;
     host.droppedChunks = c.chunksDroppedForCapacity;
     host.fullChunks = c.allocationFailures;
     publishTierCounters(this.views.tierStats, 'host', host);
@@ -819,11 +569,4 @@ export class StoreLoop implements RoleLoop {
       publishTierCounters(this.views.tierStats, level.name, level.counters);
     }
   }
-}
-
-/** Every key's state now, frozen (for a hook that runs after the state moved on). */
-function snapshotState(keys: readonly (readonly bigint[])[], state: ChunkStateOf): ChunkStateOf {
-  const frozen = new Map<bigint, ChunkState>();
-  for (const ks of keys) for (const k of ks) frozen.set(k, state(k));
-  return (k) => frozen.get(k) ?? state(k);
 }

@@ -10,7 +10,7 @@ import { tierBlockWords } from '../../src/copy.js';
 import { DEFER } from '../../src/lookup.js';
 import type { ChunkState } from '../../src/lookup.js';
 import { RuntimeViews, createRuntimeBuffers } from '../../src/runtime/buffers.js';
-import type { LookupAnswered } from '../../src/runtime/store-loop.js';
+import type { LookupAnswered } from '../../src/runtime/store-loads.js';
 import { expectedLookupAnswer, lookupAnswerViolation } from '../../src/fuzz/lookup-oracle.js';
 import { UNPACED_ENGINE, oneThreadLoops, repeatedPrompt } from '../helpers/one-thread-loops.js';
 import { SMALL_HYBRID } from '../helpers/configs.js';

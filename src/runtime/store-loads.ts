@@ -1,0 +1,376 @@
+// The store role's lookups and loads: each lookup answered with the one lookup
+// decision over the host tier's state (deferred while an entry it needs is
+// being written, or while the levels below host resolve), the hit's entries
+// protected from eviction until its load ran or was given up, each load sent
+// to the transfer backend and its entries released when it completes. One
+// load xor stores per request: a request loading has nothing to store.
+import { invariant } from '../errors.js';
+import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import type { ChunkState, ChunkStateOf, LookupRequest, LookupResult } from '../lookup.js';
+import type { StorePlanner } from '../planner.js';
+import type { HostTier } from '../tier/host-tier.js';
+import type { TierCounters } from '../tier/lower.js';
+import type { TransferBackend, TransferCompletion } from './backend.js';
+import type { RuntimeViews } from './buffers.js';
+import type { LowerLookups } from './lower-lookup.js';
+import { decodeLookup } from './lookup-record.js';
+import type { DecodedLookup } from './lookup-record.js';
+import type { Outbox } from './outbox.js';
+import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED } from './protocol.js';
+import { encodeLoadTask } from './transfer.js';
+import type { LoadEntry } from './transfer.js';
+
+/** One lookup answer, as the store role gave it, with the tier state it was decided from. */
+export interface LookupAnswered {
+  readonly lookup: DecodedLookup;
+  /** The store's per-key state at that moment (what lookupHitTokens read). */
+  readonly state: ChunkStateOf;
+  /** Hit tokens, or DEFER. */
+  readonly answer: LookupResult;
+  /** Deferred while the levels below host resolve (not a lookup decision). */
+  readonly lower: boolean;
+  /** The chunks a hit protects for its load, with their tier slots. */
+  readonly locked: readonly {
+    readonly key: bigint;
+    readonly slot: number;
+    readonly group: number;
+    readonly chunk: number;
+  }[];
+}
+
+/** A tier entry's slot and the chunk positions its bytes cover. */
+export interface Readable {
+  readonly slot: number;
+  readonly positions: readonly number[];
+}
+
+interface HitLock {
+  readonly keys: bigint[];
+  /** Per loaded (group, chunk), group-major: tier slot. */
+  readonly slots: number[];
+  readonly chunks: { group: number; chunk: number }[];
+  readonly hit: number;
+}
+
+/** What a lookup decided, and what it asked for. */
+interface LookupDecision {
+  readonly request: LookupRequest;
+  /** Hit tokens, or DEFER. */
+  readonly result: LookupResult;
+  /** The hit in tokens (0 when deferred). */
+  readonly hitTokens: number;
+  readonly state: ChunkStateOf;
+  /** Tokens per chunk (every group's, for the runtime's loads). */
+  readonly tpc: number;
+  /** Chunks the request asks for. */
+  readonly asked: number;
+}
+
+export interface StoreLoadsDeps {
+  readonly views: RuntimeViews;
+  readonly tier: HostTier;
+  readonly answers: Outbox;
+  readonly backend: TransferBackend;
+  readonly planner: StorePlanner;
+  /** Entries readable, and entries being written, with their positions (the store loop's). */
+  readonly readable: Map<bigint, Readable>;
+  readonly writing: Map<bigint, Readable>;
+  readonly lower: LowerLookups | undefined;
+  /** The host level's counters: lookups count hits, misses and deferrals here. */
+  readonly hostCounters: TierCounters;
+  /** StoreLoopOptions.unsafeLoadWhileWriting. */
+  readonly loadWhileWriting: boolean;
+  /** StoreLoopOptions.unsafeLeakOnLoadFailure. */
+  readonly leakOnLoadFailure: boolean;
+  readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
+}
+
+export class StoreLoads {
+  /** Lookups answered with LOOKUP_DEFERRED. */
+  deferred = 0;
+  /** Bytes loads read from the host tier. */
+  bytesRead = 0;
+  private readonly views: RuntimeViews;
+  private readonly tier: HostTier;
+  private readonly answers: Outbox;
+  private readonly backend: TransferBackend;
+  private readonly planner: StorePlanner;
+  private readonly readable: Map<bigint, Readable>;
+  private readonly writing: Map<bigint, Readable>;
+  private readonly lower: LowerLookups | undefined;
+  private readonly hostCounters: TierCounters;
+  private readonly loadWhileWriting: boolean;
+  private readonly leakOnLoadFailure: boolean;
+  private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
+  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
+  private readonly locks = new Map<number, HitLock>();
+  /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
+  private readonly leaked: HitLock[] = [];
+  /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
+  private readonly beingLoaded = new Map<bigint, number>();
+  private readonly loadingRequests = new Set<number>();
+  private nextLoadId = 1;
+  private readonly tpc: number;
+
+  constructor(deps: StoreLoadsDeps) {
+    this.views = deps.views;
+    this.tier = deps.tier;
+    this.answers = deps.answers;
+    this.backend = deps.backend;
+    this.planner = deps.planner;
+    this.readable = deps.readable;
+    this.writing = deps.writing;
+    this.lower = deps.lower;
+    this.hostCounters = deps.hostCounters;
+    this.loadWhileWriting = deps.loadWhileWriting;
+    this.leakOnLoadFailure = deps.leakOnLoadFailure;
+    this.onLookupAnswered = deps.onLookupAnswered;
+    this.tpc = deps.views.config.groups[0]!.tokensPerChunk;
+  }
+
+  /** Loads in flight. */
+  get inFlight(): number {
+    return this.loads.size;
+  }
+
+  /** Hits protected for a load not yet run, plus loads in flight. */
+  get lockCount(): number {
+    return this.locks.size + this.loads.size;
+  }
+
+  /** True while a load of this request is in flight. */
+  loading(requestId: number): boolean {
+    return this.loadingRequests.has(requestId);
+  }
+
+  /**
+   * Answers a lookup with the one lookup decision (src/lookup.ts): the hit in
+   * chunks, or LOOKUP_DEFERRED when an entry it depends on is still being
+   * written or is being read by another request's load (the scheduler asks
+   * again later, so hits never depend on how fast the copy threads ran). Only
+   * whole chunks count (every block position stored). Every lookup touches
+   * the request's keys, group by group; hit entries are protected from
+   * eviction until loaded or unlocked. The request's own limits apply: a
+   * maxLoadTokens cap (rounded down to whole chunks) and skipReadingPrefixCache
+   * (a hit of 0 that never defers; the keys are still touched, and the request
+   * still stores, as in vLLM). The runtime loads whole chunks from a chunk
+   * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
+   * refuses other configs with the load path on; here they hit 0) and the hit
+   * is a whole number of chunks.
+   */
+  lookup(r: Int32Array): void {
+    const decoded = decodeLookup(this.views.config, r);
+    const { tag, keys } = decoded;
+    const d = this.decide(decoded);
+    const { result, hitTokens, state } = d;
+    for (const t of touchRanges(
+      this.views.config.groups,
+      keys.map((k) => k.length),
+      hitTokens,
+    )) {
+      if (t.to > t.from) this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
+    }
+    if (result !== DEFER && this.lowerMustWait(decoded, d)) {
+      this.answerDeferred(decoded, state, true);
+      return;
+    }
+    const promoted = this.lower?.finish(tag);
+    if (result === DEFER) {
+      this.answerDeferred(decoded, state, false);
+      return;
+    }
+    // One sighting per answered lookup, of every key it carries (the store threshold's count).
+    for (const k of keys) this.tier.recordLookup(k);
+    const hit = hitTokens / d.tpc;
+    if (hit < d.asked) this.hostCounters.missChunks += 1;
+    // The state the decision read, before this hit's lock makes its keys 'being read'.
+    const decidedFrom = this.onLookupAnswered ? snapshotState(keys, state) : state;
+    const locked = hit > 0 ? this.lockHit(decoded, hitTokens, promoted) : [];
+    this.onLookupAnswered?.({
+      lookup: decoded,
+      state: decidedFrom,
+      answer: hitTokens,
+      lower: false,
+      locked,
+    });
+    this.answers.send([ANS_LOOKED_UP, tag, hit]);
+  }
+
+  /** The one lookup decision over the host tier's state, in whole chunks within the request's cap. */
+  private decide(decoded: DecodedLookup): LookupDecision {
+    const groups = this.views.config.groups;
+    const { numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decoded;
+    const state = (k: bigint) => this.chunkState(k, force);
+    const tpc = groups[0]!.tokensPerChunk;
+    // The runtime loads whole chunks, so the lookup itself must only consider
+    // hits that end on a chunk boundary: rounding an unaligned hit down after
+    // the fact would move a sliding-window group's window onto chunks that
+    // were never checked (the store then threw on a key it could not load).
+    const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
+    const request = {
+      numTokens,
+      keys,
+      maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
+      skipReadingPrefixCache,
+    };
+    const result = groups.every((g) => g.tokensPerChunk === tpc)
+      ? lookupHitTokens(groups, request, state)
+      : 0;
+    invariant(
+      result === DEFER || result % tpc === 0,
+      'a runtime lookup hit ends on a chunk boundary',
+    );
+    invariant(
+      result === DEFER || result <= request.maxLoadTokens,
+      'a runtime lookup hit is within the cap',
+    );
+    // What the request asks for, in chunks: up to its cap (and the EAGLE tail
+    // chunk a widened query reads).
+    const capChunks =
+      maxLoadTokens === undefined
+        ? Infinity
+        : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
+    const asked = Math.min(capChunks, ...keys.map((k) => k.length));
+    return { request, result, hitTokens: result === DEFER ? 0 : result, state, tpc, asked };
+  }
+
+  /**
+   * Below a host prefix shorter than asked: the lower levels resolve (and
+   * promote) first; the request asks again meanwhile. Not for a request that
+   * reads nothing.
+   */
+  private lowerMustWait(decoded: DecodedLookup, d: LookupDecision): boolean {
+    const { force, skipReadingPrefixCache, keys, tag } = decoded;
+    if (!this.lower || force || skipReadingPrefixCache || d.hitTokens / d.tpc >= d.asked) {
+      return false;
+    }
+    const groups = this.views.config.groups;
+    const prefixHit = (present: (k: bigint) => boolean) => {
+      const t = lookupHitTokens(groups, d.request, (k) => (present(k) ? 'hit' : 'miss'));
+      return t === DEFER ? 0 : Math.floor(t / d.tpc);
+    };
+    const view = { count: d.asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
+    return this.lower.mustWait(tag, view);
+  }
+
+  private answerDeferred(decoded: DecodedLookup, state: ChunkStateOf, lower: boolean): void {
+    this.deferred += 1;
+    this.hostCounters.pendingChunks += 1;
+    this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower, locked: [] });
+    this.answers.send([ANS_LOOKED_UP, decoded.tag, LOOKUP_DEFERRED]);
+  }
+
+  /** Protects a hit's entries from eviction until its load ran or was given up; the chunks locked, for the oracle. */
+  private lockHit(
+    decoded: DecodedLookup,
+    hitTokens: number,
+    promoted: ReadonlySet<bigint> | undefined,
+  ): LookupAnswered['locked'][number][] {
+    const { keys, tag } = decoded;
+    const locked: bigint[] = [];
+    const chunks: { group: number; chunk: number }[] = [];
+    for (const plan of loadPlan(this.views.config.groups, 0, hitTokens)) {
+      for (let c = plan.firstChunk; c < plan.endChunk; c += 1) {
+        locked.push(keys[plan.group]![c]!);
+        chunks.push({ group: plan.group, chunk: c });
+      }
+    }
+    const { keys: prepared, slots } = this.protect(locked);
+    for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
+    this.locks.set(tag, { keys: prepared, slots, chunks, hit: hitTokens / this.tpc });
+    for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
+    if (!this.onLookupAnswered) return [];
+    return chunks.map((c, i) => ({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }));
+  }
+
+  /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
+  private protect(keys: bigint[]): { keys: bigint[]; slots: number[] } {
+    if (!this.loadWhileWriting) return { keys, slots: this.tier.prepareLoad(keys) };
+    const prepared: bigint[] = [];
+    const slots: number[] = [];
+    for (const k of keys) {
+      const w = this.writing.get(k);
+      if (w !== undefined) slots.push(w.slot);
+      else {
+        prepared.push(k);
+        slots.push(this.tier.prepareLoad([k])[0]!);
+      }
+    }
+    return { keys: prepared, slots };
+  }
+
+  /** A key's state for lookups: whole and readable, being written or read (pending), or missing. */
+  private chunkState(k: bigint, force: boolean): ChunkState {
+    const bpc = this.views.config.blocksPerChunk;
+    if (this.loadWhileWriting && this.writing.get(k)?.positions.length === bpc) return 'hit';
+    if (this.readable.get(k)?.positions.length === bpc) {
+      return !force && this.beingLoaded.has(k) ? 'pending' : 'hit';
+    }
+    if (this.writing.get(k)?.positions.length === bpc) return force ? 'miss' : 'pending';
+    return 'miss';
+  }
+
+  /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
+  load(r: Int32Array): void {
+    const tag = r[1]!;
+    const lock = this.locks.get(tag);
+    if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
+    this.locks.delete(tag);
+    const bpc = this.views.config.blocksPerChunk;
+    invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
+    const entries: LoadEntry[] = [];
+    for (let i = 0; i < lock.chunks.length; i += 1) {
+      for (let p = 0; p < bpc; p += 1) {
+        const block = r[2 + i * bpc + p]!;
+        // 0: a window's leading null block the engine left out of the load (and never a
+        // copy into the null block, whatever a host sends).
+        if (block === 0) continue;
+        entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block });
+      }
+    }
+    for (const job of this.planner.issuedJobs()) {
+      if (job.requestId === tag)
+        invariant(false, `request ${tag} loads while its stores are in flight`);
+    }
+    const jobId = -this.nextLoadId++;
+    this.loads.set(jobId, { lock, tag });
+    this.loadingRequests.add(tag);
+    this.backend.submit(encodeLoadTask(jobId, entries, 0));
+  }
+
+  complete(c: TransferCompletion): void {
+    const load = this.loads.get(c.jobId);
+    if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
+    this.loads.delete(c.jobId);
+    this.loadingRequests.delete(load.tag);
+    // The unsafe variant parks the failed load's lock where nothing ever releases it.
+    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    else this.release(load.lock);
+    this.bytesRead += c.bytes;
+    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
+  }
+
+  unlock(tag: number): void {
+    const lock = this.locks.get(tag);
+    if (lock === undefined) return;
+    this.locks.delete(tag);
+    this.release(lock);
+  }
+
+  private release(lock: HitLock): void {
+    this.tier.completeLoad(lock.keys);
+    for (const k of lock.keys) {
+      const n = this.beingLoaded.get(k)!;
+      if (n <= 1) this.beingLoaded.delete(k);
+      else this.beingLoaded.set(k, n - 1);
+    }
+  }
+}
+
+/** Every key's state now, frozen (for a hook that runs after the state moved on). */
+function snapshotState(keys: readonly (readonly bigint[])[], state: ChunkStateOf): ChunkStateOf {
+  const frozen = new Map<bigint, ChunkState>();
+  for (const ks of keys) for (const k of ks) frozen.set(k, state(k));
+  return (k) => frozen.get(k) ?? state(k);
+}
