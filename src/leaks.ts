@@ -42,6 +42,32 @@ export function slotsInUse(state: SharedState): number {
   return n;
 }
 
+/** What the role loops report at the end (RoleLoop.final()); absent: the role never reported. */
+export interface RoleFinals {
+  readonly scheduler?: Readonly<Record<string, number>>;
+  readonly allocator?: Readonly<Record<string, number>>;
+  readonly store?: Readonly<Record<string, number>>;
+}
+
+/**
+ * A runtime's leak report: the roles' own final figures (-1 where a role
+ * never reported, it crashed) and the shared words' pins and slots.
+ */
+export function leakReportOf(state: SharedState, finals: RoleFinals): LeakReport {
+  const { scheduler, allocator, store } = finals;
+  return {
+    requestsInEngine: scheduler?.pending ?? -1,
+    blocksInUse: allocator?.inUse ?? -1,
+    blocksQuarantined: allocator?.quarantined ?? -1,
+    pinsOutstanding: pinsOutstanding(state),
+    slotsInUse: slotsInUse(state),
+    tierEntriesWriting: store?.tierWriting ?? -1,
+    tierEntriesReading: store?.tierReading ?? -1,
+    jobsInFlight: store?.jobsInFlight ?? -1,
+    loadLocks: store?.loadLocks ?? -1,
+  };
+}
+
 /** The report's first finding in words (engine, pool, pins, slots, tier, jobs), or undefined when nothing leaked. */
 export function describeLeak(
   r: LeakReport,

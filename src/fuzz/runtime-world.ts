@@ -36,7 +36,7 @@ import {
   S_STATUS,
   Status,
 } from '../layout.js';
-import { describeLeak, pinsOutstanding, slotsInUse } from '../leaks.js';
+import { describeLeak, leakReportOf } from '../leaks.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
@@ -46,7 +46,7 @@ import { EngineSimulator } from '../runtime/engine-sim.js';
 import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
-import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
+import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit } from '../runtime/submit-queue.js';
 import { Prng } from '../prng.js';
 import { ringOthers } from '../runtime/role-loop.js';
 import type { RoleLoop, RoleWait } from '../runtime/role-loop.js';
@@ -96,8 +96,6 @@ export interface RuntimeWorldOptions {
  * this bound before its virtual budget ran a clock that stopped moving.
  */
 const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
-/** main's backlog timer when the submit ring is full. */
-const BACKLOG_RETRY_MS = 1;
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
 const RUNTIME_NESTED_STEPS_MAX = 6;
 /**
@@ -154,8 +152,9 @@ export class RuntimeWorld {
   private closing = false;
   /** Submissions main has not pushed yet, in time order. */
   private readonly toSubmit: { atMs: number; s: RuntimeSubmission }[] = [];
-  private readonly backlog: number[][] = [];
-  private backlogRetryMs = 0;
+  /** main's submit ring queue (OffloadRuntime's), retried every SUBMIT_RETRY_MS while records wait. */
+  private readonly submits: SubmitQueue;
+  private submitRetryMs = 0;
   private closeAtMs = Infinity;
   private readonly stalls: { actor: number; fromMs: number; toMs: number }[] = [];
   private readonly pending = new Map<number, PendingRequest>();
@@ -185,6 +184,7 @@ export class RuntimeWorld {
     const buffers = createRuntimeBuffers(config, scenarioRingWords(scenario));
     const views = new RuntimeViews(config, buffers);
     this.views = views;
+    this.submits = new SubmitQueue(views.ring('submit'), views.doorbell('scheduler'));
     const now = () => this.nowMs;
     this.bells = BELL_ROLES.map((r) => views.doorbell(ACTORS[r] as 'scheduler'));
     this.roles = ACTORS.map(() => ({
@@ -359,35 +359,16 @@ export class RuntimeWorld {
     while (this.toSubmit.length > 0 && this.toSubmit[0]!.atMs <= this.nowMs) {
       const { s } = this.toSubmit.shift()!;
       this.pending.set(s.requestId, {});
-      this.backlog.push([
-        OP_SUBMIT,
-        s.requestId,
-        s.promptLength,
-        s.prefixId,
-        s.sharedPrefixTokens,
-        s.maxDecodeTokens,
-        s.abortAfterTokens,
-        0,
-        // The load limits, as submit() encodes them (trailing, only when given).
-        ...(s.maxLoadTokens !== undefined || s.skipReadingPrefixCache === true
-          ? [s.maxLoadTokens ?? UNSET, s.skipReadingPrefixCache === true ? 1 : 0]
-          : []),
-      ]);
-      this.backlogRetryMs = this.nowMs;
+      this.submits.enqueue(encodeSubmit(s));
+      this.submitRetryMs = this.nowMs;
     }
-    if (this.backlog.length > 0 && this.nowMs >= this.backlogRetryMs) {
-      const ring = this.views.ring('submit');
-      let n = 0;
-      while (this.backlog.length > 0 && ring.push(this.backlog[0]!)) {
-        this.backlog.shift();
-        n += 1;
-      }
-      this.bells[SCHEDULER]!.ring();
-      if (this.backlog.length > 0) this.backlogRetryMs = this.nowMs + BACKLOG_RETRY_MS;
+    if (this.submits.queued > 0 && this.nowMs >= this.submitRetryMs) {
+      const n = this.submits.flush();
+      if (this.submits.queued > 0) this.submitRetryMs = this.nowMs + SUBMIT_RETRY_MS;
       if (n > 0) this.note(-1, 2, n, () => `main: ${n} submission(s) on the submit ring`);
     }
     if (this.phase === 'running') {
-      const allIn = this.toSubmit.length === 0 && this.backlog.length === 0;
+      const allIn = this.toSubmit.length === 0 && this.submits.queued === 0;
       if (allIn && this.pending.size === 0) {
         // close(): every request settled; stop in the runtime's order.
         this.phase = 'stopping';
@@ -452,7 +433,7 @@ export class RuntimeWorld {
     }
     for (const s of this.stalls) later(s.toMs);
     if (this.toSubmit.length > 0) later(this.toSubmit[0]!.atMs);
-    if (this.backlog.length > 0) later(this.backlogRetryMs);
+    if (this.submits.queued > 0) later(this.submitRetryMs);
     if (!this.closing) later(this.closeAtMs);
     return next;
   }
@@ -717,23 +698,13 @@ export class RuntimeWorld {
   /** After close(): the runtime's leak report, all zero. */
   private endChecks(): void {
     if (this.transferFailed) return;
-    const { state } = this.views;
-    const pool = this.allocator.pool;
-    const left = this.store.leftovers();
-    const leak = describeLeak(
-      {
-        requestsInEngine: this.engine.pending,
-        blocksInUse: pool.inUse,
-        blocksQuarantined: pool.quarantined,
-        pinsOutstanding: pinsOutstanding(state),
-        slotsInUse: slotsInUse(state),
-        tierEntriesWriting: left.writing,
-        tierEntriesReading: left.reading,
-        jobsInFlight: this.store.jobsInFlight,
-        loadLocks: left.locks,
-      },
-      'after close()',
-    );
+    // What the runtime's leak report says after close(), from the same roles' final figures.
+    const report = leakReportOf(this.views.state, {
+      scheduler: this.engine.final(),
+      allocator: this.allocator.final(),
+      store: this.store.final(),
+    });
+    const leak = describeLeak(report, 'after close()');
     if (leak !== undefined) return this.stopQuiet('leak', leak);
     const v = this.store.verify();
     if (v.mismatches > 0)
