@@ -2,7 +2,7 @@
 // its data and resolved once it says it is ready, stopped through its stop
 // word and doorbell (bounded by a deadline), terminated when the runtime
 // fails or closes, and ref'd only while something is pending. A worker that
-// fails, or exits without being asked, is reported to the runtime.
+// fails, or exits without being asked, is reported to the runtime at its exit.
 import type { Worker } from 'node:worker_threads';
 import { WorkerFailedError } from '../errors.js';
 import type { RuntimeViews } from './buffers.js';
@@ -57,21 +57,26 @@ export class RoleWorkers {
           resolve();
         } else this.hooks.message(m);
       });
+      // An uncaught error is reported at 'exit', not at 'error': Node sends it
+      // on the worker's internal port, which can overtake what the worker
+      // posted just before it threw (the store's 'failed', naming the transfer
+      // backend); before 'exit' Node delivers every message still queued.
+      let error: { cause: unknown } | undefined;
       worker.on('error', (err) => {
-        this.hooks.fail(role, err);
-        if (!started) reject(this.hooks.failure() ?? new WorkerFailedError(role, err));
+        error ??= { cause: err };
       });
       worker.on('exit', (code) => {
         exitResolve();
         this.workers.delete(role);
-        if (!this.stopping.has(role))
+        if (error !== undefined) this.hooks.fail(role, error.cause);
+        else if (!this.stopping.has(role)) {
           this.hooks.fail(role, `exited unexpectedly with code ${code}`);
+        }
         // Ended by the runtime because another role failed first: report that one.
-        if (!started)
-          reject(
-            this.hooks.failure() ??
-              new WorkerFailedError(role, `exited with code ${code} before it started`),
-          );
+        if (!started) {
+          const cause = error?.cause ?? `exited with code ${code} before it started`;
+          reject(this.hooks.failure() ?? new WorkerFailedError(role, cause));
+        }
       });
     });
   }
