@@ -14,6 +14,8 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 export interface ServeChild {
   child: ChildProcess;
   url: string;
+  /** The whole JSON line the server printed (url, host, port, kvEvents). */
+  info: Record<string, unknown>;
   /** stderr so far (for failure messages). */
   stderr(): string;
   /** Resolves with the exit code (or the signal name) once the process ended. */
@@ -53,7 +55,7 @@ export async function startServeChild(
     child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown'));
   });
   const lines = createInterface({ input: child.stdout! });
-  const url = await new Promise<string>((resolve, reject) => {
+  const info = await new Promise<{ url: string } & Record<string, unknown>>((resolve, reject) => {
     const timer = setTimeout(() => {
       child.kill('SIGKILL');
       reject(new Error(`kvoff serve did not print its address within ${timeoutMs} ms: ${err}`));
@@ -61,7 +63,7 @@ export async function startServeChild(
     lines.once('line', (line) => {
       clearTimeout(timer);
       try {
-        resolve((JSON.parse(line) as { url: string }).url);
+        resolve(JSON.parse(line) as { url: string } & Record<string, unknown>);
       } catch {
         reject(new Error(`kvoff serve printed ${line}`));
       }
@@ -71,8 +73,9 @@ export async function startServeChild(
       reject(new Error(`kvoff serve exited (${code}) before listening: ${err}`));
     });
   });
+  const url = info.url;
   if (!url.startsWith('http://127.0.0.1:')) throw new Error(`not loopback: ${url}`);
-  return { child, url, stderr: () => err, exited };
+  return { child, url, info, stderr: () => err, exited };
 }
 
 export interface LoadOptions {

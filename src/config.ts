@@ -37,6 +37,8 @@ export interface GroupConfig {
   readonly hashesPerChunk: number;
   /** Chunks a sliding-window/mamba position depends on; null for full attention. */
   readonly windowChunks: number | null;
+  /** The sliding window in tokens as configured; null for other kinds. */
+  readonly windowTokens: number | null;
   readonly eagle: boolean;
 }
 
@@ -197,9 +199,10 @@ function resolveGroup(
     );
   }
   let windowChunks: number | null = null;
+  let windowTokens: number | null = null;
   if (g.kind === 'sliding-window') {
-    const w = positiveInt(`${field}.windowTokens`, g.windowTokens, 1 << 30);
-    windowChunks = Math.ceil(w / tokensPerChunk);
+    windowTokens = positiveInt(`${field}.windowTokens`, g.windowTokens, 1 << 30);
+    windowChunks = Math.ceil(windowTokens / tokensPerChunk);
   } else if (g.kind === 'mamba') {
     if (g.windowTokens !== undefined) {
       throw new ConfigError(`${field}.windowTokens`, 'only sliding-window groups have a window');
@@ -216,6 +219,7 @@ function resolveGroup(
     tokensPerChunk,
     hashesPerChunk: tokensPerChunk / tokensPerHash,
     windowChunks,
+    windowTokens,
     eagle: bool(`${field}.eagle`, g.eagle ?? false),
   });
 }

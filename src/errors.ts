@@ -21,6 +21,7 @@ export type KvoffErrorCode =
   | 'KVOFF_BLOCKS_SETTLED'
   | 'KVOFF_ROLE_CLAIMED'
   | 'KVOFF_TRANSFER_BACKEND_FAILED'
+  | 'KVOFF_EVENTS_UNAVAILABLE'
   | 'KVOFF_INVALID_TRACE';
 
 export class KvoffError extends Error {
@@ -217,6 +218,24 @@ export class TransferBackendFailedError extends KvoffError {
     );
     this.name = 'TransferBackendFailedError';
     this.failuresInRow = failuresInRow;
+  }
+}
+
+/**
+ * Thrown by OffloadRuntime.start when `events.endpoint` is set and a package
+ * that KV events over ZeroMQ need (`zeromq`, `@msgpack/msgpack`) cannot be
+ * loaded; the runtime did not start. Names the package and why.
+ */
+export class EventsUnavailableError extends KvoffError {
+  readonly packageName: string;
+  constructor(packageName: string, cause: unknown) {
+    super(
+      'KVOFF_EVENTS_UNAVAILABLE',
+      `KV events over ZeroMQ need the ${packageName} package, which cannot be loaded: ${describe(cause)}`,
+      { cause },
+    );
+    this.name = 'EventsUnavailableError';
+    this.packageName = packageName;
   }
 }
 

@@ -19,6 +19,7 @@ export {
   BlocksSettledError,
   RoleClaimedError,
   TransferBackendFailedError,
+  EventsUnavailableError,
   TraceFormatError,
 } from './errors.js';
 export type { KvoffErrorCode } from './errors.js';
@@ -124,6 +125,21 @@ export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
 export type { PerTierCounters } from './tier/tier-stats.js';
+
+// KV events: vLLM's event model, from every tier change.
+export { KvEventStream } from './events/stream.js';
+export type {
+  KvEvent,
+  KvEventBatch,
+  BlockStored,
+  BlockRemoved,
+  AllBlocksCleared,
+  EventsOptions,
+  EventWire,
+  Medium,
+} from './events/types.js';
+export type { EventStats } from './events/hub.js';
+export type { LookupSample } from './runtime/lookup-timing.js';
 
 // The HTTP server.
 export { KvoffServer, SERVE_DEFAULTS } from './serve/server.js';

@@ -13,8 +13,10 @@ import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
 import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
 import { addTierOptions, parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
+import { addEventOptions, parseEventOptions } from './event-options.js';
+import type { EventRawOptions } from './event-options.js';
 
-interface ServeRawOptions extends TierRawOptions {
+interface ServeRawOptions extends TierRawOptions, EventRawOptions {
   port: string;
   host: string;
   policy: string;
@@ -31,7 +33,7 @@ export function registerServe(program: Command): void {
   const cmd = program
     .command('serve')
     .description(
-      'HTTP server embedding one OffloadRuntime: POST /v1/requests, GET /v1/stats, GET /metrics, GET /healthz',
+      'HTTP server embedding one OffloadRuntime: POST /v1/requests, GET /v1/stats, GET /v1/events, GET /metrics, GET /healthz',
     )
     .option('--port <n>', 'TCP port (0 picks a free one)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
@@ -48,7 +50,7 @@ export function registerServe(program: Command): void {
       String(SERVE_DEFAULTS.drainTimeoutMs),
     )
     .option('--json', 'print the bound address (and the drain result) as JSON lines');
-  addTierOptions(cmd)
+  addEventOptions(addTierOptions(cmd))
     .addHelpText(
       'after',
       '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
@@ -79,6 +81,7 @@ export function registerServe(program: Command): void {
       if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
       const policy = parseStorePolicy(raw.policy);
       const tiers = parseTierOptions(raw);
+      const events = parseEventOptions(raw);
 
       const runtime = await OffloadRuntime.start({
         policy,
@@ -88,6 +91,8 @@ export function registerServe(program: Command): void {
         // to abort; the simulator's random aborts are for simulate, not serve.
         simulator: { seed, abortQueuedRate: 0, abortRunningRate: 0 },
         ...(tiers ? { tiers } : {}),
+        // Always on: GET /v1/events streams them; --kv-events adds ZeroMQ.
+        events: events ?? {},
       });
       const server = new KvoffServer(runtime, { drainTimeoutMs });
       let addr;
@@ -105,10 +110,11 @@ export function registerServe(program: Command): void {
       }
       const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
       const url = `http://${host}:${addr.port}`;
+      const kvEvents = runtime.eventEndpoints;
       process.stdout.write(
         raw.json
-          ? `${JSON.stringify({ url, host: addr.address, port: addr.port })}\n`
-          : `kvoff serve listening on ${url}\n`,
+          ? `${JSON.stringify({ url, host: addr.address, port: addr.port, ...(kvEvents ? { kvEvents } : {}) })}\n`
+          : `kvoff serve listening on ${url}${kvEvents ? `; KV events on ${kvEvents.endpoint}${kvEvents.replayEndpoint ? `, replay ${kvEvents.replayEndpoint}` : ''}` : ''}\n`,
       );
 
       const signal = await new Promise<string>((resolve) => {

@@ -9,6 +9,9 @@ import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
 import { parseTierOptions } from './tier-options.js';
+import { parseEventOptions } from './event-options.js';
+import type { EventRawOptions } from './event-options.js';
+import type { EventsOptions } from '../events/types.js';
 import type { TierRawOptions } from './tier-options.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { STORE_THRESHOLD_MAX, parseCachePolicy } from '../tier/policy/index.js';
@@ -67,7 +70,7 @@ const PROMPT_SHORTEST = 0.96;
 const DECODE_SLACK_TOKENS = 64;
 
 /** What commander gives the action (all strings, camel-cased). */
-export interface SimulateRawOptions extends TierRawOptions {
+export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   requests?: string;
   promptTokens?: string;
   gpuTokens?: string;
@@ -135,6 +138,8 @@ export interface SimulatePlan {
   json: boolean;
   /** Levels below host memory (--disk, --redis); host only when absent. */
   tiers?: TiersOptions;
+  /** KV events over ZeroMQ (--kv-events); none when absent. */
+  events?: EventsOptions;
   /** The host tier's cache policy and store threshold (--cache-policy, --store-threshold); LRU, 1 when absent. */
   cache?: CacheOptions;
 }
@@ -336,6 +341,8 @@ export function parseSimulateOptions(
   if (raw.report !== undefined) plan.report = raw.report;
   const tiers = parseTierOptions(raw);
   if (tiers) plan.tiers = tiers;
+  const events = parseEventOptions(raw);
+  if (events) plan.events = events;
   if (abortRate !== undefined) plan.abortRate = abortRate;
   const cachePolicy = parseCachePolicy(raw.cachePolicy ?? 'lru');
   const storeThreshold = intOptionOr(

@@ -28,6 +28,7 @@ import {
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, progress } from './term.js';
 import { addTierOptions } from './tier-options.js';
+import { addEventOptions } from './event-options.js';
 import { addTraceOptions, traceAction } from './simulate-trace.js';
 import type { TraceRawOptions } from './simulate-trace.js';
 
@@ -60,6 +61,7 @@ export async function runSimulate(
     },
     traceSlots: plan.traceRequests,
     ...(plan.tiers ? { tiers: plan.tiers } : {}),
+    ...(plan.events ? { events: plan.events } : {}),
     ...(plan.cache ? { cache: plan.cache } : {}),
   });
   const requests = defaultWorkload(plan.workload);
@@ -240,7 +242,7 @@ export function registerSimulate(program: Command): void {
     )
     .option('--trace-requests <n>', 'requests traced for --report', String(d.traceRequests))
     .option('--json', 'print one JSON object instead of the text report');
-  addTraceOptions(addTierOptions(cmd))
+  addEventOptions(addTraceOptions(addTierOptions(cmd)))
     .addHelpText(
       'after',
       '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +

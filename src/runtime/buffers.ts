@@ -21,6 +21,7 @@ import type { DoorbellName, RingName } from './thread-words.js';
 import { SpscRing, ringBufferBytes } from './rings.js';
 import { TIER_STATS_BYTES } from '../tier/tier-stats.js';
 import { MEMORY_BUFFER_BYTES } from './memory.js';
+import { eventRingWords } from '../events/queue.js';
 
 export interface RuntimeBuffers {
   readonly state: SharedBuffers;
@@ -36,6 +37,8 @@ export interface RuntimeBuffers {
   /** Each worker's heap and external memory, written by that worker (memory.ts). */
   readonly memory: SharedArrayBuffer;
   readonly rings: Readonly<Record<RingName, SharedArrayBuffer>>;
+  /** The KV-event queue from the store thread to main (src/events/queue.ts); only with events on. */
+  readonly events?: SharedArrayBuffer;
 }
 
 /**
@@ -45,6 +48,7 @@ export interface RuntimeBuffers {
 export function createRuntimeBuffers(
   config: Config,
   ringWords: Partial<Record<RingName, number>> = {},
+  options: { events?: boolean } = {},
 ): RuntimeBuffers {
   const state = SharedState.create(config);
   const rings = {} as Record<RingName, SharedArrayBuffer>;
@@ -63,6 +67,9 @@ export function createRuntimeBuffers(
     tierStats: new SharedArrayBuffer(TIER_STATS_BYTES),
     memory: new SharedArrayBuffer(MEMORY_BUFFER_BYTES),
     rings,
+    ...(options.events
+      ? { events: new SharedArrayBuffer(ringBufferBytes(eventRingWords(config))) }
+      : {}),
   };
 }
 

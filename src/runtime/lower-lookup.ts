@@ -16,6 +16,7 @@ import { allocValue, sealValue, VALUE_HEADER_BYTES } from '../tier/value.js';
 export interface ReadableEntry {
   readonly slot: number;
   readonly positions: readonly number[];
+  readonly group: number;
 }
 
 /** What a resolution needs from the lookup record it serves. */
@@ -29,9 +30,16 @@ export interface LookupView {
 interface Run {
   state: 'running' | 'pending' | 'done';
   retryAtMs: number;
-  /** Keys this resolution promoted into the host tier (counted as lower-level hits, not host hits). */
-  promoted: Set<bigint>;
+  /** Keys this resolution promoted into the host tier, with the level each came from (lower-level hits, not host hits). */
+  promoted: Map<bigint, 'disk' | 'redis'>;
   startedAtMs: number;
+}
+
+/** Where a chunk to promote comes from: its group, its parent's key, the level holding it. */
+interface Where {
+  readonly group: number;
+  readonly parent: bigint | null;
+  readonly level: 'disk' | 'redis';
 }
 
 /** Resolutions not asked about for this long are dropped (their request is gone). */
@@ -54,6 +62,8 @@ export class LowerLookups {
     private readonly syncEvictions: () => void,
     /** Wakes the store loop when a resolution finished. */
     private readonly wake: () => void,
+    /** Told of each chunk promoted into host memory (KV events), with its group and parent key. */
+    private readonly onPromoted?: (key: bigint, group: number, parent: bigint | null) => void,
   ) {
     this.bpc = views.config.blocksPerChunk;
     this.payloadBytes = this.bpc * views.config.bytesPerBlock;
@@ -79,7 +89,7 @@ export class LowerLookups {
   mustWait(tag: number, view: LookupView): boolean {
     const run = this.runs.get(tag);
     if (run === undefined) {
-      this.start(tag, view, new Set());
+      this.start(tag, view, new Map());
       return true;
     }
     if (run.state === 'running') return true;
@@ -91,13 +101,13 @@ export class LowerLookups {
   }
 
   /** The lookup was answered: forget its resolution; returns the keys it promoted. */
-  finish(tag: number): ReadonlySet<bigint> {
+  finish(tag: number): ReadonlyMap<bigint, 'disk' | 'redis'> {
     const run = this.runs.get(tag);
     this.runs.delete(tag);
-    return run?.promoted ?? new Set();
+    return run?.promoted ?? new Map();
   }
 
-  private start(tag: number, view: LookupView, promoted: Set<bigint>): void {
+  private start(tag: number, view: LookupView, promoted: Map<bigint, 'disk' | 'redis'>): void {
     // A request that ended while deferred never asks again: forget resolutions that old.
     const now = performance.now();
     for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
@@ -157,11 +167,19 @@ export class LowerLookups {
     if (hit <= hostHit) return false;
     // Fetch (and check) what the prefix needs from below.
     const needed: bigint[] = [];
+    const where = new Map<bigint, Where>();
     for (let c = 0; c < hit; c += 1) {
       for (const g of groups) {
         if (g.windowChunks !== null && c < hit - g.windowChunks) continue;
         const k = view.key(g.index, c);
-        if (!inHost(k) && lowerHit(k)) needed.push(k);
+        if (!inHost(k) && lowerHit(k)) {
+          needed.push(k);
+          where.set(k, {
+            group: g.index,
+            parent: c > 0 ? view.key(g.index, c - 1) : null,
+            level: found.get(k)!.level!.name,
+          });
+        }
       }
     }
     const payloads = await Promise.all(
@@ -180,7 +198,7 @@ export class LowerLookups {
       for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
-    this.promote(keys, got, run.promoted);
+    this.promote(keys, got, run.promoted, where);
     return false;
   }
 
@@ -189,7 +207,12 @@ export class LowerLookups {
    * owns the host tier). If the host cannot make room for all, a shorter
    * prefix of the list is tried; what is not promoted is simply not a hit.
    */
-  private promote(keys: bigint[], payloads: Map<bigint, Buffer>, promoted: Set<bigint>): void {
+  private promote(
+    keys: bigint[],
+    payloads: Map<bigint, Buffer>,
+    promoted: Map<bigint, 'disk' | 'redis'>,
+    where: ReadonlyMap<bigint, Where>,
+  ): void {
     let offer = keys;
     while (offer.length > 0) {
       const r = this.host.prepareStore(offer);
@@ -201,6 +224,8 @@ export class LowerLookups {
       const positions = Array.from({ length: this.bpc }, (_, p) => p);
       r.keysToStore.forEach((k, i) => {
         const slot = r.slots[i]!;
+        const w = where.get(k)!;
+        this.onPromoted?.(k, w.group, w.parent);
         const dest = new Uint8Array(
           this.views.tier.buffer,
           slot * this.payloadBytes,
@@ -210,8 +235,9 @@ export class LowerLookups {
       });
       this.host.completeStore(r.keysToStore, true);
       r.keysToStore.forEach((k, i) => {
-        this.readable.set(k, { slot: r.slots[i]!, positions });
-        promoted.add(k);
+        const w = where.get(k)!;
+        this.readable.set(k, { slot: r.slots[i]!, positions, group: w.group });
+        promoted.set(k, w.level);
       });
       return;
     }

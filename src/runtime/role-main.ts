@@ -66,6 +66,7 @@ export type RoleMessage =
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
   | { type: 'tierStores'; samples: TierStoreSample[] }
+  | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
@@ -209,6 +210,8 @@ async function runStore(
     if (events.length > 0) post({ type: 'jobs', events });
     const samples = loop.takeTierSamples();
     if (samples.length > 0) post({ type: 'tierStores', samples });
+    const lookups = loop.takeLookupSamples();
+    if (lookups.length > 0) post({ type: 'lookups', samples: lookups });
   };
   const step = () => {
     try {

@@ -8,6 +8,8 @@ import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
+import { resolveEventsOptions } from '../events/types.js';
+import type { EventsOptions } from '../events/types.js';
 import { backendModuleHref } from './backend.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { EngineOptions } from './engine-sim.js';
@@ -89,6 +91,12 @@ export interface RuntimeOptions {
    */
   offload?: boolean;
   /**
+   * KV events of every tier change (vLLM's BlockStored, BlockRemoved,
+   * AllBlocksCleared): to `events()` streams, and over ZeroMQ with an
+   * endpoint. Off by default (nothing is captured, zeromq is never loaded).
+   */
+  events?: EventsOptions;
+  /**
    * The host tier's cache policy ('lru' by default, 'arc', 's3-fifo') and
    * admission threshold (storeThreshold: store a chunk only once lookups
    * asked for it that many times, vLLM's store_threshold; 1 by default).
@@ -120,6 +128,7 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   obj('simulator', o.simulator);
   checkLagSeed(o.lag);
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
+  if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);
   if (o.offload !== undefined && typeof o.offload !== 'boolean') {
     throw new InvalidArgumentError('offload', 'must be a boolean');
@@ -148,6 +157,11 @@ function checkOffloadOff(o: RuntimeOptions): void {
     throw new InvalidArgumentError('offload', 'false cannot be combined with external: true');
   if (o.tiers !== undefined)
     throw new InvalidArgumentError('offload', 'false cannot be combined with tiers');
+  if (o.events !== undefined)
+    throw new InvalidArgumentError(
+      'offload',
+      'false cannot be combined with events (no tier changes)',
+    );
   if (o.transferBackendModule !== undefined) {
     throw new InvalidArgumentError(
       'offload',

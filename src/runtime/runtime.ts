@@ -44,6 +44,11 @@ import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { readTierStats } from '../tier/tier-stats.js';
+import type { LookupSample } from './lookup-timing.js';
+import { EventHub } from '../events/hub.js';
+import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
+import type { KvEventStream } from '../events/stream.js';
+import { resolveEventsOptions } from '../events/types.js';
 
 export type { RuntimeStats } from './stats.js';
 export { PENDING_SUBMITS_MAX } from './runtime-options.js';
@@ -115,6 +120,8 @@ export class OffloadRuntime {
   private leaks: LeakReport | undefined;
   private readonly traces: RequestTrace[] = [];
   private readonly startedAtEpochMs = Date.now();
+  /** KV events' main side, with `events` on. */
+  private hub: EventHub | undefined;
 
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
@@ -122,7 +129,11 @@ export class OffloadRuntime {
     // The submit ring fits the largest prompt submit() accepts: a record that
     // does not fit a ring can never be sent (it left submit() pending forever,
     // or threw from the backlog timer and took the process down).
-    this.buffers = createRuntimeBuffers(config, { submit: submitRingWords(config) });
+    this.buffers = createRuntimeBuffers(
+      config,
+      { submit: submitRingWords(config) },
+      { events: options.events !== undefined && options.offload !== false },
+    );
     this.views = new RuntimeViews(config, this.buffers);
     this.submits = new SubmitQueue(this.views.ring('submit'), this.views.doorbell('scheduler'));
     this.workers = new RoleWorkers(this.views, {
@@ -157,7 +168,16 @@ export class OffloadRuntime {
       if (engine.loadFromTier && options.offload !== false) checkLoadableGroups(config);
     }
     const rt = new OffloadRuntime(config, options);
-    await rt.spawnAll();
+    // Opened first: an endpoint that cannot be used fails the start before any worker runs.
+    if (rt.buffers.events) {
+      rt.hub = await EventHub.open(rt.buffers.events, config, resolveEventsOptions(options.events));
+    }
+    try {
+      await rt.spawnAll();
+    } catch (err) {
+      await rt.hub?.close();
+      throw err;
+    }
     return rt;
   }
 
@@ -207,6 +227,36 @@ export class OffloadRuntime {
     });
   }
 
+  /**
+   * KV-event batches from now on, as an async iterator with a bounded buffer
+   * (`bufferMax` batches, default 1,024): a reader that falls behind loses the
+   * newest, counted in the stream's `dropped`. Ends when the runtime closes.
+   * Needs `events` in the start options.
+   */
+  events(options: { bufferMax?: number } = {}): KvEventStream {
+    if (this.hub === undefined) {
+      throw new InvalidArgumentError(
+        'events',
+        'start the runtime with events: {} to stream KV events',
+      );
+    }
+    const max = options.bufferMax ?? STREAM_BUFFER_DEFAULT;
+    if (!Number.isInteger(max) || max < 1 || max > 1 << 20) {
+      throw new InvalidArgumentError('bufferMax', 'must be an integer in [1, 1048576]');
+    }
+    return this.hub.stream(max);
+  }
+
+  /** Where KV events go over ZeroMQ (bound addresses resolved), when an endpoint is configured. */
+  get eventEndpoints(): { endpoint: string; replayEndpoint?: string } | undefined {
+    const p = this.hub?.publisher;
+    if (p === undefined) return undefined;
+    return {
+      endpoint: p.endpoint,
+      ...(p.replayEndpoint ? { replayEndpoint: p.replayEndpoint } : {}),
+    };
+  }
+
   /** The worker failure that stopped this runtime, if any: submit() and verify() then reject with it. */
   get failedWith(): WorkerFailedError | undefined {
     return this.failure;
@@ -238,6 +288,11 @@ export class OffloadRuntime {
       chunksDroppedUnready: s.chunksDroppedUnready,
       chunksUnreachable: s.chunksUnreachable,
       lookupsDeferred: s.lookupsDeferred,
+      storesBelowThreshold: s.storesBelowThreshold,
+      lookupCalls: s.lookupCalls,
+      lookupCallSeconds: s.lookupCallUs / 1e6,
+      lookupsResolvedAfterDefer: s.lookupsResolvedAfterDefer,
+      lookupDeferredSeconds: s.lookupDeferredUs / 1e6,
       lookupWaitMsMax: s.lookupWaitMsMax,
       stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
       recordsRefused: s.recordsRefused,
@@ -246,6 +301,7 @@ export class OffloadRuntime {
       jobsHeld: s.jobsHeld,
       tiers: readTierStats(this.views.tierStats),
       memory: readRuntimeMemory(this.views.memory),
+      ...(this.hub ? { events: this.hub.stats(s.eventsQueued, s.eventsDropped) } : {}),
       ...(this.failure
         ? {
             failure: {
@@ -310,6 +366,11 @@ export class OffloadRuntime {
     return this.leaks;
   }
 
+  /** Same as on('lookup', fn) (the serve layer's optional hook). */
+  onLookup(fn: (e: LookupSample) => void): this {
+    return this.on('lookup', fn);
+  }
+
   /** Same as on('tierStore', fn) (the serve layer's optional hook). */
   onTierStore(fn: (e: TierStoreSample) => void): this {
     return this.on('tierStore', fn);
@@ -318,9 +379,11 @@ export class OffloadRuntime {
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
+  /** One lookup timing: a call's own time ('sync'), or a deferred lookup's wait until resolved ('deferred'). */
+  on(event: 'lookup', fn: (e: LookupSample) => void): this;
   on(
-    event: 'job' | 'tierStore',
-    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void),
+    event: 'job' | 'tierStore' | 'lookup',
+    fn: ((e: JobEvent) => void) | ((e: TierStoreSample) => void) | ((e: LookupSample) => void),
   ): this {
     this.emitter.on(event, fn);
     return this;
@@ -379,6 +442,9 @@ export class OffloadRuntime {
         return;
       case 'tierStores':
         for (const e of m.samples) this.emitter.emit('tierStore', e);
+        return;
+      case 'lookups':
+        for (const e of m.samples) this.emitter.emit('lookup', e);
         return;
       case 'verified': {
         const done = this.verifies.get(m.id);
@@ -490,6 +556,8 @@ export class OffloadRuntime {
       }
     }
     await this.workers.terminateAll(this.roles);
+    // The store has stopped: what it queued is published, then the streams end.
+    await this.hub?.close();
     this.closed = true;
     this.rejectVerifies(this.failure ?? new ClosedError('runtime'));
     // Role views (the host's in external mode) refuse every write from now on.

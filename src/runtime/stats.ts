@@ -5,6 +5,7 @@ import { STATS, STAT_INDEX } from './thread-words.js';
 import type { StatName } from './thread-words.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { RuntimeMemory } from './memory.js';
+import type { EventStats } from '../events/hub.js';
 
 export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
   Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
@@ -54,6 +55,14 @@ export interface RuntimeStats {
   lookupWaitMsMax?: number;
   /** Engine steps planned while at least one admission lookup was unanswered (the lookup did not hold them back). */
   stepsPlannedDuringLookups?: number;
+  /** Chunk stores the host tier's store threshold kept out (vLLM's stores_skipped); 0 without a threshold. */
+  storesBelowThreshold: number;
+  /** Lookup calls the store answered (deferrals included) and the time it spent on them: vLLM's synchronous lookup delay. */
+  lookupCalls: number;
+  lookupCallSeconds: number;
+  /** Lookups answered "ask again later" and later resolved, and the time from the first deferral to the answer: vLLM's asynchronous lookup delay. */
+  lookupsResolvedAfterDefer: number;
+  lookupDeferredSeconds: number;
   /** Store jobs whose copy failed: each failed its own job only (its chunks counted below). */
   jobsTransferFailed: number;
   /** Chunks of those jobs: not stored, counted, never silent. */
@@ -64,6 +73,8 @@ export interface RuntimeStats {
   tiers: PerTierCounters;
   /** Each worker's heap and external memory as it last sampled them (every 250 ms), main's and the process's RSS now. */
   memory: RuntimeMemory;
+  /** KV events published and lost, with `events` on. */
+  events?: EventStats;
   /** Why the runtime stopped, once a worker failed (also failedWith, /healthz and close()'s rejection). */
   failure?: { code: string; role: string; message: string };
 }

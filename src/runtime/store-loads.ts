@@ -9,7 +9,7 @@ import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupRequest, LookupResult } from '../lookup.js';
 import type { StorePlanner } from '../planner.js';
 import type { HostTier } from '../tier/host-tier.js';
-import type { TierCounters } from '../tier/lower.js';
+import type { TierCounters, TierName } from '../tier/lower.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import type { LowerLookups } from './lower-lookup.js';
@@ -42,6 +42,8 @@ export interface LookupAnswered {
 export interface Readable {
   readonly slot: number;
   readonly positions: readonly number[];
+  /** The KV group the chunk belongs to (KV events name it). */
+  readonly group: number;
 }
 
 interface HitLock {
@@ -90,6 +92,10 @@ export class StoreLoads {
   deferred = 0;
   /** Bytes loads read from the host tier. */
   bytesRead = 0;
+  /** Time loads took, in µs (the host tier's load seconds). */
+  loadUs = 0;
+  /** Tokens of lookup hits per level that served them (the first full-attention group's chunks). */
+  readonly hitTokens: Record<TierName, number> = { host: 0, disk: 0, redis: 0 };
   private readonly views: RuntimeViews;
   private readonly tier: HostTier;
   private readonly answers: Outbox;
@@ -111,6 +117,8 @@ export class StoreLoads {
   private readonly loadingRequests = new Set<number>();
   private nextLoadId = 1;
   private readonly tpc: number;
+  /** The group whose chunks count hit tokens: the first full-attention one (-1: none). */
+  private readonly tokenGroup: number;
 
   constructor(deps: StoreLoadsDeps) {
     this.views = deps.views;
@@ -126,6 +134,7 @@ export class StoreLoads {
     this.leakOnLoadFailure = deps.leakOnLoadFailure;
     this.onLookupAnswered = deps.onLookupAnswered;
     this.tpc = deps.views.config.groups[0]!.tokensPerChunk;
+    this.tokenGroup = deps.views.config.groups.findIndex((g) => g.windowChunks === null);
   }
 
   /** Loads in flight. */
@@ -156,9 +165,9 @@ export class StoreLoads {
    * still stores, as in vLLM). The runtime loads whole chunks from a chunk
    * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
    * refuses other configs with the load path on; here they hit 0) and the hit
-   * is a whole number of chunks.
+   * is a whole number of chunks. True when the answer was LOOKUP_DEFERRED.
    */
-  lookup(r: Int32Array): void {
+  lookup(r: Int32Array): boolean {
     const decoded = decodeLookup(this.views.config, r);
     const { tag, keys } = decoded;
     const d = this.decide(decoded);
@@ -172,12 +181,12 @@ export class StoreLoads {
     }
     if (result !== DEFER && this.lowerMustWait(decoded, d)) {
       this.answerDeferred(decoded, state, true);
-      return;
+      return true;
     }
     const promoted = this.lower?.finish(tag);
     if (result === DEFER) {
       this.answerDeferred(decoded, state, false);
-      return;
+      return true;
     }
     // One sighting per answered lookup, of every key it carries (the store threshold's count).
     for (const k of keys) this.tier.recordLookup(k);
@@ -194,6 +203,7 @@ export class StoreLoads {
       locked,
     });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return false;
   }
 
   /** The one lookup decision over the host tier's state, in whole chunks within the request's cap. */
@@ -265,7 +275,7 @@ export class StoreLoads {
   private lockHit(
     decoded: DecodedLookup,
     hitTokens: number,
-    promoted: ReadonlySet<bigint> | undefined,
+    promoted: ReadonlyMap<bigint, TierName> | undefined,
   ): LookupAnswered['locked'][number][] {
     const { keys, tag } = decoded;
     const locked: bigint[] = [];
@@ -280,6 +290,12 @@ export class StoreLoads {
     for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
     this.locks.set(tag, { keys: prepared, slots, chunks, hit: hitTokens / this.tpc });
     for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
+    const groups = this.views.config.groups;
+    for (let i = 0; i < chunks.length; i += 1) {
+      const g = chunks[i]!.group;
+      if (g !== this.tokenGroup) continue;
+      this.hitTokens[promoted?.get(locked[i]!) ?? 'host'] += groups[g]!.tokensPerChunk;
+    }
     if (!this.onLookupAnswered) return [];
     return chunks.map((c, i) => ({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }));
   }
@@ -348,6 +364,7 @@ export class StoreLoads {
     if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
     this.bytesRead += c.bytes;
+    this.loadUs += c.latencyMs * 1000;
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 

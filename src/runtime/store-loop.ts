@@ -20,7 +20,7 @@ import { HostTier } from '../tier/host-tier.js';
 import type { CacheOptions } from '../tier/policy/index.js';
 import type { TierCascade } from '../tier/cascade.js';
 import { zeroCounters } from '../tier/lower.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { TierCounters, TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
 import { StoreLoads } from './store-loads.js';
@@ -36,6 +36,9 @@ import { publishStat } from './stats.js';
 import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import type { TracedRequest } from './trace-recorder.js';
+import { EventCapture } from '../events/capture.js';
+import { LookupTiming } from './lookup-timing.js';
+import type { LookupSample } from './lookup-timing.js';
 
 /**
  * The planner's test-only switches are passed on to it (PlannerOptions says
@@ -189,6 +192,10 @@ export class StoreLoop implements RoleLoop {
   private readonly lower: LowerLookups | undefined;
   /** The host level's lookup counters (the rest come from the tier and the planner). */
   private readonly hostCounters = zeroCounters();
+  /** KV events of every tier change, when the runtime publishes them. */
+  private readonly capture: EventCapture | undefined;
+  private readonly lookupTiming = new LookupTiming();
+  private hostStoreUs = 0;
   private readonly wakeOthers: () => void;
   /** Closing: every step only completes copies in flight (beginDrain). */
   private draining = false;
@@ -260,16 +267,21 @@ export class StoreLoop implements RoleLoop {
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
     this.wakeOthers = ringOthers(views, 'store');
+    const queue = views.buffers.events;
+    this.capture = queue ? new EventCapture(queue, views.state, views.config) : undefined;
+    const capture = this.capture;
     this.lower = options.cascade
       ? new LowerLookups(
           options.cascade,
           views,
           this.tier,
           this.readable,
-          () => this.trackEvictions(),
+          () => this.takeTierEvents(),
           options.wake ?? (() => {}),
+          capture ? (key, group, parent) => capture.promoted(key, group, parent) : undefined,
         )
       : undefined;
+    if (capture) for (const level of options.cascade?.levels ?? []) level.events.enabled = true;
     this.loads = new StoreLoads({
       views,
       tier: this.tier,
@@ -289,6 +301,11 @@ export class StoreLoop implements RoleLoop {
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
   get jobsInFlight(): number {
     return this.planner.jobsHeld + this.loads.inFlight;
+  }
+
+  /** Lookup timings since the last call (bounded), for the /metrics histograms. */
+  takeLookupSamples(): LookupSample[] {
+    return this.lookupTiming.take();
   }
 
   /** Store latencies of the lower levels since the last call, per chunk (the host's are the job events). */
@@ -371,7 +388,7 @@ export class StoreLoop implements RoleLoop {
       this.recorder?.endPass();
       if (this.planner.counters.jobs !== before) did = true;
     }
-    this.trackEvictions();
+    this.takeTierEvents();
     this.publishStats();
     return did;
   }
@@ -423,8 +440,10 @@ export class StoreLoop implements RoleLoop {
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
+        group: c.group,
       });
     }
+    this.capture?.dispatched(job);
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
     this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
@@ -454,6 +473,7 @@ export class StoreLoop implements RoleLoop {
     if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
     this.planner.complete(job, c.ok);
     if (!c.ok) {
+      this.capture?.settled(job);
       this.storeFailed(job, c.error);
       return;
     }
@@ -468,8 +488,14 @@ export class StoreLoop implements RoleLoop {
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
+    // Announced now, while the chunks' captured tokens are at hand.
+    if (this.capture) {
+      this.takeTierEvents();
+      this.capture.settled(job);
+    }
 
     this.bytesCopied += c.bytes;
+    this.hostStoreUs += c.latencyMs * 1000;
     this.jobsCompleted += 1;
     this.jobEvents.push({
       jobId: c.jobId,
@@ -488,16 +514,31 @@ export class StoreLoop implements RoleLoop {
     }
   }
 
-  private trackEvictions(): void {
-    for (const e of this.tier.takeEvents()) {
+  /**
+   * The host tier's events: evicted entries stop being readable; with KV
+   * events on, every change is announced (removals before their entries are
+   * forgotten, so their group is still known), and so are the lower levels'.
+   */
+  private takeTierEvents(): void {
+    const events = this.tier.takeEvents();
+    if (this.capture) {
+      this.capture.host(events, (k) => this.readable.get(k)?.group ?? this.writing.get(k)?.group);
+      for (const level of this.lower?.cascade.levels ?? []) {
+        const { events: changes, lost } = level.events.take();
+        if (changes.length > 0 || lost > 0) this.capture.lower(level.name, changes, lost);
+      }
+    }
+    for (const e of events) {
       if (e.kind === 'removed') for (const k of e.keys) this.readable.delete(k);
     }
   }
 
   private handle(r: Int32Array): void {
     const op = r[0];
-    if (op === OP_LOOKUP) this.loads.lookup(r);
-    else if (op === OP_LOAD) this.loads.load(r);
+    if (op === OP_LOOKUP) {
+      const t0 = performance.now();
+      this.lookupTiming.answered(r[1]!, t0, this.loads.lookup(r));
+    } else if (op === OP_LOAD) this.loads.load(r);
     else if (op === OP_UNLOCK) this.loads.unlock(r[1]!);
     else invariant(false, `store opcode ${op} is known`);
   }
@@ -556,6 +597,11 @@ export class StoreLoop implements RoleLoop {
     publishStat(s, 'doubleStores', this.ledger.doubleStores);
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.loads.deferred);
+    publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
+    if (this.capture) {
+      publishStat(s, 'eventsQueued', this.capture.queue.queued);
+      publishStat(s, 'eventsDropped', this.capture.queue.dropped);
+    }
     const t = this.tier.stats();
     const host = this.hostCounters;
     host.storedChunks = t.stores;
@@ -564,9 +610,28 @@ export class StoreLoop implements RoleLoop {
     host.bytesRead = this.loads.bytesRead;
     host.droppedChunks = c.chunksDroppedForCapacity;
     host.fullChunks = c.allocationFailures;
+    host.storeUs = this.hostStoreUs;
+    host.loadUs = this.loads.loadUs;
+    host.hitTokens = this.loads.hitTokens.host;
+    const chunkBytes = this.views.config.blocksPerChunk * this.views.config.bytesPerBlock;
+    host.entries = t.used;
+    host.bytesUsed = t.used * chunkBytes;
+    host.capacityBytes = t.capacityChunks * chunkBytes;
+    host.storesPending = t.writing;
     publishTierCounters(this.views.tierStats, 'host', host);
     for (const level of this.lower?.cascade.levels ?? []) {
-      publishTierCounters(this.views.tierStats, level.name, level.counters);
+      const counters: TierCounters = {
+        ...level.counters,
+        hitTokens: this.loads.hitTokens[level.name],
+        storesPending: level.storesInFlight,
+        ...level.usage?.(),
+      };
+      publishTierCounters(this.views.tierStats, level.name, counters);
     }
+    const lt = this.lookupTiming;
+    publishStat(s, 'lookupCalls', lt.syncCount);
+    publishStat(s, 'lookupCallUs', lt.syncSeconds * 1e6);
+    publishStat(s, 'lookupsResolvedAfterDefer', lt.resolvedCount);
+    publishStat(s, 'lookupDeferredUs', lt.resolvedSeconds * 1e6);
   }
 }

@@ -147,6 +147,37 @@ export const STATS = [
     writer: 'store',
     doc: 'lookups answered "ask again later" (an entry they need was being written or read)',
   },
+  { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
+  {
+    name: 'storesBelowThreshold',
+    writer: 'store',
+    doc: "chunk stores the host tier's store threshold kept out (vLLM's stores_skipped)",
+  },
+  {
+    name: 'lookupCalls',
+    writer: 'store',
+    doc: 'lookup calls the store answered (deferrals included)',
+  },
+  {
+    name: 'lookupCallUs',
+    writer: 'store',
+    doc: 'time the store spent answering lookup calls (us)',
+  },
+  {
+    name: 'lookupsResolvedAfterDefer',
+    writer: 'store',
+    doc: 'deferred lookups later answered with a hit or a miss',
+  },
+  {
+    name: 'lookupDeferredUs',
+    writer: 'store',
+    doc: 'time from the first deferral of those lookups to their answer (us)',
+  },
+  {
+    name: 'eventsDropped',
+    writer: 'store',
+    doc: 'KV events the full queue to main refused (never published)',
+  },
   // allocator
   { name: 'blocksInUse', writer: 'allocator', doc: 'GPU blocks allocated' },
   {

@@ -5,7 +5,7 @@
 // events as they happen.
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EmbeddableRuntime, RuntimeStats } from './runtime-api.js';
-import { TIER_COUNTER_FIELDS, TIER_NAMES } from '../tier/lower.js';
+import { TIER_COUNTER_FIELDS, TIER_GAUGE_FIELDS, TIER_NAMES } from '../tier/lower.js';
 import type { TierCounterField } from '../tier/lower.js';
 import type { WorkerMemory } from '../runtime/memory.js';
 
@@ -169,6 +169,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
   runtime.on('job', (e) => jobLatency.observe(e.latencyMs / 1000));
   registerTierMetrics(registry, take, runtime);
   registerMemoryMetrics(registry, take);
+  registerOffloadMetrics(registry, take, runtime);
 
   const loopDelay = new Gauge({
     name: 'kvoff_event_loop_delay_seconds',
@@ -264,10 +265,16 @@ const TIER_LATENCY_BUCKETS_S = [
   0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5,
 ];
 
-/** storedChunks -> kvoff_tiers_stored_chunks_total{tier}; circuitOpen is a gauge. */
+/**
+ * storedChunks -> kvoff_tiers_stored_chunks_total{tier}; a gauge field keeps
+ * its name without _total (bytesUsed -> kvoff_tiers_bytes_used); a time in
+ * microseconds is exported in seconds (storeUs -> kvoff_tiers_store_seconds_total).
+ */
 function tierMetricName(field: TierCounterField): string {
   const snake = field.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
-  return field === 'circuitOpen' ? 'kvoff_tiers_circuit_open' : `kvoff_tiers_${snake}_total`;
+  if (TIER_GAUGE_FIELDS.has(field)) return `kvoff_tiers_${snake}`;
+  if (field.endsWith('Us')) return `kvoff_tiers_${snake.slice(0, -3)}_seconds_total`;
+  return `kvoff_tiers_${snake}_total`;
 }
 
 /** Per-level counters labelled by tier, and a store-latency histogram per tier. */
@@ -280,10 +287,13 @@ function registerTierMetrics(
   for (const field of TIER_COUNTER_FIELDS) {
     const name = tierMetricName(field);
     const help = `per tier (host, disk, redis): ${field}`;
-    if (field === 'circuitOpen') {
+    if (TIER_GAUGE_FIELDS.has(field)) {
       new Gauge({
         name,
-        help: 'per tier: 1 while its circuit breaker is open',
+        help:
+          field === 'circuitOpen'
+            ? 'per tier: 1 while its circuit breaker is open'
+            : `per tier: ${field}`,
         labelNames: ['tier'],
         registers: [registry],
         collect() {
@@ -293,6 +303,7 @@ function registerTierMetrics(
       });
       continue;
     }
+    const scale = field.endsWith('Us') ? 1e-6 : 1;
     new Counter({
       name,
       help,
@@ -301,7 +312,7 @@ function registerTierMetrics(
       collect() {
         const tiers = take().tiers;
         for (const tier of TIER_NAMES) {
-          const now = tiers?.[tier]?.[field] ?? 0;
+          const now = (tiers?.[tier]?.[field] ?? 0) * scale;
           const id = `${tier}.${field}`;
           const delta = now - (exported.get(id) ?? 0);
           if (delta > 0) this.inc({ tier }, delta);
@@ -320,4 +331,148 @@ function registerTierMetrics(
   // The host level's stores are the copy jobs; the lower levels report each chunk.
   runtime.on('job', (e) => latency.observe({ tier: 'host' }, e.latencyMs / 1000));
   runtime.onTierStore?.((e) => latency.observe({ tier: e.tier }, e.latencyMs / 1000));
+}
+
+/** Lookup delay buckets in seconds, vLLM's: a call (10 us to 1 s) and a deferred wait (0.1 ms to 10 s). */
+const LOOKUP_SYNC_BUCKETS_S = [1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1];
+const LOOKUP_DEFERRED_BUCKETS_S = [1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10];
+
+/** Why a store was not made, per tier: the stats fields behind each reason. */
+const HOST_SKIPS = [
+  ['threshold', 'storesBelowThreshold'],
+  ['unreachable', 'chunksUnreachable'],
+  ['capacity', 'chunksDroppedForCapacity'],
+  ['unready', 'chunksDroppedUnready'],
+  ['transfer_failed', 'chunksTransferFailed'],
+] as const satisfies readonly (readonly [string, keyof RuntimeStats])[];
+
+/** KV-event counters, from stats().events. */
+const EVENT_COUNTERS = [
+  ['queued', 'kvoff_events_queued_total', 'chunk changes the store put on the event queue'],
+  [
+    'dropped',
+    'kvoff_events_dropped_total',
+    'chunk changes the full event queue refused: never published',
+  ],
+  [
+    'published',
+    'kvoff_events_published_total',
+    'KV events published (vLLM events; a run of stored chunks is one)',
+  ],
+  ['batches', 'kvoff_event_batches_total', 'KV-event batches published (sequence numbers used)'],
+  [
+    'streamDropped',
+    'kvoff_event_stream_dropped_batches_total',
+    'batches events() streams and /v1/events clients lost by falling behind',
+  ],
+  [
+    'unsent',
+    'kvoff_event_batches_unsent_total',
+    'batches the ZeroMQ send queue could not take (gaps to replay)',
+  ],
+  ['replays', 'kvoff_event_replays_total', 'replay requests answered'],
+] as const;
+
+/**
+ * vLLM's offloading metrics kvoff did not have: lookup delays (a call's own
+ * time and a deferred lookup's wait), stores skipped by reason, and KV events
+ * published and lost. The per-tier bytes, seconds, usage, pending stores and
+ * hit tokens are tier fields (registerTierMetrics).
+ */
+function registerOffloadMetrics(
+  registry: Registry,
+  take: () => RuntimeStats,
+  runtime: EmbeddableRuntime,
+): void {
+  const sync = new Histogram({
+    name: 'kvoff_lookup_sync_seconds',
+    help: "time the store spent in one lookup call (vLLM's kv_offload_lookup_sync_delay_seconds)",
+    buckets: LOOKUP_SYNC_BUCKETS_S,
+    registers: [registry],
+  });
+  const deferred = new Histogram({
+    name: 'kvoff_lookup_deferred_seconds',
+    help: "time from a lookup's first deferral to the answer that resolved it (vLLM's kv_offload_lookup_async_delay_seconds)",
+    buckets: LOOKUP_DEFERRED_BUCKETS_S,
+    registers: [registry],
+  });
+  runtime.onLookup?.((e) => (e.kind === 'sync' ? sync : deferred).observe(e.seconds));
+
+  const exported = new Map<string, number>();
+  const advance = (
+    counter: Counter<string>,
+    id: string,
+    now: number,
+    labels?: Record<string, string>,
+  ) => {
+    // An increment of 0 still makes the series, so every reason shows from the first scrape.
+    const delta = Math.max(0, now - (exported.get(id) ?? 0));
+    if (labels) counter.inc(labels, delta);
+    else counter.inc(delta);
+    exported.set(id, Math.max(now, exported.get(id) ?? 0));
+  };
+  new Counter({
+    name: 'kvoff_stores_skipped_total',
+    help: 'chunk stores not made, per tier and reason (host: threshold, unreachable, capacity, unready, transfer_failed; disk and redis: full, busy, unavailable, failed)',
+    labelNames: ['tier', 'reason'],
+    registers: [registry],
+    collect() {
+      const s = take();
+      for (const [reason, field] of HOST_SKIPS) {
+        const v = s[field];
+        if (typeof v === 'number') advance(this, `host.${reason}`, v, { tier: 'host', reason });
+      }
+      for (const tier of ['disk', 'redis'] as const) {
+        const c = s.tiers?.[tier];
+        if (c === undefined) continue;
+        const failed = Math.max(
+          0,
+          c.droppedChunks - c.fullChunks - c.busyChunks - c.unavailableChunks,
+        );
+        const reasons = {
+          full: c.fullChunks,
+          busy: c.busyChunks,
+          unavailable: c.unavailableChunks,
+          failed,
+        };
+        for (const [reason, v] of Object.entries(reasons)) {
+          advance(this, `${tier}.${reason}`, v, { tier, reason });
+        }
+      }
+    },
+  });
+  new Gauge({
+    name: 'kvoff_tiers_usage_ratio',
+    help: "per tier: bytes held over capacity (vLLM's kv_offload_cpu_cache_usage_perc for host); no sample where the level has no capacity of its own",
+    labelNames: ['tier'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      const tiers = take().tiers;
+      for (const tier of TIER_NAMES) {
+        const c = tiers?.[tier];
+        if (c !== undefined && c.capacityBytes > 0)
+          this.set({ tier }, c.bytesUsed / c.capacityBytes);
+      }
+    },
+  });
+  for (const [field, name, help] of EVENT_COUNTERS) {
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const e = take().events;
+        if (e !== undefined) advance(this, `events.${field}`, e[field]);
+      },
+    });
+  }
+  new Gauge({
+    name: 'kvoff_event_streams',
+    help: 'open events() streams and /v1/events clients',
+    registers: [registry],
+    collect() {
+      this.set(take().events?.streams ?? 0);
+    },
+  });
 }

@@ -4,6 +4,8 @@
 import type { JobEvent, RequestSummary, RuntimeStats, RequestInput } from '../runtime/runtime.js';
 
 import type { TierStoreSample } from '../tier/lower.js';
+import type { KvEventBatch } from '../events/types.js';
+import type { LookupSample } from '../runtime/lookup-timing.js';
 
 export type { JobEvent, RequestSummary, RuntimeStats, RequestInput, TierStoreSample };
 
@@ -17,4 +19,8 @@ export interface EmbeddableRuntime {
   on(event: 'job', fn: (e: JobEvent) => void): unknown;
   /** Store latency per level (host, disk, redis); optional so simple stand-ins need not offer it. */
   onTierStore?(fn: (e: TierStoreSample) => void): unknown;
+  /** Lookup timings (the /metrics lookup histograms); optional like onTierStore. */
+  onLookup?(fn: (e: LookupSample) => void): unknown;
+  /** KV-event batches (GET /v1/events); throws InvalidArgumentError when the runtime has none. */
+  events?(options?: { bufferMax?: number }): AsyncIterableIterator<KvEventBatch>;
 }

@@ -2,6 +2,7 @@
 //
 //   POST /v1/requests  submit a simulated inference request; answers when it ends
 //   GET  /v1/stats     runtime counters + event-loop delay + HTTP counters (JSON)
+//   GET  /v1/events    KV events as server-sent events (JSON batches)
 //   GET  /metrics      Prometheus exposition (prom-client)
 //   GET  /healthz      200 while serving, 503 while draining or after a runtime failure
 //
@@ -26,7 +27,9 @@ import type { BodyRead } from './body.js';
 import { createMetrics } from './metrics.js';
 import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
+import type { KvEventBatch } from '../events/types.js';
 import { HttpError, parseRequestInput } from './validate.js';
+import { streamEvents } from './events-route.js';
 
 export interface ServeOptions {
   /** Largest request body accepted, in bytes. */
@@ -109,6 +112,8 @@ export class KvoffServer {
   /** Set once a submit reported a failed worker (the runtime may report it too). */
   private submitFailure: string | undefined;
   private idleWaiters: Array<() => void> = [];
+  /** Open GET /v1/events streams: a drain ends them. */
+  private readonly eventStreams = new Set<() => void>();
 
   constructor(runtime: EmbeddableRuntime, options: ServeOptions = {}) {
     this.runtime = runtime;
@@ -180,6 +185,8 @@ export class KvoffServer {
   }
 
   private async doDrain(): Promise<DrainResult> {
+    // Event streams never end by themselves: they end with the drain.
+    for (const stop of [...this.eventStreams]) stop();
     const unstarted = [...this.reading];
     // Their 503 is written by fail(); it must reach the client before the socket is closed.
     const answered = Promise.all(unstarted.map(([, res]) => responseDone(res)));
@@ -208,6 +215,21 @@ export class KvoffServer {
     return result;
   }
 
+  /** The runtime's stream, or 404 when it was started without events. */
+  private eventSource(
+    events: NonNullable<EmbeddableRuntime['events']>,
+    options: { bufferMax: number },
+  ): AsyncIterableIterator<KvEventBatch> {
+    try {
+      return events(options);
+    } catch (err) {
+      if (err instanceof KvoffError && err.code === 'KVOFF_INVALID_ARGUMENT') {
+        throw new HttpError(404, 'not_found', 'KV events are off: start the runtime with events');
+      }
+      throw err;
+    }
+  }
+
   private eventLoopDelayMs(): { p50: number; p99: number; max: number } {
     const h = this.loopDelay;
     if (h.count === 0) return { p50: 0, p99: 0, max: 0 };
@@ -226,6 +248,23 @@ export class KvoffServer {
       case '/v1/stats':
         allow(req, res, 'GET');
         return this.json(res, 200, { ...this.runtime.stats(), ...this.stats() });
+      case '/v1/events': {
+        allow(req, res, 'GET');
+        if (this.draining) throw draining();
+        const events = this.runtime.events?.bind(this.runtime);
+        if (events === undefined) {
+          throw new HttpError(404, 'not_found', 'KV events are off: start the runtime with events');
+        }
+        return streamEvents(
+          req,
+          res,
+          (o) => this.eventSource(events, o),
+          (stop) => {
+            this.eventStreams.add(stop);
+            return () => this.eventStreams.delete(stop);
+          },
+        );
+      }
       case '/metrics': {
         allow(req, res, 'GET');
         const text = await this.metrics.render();

@@ -32,7 +32,7 @@ import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError } from '../errors.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { VALUE_HEADER_BYTES, checkedPayload, hex16 } from './value.js';
 
@@ -97,6 +97,7 @@ const TEMP_MARK = '.tmp.';
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
   readonly counters: TierCounters = zeroCounters();
+  readonly events = new LevelEventLog();
   /** Removed at open: temp files of dead processes and entries of the wrong size. */
   staleRemoved = 0;
   private readonly root: string;
@@ -168,6 +169,14 @@ export class DiskTier implements LowerTier {
     return this.bytesUsed;
   }
 
+  usage(): { entries: number; bytesUsed: number; capacityBytes: number } {
+    return {
+      entries: this.index.size,
+      bytesUsed: this.bytesUsed,
+      capacityBytes: this.options.bytesMax,
+    };
+  }
+
   pathOf(key: bigint): string {
     const h = hex16(key);
     return join(this.root, h.slice(0, 2), h + ENTRY_SUFFIX);
@@ -201,6 +210,7 @@ export class DiskTier implements LowerTier {
     }
     if (this.writes.full || this.bytesQueued + value.length > this.options.writesQueuedBytesMax) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     if (!this.makeRoom(value.length)) {
@@ -209,6 +219,7 @@ export class DiskTier implements LowerTier {
         this.index.set(key, { bytes: value.length, writing: false, readers: 0 });
         this.bytesUsed += value.length;
         this.counters.storedChunks += 1;
+        this.events.stored(key);
         return;
       }
       this.counters.fullChunks += 1;
@@ -224,6 +235,7 @@ export class DiskTier implements LowerTier {
     const write = this.writes.tryRun(() => this.write(key, value));
     if (write === undefined) {
       this.counters.droppedChunks += 1;
+      this.counters.busyChunks += 1;
       return;
     }
     this.index.set(key, entry);
@@ -239,7 +251,9 @@ export class DiskTier implements LowerTier {
           this.index.set(key, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
+          this.counters.storeUs += (performance.now() - t0) * 1000;
           this.samples.push(performance.now() - t0);
+          this.events.stored(key);
         },
         (err: unknown) => {
           this.counters.errors += 1;
@@ -247,6 +261,7 @@ export class DiskTier implements LowerTier {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
             this.counters.storedChunks += 1;
+            this.events.stored(key);
             return;
           }
           this.forget(key, entry);
@@ -264,6 +279,7 @@ export class DiskTier implements LowerTier {
       return undefined;
     }
     e.readers += 1;
+    const t0 = performance.now();
     try {
       const path = this.pathOf(key);
       let value: Buffer;
@@ -272,7 +288,10 @@ export class DiskTier implements LowerTier {
       } catch (err) {
         // Gone (another process evicted it) or unreadable: a miss.
         if (!isNotFound(err)) this.counters.errors += 1;
-        if (this.index.get(key) === e) this.forget(key, e);
+        if (this.index.get(key) === e) {
+          this.forget(key, e);
+          this.events.removed(key);
+        }
         this.counters.missChunks += 1;
         return undefined;
       }
@@ -287,12 +306,14 @@ export class DiskTier implements LowerTier {
         // Never served: deleted.
         if (this.index.get(key) === e) this.forget(key, e);
         this.removeFile(key);
+        this.events.removed(key);
         return undefined;
       }
       if (this.index.get(key) === e) {
         this.index.delete(key);
         this.index.set(key, e);
       }
+      this.counters.loadUs += (performance.now() - t0) * 1000;
       // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
       const now = new Date();
       this.track(utimes(path, now, now).catch(() => undefined));
@@ -396,6 +417,7 @@ export class DiskTier implements LowerTier {
       this.forget(key, e);
       this.removeFile(key);
       this.counters.evictions += 1;
+      this.events.removed(key);
     }
     return true;
   }

@@ -30,7 +30,34 @@ export const TIER_COUNTER_FIELDS = [
   'circuitOpen',
   /** Stores refused because the level is full (byte cap, free-space floor, OOM reply). */
   'fullChunks',
+  /** Stores refused because the level's write queue or in-flight bound was full. */
+  'busyChunks',
+  /** Stores not sent because the level was unreachable (circuit open, no connection, closing). */
+  'unavailableChunks',
+  /** Time spent storing at this level (host: store copies; disk, Redis: writes), in microseconds. */
+  'storeUs',
+  /** Time spent loading from this level (host: load copies; disk, Redis: reads and checks), in microseconds. */
+  'loadUs',
+  /** Tokens of lookup hits this level served (counted in the first full-attention group). */
+  'hitTokens',
+  /** Gauge: entries held (0 where the level cannot tell: Redis). */
+  'entries',
+  /** Gauge: bytes of those entries. */
+  'bytesUsed',
+  /** Gauge: the level's capacity in bytes (0 where it has none of its own: Redis). */
+  'capacityBytes',
+  /** Gauge: stores accepted and not yet visible (copies, queued and in-flight writes). */
+  'storesPending',
 ] as const;
+
+/** Fields that are levels (gauges), not running totals. */
+export const TIER_GAUGE_FIELDS: ReadonlySet<TierCounterField> = new Set([
+  'circuitOpen',
+  'entries',
+  'bytesUsed',
+  'capacityBytes',
+  'storesPending',
+]);
 export type TierCounterField = (typeof TIER_COUNTER_FIELDS)[number];
 export type TierCounters = Record<TierCounterField, number>;
 
@@ -68,8 +95,48 @@ export interface LowerTier {
   readonly storesInFlight: number;
   /** Store latencies since the last call (bounded). */
   takeSamples(): TierStoreSample[];
+  /** Entries, their bytes and the capacity, where the level knows them. */
+  usage?(): { entries: number; bytesUsed: number; capacityBytes: number };
+  /** Entries stored here and gone from here, for KV events (recorded once enabled). */
+  readonly events: LevelEventLog;
   /** Waits (bounded by `timeoutMs`) for writes in flight, then releases handles. */
   close(timeoutMs: number): Promise<void>;
+}
+
+/** An entry stored at a level or gone from it (evicted, found bad, vanished): what KV events announce. */
+export interface LevelEvent {
+  readonly kind: 'stored' | 'removed';
+  readonly key: bigint;
+}
+
+/** Level events kept between two takes; beyond this they are counted as lost. */
+const LEVEL_EVENTS_MAX = 1 << 16;
+
+/**
+ * A level's entry changes, recorded only once KV events are on (the store
+ * loop turns it on): off, each call is one branch.
+ */
+export class LevelEventLog {
+  enabled = false;
+  private events: LevelEvent[] = [];
+  private lostCount = 0;
+  stored(key: bigint): void {
+    if (this.enabled) this.add({ kind: 'stored', key });
+  }
+  removed(key: bigint): void {
+    if (this.enabled) this.add({ kind: 'removed', key });
+  }
+  /** The events since the last take, and how many the bound lost. */
+  take(): { events: LevelEvent[]; lost: number } {
+    const out = { events: this.events, lost: this.lostCount };
+    this.events = [];
+    this.lostCount = 0;
+    return out;
+  }
+  private add(e: LevelEvent): void {
+    if (this.events.length < LEVEL_EVENTS_MAX) this.events.push(e);
+    else this.lostCount += 1;
+  }
 }
 
 /** Samples kept between two takeSamples calls; beyond this they are not recorded. */

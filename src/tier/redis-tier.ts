@@ -19,7 +19,7 @@ import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
 import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
-import { SampleBuffer, zeroCounters } from './lower.js';
+import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
 import { checkedPayload, hex16 } from './value.js';
 
@@ -105,6 +105,7 @@ interface Connection {
 
 export class RedisTier implements LowerTier {
   readonly name = 'redis' as const;
+  readonly events = new LevelEventLog();
   private readonly ownCounters: TierCounters = zeroCounters();
   private readonly options: Required<RedisTierOptions>;
   private readonly breaker: CircuitBreaker;
@@ -240,6 +241,7 @@ export class RedisTier implements LowerTier {
     if (value.length > this.options.storeBytesInFlightMax) {
       // Could never be sent: the byte bound is below one value.
       this.ownCounters.droppedChunks += 1;
+      this.ownCounters.busyChunks += 1;
       return;
     }
     if (this.queuedCount === 0 && this.roomFor(value.length)) {
@@ -252,6 +254,7 @@ export class RedisTier implements LowerTier {
       this.bytesQueued + value.length > this.options.storesQueuedBytesMax
     ) {
       this.ownCounters.droppedChunks += 1;
+      this.ownCounters.busyChunks += 1;
       return;
     }
     this.writing.add(key);
@@ -291,6 +294,7 @@ export class RedisTier implements LowerTier {
     for (let i = this.queuedHead; i < this.queued.length; i += 1) {
       this.writing.delete(this.queued[i]!.key);
       this.ownCounters.droppedChunks += 1;
+      this.ownCounters.unavailableChunks += 1;
     }
     this.queued = [];
     this.queuedHead = 0;
@@ -309,7 +313,9 @@ export class RedisTier implements LowerTier {
         // The unsafe variant counts the failed store as stored (below) instead.
         if (this.switches.unsafeAckOnAllocFailure) return;
         this.ownCounters.droppedChunks += 1;
-        if (isOutOfMemory(err)) this.ownCounters.fullChunks += 1;
+        // Refused without a send: the circuit was open, the client gone, or the level closing.
+        if (err === undefined) this.ownCounters.unavailableChunks += 1;
+        else if (isOutOfMemory(err)) this.ownCounters.fullChunks += 1;
       },
     ).then((reply) => {
       this.writing.delete(key);
@@ -320,12 +326,15 @@ export class RedisTier implements LowerTier {
       if (reply === undefined && !this.switches.unsafeAckOnAllocFailure) return;
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
+      this.ownCounters.storeUs += (performance.now() - t0) * 1000;
       this.samples.push(performance.now() - t0);
+      this.events.stored(key);
     });
     this.track(done);
   }
 
   async load(key: bigint): Promise<Buffer | undefined> {
+    const t0 = performance.now();
     const value = await this.op((c) => c.get(this.keyOf(key)));
     if (value === undefined || value === null) {
       this.ownCounters.missChunks += 1;
@@ -338,8 +347,12 @@ export class RedisTier implements LowerTier {
       this.ownCounters,
       this.switches.unsafeSkipChecksum,
     );
+    if (payload !== undefined) this.ownCounters.loadUs += (performance.now() - t0) * 1000;
     // Never served: deleted (best-effort).
-    if (payload === undefined) this.track(this.op((c) => c.del(this.keyOf(key))));
+    if (payload === undefined) {
+      this.track(this.op((c) => c.del(this.keyOf(key))));
+      this.events.removed(key);
+    }
     return payload;
   }
 

@@ -45,6 +45,18 @@ describe.concurrent('kvoff usage errors', () => {
       ['serve', '--transfer-threads', '65'],
       'kvoff: invalid argument: --transfer-threads: must be an integer in [1, 64], got 65',
     ],
+    [
+      ['serve', '--kv-events-topic', 'kv'],
+      'kvoff: invalid argument: --kv-events-topic: needs --kv-events ENDPOINT',
+    ],
+    [
+      ['simulate', '--kv-events', 'http://127.0.0.1:5557'],
+      'kvoff: invalid argument: --kv-events: must be a ZeroMQ endpoint: tcp://HOST:PORT (PORT * picks one), ipc://PATH or inproc://NAME',
+    ],
+    [
+      ['serve', '--kv-events', 'tcp://*:5557', '--kv-events-wire', 'json'],
+      'kvoff: invalid argument: --kv-events-wire: "json" is not array or map',
+    ],
   ])('%j: one line on stderr, nothing on stdout, exit 2', async (args, line) => {
     const run = await runCli(args);
     expect(run.code).toBe(2);

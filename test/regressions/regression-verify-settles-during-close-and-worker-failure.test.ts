@@ -56,7 +56,10 @@ describe('regression: verify settles during close and on worker failure', () => 
   it('a verify() pending when the store worker fails rejects with WorkerFailedError (no made-up report)', async () => {
     const rt = await OffloadRuntime.start({
       config: SMALL_HYBRID,
-      faultInjection: { role: 'store', afterSteps: 10 },
+      // Early: a loaded machine lets each store step do more, and with a later
+      // fault all eight requests had sometimes ended before it (no submit left
+      // to reject).
+      faultInjection: { role: 'store', afterSteps: 2 },
     });
     const running = pressureWorkload(8, 4).map((r) => rt.submit(r).catch((e: unknown) => e));
     const storm = verifyStorm(rt);

@@ -92,9 +92,10 @@ describe('disk tier', () => {
     await b.close(1000);
   });
 
-  it('a truncated or corrupted file is a miss, is deleted, and is never served', async () => {
+  it('a truncated or corrupted file is a miss, is deleted (and announced removed), and is never served', async () => {
     const dir = freshDir();
     const a = await open(dir);
+    a.events.enabled = true;
     for (const k of [1n, 2n, 3n]) a.store(k, encodeValue(FP, k, payloadOf(k)));
     await settle(a);
     // Corrupt one payload byte of key 2 in place (same size: only the CRC can tell).
@@ -108,6 +109,16 @@ describe('disk tier', () => {
     // Truncate key 3: a live tier refuses it on load; a restart drops it at the rebuild.
     truncateSync(a.pathOf(3n), VALUE_HEADER_BYTES + 10);
     expect(await a.load(3n)).toBeUndefined();
+    // KV events: the three stores, then each bad entry's removal.
+    const { events, lost } = a.events.take();
+    expect(lost).toBe(0);
+    expect(
+      events
+        .filter((e) => e.kind === 'stored')
+        .map((e) => e.key)
+        .sort(),
+    ).toEqual([1n, 2n, 3n]);
+    expect(events.filter((e) => e.kind === 'removed').map((e) => e.key)).toEqual([2n, 3n]);
     await a.close(1000);
     const b = await open(dir);
     expect(await b.states([1n, 2n, 3n])).toEqual(['hit', 'miss']);
