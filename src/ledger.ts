@@ -86,6 +86,32 @@ export interface DrainAccount {
 
 export type DrainListener = (account: DrainAccount) => void;
 
+/** What a driver reads of the observer's feed beside the ledger (a trace recorder, an oracle's own check). */
+export type LedgerTap = Pick<PlannerObserver, 'chunk' | 'deferred'>;
+
+/**
+ * The planner's observer: the ledger, and `tap` after it on the same chunks
+ * and deferrals; every driver feeds its ledger this way, so none forwards
+ * the ledger's events by hand (and none can forget one).
+ */
+export function ledgerObserver(ledger: ChunkLedger, tap?: LedgerTap): PlannerObserver {
+  if (tap === undefined) return ledger;
+  const { chunk, deferred } = tap;
+  return {
+    chunk: (slot, generation, group, c, outcome) => {
+      ledger.chunk(slot, generation, group, c, outcome);
+      chunk?.(slot, generation, group, c, outcome);
+    },
+    deferred: (slot, generation, group, from, to) => {
+      ledger.deferred(slot, generation, group, from, to);
+      deferred?.(slot, generation, group, from, to);
+    },
+    cursorMoved: (snap, group, from, ready) => ledger.cursorMoved(snap, group, from, ready),
+    draining: (snap) => ledger.draining(snap),
+    failed: (job) => ledger.failed(job),
+  };
+}
+
 export class ChunkLedger implements PlannerObserver {
   /** Holes over every drained generation. */
   holes = 0;

@@ -22,9 +22,9 @@ import { GpuBlockPool } from '../gpu-pool.js';
 import type { Hashing } from '../hashing.js';
 import type { StoreJob } from '../job.js';
 import { T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
-import { ChunkLedger } from '../ledger.js';
+import { ChunkLedger, ledgerObserver } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
-import { describeLeak, pinsOutstanding, slotsInUse } from '../leaks.js';
+import { describeLeak, leakReportOf } from '../leaks.js';
 import { StorePlanner } from '../planner.js';
 import type { PlanPoint } from '../planner.js';
 import {
@@ -222,19 +222,13 @@ export class World {
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
       unsafeSkipSettle: options.settle === false,
-      observer: {
+      observer: ledgerObserver(ledger, {
         chunk: (slot, generation, group, chunk, outcome) => {
-          ledger.chunk(slot, generation, group, chunk, outcome);
           const r = this.slotOwner[slot];
           if (r === undefined || r.handle.generation !== generation) return;
           if (outcome === 'unreachable') this.checkUnreachable(r, group, chunk);
         },
-        deferred: (slot, generation, group, from, to) =>
-          ledger.deferred(slot, generation, group, from, to),
-        cursorMoved: (snap, group, from, ready) => ledger.cursorMoved(snap, group, from, ready),
-        draining: (snap) => ledger.draining(snap),
-        failed: (job) => ledger.failed(job),
-      },
+      }),
       onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
     });
     const wordsPerBlock = config.bytesPerBlock / 4;
@@ -1079,17 +1073,19 @@ export class World {
     };
     this.pool.releaseUnpinned();
     const stats = this.tier.stats();
-    const leak = describeLeak({
-      requestsInEngine: 0,
-      blocksInUse: this.pool.inUse,
-      blocksQuarantined: this.pool.quarantined,
-      pinsOutstanding: pinsOutstanding(this.state),
-      slotsInUse: slotsInUse(this.state),
-      tierEntriesWriting: stats.writing,
-      tierEntriesReading: stats.reading,
-      jobsInFlight: this.planner.jobsHeld,
-      loadLocks: 0,
-    });
+    // The runtime's leak report, from what this world's roles hold (no engine queue, no loads).
+    const leak = describeLeak(
+      leakReportOf(this.state, {
+        scheduler: { pending: 0 },
+        allocator: { inUse: this.pool.inUse, quarantined: this.pool.quarantined },
+        store: {
+          tierWriting: stats.writing,
+          tierReading: stats.reading,
+          jobsInFlight: this.planner.jobsHeld,
+          loadLocks: 0,
+        },
+      }),
+    );
     if (leak !== undefined && fail('leak', leak)) return;
     for (const [key, positions] of this.published) {
       const slot = this.tier.slotOf(key);

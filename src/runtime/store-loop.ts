@@ -10,10 +10,10 @@ import { tierChunkMatches } from '../copy.js';
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
 import { Status } from '../layout.js';
-import { ChunkLedger } from '../ledger.js';
+import { ChunkLedger, ledgerObserver } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
 import { StorePlanner, plannerSwitches } from '../planner.js';
-import type { PlannerObserver, PlannerSwitches, PlanPoint } from '../planner.js';
+import type { PlannerSwitches, PlanPoint } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
@@ -232,21 +232,15 @@ export class StoreLoop implements RoleLoop {
     const ledger = new ChunkLedger(views.state, (account) => this.onDrained(account));
     this.ledger = ledger;
     // The ledger is the observer; a traced run's recorder reads the same feed.
-    const observer: PlannerObserver = recorder
-      ? {
-          chunk: (slot, generation, group, chunk, outcome) => {
-            recorder.onChunk(slot, group, outcome);
-            ledger.chunk(slot, generation, group, chunk, outcome);
-          },
-          deferred: (slot, generation, group, from, to) => {
-            recorder.onDeferred(slot, group, to - from);
-            ledger.deferred(slot, generation, group, from, to);
-          },
-          cursorMoved: (snap, group, from, ready) => ledger.cursorMoved(snap, group, from, ready),
-          draining: (snap) => ledger.draining(snap),
-          failed: (job) => ledger.failed(job),
-        }
-      : ledger;
+    const observer = ledgerObserver(
+      ledger,
+      recorder && {
+        chunk: (slot, _generation, group, _chunk, outcome) =>
+          recorder.onChunk(slot, group, outcome),
+        deferred: (slot, _generation, group, from, to) =>
+          recorder.onDeferred(slot, group, to - from),
+      },
+    );
     this.planner = new StorePlanner(views.state, this.tier, {
       policy: options.policy ?? 'ready-prefix',
       // The transfer thread unpins each source block as its copy finishes.
