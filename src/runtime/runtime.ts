@@ -17,9 +17,8 @@ import {
   TransferBackendFailedError,
   WorkerFailedError,
 } from '../errors.js';
-import { readRuntimeMemory } from './memory.js';
 import { OWNER_ROLES } from '../layout.js';
-import { leakReportOf, pinsOutstanding } from '../leaks.js';
+import { leakReportOf } from '../leaks.js';
 import type { LeakReport } from '../leaks.js';
 import { closeRoles } from '../roles/claim.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
@@ -30,7 +29,7 @@ import type { EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, DOORBELLS, STAT_INDEX } from './thread-words.js';
 import { UNSET } from './protocol.js';
 import type { RoleMessage, RoleName } from './role-main.js';
-import { readAllStats } from './stats.js';
+import { readAllStats, runtimeCounters } from './stats.js';
 import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { RoleWorkers } from './role-workers.js';
@@ -43,7 +42,6 @@ import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import type { TierStoreSample } from '../tier/lower.js';
-import { readTierStats } from '../tier/tier-stats.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
@@ -266,41 +264,7 @@ export class OffloadRuntime {
   stats(): RuntimeStats {
     const s = readAllStats(this.views.stats);
     return {
-      requests: s.requests,
-      completed: s.completed,
-      aborted: s.aborted,
-      preemptions: s.preemptions,
-      chunksStored: s.chunksStored,
-      chunksDeferred: s.chunksDeferred,
-      chunksSkippedUnready: s.chunksSkippedUnready,
-      chunksDeferredThenStored: s.chunksDeferredThenStored,
-      allocationRetries: s.allocationRetries,
-      tierHits: s.tierHits,
-      bytesCopied: s.bytesCopied,
-      pinsOutstanding: pinsOutstanding(this.views.state),
-      snapshotRetries: s.snapshotRetries,
-      jobsInFlight: s.jobsInFlight,
-      tierUsed: s.tierUsed,
-      tierCapacity: this.config.tierChunks,
-      holes: s.holes,
-      mismatches: s.loadMismatches + s.verifyMismatches,
-      chunksDroppedForCapacity: s.chunksDroppedForCapacity,
-      chunksDroppedUnready: s.chunksDroppedUnready,
-      chunksUnreachable: s.chunksUnreachable,
-      lookupsDeferred: s.lookupsDeferred,
-      storesBelowThreshold: s.storesBelowThreshold,
-      lookupCalls: s.lookupCalls,
-      lookupCallSeconds: s.lookupCallUs / 1e6,
-      lookupsResolvedAfterDefer: s.lookupsResolvedAfterDefer,
-      lookupDeferredSeconds: s.lookupDeferredUs / 1e6,
-      lookupWaitMsMax: s.lookupWaitMsMax,
-      stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
-      recordsRefused: s.recordsRefused,
-      jobsTransferFailed: s.jobsTransferFailed,
-      chunksTransferFailed: s.chunksTransferFailed,
-      jobsHeld: s.jobsHeld,
-      tiers: readTierStats(this.views.tierStats),
-      memory: readRuntimeMemory(this.views.memory),
+      ...runtimeCounters(this.views, s),
       ...(this.hub ? { events: this.hub.stats(s.eventsQueued, s.eventsDropped) } : {}),
       ...(this.failure
         ? {
