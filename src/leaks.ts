@@ -34,7 +34,7 @@ export function pinsOutstanding(state: SharedState): number {
 }
 
 /** Request slots a request still holds (odd generation). */
-export function slotsInUse(state: SharedState): number {
+function slotsInUse(state: SharedState): number {
   let n = 0;
   for (let s = 0; s < state.config.maxRequests; s += 1) {
     if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) n += 1;

@@ -12,7 +12,7 @@
 import type { LocalOffloadOptions } from '../local.js';
 import type { PlannerOptions } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
-import type { StoreLoopOptions } from '../runtime/store-loop.js';
+import type { StoreLoopOptions } from '../runtime/store-options.js';
 import type { HostTierOptions } from '../tier/host-tier.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
 import type { InvariantName } from './oracle.js';

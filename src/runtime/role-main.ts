@@ -27,7 +27,7 @@ import { TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { TierStoreSample } from '../tier/lower.js';
-import type { StoreLoopOptions } from './store-loop.js';
+import type { StoreLoopOptions } from './store-options.js';
 
 export type RoleName = DoorbellName;
 

@@ -12,19 +12,14 @@ import type { StoreJob } from '../job.js';
 import { Status } from '../layout.js';
 import { ChunkLedger, ledgerObserver } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
-import { StorePlanner, plannerSwitches } from '../planner.js';
-import type { PlannerSwitches, PlanPoint } from '../planner.js';
-import type { StorePolicy } from '../ready.js';
-import type { RequestSnapshot } from '../roles/store.js';
+import { StorePlanner } from '../planner.js';
 import { HostTier } from '../tier/host-tier.js';
-import type { CacheOptions } from '../tier/policy/index.js';
-import type { TierCascade } from '../tier/cascade.js';
 import { zeroCounters } from '../tier/lower.js';
 import type { TierCounters, TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
 import { StoreLoads } from './store-loads.js';
-import type { LookupAnswered, Readable } from './store-loads.js';
+import type { Readable } from './store-loads.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
@@ -35,67 +30,17 @@ import type { RoleLoop, RoleWait } from './role-loop.js';
 import { publishStat } from './stats.js';
 import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
+import {
+  TRANSFER_FAILURES_MAX,
+  JOBS_IN_FLIGHT_MAX,
+  hostTierOptions,
+  storePlannerOptions,
+} from './store-options.js';
+import type { StoreLoopOptions } from './store-options.js';
 import type { TracedRequest } from './trace-recorder.js';
 import { EventCapture } from '../events/capture.js';
 import { LookupTiming } from './lookup-timing.js';
 import type { LookupSample } from './lookup-timing.js';
-
-/**
- * The planner's test-only switches are passed on to it (PlannerOptions says
- * what each does; with unsafeSkipPins the transfer does not unpin either).
- */
-export interface StoreLoopOptions extends PlannerSwitches {
-  policy?: StorePolicy;
-  /** The host tier's cache policy and store threshold (default LRU, every chunk admitted). */
-  cache?: CacheOptions;
-  /** Test knob: every transfer task sleeps this long before copying. */
-  transferDelayMs?: number;
-  /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
-  jobsInFlightMax?: number;
-  /** Test-only: the store job dispatched after this many becomes a task that throws. */
-  faultAfterTasks?: number;
-  /** Test-only: with faultAfterTasks, this many store tasks from there on throw (default every one). */
-  faultTasks?: number;
-  /**
-   * Consecutive failed store copies after which the backend is taken as
-   * broken and the store stops with TransferBackendFailedError; default
-   * TRANSFER_FAILURES_MAX. One failed copy only fails its job.
-   */
-  transferFailuresMax?: number;
-  /** The clock of the planner's final wait (ms); default performance.now. */
-  now?: () => number;
-  /** How long an ended request waits for its last keys and blocks (PlannerOptions.finalWaitMsMax). */
-  finalWaitMsMax?: number;
-  /** Record per-pass windows of requests with id below this (0: none). */
-  traceRequests?: number;
-  /**
-   * Test-only: a lookup counts tier entries still being written as hits and
-   * loads them at once, so a load overlaps the store writing the same chunks.
-   * Exists so the runtime fuzzer can show what deferring on pending entries
-   * prevents; never turn it on otherwise.
-   */
-  unsafeLoadWhileWriting?: boolean;
-  /** Test-only: the host tier evicts entries being written or read (HostTierOptions.unsafeEvictInUse, class F7). */
-  unsafeEvictInUse?: boolean;
-  /**
-   * Test-only: a failed load keeps its tier read references (and its lock), so
-   * the entries it read are never evictable again (class F8). Exists so the
-   * runtime fuzzer can show the release on failure is load-bearing.
-   */
-  unsafeLeakOnLoadFailure?: boolean;
-  /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
-  onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
-  /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
-  cascade?: TierCascade;
-  /** Wakes this loop when a lower-level resolution finished (its own doorbell). */
-  wake?: () => void;
-  /**
-   * Called with every lookup answer at the moment it is given (the runtime
-   * fuzzer's oracle checks it against the lookup decision); never throws
-   * into a real store thread, since only the fuzzer sets it.
-   */
-  onLookupAnswered?: (answered: LookupAnswered) => void;
-}
 
 export interface JobEvent {
   jobId: number;
@@ -144,18 +89,6 @@ export interface StoreLoopEvents {
   jobs(events: JobEvent[]): void;
   drained(request: DrainedRequest): void;
 }
-
-/**
- * Consecutive failed store copies (no success between them) after which the
- * store gives up on the transfer backend. A copy can fail for a reason of its
- * own (a device error, a bad block); this many in a row means the backend
- * itself is broken, and a store that kept dispatching to it would drop every
- * chunk of every request while reporting a healthy runtime.
- */
-const TRANSFER_FAILURES_MAX = 16;
-
-/** Store jobs in flight before a pass is skipped (bounds the backend's queue), by default. */
-export const JOBS_IN_FLIGHT_MAX = 256;
 
 const RECORDS_PER_STEP_MAX = 64;
 
@@ -210,13 +143,7 @@ export class StoreLoop implements RoleLoop {
     this.backend = backend;
     this.events = events;
     const { config } = views;
-    this.tier = new HostTier(config.tierChunks, {
-      ...(options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {}),
-      ...(options.cache?.policy !== undefined ? { policy: options.cache.policy } : {}),
-      ...(options.cache?.storeThreshold !== undefined
-        ? { storeThreshold: options.cache.storeThreshold }
-        : {}),
-    });
+    this.tier = new HostTier(config.tierChunks, hostTierOptions(options));
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? JOBS_IN_FLIGHT_MAX;
@@ -241,23 +168,11 @@ export class StoreLoop implements RoleLoop {
           recorder.onDeferred(slot, group, to - from),
       },
     );
-    this.planner = new StorePlanner(views.state, this.tier, {
-      policy: options.policy ?? 'ready-prefix',
-      // The transfer thread unpins each source block as its copy finishes.
-      transferUnpins: true,
-      ...(options.now ? { now: options.now } : {}),
-      ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
-      ...plannerSwitches(options),
-      observer,
-      ...(recorder || options.onPlanPoint
-        ? {
-            onPlanPoint: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => {
-              if (point === 'snapshot') recorder?.onSnapshot(snap);
-              options.onPlanPoint?.(point, snap);
-            },
-          }
-        : {}),
-    });
+    this.planner = new StorePlanner(
+      views.state,
+      this.tier,
+      storePlannerOptions(options, observer, recorder),
+    );
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
     this.wakeOthers = ringOthers(views, 'store');

@@ -25,7 +25,8 @@ import { HasherLoop } from '../../src/runtime/hasher-loop.js';
 import { UNSET } from '../../src/runtime/protocol.js';
 import { ringOthers } from '../../src/runtime/role-loop.js';
 import { StoreLoop } from '../../src/runtime/store-loop.js';
-import type { DrainedRequest, StoreLoopOptions } from '../../src/runtime/store-loop.js';
+import type { DrainedRequest } from '../../src/runtime/store-loop.js';
+import type { StoreLoopOptions } from '../../src/runtime/store-options.js';
 import type { TransferArenas } from '../../src/runtime/transfer.js';
 
 export interface OneThreadLoopsOptions<B extends TransferBackend> {
