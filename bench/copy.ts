@@ -55,6 +55,8 @@ export interface CopyScalingRow {
   readonly poolSpeedup: Figure;
   /** The memcpy baseline's own scaling over the same thread counts. */
   readonly baselineSpeedup: Figure;
+  /** The pool's scaling over memcpy's, paired per repeat (1: the pool scales as the machine does). */
+  readonly poolOverBaselineScaling: Figure;
 }
 
 /**
@@ -292,12 +294,15 @@ export async function runCopyBench(options: CopyOptions): Promise<CopyResults> {
           });
         });
         for (let i = 1; i < threadCounts.length; i += 1) {
+          const poolScaling = pool[i]!.map((x, rep) => x / pool[0]![rep]!);
+          const baseScaling = base[i]!.map((x, rep) => x / base[0]![rep]!);
           scaling.push({
             blockKiB: blockBytes / KIB,
             fromThreads: threadCounts[0]!,
             toThreads: threadCounts[i]!,
             poolSpeedup: ratioFigure(pool[i]!, pool[0]!),
             baselineSpeedup: ratioFigure(base[i]!, base[0]!),
+            poolOverBaselineScaling: ratioFigure(poolScaling, baseScaling),
           });
         }
       } finally {

@@ -6,8 +6,14 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Command, Option } from 'commander';
-import { LATEST_DIR, publishResults, shownPath } from './lib/results-dir.js';
-import { renderMarkdown } from './markdown.js';
+import {
+  BENCHMARKS_DOC,
+  LATEST_DIR,
+  publishResults,
+  rewriteDocBlock,
+  shownPath,
+} from './lib/results-dir.js';
+import { QUICK_BLOCK_BEGIN, QUICK_BLOCK_END, renderMarkdown } from './markdown.js';
 import { BENCHMARKS, runSuite } from './suite.js';
 import type { BenchResults, BenchmarkName } from './suite.js';
 import type { Mode } from './sizes.js';
@@ -44,7 +50,7 @@ async function main(argv: readonly string[]): Promise<void> {
     .option('--out <dir>', 'directory for the JSON results file (ignored by git)', LATEST_DIR)
     .option(
       '--publish',
-      'also copy the results file to bench/results/ (the committed tables): only on purpose',
+      'also copy the results file to bench/results/ (the committed tables) and, for --quick, rewrite its section of docs/benchmarks.md: only on purpose',
     )
     .option('--markdown <file>', 'run nothing: print the tables of a results file as Markdown')
     .showHelpAfterError();
@@ -63,7 +69,14 @@ async function main(argv: readonly string[]): Promise<void> {
   const file = resultsPath(opts.out, mode);
   writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
   log(`[bench] wrote ${shownPath(file)} in ${results.durationSeconds.toFixed(0)} s`);
-  if (opts.publish) log(`[bench] published ${shownPath(publishResults(file))}`);
+  if (opts.publish) {
+    log(`[bench] published ${shownPath(publishResults(file))}`);
+    // The quick run's section of the docs is drawn from the file just published.
+    if (mode === 'quick') {
+      rewriteDocBlock(QUICK_BLOCK_BEGIN, QUICK_BLOCK_END, renderMarkdown(results));
+      log(`[bench] rewrote the quick results in ${shownPath(BENCHMARKS_DOC)}`);
+    }
+  }
 }
 
 main(process.argv.slice(2)).catch((error: unknown) => {

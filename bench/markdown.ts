@@ -2,9 +2,42 @@
 // `npm run bench -- --markdown bench/results/latest/kvoff-bench-quick.json`.
 import type { Figure } from './lib/stats.js';
 import { formatNumber } from './lib/table.js';
+import { designTableNotes, designTableRows } from './design-table.js';
 import type { BenchResults } from './suite.js';
+import type { TargetCheck } from './target-check.js';
 
 type Row = Record<string, string | number>;
+
+/** The markers of the quick run's section in docs/benchmarks.md (`--quick --publish` rewrites it). */
+export const QUICK_BLOCK_BEGIN =
+  '<!-- bench:quick results (npm run bench -- --quick --publish rewrites them) -->';
+export const QUICK_BLOCK_END = '<!-- end of bench:quick results -->';
+
+/** A quiet machine: the 1-minute load average under this throughout the run. */
+const QUIET_LOAD = 2;
+
+/** Whether the machine was quiet, from the load averages the file holds. */
+function loadSentence(res: BenchResults): string {
+  const loads = [
+    res.machine.loadAverage1m,
+    ...Object.values(res.timings).flatMap((t) => [t.loadBefore, t.loadAfter]),
+  ];
+  const max = Math.max(...loads);
+  return max < QUIET_LOAD
+    ? `A quiet machine: the 1-minute load average stayed under ${QUIET_LOAD} (at most ${r2(max, 1)}).`
+    : `A busy machine: the 1-minute load average reached ${r2(max, 1)} on ${res.machine.cores} cores, so absolute figures are unreliable and the paired ratios less so.`;
+}
+
+/** What the run shows, target by target: the count, then each miss with why and what would close it. */
+function summary(targets: readonly TargetCheck[]): string[] {
+  const met = targets.filter((t) => t.met);
+  const missed = targets.filter((t) => !t.met);
+  return [
+    `**What it shows.** ${met.length} of ${targets.length} targets met${met.length ? `: ${met.map((t) => `\`${t.id}\``).join(', ')}` : ''}.${missed.length ? ' Missed:' : ''}`,
+    ...(missed.length ? [''] : []),
+    ...missed.map((t) => `- \`${t.id}\` (${t.missedBy}). ${t.why} To close: ${t.toClose}`),
+  ];
+}
 
 function table(rows: readonly Row[]): string {
   if (rows.length === 0) return '';
@@ -23,16 +56,18 @@ const r2 = (x: number | null, d = 2) => (x === null ? Number.NaN : Number(x.toFi
 const iqr = (f: Figure, d = 2) =>
   `${formatNumber(r2(f.spread.p25, d))}–${formatNumber(r2(f.spread.p75, d))}`;
 
+/** The Markdown of a results file: how it was measured, what it shows, then every table. */
 export function renderMarkdown(res: BenchResults): string {
   const out: string[] = [];
   const m = res.machine;
   out.push(
-    `Measured ${res.date.slice(0, 16).replace('T', ' ')} UTC, mode \`${res.mode}\`, commit \`${res.git.commit.slice(0, 12)}\`${res.git.dirty ? ' (with uncommitted changes)' : ''}; ${m.cpuModel}, ${m.cores} cores, ${Math.round(m.memoryBytes / 2 ** 30)} GiB, Node ${m.nodeVersion}. Load average at the start: ${r2(m.loadAverage1m, 1)} (the machine was shared).`,
+    `Measured ${res.date.slice(0, 16).replace('T', ' ')} UTC, mode \`${res.mode}\`, commit \`${res.git.commit.slice(0, 12)}\`${res.git.dirty ? ' (with uncommitted changes)' : ''}; ${m.cpuModel}, ${m.cores} cores, ${Math.round(m.memoryBytes / 2 ** 30)} GiB, Node ${m.nodeVersion}. ${loadSentence(res)}`,
   );
   const load = Object.entries(res.timings)
     .map(([k, t]) => `${k} ${r2(t.loadBefore, 1)}→${r2(t.loadAfter, 1)}`)
     .join(', ');
   if (load) out.push(`Load average per benchmark (before→after): ${load}.`);
+  out.push('', ...summary(res.targets));
   out.push(
     '',
     '**Targets**',
@@ -92,32 +127,11 @@ export function renderMarkdown(res: BenchResults): string {
   if (res.designs) {
     out.push(
       '',
-      `**3. Designs** (${res.designs.requests} requests × ${res.designs.chunksPerRequest} chunks, ${res.designs.eventsPerRun} events per run; ratios paired per repeat)`,
+      `**3. Designs** (${res.designs.requests} requests × ${res.designs.chunksPerRequest} chunks, ${res.designs.eventsPerRun} events per run; medians, ratios paired per repeat)`,
       '',
-    );
-    out.push(
-      table(
-        res.designs.rows.map((r) => ({
-          design: r.design,
-          writers: r.writers,
-          'events/s': Math.round(r.eventsPerSecond.median),
-          'a ÷ this (events/s)': r2(r.aSpeedup.median),
-          'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
-          'a ÷ this (per CPU-s)': r2(r.aCpuAdvantage.median),
-          IQR: iqr(r.aCpuAdvantage),
-          'p99 ms at load': r.loadLatencyMsP99 ? r2(r.loadLatencyMsP99.median, 3) : '',
-          'p99 at load ÷ a': r.loadLatencyP99OverA ? r2(r.loadLatencyP99OverA.median) : '',
-        })),
-      ),
-    );
-    out.push(
+      table(designTableRows(res.designs)),
       '',
-      res.designs.loads
-        .map(
-          (l) =>
-            `Load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (half of the slowest, ${l.slowestDesign}, at ${Math.round(l.slowestEventsPerSecond)} events/s).`,
-        )
-        .join(' '),
+      ...designTableNotes(res.designs),
     );
   }
   if (res.copy) {
@@ -146,6 +160,9 @@ export function renderMarkdown(res: BenchResults): string {
           threads: `${r.fromThreads} → ${r.toThreads}`,
           pool: r2(r.poolSpeedup.median),
           memcpy: r2(r.baselineSpeedup.median),
+          'pool ÷ memcpy scaling': r.poolOverBaselineScaling
+            ? r2(r.poolOverBaselineScaling.median)
+            : '',
         })),
       ),
     );
@@ -173,14 +190,15 @@ export function renderMarkdown(res: BenchResults): string {
           preemptions: s.offloadOn.preemptions.median,
           holes: s.offloadOn.holes,
         },
+        // Nothing is stored with offloading off: the store's counters are not measured, not zero.
         {
           run: 'offloading off',
           'wall ms': Math.round(s.offloadOff.wallMs.median),
-          'chunks stored/s': 0,
-          'chunks stored': 0,
-          'deferred chunk-visits': 0,
-          'deferred then stored': 0,
-          'allocation retries': 0,
+          'chunks stored/s': '',
+          'chunks stored': '',
+          'deferred chunk-visits': '',
+          'deferred then stored': '',
+          'allocation retries': '',
           preemptions: s.offloadOff.preemptions.median,
           holes: s.offloadOff.holes,
         },
@@ -210,6 +228,30 @@ export function renderMarkdown(res: BenchResults): string {
         row('fresh runtime, first workload, off', s.eventLoop.offloadOffFresh),
         row('no runtime', s.eventLoop.noRuntime),
       ]),
+    );
+  }
+  if (res.hashing) {
+    const h = res.hashing;
+    out.push(
+      '',
+      `**9. Key hashing** (CPU ns per token in the hasher thread, a ${h.tokens}-token prompt per run; medians)`,
+      '',
+    );
+    out.push(
+      table(
+        h.rows.map((r) => ({
+          geometry: r.geometry,
+          hash: r.keyHash,
+          'tokens per block': r.tokensPerHash,
+          'keys per block': r2(r.keysPerHashBlock),
+          'ns/token': r2(r.nsPerToken.median, 1),
+          IQR: iqr(r.nsPerToken, 1),
+          'SHA-256 ÷ xxHash64':
+            r.keyHash === 'sha256'
+              ? r2(h.sha256OverXxh64.find((x) => x.geometry === r.geometry)!.ratio.median)
+              : '',
+        })),
+      ),
     );
   }
   return `${out.join('\n')}\n`;

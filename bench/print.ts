@@ -2,11 +2,13 @@
 // where noise matters). The JSON file has every figure with its full spread.
 import type { CopyResults } from './copy.js';
 import type { DesignResults } from './designs/run.js';
+import type { HashingResults } from './hashing.js';
 import type { PlannerResults } from './planner.js';
 import type { ScenarioResults } from './scenario.js';
 import type { SnapshotResults } from './snapshot.js';
 import type { Figure } from './lib/stats.js';
 import { formatNumber, printTable } from './lib/table.js';
+import { designLabel, designTableNotes, designTableRows } from './design-table.js';
 import type { TargetCheck } from './targets.js';
 
 const iqr = (f: Figure) => `${formatNumber(f.spread.p25)}..${formatNumber(f.spread.p75)}`;
@@ -65,25 +67,11 @@ export function printSnapshot(s: SnapshotResults): void {
 export function printDesigns(d: DesignResults): void {
   printTable(
     `3. Designs on one event stream (${d.requests} requests x ${d.chunksPerRequest} chunks, ${d.eventsPerRun} events per run)`,
-    d.rows.map((r) => ({
-      design: r.design,
-      writers: r.writers,
-      'events/s': Math.round(r.eventsPerSecond.median),
-      'a / this': round(r.aSpeedup.median, 2),
-      'events/CPU-s': Math.round(r.eventsPerCpuSecond.median),
-      'a / this (CPU)': round(r.aCpuAdvantage.median, 2),
-      'p99 ms (max rate)': round(r.latencyMsP99.median, 3),
-      'p99 ms @load': r.loadLatencyMsP99 ? round(r.loadLatencyMsP99.median, 3) : '',
-      'p99 @load / a': r.loadLatencyP99OverA ? round(r.loadLatencyP99OverA.median, 2) : '',
-    })),
+    designTableRows(d),
   );
-  for (const l of d.loads) {
-    process.stdout.write(
-      `   load for ${l.writers} writer(s): ${Math.round(l.offeredEventsPerSecond)} events/s offered (slowest: ${l.slowestDesign} at ${Math.round(l.slowestEventsPerSecond)} events/s)\n`,
-    );
-  }
+  for (const line of designTableNotes(d)) process.stdout.write(`   ${line}\n`);
   for (const [name, text] of Object.entries(d.designs))
-    process.stdout.write(`   ${name}: ${text}\n`);
+    process.stdout.write(`   ${designLabel(name)}: ${text}\n`);
   process.stdout.write('\n');
 }
 
@@ -107,6 +95,7 @@ export function printCopy(c: CopyResults): void {
       threads: `${r.fromThreads} -> ${r.toThreads}`,
       pool: round(r.poolSpeedup.median, 2),
       memcpy: round(r.baselineSpeedup.median, 2),
+      'pool / memcpy scaling': round(r.poolOverBaselineScaling.median, 2),
     })),
   );
   const cc = c.cacheControl;
@@ -137,11 +126,11 @@ export function printScenario(s: ScenarioResults): void {
       {
         run: 'offloading off',
         'wall ms': Math.round(off.wallMs.median),
-        'chunks stored/s': 0,
-        stored: 0,
-        'deferred (chunk-visits)': 0,
-        'deferred then stored': 0,
-        'alloc retries': 0,
+        'chunks stored/s': '',
+        stored: '',
+        'deferred (chunk-visits)': '',
+        'deferred then stored': '',
+        'alloc retries': '',
         preemptions: off.preemptions.median,
         holes: off.holes,
       },
@@ -164,6 +153,24 @@ export function printScenario(s: ScenarioResults): void {
     row('fresh runtime, first workload, off', s.eventLoop.offloadOffFresh),
     row('no runtime (machine alone)', s.eventLoop.noRuntime),
   ]);
+}
+
+export function printHashing(h: HashingResults): void {
+  printTable(
+    `9. Key hashing in the hasher thread: CPU ns per token (a ${h.tokens}-token prompt per run)`,
+    h.rows.map((r) => ({
+      geometry: r.geometry,
+      hash: r.keyHash,
+      'tokens/block': r.tokensPerHash,
+      'keys/block': round(r.keysPerHashBlock, 2),
+      'ns/token': round(r.nsPerToken.median, 1),
+      IQR: iqr(r.nsPerToken),
+    })),
+  );
+  printTable(
+    '   SHA-256 ÷ xxHash64 (paired per repeat)',
+    h.sha256OverXxh64.map((r) => ({ geometry: r.geometry, ratio: round(r.ratio.median, 2) })),
+  );
 }
 
 export function printTargets(targets: readonly TargetCheck[]): void {

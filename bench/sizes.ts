@@ -6,6 +6,7 @@
 // from rotting (test/package/bench-smoke.test.ts).
 import type { CopyOptions } from './copy.js';
 import type { DesignOptions } from './designs/run.js';
+import type { HashingOptions } from './hashing.js';
 import type { PlannerOptions } from './planner.js';
 import type { ScenarioOptions } from './scenario.js';
 import type { SnapshotOptions } from './snapshot.js';
@@ -19,6 +20,7 @@ export interface Sizes {
   readonly designs: DesignOptions;
   readonly copy: CopyOptions;
   readonly scenario: ScenarioOptions;
+  readonly hashing: HashingOptions;
 }
 
 const KIB = 1024;
@@ -36,9 +38,11 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       workRequestsMax: 1024,
     },
     snapshot: { requests: 16, writerCounts: [0, 1, 2, 3], durationMs: 250, repeats: 3 },
-    // The paced latency runs take twice the slowest design's run each (60 of
+    // The paced latency runs take twice the slowest design's run each (70 of
     // them): a quarter of the stream there (32 x 256 = 8,192 latency samples
-    // per run), and a short warm-up, keep the section to about a minute.
+    // per run) keeps the section to about a minute. The warm-up runs are
+    // whole streams: a design still compiling in its measured runs counts the
+    // compiler's CPU.
     designs: {
       shape: { requests: 32, chunks: 1024 },
       writerCounts: [1, 3],
@@ -46,7 +50,6 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       batch: 64,
       loadFraction: 0.5,
       loadChunks: 256,
-      warmupChunks: 128,
     },
     // 64 MiB arenas x 4 passes: 256 MiB timed per figure.
     copy: {
@@ -60,6 +63,8 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     // and >= 10 s. Three of them are paired with a run with offloading off
     // for on ÷ off (full mode pairs all five).
     scenario: { repeats: 5, offRepeats: 3, idleDelayMsMax: 1000 },
+    // A 64k-token prompt per run (4 ms at 16-token blocks with SHA-256): seconds in all.
+    hashing: { tokens: 65_536, repeats: 15 },
   },
   full: {
     planner: {
@@ -80,6 +85,7 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
     scenario: { repeats: 5 },
+    hashing: { tokens: 262_144, repeats: 25 },
   },
   smoke: {
     planner: {
@@ -100,5 +106,6 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       steadySecondsMin: 0.2,
       steadyRunsMin: 1,
     },
+    hashing: { tokens: 4096, repeats: 2 },
   },
 };

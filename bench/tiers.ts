@@ -209,12 +209,12 @@ async function main(): Promise<void> {
       const diskDir = join(workDir, `disk-${chunkBytes}`);
       levels.push(
         await measureLevel(
-          (payloadBytes, fingerprint) =>
+          (payloadBytes, scope) =>
             DiskTier.open({
               dir: diskDir,
               bytesMax: 4 * BYTES_PER_RUN,
               payloadBytes,
-              fingerprint,
+              scope,
               freeBytesMin: 0,
             }),
           'disk',
@@ -225,8 +225,7 @@ async function main(): Promise<void> {
       log(`disk ${chunkBytes / KIB} KiB done`);
       levels.push(
         await measureLevel(
-          (payloadBytes, fingerprint) =>
-            RedisTier.open({ urls: [url!], payloadBytes, fingerprint }),
+          (payloadBytes, scope) => RedisTier.open({ urls: [url!], payloadBytes, scope }),
           'redis',
           chunkBytes,
           (salt += 1n),

@@ -25,7 +25,7 @@ import { replayCache } from '../src/trace/cache-replay.js';
 import { readTrace } from '../src/trace/trace.js';
 import type { Trace } from '../src/trace/trace.js';
 import { commitInfo } from './lib/machine.js';
-import { LATEST_DIR, PUBLISHED_DIR, shownPath } from './lib/results-dir.js';
+import { LATEST_DIR, PUBLISHED_DIR, shownPath, spliceBlock } from './lib/results-dir.js';
 import { CAPACITIES, VARIANTS, renderChart, renderMarkdown } from './trace-report.js';
 import type { SweepPoint, TraceResults, TraceSweep } from './trace-report.js';
 
@@ -120,10 +120,7 @@ async function sweep(
 
 /** Replaces the tables between the markers of docs/benchmarks.md. */
 export function spliceTables(doc: string, tables: string): string {
-  const a = doc.indexOf(BEGIN);
-  const b = doc.indexOf(END);
-  if (a < 0 || b < a) throw new Error(`docs/benchmarks.md has no "${BEGIN}" ... "${END}" block`);
-  return `${doc.slice(0, a + BEGIN.length)}\n\n${tables}\n${doc.slice(b)}`;
+  return spliceBlock(doc, BEGIN, END, tables);
 }
 
 async function main(): Promise<void> {

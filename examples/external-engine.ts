@@ -4,7 +4,7 @@
 // per role), writes its KV bytes into the GPU arena, and frees a request's
 // blocks only after the store drained it. Run it with
 // `node --import tsx examples/external-engine.ts` after `npm run build`.
-import { OffloadRuntime, chainHashes, loadHashing } from 'kvoff';
+import { OffloadRuntime, loadHashing, promptKeys } from 'kvoff';
 
 const rt = await OffloadRuntime.start({
   config: { groups: [{ kind: 'full', tokensPerBlock: 16 }], tokensPerHash: 16, blocksPerChunk: 2 },
@@ -22,12 +22,11 @@ if (blocks === undefined) throw new Error('GPU pool exhausted');
 // block b holds bytes [b * bytesPerBlock, (b + 1) * bytesPerBlock). A real
 // engine's forward pass writes there (or your copy backend reads device memory
 // instead). Here each block gets the bytes kvoff can verify: the expansion of
-// its chunk's offload key, computed like the hasher computes it.
-const hashing = await loadHashing();
-const hashes = chainHashes(hashing, Int32Array.from(prompt), rt.config.tokensPerHash);
+// its chunk's offload key, computed like the hasher computes it (the same
+// namespace and cache salt: none here).
+const keys = promptKeys(rt.config, await loadHashing(), prompt)[0]!;
 blocks.forEach((block, position) => {
-  const chunk = Math.floor(position / rt.config.blocksPerChunk); // 2 blocks = 2 hash blocks
-  roles.writeBlock(block, hashing.offloadKey(hashes[chunk * 2 + 1]!, 0), position);
+  roles.writeBlock(block, keys[Math.floor(position / rt.config.blocksPerChunk)]!, position);
 });
 allocator.appendBlocks(h, 0, blocks);
 scheduler.progress(h, 0, 320); // 0 computed, 320 scheduled: 10 chunks offloadable

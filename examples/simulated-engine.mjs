@@ -2,12 +2,12 @@
 // simulator: the same 4,096-token prompt three times. The first request stores
 // its chunks; once those copies completed, the later ones load them from the
 // tier instead of recomputing. Run it with `node examples/simulated-engine.mjs`
-// after `npm run build` (or after `npm i kvoff`, from anywhere).
+// in a clone (npm ci builds kvoff), or anywhere once kvoff is installed.
 import { OffloadRuntime } from 'kvoff';
 
 const rt = await OffloadRuntime.start({ transferThreads: 1 });
 let copies = 0;
-rt.on('job', (e) => (copies += e.chunks)); // each finished copy: jobId, chunks, bytes, latencyMs
+rt.on('job', (e) => (copies += e.chunks)); // each finished store job: jobId, chunks, bytes, latencyMs
 
 const request = { promptLength: 4096, prefixId: 7, sharedPrefixTokens: 4096, maxDecodeTokens: 4 };
 for (let i = 0; i < 3; i++) {

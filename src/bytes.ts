@@ -3,18 +3,25 @@
 // block (the simulated forward pass) and whoever checks a copy (tests, the
 // fuzzer's oracle) call the same two functions, so any copy can be verified
 // against its key without side tables.
+//
+// The key is the chunk's whole 256-bit identity, and every one of its bits
+// enters the seed: two chunks whose key words collide (tiers index by the key
+// word) still expand to different bytes, so an entry served under a colliding
+// key word fails the check instead of looking right.
 
-// mulberry32 seeded from both halves of the key and the position: cheap,
-// allocation-free, and different for every (key, position) in practice. The
-// generator state is per thread (each worker has its own module instance).
+// mulberry32 seeded from the key's eight 32-bit words and the position: cheap,
+// and different for every (key, position) in practice. The generator state
+// is per thread (each worker has its own module instance).
 let s = 0;
 
 function seed(key: bigint, position: number): void {
-  s =
-    (Number(key & 0xffffffffn) ^
-      Math.imul(Number(key >> 32n) | 0, 0x9e3779b1) ^
-      Math.imul(position + 1, 0x85ebca6b)) |
-    0;
+  let h = Math.imul(position + 1, 0x85ebca6b);
+  // Word by word, each multiplied so that equal words in different places do not cancel.
+  for (let w = 0; w < 8 && key !== 0n; w += 1) {
+    h = Math.imul(h ^ Number(BigInt.asUintN(32, key)), 0x9e3779b1) ^ (h >>> 15);
+    key >>= 32n;
+  }
+  s = h | 0;
 }
 
 function next(): number {

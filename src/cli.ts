@@ -4,7 +4,7 @@
 // (with the stack only under --debug) and a documented exit code.
 import { existsSync, readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
-import { KvoffError } from './errors.js';
+import { KvoffError, quoted } from './errors.js';
 import { registerDemo } from './commands/demo.js';
 import { registerServe } from './commands/serve.js';
 import { registerSimulate } from './commands/simulate.js';
@@ -79,7 +79,9 @@ export function usageLine(message: string, argv: readonly string[]): string {
   const text = message
     .replace(/^error:\s*/, '')
     .replace(/\s*\n\s*/g, ' ')
-    .trim();
+    .trim()
+    // Commander quotes what was typed ('--foo'): echo it bounded, as kvoff's own errors do.
+    .replace(/'([^']*)'/g, (_, typed: string) => quoted(typed).replace(/^"|"(?=…)|"$/g, "'"));
   const names = buildProgram().commands.map((c) => c.name());
   const command = argv.slice(2).find((a) => names.includes(a));
   return `kvoff: ${text} (see kvoff ${command ? `${command} ` : ''}--help)`;

@@ -2,6 +2,8 @@
 // kvoff sizes its shared memory from a resolved Config, so a bad value must be
 // caught here with the field and the rule it breaks, never later as a bad index.
 import { ConfigError } from './errors.js';
+import { KEY_HASHES, resolveNamespace } from './identity.js';
+import type { KeyHash, Namespace, NamespaceInput } from './identity.js';
 
 export type GroupKind = 'full' | 'sliding-window' | 'mamba';
 
@@ -27,6 +29,25 @@ export interface ConfigInput {
   bytesPerBlock?: number;
   /** Put each request's hot words on their own 64-byte line (false only to measure false sharing). */
   padHotWords?: boolean;
+  /**
+   * Whose KV this is: the model (and revision, adapter, dtype, extra) every
+   * key is derived under. Required (at least `model`) once a disk or Redis
+   * tier is configured: sharing entries is a deliberate act.
+   */
+  namespace?: NamespaceInput;
+  /**
+   * The key hash: 'sha256' (default). 'xxh64' is an opt-in for a single
+   * trusted process only (crafted collisions take practical time); with it
+   * disk and Redis tiers refuse to start.
+   */
+  keyHash?: KeyHash;
+  /**
+   * Test-only: key words keep only their low N bits (16..64), so they collide
+   * often while the identity check beside them stays whole. Exists so a test
+   * can show every collision is a counted miss and never a wrong byte; never
+   * set it otherwise.
+   */
+  unsafeKeyBits?: number;
 }
 
 export interface GroupConfig {
@@ -59,6 +80,11 @@ export interface Config {
   readonly tierChunks: number;
   readonly bytesPerBlock: number;
   readonly padHotWords: boolean;
+  /** null: no namespace (host tier only). */
+  readonly namespace: Namespace | null;
+  readonly keyHash: KeyHash;
+  /** 64 unless a test truncates key words (ConfigInput.unsafeKeyBits). */
+  readonly keyBits: number;
 }
 
 /** Limits that keep every SharedArrayBuffer well under what a 2-core CI box holds. */
@@ -83,6 +109,7 @@ export const CONFIG_DEFAULTS = {
   tierChunks: 4096,
   bytesPerBlock: 256,
   padHotWords: true,
+  keyHash: 'sha256',
 } as const;
 
 export function resolveConfig(input: ConfigInput): Config {
@@ -146,12 +173,21 @@ export function resolveConfig(input: ConfigInput): Config {
     input.offloadPromptOnly ?? CONFIG_DEFAULTS.offloadPromptOnly,
   );
   const padHotWords = bool('padHotWords', input.padHotWords ?? CONFIG_DEFAULTS.padHotWords);
+  const namespace = resolveNamespace(input.namespace);
+  const keyHash = input.keyHash ?? CONFIG_DEFAULTS.keyHash;
+  if (!KEY_HASHES.includes(keyHash)) {
+    throw new ConfigError('keyHash', `must be one of ${KEY_HASHES.join(', ')}`);
+  }
+  const keyBits =
+    input.unsafeKeyBits === undefined ? 64 : positiveInt('unsafeKeyBits', input.unsafeKeyBits, 64);
+  if (keyBits < 16) throw new ConfigError('unsafeKeyBits', 'must be at least 16');
 
   // Shared memory is laid out up front; refuse a config whose arenas cannot fit.
   const arenaBytes = gpuBlocks * bytesPerBlock + tierChunks * blocksPerChunk * bytesPerBlock;
+  // Per key a key word and a 24-byte check; per hash a 32-byte digest.
   const stateBytes =
-    maxRequests * groups.length * (maxChunksPerRequest * 8 + maxBlocksPerRequest * 4) +
-    maxRequests * (maxTokensPerRequest * 4 + maxHashesPerRequest * 8);
+    maxRequests * groups.length * (maxChunksPerRequest * 32 + maxBlocksPerRequest * 4) +
+    maxRequests * (maxTokensPerRequest * 4 + maxHashesPerRequest * 32);
   if (arenaBytes + stateBytes > CONFIG_LIMITS.sharedBytesMax) {
     throw new ConfigError(
       'capacities',
@@ -172,6 +208,9 @@ export function resolveConfig(input: ConfigInput): Config {
     tierChunks,
     bytesPerBlock,
     padHotWords,
+    namespace,
+    keyHash,
+    keyBits,
   });
 }
 

@@ -21,8 +21,11 @@ export type KvoffErrorCode =
   | 'KVOFF_BLOCKS_SETTLED'
   | 'KVOFF_ROLE_CLAIMED'
   | 'KVOFF_TRANSFER_BACKEND_FAILED'
-  | 'KVOFF_EVENTS_UNAVAILABLE'
-  | 'KVOFF_INVALID_TRACE';
+  | 'KVOFF_INVALID_TRACE'
+  | 'KVOFF_NAMESPACE_REQUIRED'
+  | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
+  | 'KVOFF_SHARED_RESET_FAILED'
+  | 'KVOFF_EVENTS_UNAVAILABLE';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -96,7 +99,7 @@ export class IllegalTransitionError extends KvoffError {
 /** Thrown when a policy or strategy name is not one kvoff knows. */
 export class UnknownPolicyError extends KvoffError {
   constructor(kind: string, name: string, known: readonly string[]) {
-    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} "${name}"; known: ${known.join(', ')}`);
+    super('KVOFF_UNKNOWN_POLICY', `unknown ${kind} ${quoted(name)}; known: ${known.join(', ')}`);
     this.name = 'UnknownPolicyError';
   }
 }
@@ -160,6 +163,27 @@ export class QueueFullError extends KvoffError {
 /** A broken internal invariant: a bug in kvoff, never an operating condition. */
 export function invariant(condition: unknown, message: string): asserts condition {
   if (!condition) throw new AssertionError({ message: `kvoff invariant: ${message}` });
+}
+
+/** Characters of a caller's input an error message quotes at most. */
+export const QUOTED_CHARS_MAX = 64;
+
+/**
+ * A caller's input as an error message quotes it: in double quotes, escaped as
+ * JSON (no control character reaches a log line), and cut after
+ * QUOTED_CHARS_MAX characters with the length said, so a 900 KB field name is
+ * not echoed back whole.
+ */
+export function quoted(text: string): string {
+  const s = String(text);
+  if (s.length <= QUOTED_CHARS_MAX) return JSON.stringify(s);
+  return `${JSON.stringify(s.slice(0, QUOTED_CHARS_MAX))}… (${s.length} characters)`;
+}
+
+/** Input already checked to be plain (digits, a name), cut as quoted() cuts it, without quotes. */
+export function clipped(text: string): string {
+  if (text.length <= QUOTED_CHARS_MAX) return text;
+  return `${text.slice(0, QUOTED_CHARS_MAX)}… (${text.length} characters)`;
 }
 
 function describe(cause: unknown): string {
@@ -256,5 +280,57 @@ export class TraceFormatError extends KvoffError {
     this.name = 'TraceFormatError';
     this.source = source;
     this.line = line;
+  }
+}
+
+/**
+ * Thrown when a disk or Redis tier is configured without `namespace.model`:
+ * a shared tier serves whoever asks under the same key, so the model (and
+ * revision, adapter, dtype) that made the KV must be named. Nothing started.
+ */
+export class NamespaceRequiredError extends KvoffError {
+  readonly tier: string;
+  constructor(tier: string) {
+    super(
+      'KVOFF_NAMESPACE_REQUIRED',
+      `a ${tier} tier is shared: name the model its entries belong to (config.namespace.model; --model on the CLI)`,
+    );
+    this.name = 'NamespaceRequiredError';
+    this.tier = tier;
+  }
+}
+
+/**
+ * Thrown when a disk or Redis tier is configured with `keyHash: 'xxh64'`:
+ * xxHash keys are for one trusted process only (collisions can be crafted in
+ * practical time), so the shared tiers refuse to start with them.
+ */
+export class KeyHashNotShareableError extends KvoffError {
+  readonly tier: string;
+  constructor(tier: string, keyHash: string) {
+    super(
+      'KVOFF_KEY_HASH_NOT_SHAREABLE',
+      `a ${tier} tier is shared and ${keyHash} keys can be made to collide: use keyHash 'sha256' (the default)`,
+    );
+    this.name = 'KeyHashNotShareableError';
+    this.tier = tier;
+  }
+}
+
+/**
+ * Thrown (as a rejection) by reset({ shared: true }) when a level below the
+ * host tier could not store its new epoch: the host tier was reset, that
+ * level's entries were not retired for other instances. Retry.
+ */
+export class SharedResetFailedError extends KvoffError {
+  readonly tier: string;
+  constructor(tier: string, cause: unknown) {
+    super(
+      'KVOFF_SHARED_RESET_FAILED',
+      `shared reset: the ${tier} tier's entries were not retired: ${describe(cause)}`,
+      { cause },
+    );
+    this.name = 'SharedResetFailedError';
+    this.tier = tier;
   }
 }

@@ -69,6 +69,12 @@ export class FinalWaits {
     return now - this.waitSinceMs[slot]! >= this.waitMsMax;
   }
 
+  /** The slot's request starts a new store epoch (a reset): its waits and failed final offers count from 0. */
+  restart(slot: number): void {
+    this.waitGeneration[slot] = 0;
+    this.attemptGeneration[slot] = 0;
+  }
+
   /** The tier refused an ended request's final offer; true once it did FINAL_STORE_ATTEMPTS_MAX times. */
   attemptFailed(slot: number, generation: number): boolean {
     if (this.attemptGeneration[slot] !== generation) {

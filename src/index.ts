@@ -21,6 +21,9 @@ export {
   TransferBackendFailedError,
   EventsUnavailableError,
   TraceFormatError,
+  NamespaceRequiredError,
+  KeyHashNotShareableError,
+  SharedResetFailedError,
 } from './errors.js';
 export type { KvoffErrorCode } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
@@ -61,10 +64,12 @@ export type { GpuBlockPool } from './gpu-pool.js';
 // Transfer backends: the copy between the GPU and tier arenas.
 export { InlineTransferBackend, PiscinaTransferBackend } from './runtime/backend.js';
 export type {
+  PiscinaBackendOptions,
   TransferBackend,
   TransferBackendModule,
   TransferCompletion,
 } from './runtime/backend.js';
+export type { Doorbell } from './runtime/doorbell.js';
 export { runTransferTask, attachArenas, TASK_STORE, TASK_LOAD } from './runtime/transfer.js';
 export type { TransferArenas, AttachedArenas } from './runtime/transfer.js';
 
@@ -89,10 +94,17 @@ export type { StoreJob } from './job.js';
 export type { ChunkCopy } from './copy.js';
 export type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
 
-// Hashing and the offload keys of a prompt.
-export { loadHashing, chainHashes, ROOT_SEED } from './hashing.js';
+// Hashing, identity and the offload keys of a prompt.
+export { loadHashing, promptKeys, KeyChain } from './hashing.js';
 export type { Hashing } from './hashing.js';
-export { promptKeys } from './lookup.js';
+export {
+  CACHE_SALT_BYTES_MAX,
+  NAMESPACE_FIELD_BYTES_MAX,
+  KEY_HASHES,
+  requestRoot,
+  keyWord,
+} from './identity.js';
+export type { KeyHash, Namespace, NamespaceInput } from './identity.js';
 
 // Policies: the store rule (the ready prefix) and the lookup across levels.
 export { STORE_POLICIES, parseStorePolicy, storeWindow, readyPrefix } from './ready.js';

@@ -9,6 +9,10 @@
 // it the lines are packed back to back (kept only so the bench can show the
 // difference).
 import type { Config } from './config.js';
+import { DIGEST_BYTES } from './identity.js';
+
+/** 64-bit words of an offload key's check, beside its key word (identity.ts). */
+export const KEY_CHECK_WORDS = 3;
 
 export type Role = 'scheduler' | 'hasher' | 'allocator' | 'store' | 'transfer';
 
@@ -69,10 +73,11 @@ export const A_GENERATION = 0;
 export const A_SEQ = 1;
 export const A_SETTLED_GENERATION = 2;
 export const A_BLOCK_COUNT = 3; // + group
-// Store line: cursors and the final-pass marker.
+// Store line: cursors, their epoch and the final-pass marker.
 export const T_GENERATION = 0;
 export const T_DRAINED_GENERATION = 1;
-export const T_CURSOR = 2; // + group
+export const T_EPOCH = 2;
+export const T_CURSOR = 3; // + group
 
 export const FIELDS: readonly FieldSpec[] = [
   f(
@@ -165,6 +170,13 @@ export const FIELDS: readonly FieldSpec[] = [
     T_DRAINED_GENERATION,
     'set to the generation once the final pass of a finished/aborted request ran',
   ),
+  f(
+    'storeEpoch',
+    'store',
+    false,
+    T_EPOCH,
+    "resets this generation's store state went through: a reset (vLLM's reset_cache) sets the cursors to 0 and bumps it; cursors move only forward within one (generation, storeEpoch)",
+  ),
   f('cursor', 'store', true, T_CURSOR, 'index of the next chunk to store, per group'),
 ];
 
@@ -187,16 +199,28 @@ export const OWNER_CLOSED = -1;
 export const ARRAYS = [
   { name: 'tokens', writer: 'scheduler', publishedBy: 'numTokens', doc: 'token IDs per request' },
   {
+    name: 'roots',
+    writer: 'scheduler',
+    publishedBy: 'generation',
+    doc: '32 bytes per request: the root its key chain starts from (namespace and cache salt, tagged), written at open before the generation is published',
+  },
+  {
     name: 'hashes',
     writer: 'hasher',
     publishedBy: 'hashCount',
-    doc: 'chained 64-bit block hashes per request',
+    doc: 'chained 32-byte block digests per request (SHA-256; an xxHash64 fills the first 8)',
   },
   {
     name: 'keys',
     writer: 'hasher',
     publishedBy: 'keyCount',
-    doc: '64-bit offload keys per request per group',
+    doc: 'the 64-bit key word of each offload key per request per group: word 0 of its 256-bit identity, what tiers index by',
+  },
+  {
+    name: 'keyChecks',
+    writer: 'hasher',
+    publishedBy: 'keyCount',
+    doc: 'words 1-3 of each offload key (192 bits) beside its key word, written before the key count like the key word; every tier compares the whole identity before it serves a byte',
   },
   {
     name: 'blocks',
@@ -283,8 +307,10 @@ export function slotGeometry(groupCount: number, padded: boolean): SlotGeometry 
 export interface SharedBuffers {
   readonly control: SharedArrayBuffer;
   readonly tokens: SharedArrayBuffer;
+  readonly roots: SharedArrayBuffer;
   readonly hashes: SharedArrayBuffer;
   readonly keys: SharedArrayBuffer;
+  readonly keyChecks: SharedArrayBuffer;
   readonly blocks: SharedArrayBuffer;
   readonly pins: SharedArrayBuffer;
   /** The dirty bitmap (see DIRTY_SLOTS_PER_WORD); in its own buffer, away from the slot lines. */
@@ -297,8 +323,10 @@ export function bufferSizes(config: Config): Record<keyof SharedBuffers, number>
   return {
     control: (config.maxRequests * geom.slotWords + LINE_WORDS) * 4,
     tokens: config.maxRequests * config.maxTokensPerRequest * 4,
-    hashes: config.maxRequests * config.maxHashesPerRequest * 8,
+    roots: config.maxRequests * DIGEST_BYTES,
+    hashes: config.maxRequests * config.maxHashesPerRequest * DIGEST_BYTES,
     keys: config.maxRequests * g * config.maxChunksPerRequest * 8,
+    keyChecks: config.maxRequests * g * config.maxChunksPerRequest * KEY_CHECK_WORDS * 8,
     blocks: config.maxRequests * g * config.maxBlocksPerRequest * 4,
     pins: config.gpuBlocks * 4,
     dirty: dirtyWordCount(config.maxRequests) * 4,

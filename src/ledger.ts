@@ -12,7 +12,7 @@
 // question (docs/fuzzing.md says which checks share the code's assumptions).
 import type { ChunkOutcome, PlannerObserver } from './planner.js';
 import type { StoreJob } from './job.js';
-import { S_HIT_CHUNKS } from './layout.js';
+import { S_HIT_CHUNKS, T_EPOCH } from './layout.js';
 import { offloadableTokens, tokenChunks } from './ready.js';
 import type { RequestSnapshot } from './roles/store.js';
 import type { SharedState } from './state.js';
@@ -129,6 +129,10 @@ export class ChunkLedger implements PlannerObserver {
   private readonly onDrain: DrainListener | undefined;
   // Per slot: the generation the rows below belong to.
   private readonly slotGeneration: Int32Array;
+  /** Per slot: the store epoch the rows below belong to (a reset starts a new one: the rows start over). */
+  private readonly slotEpoch: Int32Array;
+  /** Per slot: a reset came during this generation, so its admission hit is no longer in the tier. */
+  private readonly hitVoid: Uint8Array;
   /** Per slot and group: the chunk flags of that generation. */
   private readonly coverage: Uint8Array[];
   /** Per slot and group: chunks below this are already flagged DEFERRED. */
@@ -146,6 +150,8 @@ export class ChunkLedger implements PlannerObserver {
     this.groups = state.groupCount;
     this.onDrain = onDrain;
     this.slotGeneration = new Int32Array(config.maxRequests);
+    this.slotEpoch = new Int32Array(config.maxRequests);
+    this.hitVoid = new Uint8Array(config.maxRequests);
     this.coverage = Array.from(
       { length: config.maxRequests * this.groups },
       () => new Uint8Array(config.maxChunksPerRequest),
@@ -228,7 +234,11 @@ export class ChunkLedger implements PlannerObserver {
     const byGroup: number[] = [];
     const offloadable = offloadableTokens(snap, config);
     for (let g = 0; g < this.groups; g += 1) {
-      const hit = Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
+      // After a reset the admission hit is gone from the tier: those chunks count as any other.
+      const hit =
+        this.hitVoid[slot] === 1
+          ? 0
+          : Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
       const cov = this.coverage[slot * this.groups + g]!;
       const ready = tokenChunks(snap, config.groups[g]!, offloadable);
       byGroup.push(ready);
@@ -315,15 +325,27 @@ export class ChunkLedger implements PlannerObserver {
     if (this.cursorFindings.length < CURSOR_FINDINGS_MAX) this.cursorFindings.push(f);
   }
 
+  /**
+   * The rows of `slot` start over for a new generation, and for a new store
+   * epoch of the same one (a reset restarted the request at cursor 0: its
+   * chunks are stored again, its admission hit is gone; its counts go on).
+   */
   private adopt(slot: number, generation: number): void {
-    if (this.slotGeneration[slot] === generation) return;
+    const { state } = this;
+    // The store line is the store role's own, and the ledger runs on its thread: a plain read.
+    const epoch = state.control[state.storeWord(slot, T_EPOCH)]!;
+    const fresh = this.slotGeneration[slot] !== generation;
+    if (!fresh && this.slotEpoch[slot] === epoch) return;
     this.slotGeneration[slot] = generation;
+    this.slotEpoch[slot] = epoch;
+    this.hitVoid[slot] = fresh ? 0 : 1;
     for (let g = 0; g < this.groups; g += 1) {
       const i = slot * this.groups + g;
       this.coverage[i]!.fill(0);
       this.markedTo[i] = 0;
       this.cursor[i] = 0;
     }
+    if (!fresh) return;
     this.slotStored[slot] = 0;
     this.slotDeferred[slot] = 0;
     this.slotDoubles[slot] = 0;

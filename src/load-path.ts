@@ -9,7 +9,9 @@ import type { ChunkCopy } from './copy.js';
 import type { Config } from './config.js';
 import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
 import type { Hashing } from './hashing.js';
-import { DEFER, loadPlan, lookupHitTokens, promptKeys, touchRanges } from './lookup.js';
+import { DEFER, loadPlan, lookupHitTokens, touchRanges } from './lookup.js';
+import { KeyChain, promptKeys } from './hashing.js';
+import { DIGEST_BYTES, validateCacheSalt } from './identity.js';
 import type { ChunkState, CursorPolicy } from './lookup.js';
 import { checkHandle, ownHandle } from './roles/handle.js';
 import { IntInput } from './roles/input.js';
@@ -28,6 +30,8 @@ export interface LookupOptions {
   maxLoadTokens?: number;
   /** The request does not read the cache: the answer is a hit of 0 (keys are still touched). */
   skipReadingPrefixCache?: boolean;
+  /** The request's cache salt (open it with the same): only entries of the same salt hit. */
+  cacheSalt?: string;
 }
 
 /** A lookup's answer: ask again later, or the hit (possibly 0). */
@@ -66,6 +70,8 @@ export class LoadPath {
   private readonly loads = new Map<number, LoadJob>();
   /** Keys read by loads in flight, with how many loads read each. */
   private readonly beingLoaded = new Map<bigint, number>();
+  /** Loads in flight at the last reset: they finish reading their retired slots and publish nothing. */
+  private readonly staleLoads = new Set<LoadJob>();
   private nextLoadId = 1;
   private readonly loadWhileStoring: boolean;
 
@@ -104,6 +110,7 @@ export class LoadPath {
     ) {
       throw new InvalidArgumentError('skipReadingPrefixCache', 'must be a boolean');
     }
+    const salt = validateCacheSalt(options.cacheSalt);
     if (options.handle !== undefined) {
       const handle = ownHandle(options.handle);
       checkHandle(this.state, handle);
@@ -115,7 +122,7 @@ export class LoadPath {
         throw new IllegalTransitionError('look up', 'loading');
       }
     }
-    const keys = promptKeys(this.config, this.hashing, promptTokens);
+    const keys = promptKeys(this.config, this.hashing, promptTokens, salt);
     const result = lookupHitTokens(
       this.config.groups,
       {
@@ -179,11 +186,14 @@ export class LoadPath {
       this.state.schedulerWord(slot, S_NUM_TOKENS),
     );
     const base = this.state.tokenBase(slot);
-    const own = promptKeys(
+    // The request's own keys: its tokens chained on its root (its namespace and salt).
+    const chain = new KeyChain(
       this.config,
       this.hashing,
-      this.state.tokens.subarray(base, base + numTokens),
+      this.state.roots.slice(slot * DIGEST_BYTES, (slot + 1) * DIGEST_BYTES),
     );
+    chain.extend(this.state.tokens.subarray(base, base + numTokens));
+    const own = chain.keys;
     const plans = loadPlan(
       this.config.groups,
       answer.localHitTokens,
@@ -262,6 +272,11 @@ export class LoadPath {
       throw new InvalidArgumentError('job', 'is not a load in flight');
     }
     this.loads.delete(job.slot);
+    if (this.staleLoads.delete(job)) {
+      // Read from slots a reset retired: give them back; the entries it read are gone.
+      this.tier.releaseRetired!(job.chunks.map((c) => c.tierSlot));
+      return;
+    }
     const keys = job.chunks.map((c) => c.key);
     this.tier.completeLoad(keys);
     for (const k of keys) {
@@ -273,6 +288,16 @@ export class LoadPath {
 
   loading(slot: number): boolean {
     return this.loads.has(slot);
+  }
+
+  /**
+   * At a reset (after the tier's): loads in flight go on reading the slots
+   * the reset retired and, when they complete, publish nothing; no entry of
+   * the new epoch is "being read" by them.
+   */
+  reset(): void {
+    for (const job of this.loads.values()) this.staleLoads.add(job);
+    this.beingLoaded.clear();
   }
 
   /** Refuses a change that would mix a load with stores (or free the blocks a load writes). */

@@ -107,7 +107,7 @@ export class LocalOffload {
   ): Promise<LocalOffload> {
     const config = resolveConfig(input);
     const state = SharedState.create(config);
-    const hashing = await loadHashing();
+    const hashing = await loadHashing(config.keyHash);
     const hasher = new HasherRole(state, hashing);
     return new LocalOffload(config, state, hasher, hashing, options);
   }
@@ -214,6 +214,29 @@ export class LocalOffload {
     return this.planner.counters;
   }
 
+  /**
+   * vLLM's reset_cache: the tier is emptied at once; jobs in flight end
+   * without publishing anything (stores are recognised by job id, loads go on
+   * reading the slots the reset retired); every live request that was not
+   * drained stores its chunks again from cursor 0 (a new store epoch). A
+   * drained request is not signalled again. A lookup answer from before the
+   * reset cannot be loaded after it (its entries are gone): look up again.
+   * Call it between steps. The facade has no shared tier: `shared` is refused.
+   */
+  reset(options: { shared?: boolean } = {}): void {
+    if (typeof options !== 'object' || options === null) {
+      throw new InvalidArgumentError('options', 'must be an object');
+    }
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') {
+      throw new InvalidArgumentError('shared', 'must be a boolean');
+    }
+    if (options.shared === true) {
+      throw new InvalidArgumentError('shared', 'the facade has no disk or Redis tier to retire');
+    }
+    this.planner.reset();
+    this.loadPath.reset();
+  }
+
   /** The rule's view of one group right now (what the next pass would see). */
   groupProgress(handle: RequestHandle, group: number): GroupProgress {
     handle = ownHandle(handle);
@@ -249,11 +272,10 @@ export class LocalOffload {
     return this.groupProgress(handle, group).cursor;
   }
 
-  /** The offload keys published for a group (a copy). */
+  /** The offload keys (256-bit identities) published for a group. */
   keys(handle: RequestHandle, group: number): bigint[] {
     handle = ownHandle(handle);
     const n = this.groupProgress(handle, group).keys;
-    const base = this.state.keyBase(handle.slot, group);
-    return Array.from(this.state.keys.subarray(base, base + n));
+    return Array.from({ length: n }, (_, c) => this.state.key(handle.slot, group, c));
   }
 }

@@ -9,10 +9,7 @@
 // present but not readable yet (being stored) or being read by another
 // request's load: the request is deferred ("ask again later") rather than
 // missing, so whether a prompt is reused never depends on how fast a copy ran.
-import type { Config } from './config.js';
 import { invariant } from './errors.js';
-import type { Hashing } from './hashing.js';
-import { chainHashes } from './hashing.js';
 import type { LookupState } from './tier/types.js';
 
 /** A tier's answer for one offload key (the same type as OffloadTier.state's). */
@@ -263,24 +260,5 @@ export function loadPlan(
       endBlock,
       cursor: policy === 'block-level' ? endChunk : null,
     };
-  });
-}
-
-/** Every offload key of a prompt, per group: one per whole chunk (what a lookup queries). */
-export function promptKeys(
-  config: Config,
-  hashing: Hashing,
-  tokens: ArrayLike<number>,
-): bigint[][] {
-  const hashes = chainHashes(
-    hashing,
-    Int32Array.from(tokens).subarray(0, config.maxHashesPerRequest * config.tokensPerHash),
-    config.tokensPerHash,
-  );
-  return config.groups.map((g) => {
-    const n = Math.min(Math.floor(hashes.length / g.hashesPerChunk), config.maxChunksPerRequest);
-    return Array.from({ length: n }, (_, c) =>
-      hashing.offloadKey(hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index),
-    );
   });
 }

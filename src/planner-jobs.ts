@@ -14,8 +14,10 @@ export interface IssuedJobsOptions {
   readonly pinned: boolean;
   /** Test-only (F8): a failed job keeps its pins (PlannerOptions.unsafeSkipUnpinOnFailure). */
   readonly skipUnpinOnFailure: boolean;
-  /** A job completed with success = false (the planner's observer hears it). */
+  /** A job completed with success = false (the planner's observer hears it), unless it was stale. */
   readonly onFailed: (job: StoreJob) => void;
+  /** Test-only: PlannerOptions.unsafePublishStaleJobs (no job-id threshold at a reset). */
+  readonly publishStaleJobs: boolean;
 }
 
 export class IssuedJobs {
@@ -24,6 +26,8 @@ export class IssuedJobs {
   private readonly counters: PlannerCounters;
   private readonly options: IssuedJobsOptions;
   private nextJobId = 1;
+  /** Jobs with an id below this were in flight at the last reset: they complete without publishing. */
+  private staleJobThreshold = 0;
   /**
    * Jobs handed out and not yet completed, by jobId. A Map keyed by the
    * number, not a WeakSet of the job: an object key needs an identity hash
@@ -68,6 +72,28 @@ export class IssuedJobs {
     return this.issued.values();
   }
 
+  /** Every job in flight now becomes stale (a reset): it will complete without publishing. */
+  markStale(): void {
+    this.staleJobThreshold = this.nextJobId;
+  }
+
+  /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */
+  isStale(job: StoreJob): boolean {
+    return job.jobId < this.staleJobThreshold && !this.options.publishStaleJobs;
+  }
+
+  /**
+   * The tier side of a stale job's end: nothing is published, its retired
+   * slots go back to the tier, its chunks are counted. (Its pins are
+   * released like any job's.)
+   */
+  discardStale(job: StoreJob): void {
+    const slots = new Array<number>(job.chunks.length);
+    for (let i = 0; i < slots.length; i += 1) slots[i] = job.chunks[i]!.tierSlot;
+    this.tier.releaseRetired!(slots);
+    this.counters.chunksDiscardedByReset += job.chunks.length;
+  }
+
   /** StorePlanner.complete. */
   complete(job: StoreJob, success: boolean): void {
     if (typeof job !== 'object' || job === null || this.issued.get(job.jobId) !== job) {
@@ -88,15 +114,20 @@ export class IssuedJobs {
       }
     }
     this.issued.delete(job.jobId);
+    const stale = this.isStale(job);
     if (!success) {
       this.counters.chunksTransferFailed += job.chunks.length;
-      this.options.onFailed(job);
+      // A stale job's chunks were of a store epoch its request has started over: the observer's account is the new one.
+      if (!stale) this.options.onFailed(job);
     }
-    // A plain loop: Array.prototype.map with a fresh closure was over half of
-    // complete()'s time for the one-chunk jobs a store that keeps pace makes.
-    const keys = new Array<bigint>(job.chunks.length);
-    for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
-    this.tier.completeStore(keys, success);
+    if (stale) this.discardStale(job);
+    else {
+      // A plain loop: Array.prototype.map with a fresh closure was over half of
+      // complete()'s time for the one-chunk jobs a store that keeps pace makes.
+      const keys = new Array<bigint>(job.chunks.length);
+      for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
+      this.tier.completeStore(keys, success);
+    }
     if (!pinned || (!success && this.options.skipUnpinOnFailure)) return;
     for (const c of job.chunks) unpinBlocks(this.pins, c.blocks);
   }

@@ -106,6 +106,14 @@ export interface PlannerOptions {
    */
   unsafeDropDeferred?: boolean;
   /**
+   * Test-only: a store job that was in flight at a reset completes as any
+   * other (no job-id threshold): it publishes into the tier the reset
+   * emptied, and its retired slots are never given back. Exists so the
+   * fuzzer can show the threshold is what keeps bytes stored before a reset
+   * from being served after it; never turn it on otherwise.
+   */
+  unsafePublishStaleJobs?: boolean;
+  /**
    * How long (ms, on `now`) an ended request waits, without a new key or block
    * ID, for its blocks and keys to settle before what is missing is counted as
    * dropped; default FINAL_WAIT_MS_MAX. 0 drains at the first visit that finds
@@ -148,6 +156,7 @@ const PLANNER_SWITCHES = [
   'unsafeSkipUnpinOnFailure',
   'unsafeAckOnAllocFailure',
   'unsafeDropDeferred',
+  'unsafePublishStaleJobs',
 ] as const satisfies readonly PlannerSwitch[];
 // Every switch of PlannerOptions is in the list (a compile error otherwise).
 const everySwitchListed: Exclude<PlannerSwitch, (typeof PLANNER_SWITCHES)[number]> extends never
@@ -198,6 +207,14 @@ export interface PlannerCounters {
   chunksDroppedUnready: number;
   /** Chunks of jobs completed with success = false: their cursor moved on, so they are counted, never silent. */
   chunksTransferFailed: number;
+  /** Resets (vLLM's reset_cache) this planner ran. */
+  resets: number;
+  /**
+   * Chunks of store jobs that were in flight at a reset: their copies end,
+   * nothing is published (the tier they were for is gone), and their
+   * requests store them again from cursor 0.
+   */
+  chunksDiscardedByReset: number;
   snapshotRetries: number;
   snapshotsGivenUp: number;
 }
@@ -220,6 +237,8 @@ export function zeroPlannerCounters(): PlannerCounters {
     allocationFailures: 0,
     chunksDroppedForCapacity: 0,
     chunksTransferFailed: 0,
+    resets: 0,
+    chunksDiscardedByReset: 0,
     chunksDroppedUnready: 0,
     snapshotRetries: 0,
     snapshotsGivenUp: 0,

@@ -11,7 +11,7 @@
 // request waiting for lagging keys) raises the bit again itself, so nothing
 // waits for an event that may never come.
 import type { Config } from './config.js';
-import { invariant } from './errors.js';
+import { InvalidArgumentError, invariant } from './errors.js';
 import type { ChunkCopy } from './copy.js';
 import type { StoreJob } from './job.js';
 import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX, Status, markDirty } from './layout.js';
@@ -135,6 +135,7 @@ export class StorePlanner {
       pinned: !this.skipPins && !(options.transferUnpins ?? false),
       skipUnpinOnFailure: options.unsafeSkipUnpinOnFailure ?? false,
       onFailed: (job) => this.observer?.failed?.(job),
+      publishStaleJobs: options.unsafePublishStaleJobs ?? false,
     });
   }
 
@@ -214,6 +215,45 @@ export class StorePlanner {
    */
   complete(job: StoreJob, success = true): void {
     this.jobs.complete(job, success);
+  }
+
+  /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */
+  isStale(job: StoreJob): boolean {
+    return this.jobs.isStale(job);
+  }
+
+  /**
+   * vLLM's reset_cache on the store side: the tier drops every entry (those
+   * being written or read keep their slots until their jobs end); jobs in
+   * flight become stale (ignored by job id when they complete); every live
+   * request that was not drained starts a new store epoch with its cursors at
+   * 0, so its chunks are stored again. A drained request is left alone: its
+   * end was signalled once and is not signalled again. Call it between passes
+   * on the store role's thread. Throws InvalidArgumentError for a tier that
+   * cannot be reset.
+   */
+  reset(): void {
+    const { tier } = this;
+    if (tier.reset === undefined || tier.releaseRetired === undefined) {
+      throw new InvalidArgumentError('tier', 'cannot be reset (it has no reset/releaseRetired)');
+    }
+    tier.reset();
+    this.jobs.markStale();
+    this.counters.resets += 1;
+    for (let slot = 0; slot < this.config.maxRequests; slot += 1) this.restart(slot);
+  }
+
+  /**
+   * One live, undrained request starts a new store epoch at cursor 0 (see
+   * reset; also for a request whose admission hit came from before a reset).
+   * Returns false for a free or drained slot.
+   */
+  restart(slot: number): boolean {
+    if (!this.role.restartEpoch(slot)) return false;
+    // Its final pass starts over too: waits and failed final offers count from 0.
+    this.finalWaits.restart(slot);
+    this.revisit(slot);
+    return true;
   }
 
   /**

@@ -9,12 +9,13 @@
 import { resolveConfig } from '../../src/config.js';
 import { SharedState } from '../../src/state.js';
 import { epochMs } from '../lib/clock.js';
+import { ThreadCpuClock } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
 import { KvoffStore, KvoffWriters } from './kvoff.js';
 import type { KvoffSetup } from './kvoff.js';
 import { SpinFutexLock } from './lock.js';
 import { STORE_PARK_MS, attachBell, checkDeadline, paceRound } from './stream.js';
-import type { Source, StoreOutcome, StreamShape } from './stream.js';
+import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.js';
 
 export interface LockedSetup extends KvoffSetup {
   /** One Int32 lock word on its own line. */
@@ -29,13 +30,14 @@ export function lockedWriterThread(
   p: LockedSetup & { shape: StreamShape; sources: readonly Source[]; roundMs?: number },
   round: Round,
   ready: () => void,
-): number {
+): WriterOutcome {
   const state = SharedState.attach(resolveConfig(p.config), p.buffers);
   const writers = new KvoffWriters(state, p.pub, p.shape, p.handles);
   const lock = new SpinFutexLock(new Int32Array(p.lock, 0, 1));
   const bell = attachBell(p.bell);
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   let events = 0;
   for (let c = 0; c < p.shape.chunks; c += 1) {
     paceRound(round.startMs, p.roundMs, c);
@@ -48,7 +50,7 @@ export function lockedWriterThread(
     }
     bell.ring();
   }
-  return events;
+  return { events, threadCpuMs: cpu.elapsed() };
 }
 
 export function lockedStoreThread(
@@ -64,6 +66,7 @@ export function lockedStoreThread(
   const total = p.shape.requests * p.shape.chunks;
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   for (let pass = 0; store.dispatched < total; pass += 1) {
     const seen = bell.read();
     const before = store.dispatched;
@@ -76,5 +79,5 @@ export function lockedStoreThread(
     if (store.dispatched === before) bell.park(seen, STORE_PARK_MS);
     if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design c');
   }
-  return store.outcome(epochMs() - round.startMs);
+  return store.outcome(epochMs() - round.startMs, cpu);
 }

@@ -13,15 +13,20 @@ import type { MessagePort } from 'node:worker_threads';
 import { resolveConfig } from '../../src/config.js';
 import { SharedState } from '../../src/state.js';
 import { epochMs } from '../lib/clock.js';
+import { ThreadCpuClock } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
 import { KvoffStore, KvoffWriters, setupKvoffDesign } from './kvoff.js';
-import { STORE_PARK_MS, attachBell, checkDeadline, pubIndex } from './stream.js';
-import type { Source, StoreOutcome, StreamShape } from './stream.js';
-
-const DELTA_WORDS = 5;
+import { DELTA_WORDS } from './lean-message.js';
+import { STORE_PARK_MS, attachBell, checkDeadline } from './stream.js';
+import type { StoreOutcome, StreamShape } from './stream.js';
 
 export function messagedStoreThread(
-  p: { shape: StreamShape; ports: readonly MessagePort[]; bell: SharedArrayBuffer },
+  p: {
+    shape: StreamShape;
+    ports: readonly MessagePort[];
+    bell: SharedArrayBuffer;
+    pub: SharedArrayBuffer;
+  },
   round: Round,
   ready: () => void,
 ): StoreOutcome {
@@ -29,14 +34,15 @@ export function messagedStoreThread(
   // The store's private state: the same layout, never handed to another thread.
   const setup = setupKvoffDesign(shape);
   const state = SharedState.attach(resolveConfig(setup.config), setup.buffers);
-  const writers = new KvoffWriters(state, setup.pub, shape, setup.handles);
-  const store = new KvoffStore(state, setup.pub, shape);
-  const pub = new Float64Array(setup.pub);
+  // The publication times are the writers' (instrumentation, shared by every design).
+  const writers = new KvoffWriters(state, p.pub, shape, setup.handles);
+  const store = new KvoffStore(state, p.pub, shape);
   const bell = attachBell(p.bell);
   const total = shape.requests * shape.chunks;
   let messages = 0;
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   while (store.dispatched < total) {
     const seen = bell.read();
     let got = 0;
@@ -44,9 +50,6 @@ export function messagedStoreThread(
       for (let m = receiveMessageOnPort(port); m !== undefined; m = receiveMessageOnPort(port)) {
         const d = m.message as Float64Array;
         got += 1;
-        for (let at = 0; at + DELTA_WORDS <= d.length; at += DELTA_WORDS) {
-          pub[pubIndex(shape, d[at + 1]!, d[at + 2]!, d[at]! as Source)] = d[at + 4]!;
-        }
         writers.applyDeltas(d, DELTA_WORDS);
       }
     }
@@ -58,7 +61,7 @@ export function messagedStoreThread(
     messages += got;
     store.pass();
   }
+  const out = store.outcome(epochMs() - round.startMs, cpu);
   for (const port of p.ports) port.close();
-  const out = store.outcome(epochMs() - round.startMs);
   return { ...out, notes: { ...out.notes, messages } };
 }

@@ -9,6 +9,8 @@
 import { resolveConfig } from '../../src/config.js';
 import type { ConfigInput } from '../../src/config.js';
 import type { Hashing } from '../../src/hashing.js';
+import { DIGEST_BYTES, groupMixBytes, writeIdentity } from '../../src/identity.js';
+import { KEY_CHECK_WORDS } from '../../src/layout.js';
 import type { StoreJob } from '../../src/job.js';
 import type { SharedBuffers } from '../../src/layout.js';
 import { StorePlanner } from '../../src/planner.js';
@@ -19,12 +21,13 @@ import { HasherRole } from '../../src/roles/hasher.js';
 import { SchedulerRole } from '../../src/roles/scheduler.js';
 import { SharedState } from '../../src/state.js';
 import { epochMs } from '../lib/clock.js';
+import { ThreadCpuClock } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
 import { AcceptAllTier } from './bench-tier.js';
 import {
+  ALL_SOURCES,
   LatencyLog,
   STORE_PARK_MS,
-  SOURCE_BLOCKS,
   SOURCE_KEYS,
   SOURCE_TOKENS,
   TOKENS_PER_CHUNK,
@@ -32,22 +35,63 @@ import {
   blockIdOf,
   checkDeadline,
   newBellBuffer,
+  newPubBuffer,
   paceRound,
-  pubIndex,
   readyAtMs,
+  stampRound,
 } from './stream.js';
-import type { Source, StoreOutcome, StreamShape } from './stream.js';
+import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.js';
 
 /**
- * A cheap stand-in for xxHash: the comparison is about moving state between
+ * A cheap stand-in for SHA-256: the comparison is about moving state between
  * threads, and the other designs receive precomputed keys. Still chained and
  * distinct per request and chunk, so no two chunks share a key.
  */
 const CHEAP_HASHING: Hashing = {
-  blockHash: (parent, tokens) =>
-    BigInt.asUintN(64, parent * 0x100000001b3n + BigInt(tokens[0]! + 1)),
-  offloadKey: (lastBlockHash, group) => lastBlockHash ^ BigInt(group),
+  algorithm: 'sha256',
+  chain(parent, parentAt, tokens, tph, out, outAt) {
+    let h = new DataView(parent.buffer, parent.byteOffset).getBigUint64(parentAt, true);
+    const view = new DataView(out.buffer, out.byteOffset);
+    for (let i = 0; (i + 1) * tph <= tokens.length; i += 1) {
+      h = BigInt.asUintN(64, h * 0x100000001b3n + BigInt(tokens[i * tph]! + 1));
+      view.setBigUint64(outAt + i * 32, h, true);
+    }
+  },
 };
+
+/**
+ * The stream's hashing alone, as HasherRole.hash does it here: one chained
+ * `chain` call over a request's tokens (one hash block per chunk), then each
+ * chunk's identity written as a key word and its check (writeIdentity, as
+ * publishKeys does), for the floor's thread to time: work design a's writers
+ * do and the lean designs, handed precomputed keys, do not. Keep it in step
+ * with the hasher when the Hashing interface changes.
+ */
+export function hashStreamStandIn(s: StreamShape): void {
+  const tokens = new Int32Array(s.chunks * TOKENS_PER_CHUNK);
+  const root = new Uint8Array(DIGEST_BYTES);
+  const rootView = new DataView(root.buffer);
+  const digests = new Uint8Array(s.chunks * DIGEST_BYTES);
+  const keys = new Uint8Array(s.chunks * 8);
+  const checks = new Uint8Array(s.chunks * KEY_CHECK_WORDS * 8);
+  const mix = groupMixBytes(0);
+  for (let r = 0; r < s.requests; r += 1) {
+    rootView.setBigUint64(0, BigInt(r), true);
+    CHEAP_HASHING.chain(root, 0, tokens, TOKENS_PER_CHUNK, digests, 0);
+    for (let c = 0; c < s.chunks; c += 1) {
+      writeIdentity(
+        digests,
+        c * DIGEST_BYTES,
+        mix,
+        64,
+        keys,
+        c * 8,
+        checks,
+        c * KEY_CHECK_WORDS * 8,
+      );
+    }
+  }
+}
 
 function kvoffDesignConfig(s: StreamShape): ConfigInput {
   return {
@@ -87,8 +131,7 @@ export function setupKvoffDesign(s: StreamShape): KvoffSetup {
   // The writers (another thread, or the single-thread design) drive the roles from here on.
   scheduler.handOff();
   allocator.handOff();
-  const pub = new SharedArrayBuffer(s.requests * s.chunks * 3 * 8);
-  return { config, buffers: state.buffers, handles, pub, bell: newBellBuffer() };
+  return { config, buffers: state.buffers, handles, pub: newPubBuffer(s), bell: newBellBuffer() };
 }
 
 export interface KvoffWriterParams extends KvoffSetup {
@@ -130,11 +173,8 @@ export class KvoffWriters {
   /** One round: chunk `c` of every request from each of `sources`; publication times are stamped first. */
   publishRound(c: number, sources: readonly Source[]): void {
     for (const source of sources) {
-      const now = epochMs();
-      for (let r = 0; r < this.shape.requests; r += 1) {
-        this.pub[pubIndex(this.shape, r, c, source)] = now;
-        this.add(source, r, c);
-      }
+      stampRound(this.pub, this.shape, c, source);
+      for (let r = 0; r < this.shape.requests; r += 1) this.add(source, r, c);
       this.flush(source);
     }
   }
@@ -175,8 +215,6 @@ export class KvoffWriters {
   }
 }
 
-const ALL_SOURCES: readonly Source[] = [SOURCE_TOKENS, SOURCE_KEYS, SOURCE_BLOCKS];
-
 /** The store side: the real planner plus latency accounting per dispatched chunk. */
 export class KvoffStore {
   readonly planner: StorePlanner;
@@ -214,25 +252,31 @@ export class KvoffStore {
     if (job !== undefined) this.onJob(job);
   }
 
-  outcome(elapsedMs: number): StoreOutcome {
-    const { p50, p99 } = this.latency.summary();
+  /** Call at the last dispatch. */
+  outcome(elapsedMs: number, cpu: ThreadCpuClock): StoreOutcome {
+    const threadCpuMs = cpu.elapsed();
     const c = this.planner.counters;
     return {
       dispatchedChunks: this.dispatched,
       elapsedMs,
-      latencyMsP50: p50,
-      latencyMsP99: p99,
+      latenciesMs: this.latency.recorded(),
       notes: { passes: c.passes, jobs: c.jobs, snapshotRetries: c.snapshotRetries },
+      threadCpuMs,
     };
   }
 }
 
-export function kvoffWriterThread(p: KvoffWriterParams, round: Round, ready: () => void): number {
+export function kvoffWriterThread(
+  p: KvoffWriterParams,
+  round: Round,
+  ready: () => void,
+): WriterOutcome {
   const state = SharedState.attach(resolveConfig(p.config), p.buffers);
   const writers = new KvoffWriters(state, p.pub, p.shape, p.handles);
   const bell = attachBell(p.bell);
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   let events = 0;
   for (let c = 0; c < p.shape.chunks; c += 1) {
     paceRound(round.startMs, p.roundMs, c);
@@ -240,7 +284,7 @@ export function kvoffWriterThread(p: KvoffWriterParams, round: Round, ready: () 
     events += p.shape.requests * p.sources.length;
     bell.ring();
   }
-  return events;
+  return { events, threadCpuMs: cpu.elapsed() };
 }
 
 export function kvoffStoreThread(
@@ -254,6 +298,7 @@ export function kvoffStoreThread(
   const total = p.shape.requests * p.shape.chunks;
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   for (let pass = 0; store.dispatched < total; pass += 1) {
     const seen = bell.read();
     const before = store.dispatched;
@@ -261,20 +306,30 @@ export function kvoffStoreThread(
     if (store.dispatched === before) bell.park(seen, STORE_PARK_MS);
     if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design a');
   }
-  return store.outcome(epochMs() - round.startMs);
+  return store.outcome(epochMs() - round.startMs, cpu);
 }
 
-/** Design (d): the same roles and planner on one thread; a planner pass after every round of publications. */
-export function runSingleThreadDesign(s: StreamShape): StoreOutcome {
+/**
+ * Design (d): the same roles and planner on one thread (a bench thread, as
+ * every design's store); a planner pass after every round of publications.
+ */
+export function singleThreadDesignThread(
+  p: { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): StoreOutcome {
+  const s = p.shape;
   const setup = setupKvoffDesign(s);
   const state = SharedState.attach(resolveConfig(setup.config), setup.buffers);
   const writers = new KvoffWriters(state, setup.pub, s, setup.handles);
   const store = new KvoffStore(state, setup.pub, s);
-  const startMs = epochMs();
+  ready();
+  round.waitGo();
+  const cpu = new ThreadCpuClock();
   for (let c = 0; c < s.chunks; c += 1) {
     writers.publishRound(c, ALL_SOURCES);
     store.pass();
   }
   store.pass();
-  return store.outcome(epochMs() - startMs);
+  return store.outcome(epochMs() - round.startMs, cpu);
 }

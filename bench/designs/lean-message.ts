@@ -1,18 +1,19 @@
 // Design (b-lean): message passing written by hand with the least work per
-// event. Writer threads postMessage each delta (source, request, chunk, value,
-// publication time) to a store thread that owns plain, unshared arrays and
-// applies the same rule (storeWindow) to the request the delta touched: no
-// role classes, no planner, no tier, no pins. Every delta is structured-cloned
-// and crosses the store's event loop. (Design b runs kvoff's code behind the
-// same messages.)
+// event. Writer threads postMessage each delta (source, request, chunk, value)
+// to a store thread that owns plain, unshared arrays and applies the same rule
+// (storeWindow) to the request the delta touched: no role classes, no
+// planner, no tier, no pins. Every delta is structured-cloned and crosses the
+// store's event loop. (Design b runs kvoff's code behind the same messages.)
+// The publication times are instrumentation, written by the writers into a
+// shared table as in every design; they are not part of the messages.
 import { receiveMessageOnPort } from 'node:worker_threads';
 import type { MessagePort } from 'node:worker_threads';
 import { storeWindow, emptyWindow } from '../../src/ready.js';
 import { epochMs } from '../lib/clock.js';
+import { ThreadCpuClock } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
 import {
   LatencyLog,
-  SOURCES,
   SOURCE_BLOCKS,
   SOURCE_KEYS,
   blockIdOf,
@@ -21,13 +22,13 @@ import {
   attachBell,
   keyOf,
   paceRound,
-  pubIndex,
   readyAtMs,
+  stampRound,
 } from './stream.js';
-import type { Source, StoreOutcome, StreamShape } from './stream.js';
+import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.js';
 
-/** Words of one delta in a batch: source, request, chunk, value, publication time. */
-const DELTA_WORDS = 5;
+/** Words of one delta in a batch: source, request, chunk, value. */
+export const DELTA_WORDS = 4;
 
 export interface MessageWriterParams {
   readonly shape: StreamShape;
@@ -37,6 +38,8 @@ export interface MessageWriterParams {
   readonly batch: number;
   /** Rung after each message, for a store that drains its ports with receiveMessageOnPort. */
   readonly bell?: SharedArrayBuffer;
+  /** The publication-time table (see stampRound). */
+  readonly pub: SharedArrayBuffer;
   /** Offered load (see paceRound); absent: as fast as possible. */
   readonly roundMs?: number;
 }
@@ -44,17 +47,20 @@ export interface MessageWriterParams {
 export interface MessageStoreParams {
   readonly shape: StreamShape;
   readonly ports: readonly MessagePort[];
+  readonly pub: SharedArrayBuffer;
 }
 
 export function messageWriterThread(
   p: MessageWriterParams,
   round: Round,
   ready: () => void,
-): number {
+): WriterOutcome {
   const { shape, port } = p;
   const bell = p.bell === undefined ? undefined : attachBell(p.bell);
+  const pub = new Float64Array(p.pub);
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   let events = 0;
   let buf = new Float64Array(p.batch * DELTA_WORDS);
   let fill = 0;
@@ -66,8 +72,9 @@ export function messageWriterThread(
   };
   for (let c = 0; c < shape.chunks; c += 1) {
     paceRound(round.startMs, p.roundMs, c);
-    for (let r = 0; r < shape.requests; r += 1) {
-      for (const source of p.sources) {
+    for (const source of p.sources) {
+      stampRound(pub, shape, c, source);
+      for (let r = 0; r < shape.requests; r += 1) {
         const value =
           source === SOURCE_KEYS
             ? keyOf(shape, r, c)
@@ -76,7 +83,7 @@ export function messageWriterThread(
               : c + 1;
         events += 1;
         if (p.batch === 1) {
-          port.postMessage([source, r, c, value, epochMs()]);
+          port.postMessage([source, r, c, value]);
           bell?.ring();
           continue;
         }
@@ -85,7 +92,6 @@ export function messageWriterThread(
         buf[at + 1] = r;
         buf[at + 2] = c;
         buf[at + 3] = value;
-        buf[at + 4] = epochMs();
         fill += 1;
         if (fill === p.batch) flush();
       }
@@ -93,7 +99,7 @@ export function messageWriterThread(
     // The end of a round is a batch boundary too, as the shared-memory designs ring once per round.
     if (fill > 0) flush();
   }
-  return events;
+  return { events, threadCpuMs: cpu.elapsed() };
 }
 
 export function messageStoreThread(
@@ -112,15 +118,17 @@ export function messageStoreThread(
   const cursor = new Int32Array(R);
   const keys = new Float64Array(R * C);
   const blocks = new Int32Array(R * C);
-  const pub = new Float64Array(R * C * SOURCES.length);
+  const pub = new Float64Array(p.pub);
   const latency = new LatencyLog(total);
   const window = emptyWindow();
   let dispatched = 0;
   let messages = 0;
+  let jobs = 0;
+  // No go to wait for: its loop is idle until the first message.
+  const cpu = new ThreadCpuClock();
 
   return new Promise<StoreOutcome>((resolve, reject) => {
-    const apply = (source: number, r: number, c: number, value: number, t: number) => {
-      pub[pubIndex(shape, r, c, source as Source)] = t;
+    const apply = (source: number, r: number, c: number, value: number) => {
       // Deltas of one source arrive in order (one port per writer), so counts are c + 1.
       if (source === 0) tokenChunks[r] = value;
       else if (source === 1) {
@@ -148,24 +156,26 @@ export function messageStoreThread(
         latency.record(now - readyAtMs(pub, shape, r, k));
       }
       dispatched += w.end - w.start;
+      jobs += 1;
       cursor[r] = w.advanceTo;
     };
     const finish = () => {
+      const elapsedMs = epochMs() - round.startMs;
+      const threadCpuMs = cpu.elapsed();
       for (const port of p.ports) port.close();
-      const { p50, p99 } = latency.summary();
       resolve({
         dispatchedChunks: dispatched,
-        elapsedMs: epochMs() - round.startMs,
-        latencyMsP50: p50,
-        latencyMsP99: p99,
-        notes: { messages },
+        elapsedMs,
+        latenciesMs: latency.recorded(),
+        notes: { messages, jobs },
+        threadCpuMs,
       });
     };
     const onMessage = (m: number[] | Float64Array) => {
       try {
         messages += 1;
         for (let at = 0; at + DELTA_WORDS <= m.length; at += DELTA_WORDS) {
-          apply(m[at]!, m[at + 1]!, m[at + 2]!, m[at + 3]!, m[at + 4]!);
+          apply(m[at]!, m[at + 1]!, m[at + 2]!, m[at + 3]!);
         }
         if (dispatched >= total) finish();
         else if ((messages & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design b');
@@ -201,7 +211,7 @@ export function leanBatchedStoreThread(
   const cursor = new Int32Array(R);
   const keys = new Float64Array(R * C);
   const blocks = new Int32Array(R * C);
-  const pub = new Float64Array(R * C * SOURCES.length);
+  const pub = new Float64Array(p.pub);
   const touched = new Uint8Array(R);
   const touchedList = new Int32Array(R);
   const latency = new LatencyLog(total);
@@ -210,9 +220,11 @@ export function leanBatchedStoreThread(
   let dispatched = 0;
   let messages = 0;
   let drains = 0;
+  let jobs = 0;
   let touchedCount = 0;
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   while (dispatched < total) {
     const seen = bell.read();
     let got = 0;
@@ -224,7 +236,6 @@ export function leanBatchedStoreThread(
           const source = d[at]!;
           const r = d[at + 1]!;
           const c = d[at + 2]!;
-          pub[pubIndex(shape, r, c, source as Source)] = d[at + 4]!;
           if (source === 0) tokenChunks[r] = d[at + 3]!;
           else if (source === 1) {
             keys[r * C + c] = d[at + 3]!;
@@ -268,17 +279,19 @@ export function leanBatchedStoreThread(
         latency.record(now - readyAtMs(pub, shape, r, k));
       }
       dispatched += w.end - w.start;
+      jobs += 1;
       cursor[r] = w.advanceTo;
     }
     touchedCount = 0;
   }
+  const elapsedMs = epochMs() - round.startMs;
+  const threadCpuMs = cpu.elapsed();
   for (const port of p.ports) port.close();
-  const { p50, p99 } = latency.summary();
   return {
     dispatchedChunks: dispatched,
-    elapsedMs: epochMs() - round.startMs,
-    latencyMsP50: p50,
-    latencyMsP99: p99,
-    notes: { messages, drains },
+    elapsedMs,
+    latenciesMs: latency.recorded(),
+    notes: { messages, drains, jobs },
+    threadCpuMs,
   };
 }

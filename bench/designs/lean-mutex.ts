@@ -7,11 +7,11 @@
 // event, next to the mechanism itself (design c runs kvoff's code under a lock).
 import { emptyWindow, storeWindow } from '../../src/ready.js';
 import { epochMs } from '../lib/clock.js';
+import { ThreadCpuClock } from '../lib/cpu.js';
 import { SpinFutexLock } from './lock.js';
 import type { Round } from '../lib/threads.js';
 import {
   LatencyLog,
-  SOURCES,
   STORE_PARK_MS,
   SOURCE_BLOCKS,
   SOURCE_KEYS,
@@ -19,12 +19,13 @@ import {
   blockIdOf,
   checkDeadline,
   newBellBuffer,
+  newPubBuffer,
   keyOf,
   paceRound,
-  pubIndex,
   readyAtMs,
+  stampRound,
 } from './stream.js';
-import type { Source, StoreOutcome, StreamShape } from './stream.js';
+import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.js';
 
 export interface MutexSetup {
   readonly shape: StreamShape;
@@ -46,7 +47,7 @@ export function setupMutexDesign(shape: StreamShape): MutexSetup {
     control: new SharedArrayBuffer((LOCK_WORDS + shape.requests * FIELDS) * 4),
     keys: new SharedArrayBuffer(n * 8),
     blocks: new SharedArrayBuffer(n * 4),
-    pub: new SharedArrayBuffer(n * SOURCES.length * 8),
+    pub: newPubBuffer(shape),
     bell: newBellBuffer(),
   };
 }
@@ -70,36 +71,40 @@ export function mutexWriterThread(
   p: MutexSetup & { sources: readonly Source[]; roundMs?: number },
   round: Round,
   ready: () => void,
-): number {
+): WriterOutcome {
   const st = new MutexState(p);
   const { shape } = p;
+  const R = shape.requests;
   const C = shape.chunks;
   const bell = attachBell(p.bell);
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   let events = 0;
   for (let c = 0; c < C; c += 1) {
     paceRound(round.startMs, p.roundMs, c);
     st.lock.lock(); // once per batch: this writer's sources of chunk c over every request
-    for (let r = 0; r < shape.requests; r += 1) {
-      for (const source of p.sources) {
-        st.pub[pubIndex(shape, r, c, source)] = epochMs();
-        if (source === SOURCE_KEYS) {
+    for (const source of p.sources) {
+      stampRound(st.pub, shape, c, source);
+      if (source === SOURCE_KEYS) {
+        for (let r = 0; r < R; r += 1) {
           st.keys[r * C + c] = keyOf(shape, r, c);
           st.fields[r * FIELDS + 1] = c + 1;
-        } else if (source === SOURCE_BLOCKS) {
+        }
+      } else if (source === SOURCE_BLOCKS) {
+        for (let r = 0; r < R; r += 1) {
           st.blocks[r * C + c] = blockIdOf(shape, r, c);
           st.fields[r * FIELDS + 2] = c + 1;
-        } else {
-          st.fields[r * FIELDS] = c + 1;
         }
-        events += 1;
+      } else {
+        for (let r = 0; r < R; r += 1) st.fields[r * FIELDS] = c + 1;
       }
+      events += R;
     }
     st.lock.unlock();
     bell.ring();
   }
-  return events;
+  return { events, threadCpuMs: cpu.elapsed() };
 }
 
 export function mutexStoreThread(p: MutexSetup, round: Round, ready: () => void): StoreOutcome {
@@ -112,9 +117,11 @@ export function mutexStoreThread(p: MutexSetup, round: Round, ready: () => void)
   const window = emptyWindow();
   let dispatched = 0;
   let passes = 0;
+  let jobs = 0;
   const bell = attachBell(p.bell);
   ready();
   round.waitGo();
+  const cpu = new ThreadCpuClock();
   while (dispatched < total) {
     const seen = bell.read();
     const before = dispatched;
@@ -139,6 +146,7 @@ export function mutexStoreThread(p: MutexSetup, round: Round, ready: () => void)
         latency.record(now - readyAtMs(st.pub, shape, r, k));
       }
       dispatched += w.end - w.start;
+      jobs += 1;
       st.fields[f + 3] = w.advanceTo;
     }
     st.lock.unlock();
@@ -146,12 +154,13 @@ export function mutexStoreThread(p: MutexSetup, round: Round, ready: () => void)
     passes += 1;
     if ((passes & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design c');
   }
-  const { p50, p99 } = latency.summary();
+  const elapsedMs = epochMs() - round.startMs;
+  const threadCpuMs = cpu.elapsed();
   return {
     dispatchedChunks: dispatched,
-    elapsedMs: epochMs() - round.startMs,
-    latencyMsP50: p50,
-    latencyMsP99: p99,
-    notes: { passes },
+    elapsedMs,
+    latenciesMs: latency.recorded(),
+    notes: { passes, jobs },
+    threadCpuMs,
   };
 }

@@ -5,37 +5,54 @@ import { MessageChannel } from 'node:worker_threads';
 import type { Figure } from '../lib/stats.js';
 import { figure, median, ratioFigure } from '../lib/stats.js';
 import type { ThreadPool, ThreadTask } from '../lib/threads.js';
-import { runSingleThreadDesign, setupKvoffDesign } from './kvoff.js';
+import { setupKvoffDesign } from './kvoff.js';
 import { newLockBuffer } from './kvoff-locked.js';
 import { setupMutexDesign } from './lean-mutex.js';
-import { eventCount, newBellBuffer, roundMsFor, writerSources } from './stream.js';
-import type { StoreOutcome, StreamShape } from './stream.js';
+import { setupSharedLeanDesign } from './lean-shared.js';
+import {
+  eventCount,
+  latencySummary,
+  newBellBuffer,
+  newPubBuffer,
+  roundMsFor,
+  writerSources,
+} from './stream.js';
+import type { StoreOutcome, StreamShape, WriterOutcome } from './stream.js';
 
 const DESIGNS = {
   a: 'kvoff shared-memory roles: lock-free, one writer per word, the store visits the slots whose dirty bit is set and parks on a doorbell',
   b: 'message passing done well: each writer sends transferred Float64Array batches (64 deltas, and at the end of each round) and rings a doorbell; the store drains its ports with receiveMessageOnPort, applies the deltas with the same role code to state it owns, then runs one planner pass',
   c: "one Atomics mutex around all state, taken once per batch (a writer's round of publications, the store's pass): the same role and planner code, without the seqlock re-check the lock makes moot",
   d: 'everything on one thread: the same role and planner code, a pass after every round of publications',
+  aLean:
+    "kvoff's publication protocol alone, written by hand with the least work: single-writer counts published with Atomics.store after their entries, the dirty bitmap (one Atomics.or per word per batch; the store loads a word and exchanges it only when non-zero), the allocator's seqlock read around each snapshot, the same doorbell; plain shared arrays and storeWindow, no role classes, planner, tier or pins",
   bLean:
-    'message passing written by hand with the least work: a postMessage per delta, plain arrays and storeWindow, no role classes, planner, tier or pins',
+    'message passing written by hand with the least work, and handicapped by design: a postMessage per delta (an event-loop task each, which no one would write for this traffic), plain arrays and storeWindow, no role classes, planner, tier or pins; bLeanBatched is the message baseline done well',
   bLeanBatched:
     'as bLean, batched as in b: transferred Float64Array batches, receiveMessageOnPort, one window per touched request per drain',
   cLean:
     'one mutex per batch written by hand with the least work: plain shared arrays and storeWindow, no role classes, planner, tier or pins',
+  floor:
+    'the floor: the same stream on one thread over plain arrays, every publication first, then one window and one job per request; nothing is handed between threads (no atomic operation, lock, message or wake-up) and no job is smaller than it must be, so no design can spend less per event',
 } as const;
-type DesignName = keyof typeof DESIGNS;
+export type DesignName = keyof typeof DESIGNS;
 
 const DESIGN_LIMITS: Readonly<Record<DesignName, string>> = {
-  a: 'Per event: the role method (handle check, validation, 3-6 atomic accesses, one Atomics.or on the dirty bitmap) on the writer; on the store a pass that reads one bitmap word per 32 slots and snapshots only the slots that changed (12 + 3G Atomics.load each, a builtin call on Node 20). With 3 writers and the store there are 4 busy threads on 2 cores.',
+  a: 'Per event: the role method (handle check, validation, 3-6 atomic accesses, one Atomics.or on the dirty bitmap per bitmap word and batch) on the writer; on the store a pass that reads one bitmap word per 32 slots and snapshots only the slots that changed (12 + 3G Atomics.load each, a builtin call on Node 20), then per job its windows, pins, tier offer and completion. With 3 writers and the store there are 4 busy threads on 2 cores.',
   b: 'Per batch: a transfer (no payload clone) and a doorbell ring; per delta the same role code on the store thread, so the store does all role work serially while the writers only pack numbers.',
   c: 'Writers and the store serialise on one lock word per batch; a thread that misses the lock spins briefly, then sleeps in Atomics.wait (a syscall).',
   d: 'No concurrency and no cross-core traffic: one core does all the work, bounding what the work itself costs; it cannot overlap with an engine and leaves the second core idle.',
+  aLean:
+    'Per event one Atomics.store of a count; per batch one Atomics.or per bitmap word and a doorbell ring; per visited slot six Atomics.load (bitmap, seqlock twice, three counts) and one exchange per non-empty bitmap word.',
   bLean:
     'The message cost alone (a structured clone and an event-loop task per delta) with almost no work per delta.',
   bLeanBatched:
     'The batched message mechanism with almost no work per delta: what message passing costs when done well.',
   cLean: 'The lock alone, once per batch, with almost no work per event.',
+  floor:
+    'Only the work itself: plain writes, one window per request and round, one job per window.',
 };
+
 export interface DesignOptions {
   readonly shape: StreamShape;
   readonly writerCounts: readonly number[];
@@ -50,16 +67,39 @@ export interface DesignOptions {
    * requests x loadChunks latency samples per run.
    */
   readonly loadChunks?: number;
-  /** Chunks per request in the one unrecorded warm-up run of each design (default shape.chunks). */
+  /** Chunks per request in the unrecorded warm-up runs of each design (default shape.chunks). */
   readonly warmupChunks?: number;
 }
 
-interface DesignRow {
+export interface DesignRow {
   readonly design: DesignName;
   readonly writers: number;
   readonly eventsPerSecond: Figure;
-  /** Events per CPU-second of the whole process (process.cpuUsage: every thread, user + system). */
+  /**
+   * Events per CPU-second of the run: every thread's CPU (process.cpuUsage,
+   * user + system) from go to the last dispatch, read by the bench threads
+   * themselves, so thread setup, result messages and latency summaries are
+   * not counted (see bench/lib/cpu.ts).
+   */
   readonly eventsPerCpuSecond: Figure;
+  /** CPU ns per event over the same interval (1e9 / eventsPerCpuSecond, per repeat). */
+  readonly cpuNsPerEvent: Figure;
+  /** The writer threads' own CPU ns per event (Linux: /proc/thread-self/schedstat); absent elsewhere and for one-thread designs. */
+  readonly writerCpuNsPerEvent?: Figure;
+  /** The store thread's own CPU ns per event, likewise. */
+  readonly storeCpuNsPerEvent?: Figure;
+  /**
+   * The floor's row only: CPU ns per event of the hash stand-in alone, as
+   * a's hasher role calls it per chunk (the lean designs are handed
+   * precomputed keys), timed on the floor's thread outside its run.
+   */
+  readonly hashCpuNsPerEvent?: Figure;
+  /** Events per CPU-second of the process over the whole run, harness included (the measure before 2026-12). */
+  readonly eventsPerCpuSecondWholeRun: Figure;
+  /** This design's CPU ns per event over the floor's, paired per repeat (1: at the floor). */
+  readonly cpuOverFloor: Figure;
+  /** aLean's events per CPU-second over this design's, paired per repeat (> 1: the mechanism alone is cheaper). */
+  readonly aLeanCpuAdvantage: Figure;
   readonly latencyMsP50: Figure;
   readonly latencyMsP99: Figure;
   /** a's events/s divided by this design's, paired per repeat (> 1: a is faster). */
@@ -68,7 +108,7 @@ interface DesignRow {
   readonly aCpuAdvantage: Figure;
   readonly latencyP50OverA: Figure;
   readonly latencyP99OverA: Figure;
-  /** At the fixed offered load: p99 publication -> dispatch (absent for d, which is not threaded). */
+  /** At the fixed offered load: p99 publication -> dispatch (absent for d and the floor, which are not threaded). */
   readonly loadLatencyMsP99?: Figure;
   /** At the fixed offered load: this design's p99 over a's, paired per repeat (> 1: a is lower). */
   readonly loadLatencyP99OverA?: Figure;
@@ -85,6 +125,8 @@ interface DesignLoad {
 }
 
 export interface DesignResults {
+  /** How events/CPU-s was measured: 'run' (go -> last dispatch, every thread) or absent (the whole run, before 2026-12). */
+  readonly cpuMeasure?: 'run';
   readonly description: string;
   readonly requests: number;
   readonly chunksPerRequest: number;
@@ -98,12 +140,35 @@ export interface DesignResults {
   readonly loadChunks?: number;
 }
 
-const ORDER: readonly DesignName[] = ['a', 'b', 'c', 'd', 'bLean', 'bLeanBatched', 'cLean'];
-const THREADED: readonly DesignName[] = ORDER.filter((d) => d !== 'd');
+const ORDER: readonly DesignName[] = [
+  'a',
+  'b',
+  'c',
+  'd',
+  'aLean',
+  'bLean',
+  'bLeanBatched',
+  'cLean',
+  'floor',
+];
+/** Unrecorded runs of each design before the measured ones, per writer count. */
+const WARMUP_RUNS = 2;
+const ONE_THREAD: readonly DesignName[] = ['d', 'floor'];
+const THREADED: readonly DesignName[] = ORDER.filter((d) => !ONE_THREAD.includes(d));
 
 interface Measured {
   readonly out: StoreOutcome;
-  readonly cpuMs: number;
+  /** CPU of every thread from go to the last result (the one-thread designs: their loop). */
+  readonly runCpuMs: number;
+  /** CPU of the process over the whole run, harness included. */
+  readonly wholeCpuMs: number;
+  /** The writer threads' and the store thread's own CPU (NaN where unknown or one thread). */
+  readonly writerCpuMs: number;
+  readonly storeCpuMs: number;
+  /** The floor: the hash stand-in alone (NaN for every other design). */
+  readonly hashCpuMs: number;
+  readonly latencyMsP50: number;
+  readonly latencyMsP99: number;
 }
 
 async function runOnce(
@@ -115,9 +180,25 @@ async function runOnce(
   roundMs?: number,
 ): Promise<Measured> {
   const cpu0 = process.cpuUsage();
-  const out = await runDesign(pool, design, shape, writers, batch, roundMs);
+  const run = await runDesign(pool, design, shape, writers, batch, roundMs);
   const cpu = process.cpuUsage(cpu0);
-  return { out, cpuMs: (cpu.user + cpu.system) / 1000 };
+  // After every CPU reading: the summary of the latencies is harness work.
+  const { p50, p99 } = latencySummary(run.store.latenciesMs);
+  return {
+    ...run,
+    out: run.store,
+    wholeCpuMs: (cpu.user + cpu.system) / 1000,
+    latencyMsP50: p50,
+    latencyMsP99: p99,
+  };
+}
+
+interface DesignRun {
+  readonly store: StoreOutcome;
+  readonly runCpuMs: number;
+  readonly writerCpuMs: number;
+  readonly storeCpuMs: number;
+  readonly hashCpuMs: number;
 }
 
 async function runDesign(
@@ -127,12 +208,35 @@ async function runDesign(
   writers: number,
   batch: number,
   roundMs?: number,
-): Promise<StoreOutcome> {
+): Promise<DesignRun> {
+  if (design === 'd' || design === 'floor') {
+    const kind = design === 'd' ? 'design-d' : 'design-floor';
+    const round = await pool.runTimed([{ kind, params: { shape } }], { cpu: true });
+    const store = round.results[0] as StoreOutcome & { publishCpuMs?: number; hashCpuMs?: number };
+    checkDispatched(design, shape, store);
+    // The floor's two phases: the publications (the writers' side) and the windows and jobs (the store's).
+    const publish = store.publishCpuMs;
+    return {
+      store,
+      runCpuMs: round.cpuMs,
+      writerCpuMs: publish ?? Number.NaN,
+      storeCpuMs: publish === undefined ? Number.NaN : store.threadCpuMs,
+      hashCpuMs: store.hashCpuMs ?? Number.NaN,
+    };
+  }
   const split = writerSources(writers);
   const pace = roundMs === undefined ? {} : { roundMs };
   let tasks: ThreadTask[];
-  if (design === 'd') return runSingleThreadDesign(shape);
-  if (design === 'a' || design === 'c') {
+  if (design === 'aLean') {
+    const setup = setupSharedLeanDesign(shape);
+    tasks = [
+      { kind: 'lean-shared-store', params: setup },
+      ...split.map((sources) => ({
+        kind: 'lean-shared-writer',
+        params: { ...setup, sources, ...pace },
+      })),
+    ];
+  } else if (design === 'a' || design === 'c') {
     const setup = { ...setupKvoffDesign(shape), lock: newLockBuffer(), shape };
     const kind = design === 'a' ? 'design-a' : 'design-c';
     tasks = [
@@ -155,6 +259,7 @@ async function runDesign(
     const channels = split.map(() => new MessageChannel());
     const ports = channels.map((ch) => ch.port1);
     const bell = newBellBuffer();
+    const pub = newPubBuffer(shape);
     const storeKind =
       design === 'bLean'
         ? 'lean-message-store'
@@ -162,7 +267,7 @@ async function runDesign(
           ? 'lean-batched-message-store'
           : 'design-b-store';
     tasks = [
-      { kind: storeKind, params: { shape, ports, bell }, transfer: ports },
+      { kind: storeKind, params: { shape, ports, bell, pub }, transfer: ports },
       ...split.map((sources, i) => {
         const port = channels[i]!.port2;
         return {
@@ -171,6 +276,7 @@ async function runDesign(
             shape,
             sources,
             port,
+            pub,
             batch: design === 'bLean' ? 1 : batch,
             ...(design === 'bLean' ? {} : { bell }),
             ...pace,
@@ -180,12 +286,23 @@ async function runDesign(
       }),
     ];
   }
-  const [store] = (await pool.run(tasks)) as [StoreOutcome, ...number[]];
+  const round = await pool.runTimed(tasks, { cpu: true });
+  const [store, ...writerOutcomes] = round.results as [StoreOutcome, ...WriterOutcome[]];
+  checkDispatched(design, shape, store);
+  return {
+    store,
+    runCpuMs: round.cpuMs,
+    writerCpuMs: writerOutcomes.reduce((n, w) => n + w.threadCpuMs, 0),
+    storeCpuMs: store.threadCpuMs,
+    hashCpuMs: Number.NaN,
+  };
+}
+
+function checkDispatched(design: DesignName, shape: StreamShape, store: StoreOutcome): void {
   const expected = shape.requests * shape.chunks;
   if (store.dispatchedChunks !== expected) {
     throw new Error(`design ${design}: dispatched ${store.dispatchedChunks} of ${expected} chunks`);
   }
-  return store;
 }
 
 export async function runDesignBench(
@@ -198,22 +315,38 @@ export async function runDesignBench(
   const loads: DesignLoad[] = [];
   const fraction = options.loadFraction ?? 0.5;
   for (const writers of options.writerCounts) {
-    // One unrecorded run of each design first: JIT warm-up in every thread.
+    // Unrecorded runs of each design first: JIT warm-up in every thread. V8
+    // optimises on background threads while a run goes on, so one short run
+    // left later runs compiling (and that CPU counted).
     const warmup = { ...shape, chunks: options.warmupChunks ?? shape.chunks };
-    for (const d of ORDER) await runOnce(pool, d, warmup, writers, options.batch);
-    const eps = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
-    const epc = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
+    for (let i = 0; i < WARMUP_RUNS; i += 1) {
+      for (const d of ORDER) await runOnce(pool, d, warmup, writers, options.batch);
+    }
+    const series = () => new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
+    const eps = series();
+    const epc = series();
+    const epcWhole = series();
+    const cpuNs = series();
+    const writerNs = series();
+    const storeNs = series();
+    const hashNs = series();
     const p50 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const p99 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const notes = new Map<DesignName, Record<string, number>[]>(ORDER.map((d) => [d, []]));
     for (let rep = 0; rep < options.repeats; rep += 1) {
       for (let k = 0; k < ORDER.length; k += 1) {
         const d = ORDER[(k + rep) % ORDER.length]!;
-        const { out, cpuMs } = await runOnce(pool, d, shape, writers, options.batch);
+        const m = await runOnce(pool, d, shape, writers, options.batch);
+        const { out } = m;
         eps.get(d)!.push(events / (out.elapsedMs / 1000));
-        epc.get(d)!.push(events / (cpuMs / 1000));
-        p50.get(d)!.push(out.latencyMsP50);
-        p99.get(d)!.push(out.latencyMsP99);
+        epc.get(d)!.push(events / (m.runCpuMs / 1000));
+        epcWhole.get(d)!.push(events / (m.wholeCpuMs / 1000));
+        cpuNs.get(d)!.push((m.runCpuMs * 1e6) / events);
+        writerNs.get(d)!.push((m.writerCpuMs * 1e6) / events);
+        storeNs.get(d)!.push((m.storeCpuMs * 1e6) / events);
+        hashNs.get(d)!.push((m.hashCpuMs * 1e6) / events);
+        p50.get(d)!.push(m.latencyMsP50);
+        p99.get(d)!.push(m.latencyMsP99);
         notes.get(d)!.push(out.notes ?? {});
       }
     }
@@ -233,17 +366,29 @@ export async function runDesignBench(
     for (let rep = 0; rep < options.repeats; rep += 1) {
       for (let k = 0; k < THREADED.length; k += 1) {
         const d = THREADED[(k + rep) % THREADED.length]!;
-        const { out } = await runOnce(pool, d, loadShape, writers, options.batch, roundMs);
-        loadP99.get(d)!.push(out.latencyMsP99);
+        const m = await runOnce(pool, d, loadShape, writers, options.batch, roundMs);
+        loadP99.get(d)!.push(m.latencyMsP99);
       }
     }
     for (const d of ORDER) {
       const atLoad = loadP99.get(d);
+      const perThread = (m: Map<DesignName, number[]>) =>
+        m.get(d)!.every(Number.isFinite) ? figure(m.get(d)!, 'ns/event') : undefined;
+      const writerCpu = perThread(writerNs);
+      const storeCpu = perThread(storeNs);
+      const hashCpu = perThread(hashNs);
       rows.push({
         design: d,
         writers,
         eventsPerSecond: figure(eps.get(d)!, 'events/s'),
         eventsPerCpuSecond: figure(epc.get(d)!, 'events/CPU-s'),
+        cpuNsPerEvent: figure(cpuNs.get(d)!, 'ns/event'),
+        ...(writerCpu ? { writerCpuNsPerEvent: writerCpu } : {}),
+        ...(storeCpu ? { storeCpuNsPerEvent: storeCpu } : {}),
+        ...(hashCpu ? { hashCpuNsPerEvent: hashCpu } : {}),
+        eventsPerCpuSecondWholeRun: figure(epcWhole.get(d)!, 'events/CPU-s'),
+        cpuOverFloor: ratioFigure(cpuNs.get(d)!, cpuNs.get('floor')!),
+        aLeanCpuAdvantage: ratioFigure(epc.get('aLean')!, epc.get(d)!),
         latencyMsP50: figure(p50.get(d)!, 'ms'),
         latencyMsP99: figure(p99.get(d)!, 'ms'),
         aSpeedup: ratioFigure(eps.get('a')!, eps.get(d)!),
@@ -262,7 +407,8 @@ export async function runDesignBench(
   }
   return {
     description:
-      "The same event stream (per chunk: token progress, offload key and GPU block, each from its own source) through each design, dispatched by the same rule (storeWindow); writers hand over their publications once per round (one chunk index over every request) in every design. events/s = publications / (go -> last dispatch); events/CPU-s = publications / process CPU time over the run (process.cpuUsage: every thread, user + system); latency = last source publication -> dispatch, per chunk. The latency at load runs every threaded design again with writers paced to a fixed total of loadFraction x the slowest design's median events/s, over loadChunks chunks per request.",
+      "The same event stream (per chunk: token progress, offload key and GPU block, each from its own source) through each design, dispatched by the same rule (storeWindow); writers hand over their publications once per round (one chunk index over every request) in every design, and stamp each source's round with one clock read. events/s = publications / (go -> last dispatch); events/CPU-s = publications / the CPU time of every thread from go to the last dispatch (process.cpuUsage read by the bench threads; eventsPerCpuSecondWholeRun counts the whole run, harness included); writer and store CPU per event from each thread's own counter (/proc/thread-self/schedstat); latency = last source publication -> dispatch, per chunk. The floor is the same stream on one thread with nothing handed over. The latency at load runs every threaded design again with writers paced to a fixed total of loadFraction x the slowest design's median events/s, over loadChunks chunks per request.",
+    cpuMeasure: 'run',
     loadChunks: options.loadChunks ?? shape.chunks,
     requests: shape.requests,
     chunksPerRequest: shape.chunks,

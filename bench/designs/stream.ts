@@ -10,7 +10,7 @@ import { Doorbell } from '../../src/runtime/doorbell.js';
 import { epochMs } from '../lib/clock.js';
 import { quantile, sortedCopy } from '../lib/stats.js';
 
-export const SOURCES = ['tokens', 'keys', 'blocks'] as const;
+const SOURCES = ['tokens', 'keys', 'blocks'] as const;
 export type Source = 0 | 1 | 2;
 export const SOURCE_TOKENS: Source = 0;
 export const SOURCE_KEYS: Source = 1;
@@ -29,6 +29,14 @@ export function writerSources(writers: number): Source[][] {
   if (writers === 2) return [[0, 1], [2]];
   if (writers === 3) return [[0], [1], [2]];
   throw new Error(`designs bench: 1 to 3 writers, not ${writers}`);
+}
+
+/** Every source, in the order a writer that publishes all three takes them within a round. */
+export const ALL_SOURCES: readonly Source[] = [SOURCE_TOKENS, SOURCE_KEYS, SOURCE_BLOCKS];
+
+/** The publication-time table of a run (see pubIndex), shared by its writers and its store. */
+export function newPubBuffer(s: StreamShape): SharedArrayBuffer {
+  return new SharedArrayBuffer(s.requests * s.chunks * SOURCES.length * 8);
 }
 
 export function eventCount(s: StreamShape): number {
@@ -51,8 +59,19 @@ export function keyOf(s: StreamShape, r: number, c: number): number {
  * sources of one chunk never share a cache line (that would be false sharing
  * of the benchmark's own making).
  */
-export function pubIndex(s: StreamShape, r: number, c: number, source: Source): number {
+function pubIndex(s: StreamShape, r: number, c: number, source: Source): number {
   return source * s.requests * s.chunks + r * s.chunks + c;
+}
+
+/**
+ * Stamps the publication time of one source's round (chunk `c` of every
+ * request) before the writer publishes it: one clock read per source and
+ * round, the same instrumentation in every design, so none pays a clock read
+ * per event that another does not.
+ */
+export function stampRound(pub: Float64Array, s: StreamShape, c: number, source: Source): void {
+  const now = epochMs();
+  for (let r = 0; r < s.requests; r += 1) pub[pubIndex(s, r, c, source)] = now;
 }
 
 /** Publication time of the chunk's last-arriving source. */
@@ -67,9 +86,17 @@ export interface StoreOutcome {
   readonly dispatchedChunks: number;
   /** From the round's go to the last dispatch. */
   readonly elapsedMs: number;
-  readonly latencyMsP50: number;
-  readonly latencyMsP99: number;
+  /** Publication -> dispatch of every chunk (summarised by the main thread, after the CPU reading). */
+  readonly latenciesMs: Float64Array;
   readonly notes?: Record<string, number>;
+  /** The store thread's own CPU from go to its last dispatch (NaN where unknown; see bench/lib/cpu.ts). */
+  readonly threadCpuMs: number;
+}
+
+/** What a writer thread reports: its events and its own CPU from go to its last publication. */
+export interface WriterOutcome {
+  readonly events: number;
+  readonly threadCpuMs: number;
 }
 
 /** Dispatch latencies, one per chunk, preallocated so recording never allocates. */
@@ -86,10 +113,15 @@ export class LatencyLog {
   get count(): number {
     return this.n;
   }
-  summary(): { p50: number; p99: number } {
-    const sorted = sortedCopy(this.values.subarray(0, this.n));
-    return { p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99) };
+  /** The latencies recorded (a view, valid until the next record). */
+  recorded(): Float64Array {
+    return this.values.subarray(0, this.n);
   }
+}
+
+export function latencySummary(latenciesMs: Float64Array): { p50: number; p99: number } {
+  const sorted = sortedCopy(latenciesMs);
+  return { p50: quantile(sorted, 0.5), p99: quantile(sorted, 0.99) };
 }
 
 /** Longest any store may take to dispatch a whole stream before the run counts as hung. */

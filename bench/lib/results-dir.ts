@@ -3,7 +3,7 @@
 // committed tables in bench/results/ change only on purpose: `--publish`
 // (or KVOFF_BENCH_PUBLISH=1 for the scripts without a CLI) copies the file
 // there as well.
-import { copyFileSync, mkdirSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -29,4 +29,23 @@ export function publishResults(file: string): string {
 export function shownPath(file: string): string {
   const rel = path.relative(process.cwd(), file);
   return rel === '' || rel.startsWith('..') ? file : rel;
+}
+
+/** docs/benchmarks.md, whose generated blocks the publishing runs rewrite. */
+export const BENCHMARKS_DOC = fileURLToPath(new URL('../../docs/benchmarks.md', import.meta.url));
+
+/** `doc` with the text between the `begin` and `end` marker lines replaced by `content`. */
+export function spliceBlock(doc: string, begin: string, end: string, content: string): string {
+  const a = doc.indexOf(begin);
+  const b = doc.indexOf(end);
+  if (a < 0 || b < a) throw new Error(`docs/benchmarks.md has no "${begin}" ... "${end}" block`);
+  return `${doc.slice(0, a + begin.length)}\n\n${content}\n${doc.slice(b)}`;
+}
+
+/** Rewrites one generated block of docs/benchmarks.md. */
+export function rewriteDocBlock(begin: string, end: string, content: string): void {
+  writeFileSync(
+    BENCHMARKS_DOC,
+    spliceBlock(readFileSync(BENCHMARKS_DOC, 'utf8'), begin, end, content),
+  );
 }

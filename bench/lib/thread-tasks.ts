@@ -1,7 +1,7 @@
 // The thread functions a bench worker can run, by name. Each takes its params,
 // the round (go/stop words) and a ready callback to call once set up.
 import { memcpyThread } from '../copy.js';
-import { kvoffStoreThread, kvoffWriterThread } from '../designs/kvoff.js';
+import { kvoffStoreThread, kvoffWriterThread, singleThreadDesignThread } from '../designs/kvoff.js';
 import { lockedStoreThread, lockedWriterThread } from '../designs/kvoff-locked.js';
 import { messagedStoreThread } from '../designs/kvoff-message.js';
 import {
@@ -10,6 +10,11 @@ import {
   messageWriterThread,
 } from '../designs/lean-message.js';
 import { mutexStoreThread, mutexWriterThread } from '../designs/lean-mutex.js';
+import {
+  floorThread,
+  sharedLeanStoreThread,
+  sharedLeanWriterThread,
+} from '../designs/lean-shared.js';
 import { snapshotStoreThread, snapshotWriterThread } from '../snapshot.js';
 import type { Round } from './threads.js';
 
@@ -20,6 +25,8 @@ export const THREAD_TASKS = {
   'snapshot-store': snapshotStoreThread,
   'design-a-writer': kvoffWriterThread,
   'design-a-store': kvoffStoreThread,
+  'design-d': singleThreadDesignThread,
+  'design-floor': floorThread,
   'design-b-store': messagedStoreThread,
   'design-c-writer': lockedWriterThread,
   'design-c-store': lockedStoreThread,
@@ -28,6 +35,8 @@ export const THREAD_TASKS = {
   'lean-batched-message-store': leanBatchedStoreThread,
   'lean-mutex-writer': mutexWriterThread,
   'lean-mutex-store': mutexStoreThread,
+  'lean-shared-writer': sharedLeanWriterThread,
+  'lean-shared-store': sharedLeanStoreThread,
   memcpy: memcpyThread,
 } satisfies Record<string, ThreadFn>;
 

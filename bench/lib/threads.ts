@@ -6,6 +6,7 @@
 import type { TransferListItem, Worker } from 'node:worker_threads';
 import { spawnWorker } from '../../src/runtime/worker-files.js';
 import { epochMs, sleepMs } from './clock.js';
+import { processCpuUs, threadCpuMs } from './cpu.js';
 
 /** Longest a thread may wait for "go" or a round may take before it counts as hung. */
 const ROUND_TIMEOUT_MS = 120_000;
@@ -71,7 +72,21 @@ export interface RoundOptions {
   /** Raise stop this long after go (duration-bound tasks); omit for tasks that end by themselves. */
   readonly durationMs?: number;
   readonly timeoutMs?: number;
+  /**
+   * Also measure the CPU of every thread but this (main) one from go to the
+   * last result, read while every bench thread is parked (see
+   * bench/lib/cpu.ts): 1 ms of wall time before go and after the results.
+   */
+  readonly cpu?: boolean;
 }
+
+/** Posted to each thread before the pool terminates it; the thread answers with the same once it is done (a CPU profile written). */
+export const CLOSE_MESSAGE = 'close';
+/** How long a closing thread may take to write its profile. */
+const CLOSE_WAIT_MS = 10_000;
+
+/** Time the threads get to park before the CPU reading on either side of a measured round. */
+const CPU_SETTLE_MS = 1;
 
 type ThreadMessage =
   { type: 'ready' } | { type: 'result'; result: unknown } | { type: 'error'; error: string };
@@ -110,7 +125,7 @@ export class ThreadPool {
   async runTimed(
     tasks: readonly ThreadTask[],
     options: RoundOptions = {},
-  ): Promise<{ results: unknown[]; startMs: number }> {
+  ): Promise<{ results: unknown[]; startMs: number; cpuMs: number }> {
     if (tasks.length > this.workers.length) throw new Error('more tasks than bench threads');
     const timeoutMs = options.timeoutMs ?? ROUND_TIMEOUT_MS;
     const round = new Round();
@@ -127,19 +142,48 @@ export class ThreadPool {
     });
     // A thread that fails during setup rejects its result; surface that instead of hanging.
     await Promise.race([Promise.all(ready), Promise.all(results)]);
+    // The main thread's own CPU (posting, collecting results) is the harness's:
+    // after a sleep its counter is current, so it is taken out (where Linux says).
+    if (options.cpu) await sleepMs(CPU_SETTLE_MS);
+    const cpuAtGoUs = processCpuUs();
+    const mainAtGoMs = threadCpuMs();
     round.go();
     if (options.durationMs !== undefined) {
       await sleepMs(options.durationMs);
       round.stop();
     }
-    return { results: await Promise.all(results), startMs: round.startMs };
+    const settled = await Promise.all(results);
+    if (options.cpu) await sleepMs(CPU_SETTLE_MS);
+    const mainMs = threadCpuMs() - mainAtGoMs;
+    const cpuMs = (processCpuUs() - cpuAtGoUs) / 1000 - (Number.isFinite(mainMs) ? mainMs : 0);
+    return { results: settled, startMs: round.startMs, cpuMs };
   }
 
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    await Promise.all(this.workers.map((w) => closed(w)));
     await Promise.all(this.workers.map((w) => w.terminate()));
   }
+}
+
+/** Asks a thread to finish (see CLOSE_MESSAGE); resolves when it answers, exits or takes too long. */
+function closed(w: Worker): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      w.off('message', onMessage);
+      w.off('exit', done);
+      resolve();
+    };
+    const onMessage = (m: unknown) => {
+      if (m === CLOSE_MESSAGE) done();
+    };
+    const timer = setTimeout(done, CLOSE_WAIT_MS);
+    w.on('message', onMessage);
+    w.on('exit', done);
+    w.postMessage(CLOSE_MESSAGE);
+  });
 }
 
 function once(w: Worker, event: 'online'): Promise<void> {

@@ -2,7 +2,8 @@
 // runs the named thread function (see bench/lib/thread-tasks.ts) and posts its
 // result. No logic of its own.
 import { parentPort } from 'node:worker_threads';
-import { Round } from '../lib/threads.js';
+import { profileDir, startThreadProfile } from '../lib/profile.js';
+import { CLOSE_MESSAGE, Round } from '../lib/threads.js';
 import { THREAD_TASKS } from '../lib/thread-tasks.js';
 import type { ThreadKind } from '../lib/thread-tasks.js';
 
@@ -15,7 +16,15 @@ interface TaskMessage {
 const port = parentPort;
 if (port === null) throw new Error('bench-thread must run as a worker');
 
-port.on('message', (msg: TaskMessage) => {
+const dir = profileDir();
+const writeProfile = dir === undefined ? undefined : startThreadProfile(dir);
+
+port.on('message', (msg: TaskMessage | typeof CLOSE_MESSAGE) => {
+  if (msg === CLOSE_MESSAGE) {
+    // The pool is closing: write this thread's profile (if one runs), then say so.
+    void (writeProfile?.() ?? Promise.resolve()).finally(() => port.postMessage(CLOSE_MESSAGE));
+    return;
+  }
   const run = THREAD_TASKS[msg.kind];
   const round = new Round(msg.round);
   const ready = () => port.postMessage({ type: 'ready' });

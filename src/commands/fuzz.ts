@@ -9,9 +9,8 @@
 import { SingleBar } from 'cli-progress';
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
-import { intOption } from './options.js';
+import { intOption, namedOption, policyOption } from './options.js';
 import { loadHashing } from '../hashing.js';
-import { parseStorePolicy } from '../ready.js';
 import { describeFailure, fuzz } from '../fuzz/run.js';
 import { runSchedule } from '../fuzz/schedule.js';
 import type { FailureReport, FuzzReport } from '../fuzz/run.js';
@@ -112,7 +111,8 @@ function unsafeVariant(name: 'no-pins' | 'no-revalidate' | 'no-settle'): string 
 }
 
 function positive(flag: string, text: string, max: number): number {
-  const n = Number(text);
+  // Plain decimals only, as every numeric option: Number() also took '1e3', '0x10' and ''.
+  const n = /^\s*(\d+(\.\d+)?|\.\d+)\s*$/.test(text) ? Number(text) : NaN;
   if (!Number.isFinite(n) || n <= 0 || n > max) {
     throw new InvalidArgumentError(flag, `must be a number in (0, ${max}]`);
   }
@@ -122,10 +122,10 @@ function positive(flag: string, text: string, max: number): number {
 async function campaign(given: FuzzFlags): Promise<void> {
   const broken = given.broken !== undefined ? brokenClass(given.broken) : undefined;
   const flags = broken !== undefined ? brokenFlags(given, broken) : given;
-  const policy = parseStorePolicy(flags.policy ?? 'ready-prefix');
+  const policy = policyOption(flags.policy);
   // Random is the default: in the benchmark it finds every target in as few or fewer
   // schedules than PCT (see bench/results/fuzz-power.json).
-  const strategy = parseStrategy(flags.strategy ?? 'random');
+  const strategy = namedOption('--strategy', flags.strategy ?? 'random', parseStrategy);
   if (flags.seconds !== undefined && flags.schedules !== undefined) {
     throw new InvalidArgumentError('--seconds/--schedules', 'give one budget, not both');
   }
@@ -307,6 +307,7 @@ async function replay(flags: FuzzFlags): Promise<void> {
           ? {
               shrunkLength: failure.shrunkLength,
               shrunkHash: failure.shrunkHash,
+              shrunkMessage: failure.shrunkMessage,
               shrunkToken: failure.shrunkToken,
               shrunkTrace: failure.shrunkTrace.map(lineText),
             }
@@ -330,6 +331,7 @@ async function replay(flags: FuzzFlags): Promise<void> {
     out.push(
       '',
       `shrunk: ${failure.shrunkLength} steps (from ${failure.traceLength}), hash ${failure.shrunkHash}`,
+      `  ${failure.shrunkMessage}`,
       `  replay: kvoff fuzz --replay ${failure.shrunkToken}`,
       formatTrace(failure.shrunkTrace),
     );
@@ -364,6 +366,7 @@ function jsonOf(report: FuzzReport): Record<string, unknown> {
           replayToken: f.replayToken,
           shrunkLength: f.shrunkLength,
           shrunkHash: f.shrunkHash,
+          shrunkMessage: f.shrunkMessage,
           shrunkToken: f.shrunkToken,
           shrunkTrace: f.shrunkTrace.map(lineText),
           shrunkScenario: f.shrunkScenario,
@@ -383,6 +386,8 @@ function failureText(f: FailureReport, full: boolean): string {
       ['trace', `${f.traceLength} steps, hash ${f.traceHash}`],
       ['replay', `kvoff fuzz --replay ${f.replayToken}`],
       ['shrunk', `${f.shrunkLength} steps, hash ${f.shrunkHash}`],
+      // The shrunk trace below names its own request ids: its message says what failed there.
+      ['shrunk message', f.shrunkMessage],
       ['replay shrunk', `kvoff fuzz --replay ${f.shrunkToken}`],
     ]),
   ];

@@ -6,15 +6,18 @@
 // time, the runtime failed, or the run left holes or mismatches.
 import { isIP } from 'node:net';
 import type { Command } from 'commander';
-import { InvalidArgumentError } from '../errors.js';
-import { STORE_POLICIES, parseStorePolicy } from '../ready.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
+import { STORE_POLICIES } from '../ready.js';
+import { DEFAULT_SEED } from '../runtime/defaults.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
-import { TRANSFER_THREADS_MAX, intOptionOr } from './options.js';
-import { addTierOptions, parseTierOptions } from './tier-options.js';
+import { TRANSFER_THREADS_MAX, intOptionOr, policyOption } from './options.js';
+import { DEFAULT_RUNTIME_CONFIG } from '../runtime/defaults.js';
+import { addTierOptions, parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import type { TierRawOptions } from './tier-options.js';
 import { addEventOptions, parseEventOptions } from './event-options.js';
 import type { EventRawOptions } from './event-options.js';
+import { count } from './term.js';
 
 interface ServeRawOptions extends TierRawOptions, EventRawOptions {
   port: string;
@@ -33,7 +36,7 @@ export function registerServe(program: Command): void {
   const cmd = program
     .command('serve')
     .description(
-      'HTTP server embedding one OffloadRuntime: POST /v1/requests, GET /v1/stats, GET /v1/events, GET /metrics, GET /healthz',
+      'HTTP server embedding one OffloadRuntime: POST /v1/requests, POST /v1/reset, GET /v1/stats, GET /v1/events, GET /metrics, GET /healthz',
     )
     .option('--port <n>', 'TCP port (0 picks a free one)', '8080')
     .option('--host <addr>', 'address to bind', '127.0.0.1')
@@ -43,7 +46,7 @@ export function registerServe(program: Command): void {
       `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
       '1',
     )
-    .option('--seed <n>', 'seed of the engine simulator and the lag', '1')
+    .option('--seed <n>', 'seed of the engine simulator and the lag', String(DEFAULT_SEED))
     .option(
       '--drain-timeout-ms <ms>',
       'on SIGTERM, how long requests in flight may take to finish',
@@ -54,7 +57,8 @@ export function registerServe(program: Command): void {
     .addHelpText(
       'after',
       '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
-        '  or {"promptTokens": [1, 2, 3], "maxDecodeTokens": 8}; answers the offload summary when the request ends.\n' +
+        '  or {"promptTokens": [1, 2, 3], "maxDecodeTokens": 8, "cacheSalt": "tenant-1"}; answers the offload summary when the request ends.\n' +
+        'POST /v1/reset body: {"shared": false} empties the host tier; {"shared": true} also retires this model\'s disk and Redis entries for every instance.\n' +
         'Errors are 4xx/5xx with {"error": {"code", "message"}}.\n' +
         'Exit codes: 0 drained after SIGTERM/SIGINT; 1 drain timed out, runtime failed, holes or mismatches; 2 bad options.\n' +
         'Under a supervisor run the server itself (node dist/src/cli.js serve, or exec node_modules/.bin/kvoff serve):\n' +
@@ -69,7 +73,7 @@ export function registerServe(program: Command): void {
         TRANSFER_THREADS_MAX,
         1,
       );
-      const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 1);
+      const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, DEFAULT_SEED);
       const drainTimeoutMs = intOptionOr(
         '--drain-timeout-ms',
         raw.drainTimeoutMs,
@@ -79,17 +83,19 @@ export function registerServe(program: Command): void {
       );
       const hostRule = checkHost(raw.host);
       if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
-      const policy = parseStorePolicy(raw.policy);
+      const policy = policyOption(raw.policy);
       const tiers = parseTierOptions(raw);
+      const namespace = parseNamespaceOptions(raw);
       const events = parseEventOptions(raw);
 
       const runtime = await OffloadRuntime.start({
+        config: { ...DEFAULT_RUNTIME_CONFIG, namespace },
         policy,
         transferThreads,
         lag: { seed },
         // Requests end when their client's decode budget is spent or they ask
-        // to abort; the simulator's random aborts are for simulate, not serve.
-        simulator: { seed, abortQueuedRate: 0, abortRunningRate: 0 },
+        // to abort: the simulator aborts none at random by default.
+        simulator: { seed },
         ...(tiers ? { tiers } : {}),
         // Always on: GET /v1/events streams them; --kv-events adds ZeroMQ.
         events: events ?? {},
@@ -149,10 +155,10 @@ export function registerServe(program: Command): void {
             ? `the runtime had failed (${drain.runtimeFailure})`
             : drain.drained
               ? 'drained'
-              : `drain timed out with ${drain.abandoned} requests in flight`;
+              : `drain timed out with ${count(drain.abandoned, 'request')} in flight`;
         process.stderr.write(
           `kvoff serve: ${how}; ` +
-            `${stats.completed} requests completed, ${stats.chunksStored} chunks stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
+            `${count(stats.completed, 'request')} completed, ${count(stats.chunksStored, 'chunk')} stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
         );
       }
       if (!clean) process.exitCode = 1;
@@ -165,8 +171,8 @@ function checkHost(host: string): string | undefined {
   if (h === '') return 'must not be empty';
   if (isIP(h) !== 0) return undefined;
   // Digits and dots only is meant as IPv4: 999.1.1.1 is not one.
-  if (/^[\d.]+$/.test(h)) return `"${host}" is not an IPv4 address`;
+  if (/^[\d.]+$/.test(h)) return `${quoted(host)} is not an IPv4 address`;
   const label = /^(?!-)[a-z\d-]{1,63}(?<!-)$/i;
   if (h.length <= 253 && h.split('.').every((l) => label.test(l))) return undefined;
-  return `"${host}" is not an IP address or host name`;
+  return `${quoted(host)} is not an IP address or host name`;
 }

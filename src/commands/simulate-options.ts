@@ -2,13 +2,20 @@
 // (config, lag, engine and workload). Pure, so every rule is unit-tested
 // without starting a runtime.
 import { totalmem } from 'node:os';
+import { DEFAULT_SEED } from '../runtime/defaults.js';
 import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
 import { resolveConfig } from '../config.js';
-import { InvalidArgumentError } from '../errors.js';
-import { parseStorePolicy } from '../ready.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
-import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
-import { parseTierOptions } from './tier-options.js';
+import {
+  TRANSFER_THREADS_MAX,
+  intOption,
+  intOptionOr,
+  numberOption,
+  namedOption,
+  policyOption,
+} from './options.js';
+import { parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import { parseEventOptions } from './event-options.js';
 import type { EventRawOptions } from './event-options.js';
 import type { EventsOptions } from '../events/types.js';
@@ -44,10 +51,15 @@ export const SIMULATE_DEFAULTS = {
   decodeTokens: 512,
   prefixes: 4,
   transferThreads: 1,
-  seed: 7,
+  seed: DEFAULT_SEED,
   traceRequests: 3,
   maxRequests: 32,
+  // Not DEFAULT_RUNTIME_CONFIG's 256 B: see BLOCK_BYTES_MEANING.
   blockBytes: 4096,
+  // The engine simulator's own default is 0 (an embedding program's requests
+  // are not aborted at random); the simulation aborts a few to exercise the
+  // abort paths: about 10 of 1,700 requests at this rate.
+  abortRate: 0.002,
 } as const;
 
 /**
@@ -58,7 +70,7 @@ export const SIMULATE_DEFAULTS = {
  * layers x KV heads (MiB per block): too much to simulate on a shared box.
  */
 export const BLOCK_BYTES_MEANING =
-  "bytes per GPU block: a key-derived pattern sized like one layer's K and V for 16 tokens of one 64-dim fp16 head (4096)";
+  "bytes per GPU block: a key-derived pattern sized like one layer's K and V for 16 tokens of one 64-dim fp16 head (the embedding API's default config uses 256, to stay small)";
 
 /** The simulated GPU pool plus the host tier may take at most this share of the machine's memory. */
 const MEMORY_SHARE_MAX = 0.25;
@@ -118,8 +130,8 @@ export interface SimulatePlan {
     seed: number;
   };
   seed: number;
-  /** Per engine step: chance one queued and one running request is aborted (undefined: engine default). */
-  abortRate?: number;
+  /** Per engine step: chance one queued and one running request is aborted. */
+  abortRate: number;
   /** false: the engine opens requests with nothing offloadable and loads nothing (the baseline). */
   offload: boolean;
   workload: {
@@ -154,7 +166,10 @@ export function parseGroups(spec: string): GroupInput[] {
   return parts.map((part) => {
     const [kind, tpb, ...rest] = part.split(':');
     if (kind !== 'full' && kind !== 'sliding-window' && kind !== 'mamba') {
-      throw new InvalidArgumentError('--groups', `unknown group kind "${kind}"; ${groupsRule()}`);
+      throw new InvalidArgumentError(
+        '--groups',
+        `unknown group kind ${quoted(String(kind))}; ${groupsRule()}`,
+      );
     }
     const tokensPerBlock = intOptionOr('--groups tokensPerBlock', tpb, 1, 1 << 16, 16);
     const g: GroupInput = { kind: kind as GroupKind, tokensPerBlock };
@@ -162,12 +177,12 @@ export function parseGroups(spec: string): GroupInput[] {
       if (r === 'eagle') g.eagle = true;
       else if (kind === 'sliding-window' && g.windowTokens === undefined) {
         g.windowTokens = intOptionOr('--groups windowTokens', r, 1, 1 << 30, 1);
-      } else throw new InvalidArgumentError('--groups', `"${part}": ${groupsRule()}`);
+      } else throw new InvalidArgumentError('--groups', `${quoted(part)}: ${groupsRule()}`);
     }
     if (kind === 'sliding-window' && g.windowTokens === undefined) {
       throw new InvalidArgumentError(
         '--groups',
-        `"${part}": a sliding-window group needs its window in tokens`,
+        `${quoted(part)}: a sliding-window group needs its window in tokens`,
       );
     }
     return g;
@@ -185,7 +200,7 @@ export function parseSimulateOptions(
   for (const [key, flag] of TRACE_ONLY) {
     if (given(key)) throw new InvalidArgumentError(flag, 'needs --trace FILE');
   }
-  const policy = parseStorePolicy(raw.policy ?? 'ready-prefix');
+  const policy = policyOption(raw.policy);
   const requests = intOptionOr('--requests', raw.requests, 1, 4096, SIMULATE_DEFAULTS.requests);
   const promptTokens = intOptionOr(
     '--prompt-tokens',
@@ -253,7 +268,8 @@ export function parseSimulateOptions(
   if (delay !== undefined) lag.allocatorPublishDelayMs = delay;
   const jitter = intOption('--lag-jitter-ms', raw.lagJitterMs, 0, 1000);
   if (jitter !== undefined) lag.jitterMs = jitter;
-  const abortRate = numberOption('--abort-rate', raw.abortRate, 0, 1);
+  const abortRate =
+    numberOption('--abort-rate', raw.abortRate, 0, 1) ?? SIMULATE_DEFAULTS.abortRate;
   const blockBytes = intOptionOr(
     '--block-bytes',
     raw.blockBytes,
@@ -295,6 +311,7 @@ export function parseSimulateOptions(
         `which needs at least ${blocksNeeded} blocks; raise --gpu-tokens or lower --prompt-tokens`,
     );
   }
+  checkTierHoldsOnePrompt(groups, blocksPerChunk, tierChunks, promptTokens, shortestPrompt);
   const config: ConfigInput = {
     groups,
     blocksPerChunk,
@@ -304,6 +321,7 @@ export function parseSimulateOptions(
     gpuBlocks,
     tierChunks,
     bytesPerBlock: blockBytes,
+    namespace: parseNamespaceOptions(raw),
   };
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);
@@ -335,6 +353,7 @@ export function parseSimulateOptions(
     gpuTokens,
     blockBytes,
     traceRequests,
+    abortRate,
     offload: raw.offload !== false,
     json: raw.json === true,
   };
@@ -343,8 +362,7 @@ export function parseSimulateOptions(
   if (tiers) plan.tiers = tiers;
   const events = parseEventOptions(raw);
   if (events) plan.events = events;
-  if (abortRate !== undefined) plan.abortRate = abortRate;
-  const cachePolicy = parseCachePolicy(raw.cachePolicy ?? 'lru');
+  const cachePolicy = namedOption('--cache-policy', raw.cachePolicy ?? 'lru', parseCachePolicy);
   const storeThreshold = intOptionOr(
     '--store-threshold',
     raw.storeThreshold,
@@ -355,6 +373,43 @@ export function parseSimulateOptions(
   if (cachePolicy !== 'lru' || storeThreshold !== 1)
     plan.cache = { policy: cachePolicy, storeThreshold };
   return plan;
+}
+
+/**
+ * Refuses a host tier too small to hold what a hit on one request's whole
+ * prompt needs: every full-attention chunk of the shortest prompt drawn plus
+ * a sliding window's chunks (a lower bound: state groups are not counted).
+ * Such a tier never served a prefix; `--tier-chunks 32` with 2,048-token
+ * prompts stored nothing at all (every chunk dropped for capacity) and the
+ * run still said ok. A tier above the bound can still drop chunks for
+ * capacity: the result's ok line says how many.
+ */
+function checkTierHoldsOnePrompt(
+  groups: readonly GroupInput[],
+  blocksPerChunk: number,
+  tierChunks: number,
+  promptTokens: number,
+  shortestPrompt: number,
+): void {
+  let needed = 0;
+  const parts: string[] = [];
+  for (const g of groups) {
+    const tokensPerChunk = g.tokensPerBlock * blocksPerChunk;
+    const promptChunks = Math.floor(shortestPrompt / tokensPerChunk);
+    let n = 0;
+    if (g.kind === 'full') n = promptChunks;
+    else if (g.kind === 'sliding-window') {
+      n = Math.min(promptChunks, Math.ceil((g.windowTokens ?? 0) / tokensPerChunk));
+    }
+    needed += n;
+    if (n > 0) parts.push(`${n} ${g.kind}`);
+  }
+  if (tierChunks >= needed) return;
+  throw new InvalidArgumentError(
+    '--tier-chunks',
+    `a tier of ${tierChunks} chunks can never hold one request's prompt: a hit on ~${promptTokens} tokens needs at least ${needed} chunks (${parts.join(' + ')}); ` +
+      'raise --tier-chunks or lower --prompt-tokens',
+  );
 }
 
 function mib(bytes: number): number {

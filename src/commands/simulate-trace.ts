@@ -6,6 +6,7 @@
 import type { Command } from 'commander';
 import { InvalidArgumentError } from '../errors.js';
 import { loadHashing } from '../hashing.js';
+import { DEFAULT_SEED } from '../runtime/defaults.js';
 import { replayCache } from '../trace/cache-replay.js';
 import type { CacheReplayResult } from '../trace/cache-replay.js';
 import { replayThreaded, traceRuntimeConfig } from '../trace/threaded-replay.js';
@@ -15,12 +16,19 @@ import type { Trace } from '../trace/trace.js';
 import { parseCachePolicy, STORE_THRESHOLD_MAX } from '../tier/policy/index.js';
 import type { CachePolicyName } from '../tier/policy/index.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import { TRANSFER_THREADS_MAX, intOption, intOptionOr, numberOption } from './options.js';
+import {
+  TRANSFER_THREADS_MAX,
+  intOption,
+  intOptionOr,
+  namedOption,
+  numberOption,
+} from './options.js';
 import { parseGroups } from './simulate-options.js';
 import type { SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
-import { parseTierOptions } from './tier-options.js';
+import { parseNamespaceOptions, parseTierOptions } from './tier-options.js';
 import type { GroupInput } from '../config.js';
+import type { NamespaceInput } from '../identity.js';
 
 const TRACE_MODES = ['threads', 'cache'] as const;
 type TraceMode = (typeof TRACE_MODES)[number];
@@ -91,6 +99,8 @@ export interface TracePlan {
   transferThreads: number;
   seed: number;
   tiers?: TiersOptions;
+  /** The simulated engine's model and adapter (--model ...): every key and lower-tier name. */
+  namespace: NamespaceInput;
   json: boolean;
 }
 
@@ -154,7 +164,7 @@ export function parseTraceOptions(
       Number.MAX_SAFE_INTEGER,
       0,
     ),
-    policy: parseCachePolicy(raw.cachePolicy ?? 'lru'),
+    policy: namedOption('--cache-policy', raw.cachePolicy ?? 'lru', parseCachePolicy),
     storeThreshold,
     blockBytes: intOptionOr(
       '--block-bytes',
@@ -178,7 +188,8 @@ export function parseTraceOptions(
       TRANSFER_THREADS_MAX,
       1,
     ),
-    seed: intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, 7),
+    seed: intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, DEFAULT_SEED),
+    namespace: parseNamespaceOptions(raw),
     json: raw.json === true,
   };
   if (plan.blockBytes % 8 !== 0) {
@@ -245,7 +256,7 @@ async function runTrace(
     chunkOption: '--blocks-per-chunk',
   });
   const r = await replayThreaded(trace, {
-    config,
+    config: { ...config, namespace: plan.namespace },
     cache: { policy: plan.policy, storeThreshold: plan.storeThreshold },
     window: plan.window,
     ...(plan.speed !== undefined ? { speed: plan.speed } : {}),

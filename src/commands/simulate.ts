@@ -12,7 +12,6 @@ import { InvalidArgumentError, KvoffError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import { renderReport } from '../report/render.js';
 import { defaultWorkload } from '../runtime/defaults.js';
-import { DEFAULT_ENGINE_OPTIONS } from '../runtime/engine-sim.js';
 import { OffloadRuntime } from '../runtime/runtime.js';
 import type { RuntimeStats } from '../runtime/runtime.js';
 import { buildReportData } from './simulate-report.js';
@@ -53,9 +52,8 @@ export async function runSimulate(
     lag: plan.lag,
     simulator: {
       seed: plan.seed,
-      ...(plan.abortRate !== undefined
-        ? { abortQueuedRate: plan.abortRate, abortRunningRate: plan.abortRate }
-        : {}),
+      abortQueuedRate: plan.abortRate,
+      abortRunningRate: plan.abortRate,
       // The baseline: the store role runs its passes but nothing is offloadable or loaded.
       ...(plan.offload ? {} : { offload: false, loadFromTier: false }),
     },
@@ -92,7 +90,7 @@ export async function runSimulate(
   clearInterval(ticker);
   hooks.onProgress?.(done, requests.length, runtime.stats());
 
-  let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0 };
+  let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0, entriesInFlight: 0 };
   if (crashed === undefined) verify = await runtime.verify();
   const stats = runtime.stats();
   await runtime.close().catch((err: unknown) => {
@@ -114,7 +112,7 @@ export async function runSimulate(
       gpuTokens: plan.gpuTokens,
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
-      abortRate: plan.abortRate ?? DEFAULT_ENGINE_OPTIONS.abortRunningRate,
+      abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
     },
@@ -138,7 +136,9 @@ export async function runSimulate(
     mismatches: stats.mismatches,
     doubleStores: verify.doubleStores,
     entriesVerified: verify.entriesChecked,
+    entriesInFlight: verify.entriesInFlight,
     tierUsed: stats.tierUsed,
+    tierCapacity: stats.tierCapacity,
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
     tiers,
     chunksTransferFailed: stats.chunksTransferFailed,
@@ -212,7 +212,7 @@ export function registerSimulate(program: Command): void {
     )
     .option(
       '--shared-prefix-tokens <n>',
-      'tokens each request shares with its prefix (default: 30% of the prompt)',
+      "tokens each request shares with its prefix (default: 30% of the prompt, distinct prompts behind a common head; a request's prefixId alone, over HTTP or submit(), shares its whole prompt)",
     )
     .option(
       '--lag-hashes-per-wake <n>',
@@ -225,7 +225,8 @@ export function registerSimulate(program: Command): void {
     .option('--lag-jitter-ms <ms>', 'random extra lag on hasher and allocator (runtime default 1)')
     .option(
       '--abort-rate <p>',
-      'chance per engine step that one queued and one running request are aborted (engine default 0.002; 0: none)',
+      'chance per engine step that one queued and one running request are aborted (0: none; the embedding API aborts none)',
+      String(d.abortRate),
     )
     .option('--no-offload', 'switch offloading off (the baseline: nothing stored, nothing loaded)')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')

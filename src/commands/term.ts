@@ -86,3 +86,8 @@ export function progress(
     stop() {},
   };
 }
+
+/** "1 chunk", "2 chunks"; "1 entry", "2 entries" with the plural given. */
+export function count(n: number, noun: string, plural = `${noun}s`): string {
+  return `${n} ${n === 1 ? noun : plural}`;
+}

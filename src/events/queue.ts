@@ -10,7 +10,7 @@
 //   cleared  [CLEARED]
 import type { Config } from '../config.js';
 import { invariant } from '../errors.js';
-import { SpscRing, readKey } from '../runtime/rings.js';
+import { SpscRing } from '../runtime/rings.js';
 import { MEDIA, SPEC_KIND } from './types.js';
 import type { BlockStored, KvEvent, Medium } from './types.js';
 
@@ -39,6 +39,13 @@ function lo(k: bigint): number {
 }
 function hi(k: bigint): number {
   return Number((k >> 32n) & 0xffffffffn) | 0;
+}
+/**
+ * A key word back from its (lo, hi) pair. Events carry key words, the 64 bits
+ * a tier names a chunk by, not the 256-bit identity: lo/hi keep word 0 only.
+ */
+function readKeyWord(r: Int32Array, at: number): bigint {
+  return (BigInt(r[at + 1]! >>> 0) << 32n) | BigInt(r[at]! >>> 0);
 }
 
 /** The store thread's end: appends records, counts what went and what the full ring refused. */
@@ -108,7 +115,7 @@ export function readEvents(
     if (kind === STORED) stored(r, config, out);
     else if (kind === REMOVED) {
       const keys: bigint[] = [];
-      for (let i = 0; i < r[3]!; i += 1) keys.push(readKey(r, REMOVED_HEAD_WORDS + 2 * i));
+      for (let i = 0; i < r[3]!; i += 1) keys.push(readKeyWord(r, REMOVED_HEAD_WORDS + 2 * i));
       out.push({
         type: 'BlockRemoved',
         blockHashes: keys,
@@ -130,8 +137,8 @@ type Building = BlockStored & { blockHashes: bigint[]; tokenIds: number[] };
 function stored(r: Int32Array, config: Pick<Config, 'groups'>, out: KvEvent[]): void {
   const medium = MEDIA[r[1]!]!;
   const g = group(r);
-  const key = readKey(r, 4);
-  const parent = r[3] === 1 ? readKey(r, 6) : null;
+  const key = readKeyWord(r, 4);
+  const parent = r[3] === 1 ? readKeyWord(r, 6) : null;
   const tokens = r.subarray(STORED_HEAD_WORDS, STORED_HEAD_WORDS + r[8]!);
   const last = out[out.length - 1];
   if (

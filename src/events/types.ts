@@ -4,6 +4,8 @@
 // hash is the chunk's 64-bit offload key (the key word its tier names it by);
 // docs/serve.md ("KV events") says how a router derives it from tokens.
 import { InvalidArgumentError } from '../errors.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 
 /** Where an entry lives: vLLM's name for host memory, then kvoff's lower levels. */
 export const MEDIA = ['CPU', 'DISK', 'REDIS'] as const;
@@ -95,6 +97,15 @@ export const EVENTS_DEFAULTS = {
 export type ResolvedEventsOptions = Required<Omit<EventsOptions, 'endpoint' | 'replayEndpoint'>> &
   Pick<EventsOptions, 'endpoint' | 'replayEndpoint'>;
 
+const EVENTS_OPTION_KEYS: KnownKeys<EventsOptions> = {
+  endpoint: true,
+  replayEndpoint: true,
+  topic: true,
+  bufferSteps: true,
+  hwm: true,
+  wire: true,
+};
+
 const ENDPOINT = /^(tcp:\/\/[^\s/]+:(\d+|\*)|ipc:\/\/\S+|inproc:\/\/\S+)$/;
 
 /** Every option checked and defaulted; InvalidArgumentError names the bad one. */
@@ -103,10 +114,7 @@ export function resolveEventsOptions(o: unknown): ResolvedEventsOptions {
     throw new InvalidArgumentError('events', 'must be an object');
   }
   const e = o as EventsOptions;
-  const known = ['endpoint', 'replayEndpoint', 'topic', 'bufferSteps', 'hwm', 'wire'];
-  for (const k of Object.keys(e)) {
-    if (!known.includes(k)) throw new InvalidArgumentError(`events.${k}`, 'is not an option');
-  }
+  refuseUnknownKeys(e, EVENTS_OPTION_KEYS, 'events.');
   for (const name of ['endpoint', 'replayEndpoint'] as const) {
     const v: unknown = e[name];
     if (v !== undefined && (typeof v !== 'string' || !ENDPOINT.test(v))) {

@@ -6,7 +6,7 @@
 // the class. The rows come from the list of fault switches
 // (src/fuzz/switches.ts). A class without a row is one no fuzzer switch
 // reaches; its test file says how it is shown instead.
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName } from './oracle.js';
 import type { FuzzOptions } from './run.js';
@@ -106,7 +106,7 @@ export function parseFailureClass(text: string, what = '--broken'): FailureClass
   if (id === undefined || !(FAILURE_CLASSES as readonly string[]).includes(id)) {
     throw new InvalidArgumentError(
       what,
-      `unknown failure class "${String(text)}"; known: F1..F12 (f01..f12), see docs/failure-classes.md`,
+      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md`,
     );
   }
   return id as FailureClassId;

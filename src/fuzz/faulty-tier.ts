@@ -55,4 +55,10 @@ export class FaultyTier implements OffloadTier {
   stats(): TierStats {
     return this.inner.stats();
   }
+  reset(): void {
+    this.inner.reset?.();
+  }
+  releaseRetired(slots: readonly number[]): void {
+    this.inner.releaseRetired?.(slots);
+  }
 }

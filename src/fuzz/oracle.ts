@@ -24,6 +24,12 @@ export const INVARIANTS = [
    * the tier state at that moment, with the request's limits (runtime target).
    */
   'load-decision',
+  /**
+   * 8. A byte stored before a reset was served after it: a store job in
+   * flight at the reset published its entries, or a lookup after it hit an
+   * entry published before it.
+   */
+  'reset',
 ] as const;
 export type InvariantName = (typeof INVARIANTS)[number];
 

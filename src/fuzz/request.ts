@@ -4,7 +4,8 @@
 // (src/ledger.ts), fed by the planner. Also the codes of the steps, which
 // feed the trace hash.
 import type { Config } from '../config.js';
-import { ROOT_SEED } from '../hashing.js';
+import { KeyChain } from '../hashing.js';
+import { requestRoot } from '../identity.js';
 import type { Hashing } from '../hashing.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { blocksNeeded } from './scenario.js';
@@ -39,6 +40,7 @@ export const A_TICK = 16;
 export const A_SNAPSHOT = 17;
 export const A_PINNED = 18;
 export const A_SETTLE = 19;
+export const A_RESET = 20;
 
 export const GROUP_SHIFT = 65536;
 
@@ -78,19 +80,8 @@ export class WorldRequest {
     this.allocated = Array.from({ length: groups }, () => []);
     this.published = new Array<number>(groups).fill(0);
     this.nullScan = new Array<number>(groups).fill(0);
-    const tph = config.tokensPerHash;
-    const hashes: bigint[] = [];
-    let parent = ROOT_SEED;
-    for (let i = 0; (i + 1) * tph <= this.tokens.length; i += 1) {
-      parent = hashing.blockHash(parent, this.tokens.subarray(i * tph, (i + 1) * tph));
-      hashes.push(parent);
-    }
-    this.expectedKeys = config.groups.map((g) => {
-      const keys: bigint[] = [];
-      for (let c = 0; (c + 1) * g.hashesPerChunk <= hashes.length; c += 1) {
-        keys.push(hashing.offloadKey(hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index));
-      }
-      return keys;
-    });
+    const chain = new KeyChain(config, hashing, requestRoot(config));
+    chain.extend(this.tokens);
+    this.expectedKeys = chain.keys;
   }
 }

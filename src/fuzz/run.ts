@@ -58,6 +58,12 @@ export interface FailureReport {
   readonly trace: readonly TraceLine[];
   readonly shrunkLength: number;
   readonly shrunkHash: string;
+  /**
+   * The violation's message in the shrunk schedule: its request ids and
+   * figures are those of the shrunk trace (`message` is the full trace's,
+   * whose request ids differ once the shrinker dropped events).
+   */
+  readonly shrunkMessage: string;
   readonly shrunkToken: string;
   readonly shrunkTrace: readonly TraceLine[];
   readonly shrunkScenario: Scenario | RuntimeScenario;
@@ -179,6 +185,7 @@ export function describeFailure(hashing: Hashing, spec: ReplaySpec, shrink = tru
     trace: full.lines,
     shrunkLength: shrunk.steps,
     shrunkHash: shrunk.traceHash,
+    shrunkMessage: shrunk.violation?.message ?? 'no violation on replay',
     shrunkToken: encodeReplayToken(shrunkSpec),
     shrunkTrace: shrunk.lines,
     shrunkScenario: shrunk.scenario,

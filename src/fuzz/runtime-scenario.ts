@@ -42,7 +42,9 @@ type RuntimeEvent =
   /** main calls close() at virtual time atMs: the engine aborts what runs, later submissions are refused. */
   | { readonly kind: 'close'; readonly atMs: number }
   /** EAGLE: after every engine step, the trailing chunk's blocks (beyond what is written) are rewritten with junk. */
-  | { readonly kind: 'draft-rewrite' };
+  | { readonly kind: 'draft-rewrite' }
+  /** main calls reset() at virtual time atMs (vLLM's reset_cache): the store runs it between two steps. */
+  | { readonly kind: 'reset'; readonly atMs: number };
 
 export interface RuntimeScenario {
   readonly seed: number;
@@ -173,6 +175,13 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     }
     return e;
   });
+  // Resets from a stream of their own, after every other event: a seed's
+  // other draws, and the indexes a shrunk token keeps, stay what they were.
+  const resets = new Prng(seed, 7);
+  if (resets.chance(0.25)) {
+    const count = resets.between(1, 2);
+    for (let i = 0; i < count; i += 1) limited.push({ kind: 'reset', atMs: resets.int(horizonMs) });
+  }
   return {
     seed,
     geometry: geo.name,

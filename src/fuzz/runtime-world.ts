@@ -156,6 +156,8 @@ export class RuntimeWorld {
   private readonly submits: SubmitQueue;
   private submitRetryMs = 0;
   private closeAtMs = Infinity;
+  /** Virtual times at which main calls reset(), ascending. */
+  private readonly resetsAtMs: number[] = [];
   private readonly stalls: { actor: number; fromMs: number; toMs: number }[] = [];
   private readonly pending = new Map<number, PendingRequest>();
   private readonly transferFaults: boolean;
@@ -201,8 +203,10 @@ export class RuntimeWorld {
         this.stalls.push({ actor: e.actor, fromMs: e.atMs, toMs: e.atMs + e.forMs });
       else if (e.kind === 'transfer-fail') failing.add(e.task);
       else if (e.kind === 'close') this.closeAtMs = Math.min(this.closeAtMs, e.atMs);
+      else if (e.kind === 'reset') this.resetsAtMs.push(e.atMs);
     }
     this.toSubmit.sort((a, b) => a.atMs - b.atMs);
+    this.resetsAtMs.sort((a, b) => a - b);
     this.transferFaults = failing.size > 0;
     this.draftRewrite = scenario.events.some((e) => e.kind === 'draft-rewrite');
     this.engine = new EngineSimulator(
@@ -348,6 +352,15 @@ export class RuntimeWorld {
 
   /** main's part: submissions when due (a full ring retries on a timer), close(), stopping roles. */
   private mainThread(): void {
+    while (this.resetsAtMs.length > 0 && this.resetsAtMs[0]! <= this.nowMs) {
+      this.resetsAtMs.shift();
+      // After close() a reset is refused (ClosedError): nothing happens.
+      if (this.closing) continue;
+      // The store worker runs a reset between two of its steps, as here (main's part runs between decisions).
+      void this.store.reset(false);
+      this.bells[STORE]!.ring();
+      this.note(-1, 2, this.store.resetCount, () => `main: reset() at ${this.nowMs.toFixed(2)} ms`);
+    }
     if (!this.closing && this.nowMs >= this.closeAtMs) {
       this.closing = true;
       // close(): later submits are refused (ClosedError); the engine aborts what is left.
@@ -435,6 +448,7 @@ export class RuntimeWorld {
     if (this.toSubmit.length > 0) later(this.toSubmit[0]!.atMs);
     if (this.submits.queued > 0) later(this.submitRetryMs);
     if (!this.closing) later(this.closeAtMs);
+    if (this.resetsAtMs.length > 0) later(this.resetsAtMs[0]!);
     return next;
   }
 
@@ -646,6 +660,16 @@ export class RuntimeWorld {
   private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
     const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
     if (v !== undefined) this.flag(v.invariant, v.message);
+    // Oracle 8: what a hit serves became readable after the last reset.
+    for (const l of a.locked) {
+      const since = this.store.readableSince(l.key);
+      if (since !== undefined && since !== this.store.resetCount) {
+        this.flag(
+          'reset',
+          `a lookup after reset ${this.store.resetCount} hit chunk ${l.group}:${l.chunk} (key ${l.key.toString(16)}), readable since reset ${since}: a byte stored before a reset served after it`,
+        );
+      }
+    }
   }
 
   private onEnded(summary: EngineSummary): void {

@@ -40,7 +40,9 @@ export type ScenarioEvent =
   /** The tier refuses the next `count` store allocations from decision `at` on. */
   | { readonly kind: 'tier-fail'; readonly at: number; readonly count: number }
   /** When a request finishes, the transfer role stalls: its blocks are freed while copies are pending. */
-  | { readonly kind: 'finish-mid-store'; readonly forSteps: number };
+  | { readonly kind: 'finish-mid-store'; readonly forSteps: number }
+  /** vLLM's reset_cache between two steps at decision `at`: the tier is emptied, stores restart. */
+  | { readonly kind: 'reset'; readonly at: number };
 
 export interface Scenario {
   readonly seed: number;
@@ -214,6 +216,14 @@ export function scenarioFromSeed(seed: number): Scenario {
   const gpuBlocks = 1 + largest + (rng.chance(0.5) ? rng.int(total + 1) : rng.int(4));
   // Tier eviction pressure: sometimes only a few chunks fit.
   const tierChunks = rng.chance(0.4) ? rng.between(2, 6) : rng.between(8, 48);
+  // Resets come from a stream of their own and after every other event, so
+  // the rest of a seed's scenario, and the indexes a shrunk token keeps, stay
+  // what they were.
+  const resets = new Prng(seed, 6);
+  if (resets.chance(0.25)) {
+    const count = resets.between(1, 2);
+    for (let i = 0; i < count; i += 1) events.push({ kind: 'reset', at: resets.int(estimate) });
+  }
   return {
     seed,
     geometry: geo.name,

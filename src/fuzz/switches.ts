@@ -9,6 +9,7 @@
 //
 // Each switch re-creates a known bug so a test can show what catches it; the
 // code as shipped has every one off. Append entries at the end.
+import type { ConfigInput } from '../config.js';
 import type { LocalOffloadOptions } from '../local.js';
 import type { PlannerOptions } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
@@ -28,7 +29,8 @@ type SwitchOption =
       readonly option: keyof LocalOffloadOptions & `unsafe${string}`;
     }
   | { readonly on: 'GpuBlockPool'; readonly option: 'unsafeIgnorePins' }
-  | { readonly on: 'RuntimeOptions'; readonly option: 'unsafeSkipPins' };
+  | { readonly on: 'RuntimeOptions'; readonly option: 'unsafeSkipPins' | 'unsafeTierSwitches' }
+  | { readonly on: 'ConfigInput'; readonly option: keyof ConfigInput & `unsafe${string}` };
 
 /** How the fuzzer turns a switch on. */
 type FuzzedBy =
@@ -199,6 +201,24 @@ export const FAULT_SWITCHES = [
     options: [{ on: 'PlannerOptions', option: 'unsafeSkipSettle' }],
     fuzz: { kind: 'flag', flag: '--no-settle', token: 's0' },
     watch: ['hole'],
+  },
+  {
+    name: 'publish-stale-jobs',
+    variant:
+      'a store job in flight at a reset publishes into the emptied tier (no job-id threshold)',
+    options: [{ on: 'PlannerOptions', option: 'unsafePublishStaleJobs' }],
+    fuzz: { kind: 'switch' },
+    watch: ['reset'],
+  },
+  {
+    name: 'key-word-only',
+    variant:
+      'a lower level compares only the key word, so an entry whose word collides (keys cut to unsafeKeyBits) is served',
+    options: [
+      { on: 'ConfigInput', option: 'unsafeKeyBits' },
+      { on: 'LowerTierSwitches', option: 'unsafeKeyWordOnly' },
+      { on: 'RuntimeOptions', option: 'unsafeTierSwitches' },
+    ],
   },
 ] as const satisfies readonly FaultSwitch[];
 

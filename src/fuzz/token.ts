@@ -15,7 +15,7 @@
 // hole), which read as "whole schedule"; such tokens still decode. The parts
 // of the fault switches (`nopins`, `r0`, `s0`, `u<switches>`) come from their
 // list, src/fuzz/switches.ts.
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, quoted } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { INVARIANTS } from './oracle.js';
@@ -103,9 +103,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...string[],
   ];
   if (!(STORE_POLICIES as readonly string[]).includes(policy))
-    throw bad(`unknown policy "${policy}"`);
+    throw bad(`unknown policy ${quoted(policy)}`);
   if (!(STRATEGIES as readonly string[]).includes(strategy))
-    throw bad(`unknown strategy "${strategy}"`);
+    throw bad(`unknown strategy ${quoted(strategy)}`);
   if (pins !== 'pins' && pins !== NO_PINS) throw bad(`pins must be "pins" or "${NO_PINS}"`);
   const seed = parseSeed(seedText, '--replay');
   let events: number[] | undefined;
@@ -141,7 +141,8 @@ export function decodeReplayToken(token: string): ReplaySpec {
               .split(',')
               .map((x) => {
                 const n = Number(x);
-                if (!Number.isInteger(n) || n < 0 || n > 1000) throw bad(`bad event index "${x}"`);
+                if (!Number.isInteger(n) || n < 0 || n > 1000)
+                  throw bad(`bad event index ${quoted(x)}`);
                 return n;
               });
     } else if (part.startsWith('d') && decisions === undefined) {
@@ -150,11 +151,11 @@ export function decodeReplayToken(token: string): ReplaySpec {
         if (ch === 't') decisions.push(-1);
         else {
           const n = ch.charCodeAt(0) - 48;
-          if (n < 0 || n >= ACTORS.length) throw bad(`bad decision "${ch}"`);
+          if (n < 0 || n >= ACTORS.length) throw bad(`bad decision ${quoted(ch)}`);
           decisions.push(n);
         }
       }
-    } else throw bad(`unexpected part "${part}"`);
+    } else throw bad(`unexpected part ${quoted(part)}`);
   }
   return {
     policy: policy as StorePolicy,
@@ -175,7 +176,7 @@ export function parseRuntimeSwitch(name: string, what = '--switch'): RuntimeSwit
   if ((RUNTIME_SWITCHES as readonly string[]).includes(name)) return name as RuntimeSwitch;
   throw new InvalidArgumentError(
     what,
-    `unknown runtime switch "${name}"; known: ${RUNTIME_SWITCHES.join(', ')}`,
+    `unknown runtime switch ${quoted(name)}; known: ${RUNTIME_SWITCHES.join(', ')}`,
   );
 }
 
@@ -183,7 +184,7 @@ export function parseFuzzTarget(name: string): FuzzTarget {
   if ((FUZZ_TARGETS as readonly string[]).includes(name)) return name as FuzzTarget;
   throw new InvalidArgumentError(
     '--target',
-    `unknown target "${name}"; known: ${FUZZ_TARGETS.join(', ')}`,
+    `unknown target ${quoted(name)}; known: ${FUZZ_TARGETS.join(', ')}`,
   );
 }
 
@@ -191,7 +192,7 @@ export function parseInvariant(name: string, what = '--watch'): InvariantName {
   if ((INVARIANTS as readonly string[]).includes(name)) return name as InvariantName;
   throw new InvalidArgumentError(
     what,
-    `unknown invariant "${name}"; known: ${INVARIANTS.join(', ')}`,
+    `unknown invariant ${quoted(name)}; known: ${INVARIANTS.join(', ')}`,
   );
 }
 

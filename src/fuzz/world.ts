@@ -64,6 +64,7 @@ import {
   A_PLAN,
   A_COPY,
   A_COMPLETE,
+  A_RESET,
   A_TICK,
   A_SNAPSHOT,
   A_PINNED,
@@ -168,6 +169,10 @@ export class World {
   private readonly published = new Map<bigint, number[]>();
   private readonly stalls: { actor: number; from: number; to: number }[] = [];
   private readonly tierFails: { at: number; count: number }[] = [];
+  /** Decisions at which the store resets (vLLM's reset_cache), ascending. */
+  private readonly resetsAt: number[] = [];
+  /** Jobs in flight at a reset (the oracle's own record: the planner's threshold is what it checks). */
+  private readonly staleJobs = new Set<StoreJob>();
   private readonly finishStallSteps: number;
   private transferStallUntil = -1;
   private reservedBlocks = 0;
@@ -243,6 +248,7 @@ export class World {
     this.finishStallSteps = finishStall;
     for (const r of this.requests) r.preemptAt.sort((a, b) => a - b);
     this.tierFails.sort((a, b) => a.at - b.at);
+    this.resetsAt.sort((a, b) => a - b);
     this.slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
@@ -274,6 +280,9 @@ export class World {
         return;
       case 'finish-mid-store':
         setFinishStall(e.forSteps);
+        return;
+      case 'reset':
+        this.resetsAt.push(e.at);
         return;
     }
   }
@@ -403,10 +412,40 @@ export class World {
     }
   }
 
-  private applyTimedEvents(): void {
+  /** `betweenSteps`: not inside a planning pass (the steps nested in one run from onPlanPoint). */
+  private applyTimedEvents(betweenSteps = true): void {
     while (this.tierFails.length > 0 && this.tierFails[0]!.at <= this.decision) {
       this.tier.failNext += this.tierFails.shift()!.count;
     }
+    // Between two steps, never inside a planning pass (vLLM resets between steps).
+    while (betweenSteps && this.resetsAt.length > 0 && this.resetsAt[0]! <= this.decision) {
+      this.resetsAt.shift();
+      this.reset();
+    }
+  }
+
+  /**
+   * vLLM's reset_cache: the tier is emptied, jobs in flight become stale,
+   * every live request not yet drained stores its chunks again from cursor 0.
+   * The oracle's memory of the epoch that ended goes with it: which keys the
+   * tier held here, and in the chunk ledger (at each restarted request's new
+   * store epoch) what it dispatched, dropped or passed and where its cursors
+   * were; its hole check then asks the new epoch for every chunk again.
+   */
+  private reset(): void {
+    for (const t of this.jobs) this.staleJobs.add(t.job);
+    // The chunk ledger starts each restarted request's account over at its new store epoch.
+    this.planner.reset();
+    this.published.clear();
+    for (let s = 0; s < this.dirty.length; s += 1) if (this.slotOwner[s]) this.dirty[s] = 1;
+    this.note(
+      STORE,
+      A_RESET,
+      this.planner.counters.resets,
+      this.jobs.length,
+      () =>
+        `reset: tier emptied, ${this.jobs.length} job(s) in flight become stale, live requests store from cursor 0`,
+    );
   }
 
   private anyStallActive(): boolean {
@@ -459,7 +498,7 @@ export class World {
     const enabled: number[] = [];
     for (let i = 0; i < NESTED_STEPS_MAX; i += 1) {
       if (this.decision >= this.stepsMax) return;
-      this.applyTimedEvents();
+      this.applyTimedEvents(false);
       this.enabledInto(enabled, true);
       const a = strategy.pick(enabled, this.decision);
       this.decisions.push(a);
@@ -1011,9 +1050,10 @@ export class World {
   private checkNoHole(r: WorldRequest, account: DrainAccount | undefined): void {
     const hole = account?.firstHole;
     if (account === undefined || hole === undefined) return;
+    const tc = account.tokenChunksByGroup[hole.group]!;
     this.flag(
       'hole',
-      `r${r.spec.requestId} ${statusName(account.status)} with ${account.tokenChunksByGroup[hole.group]} token-ready chunks in group ${hole.group} (ready prefix ${this.snapReady[hole.group]}), but chunk ${hole.chunk} was never stored (nor counted as dropped)`,
+      `r${r.spec.requestId} ${statusName(account.status)} with ${tc} token-ready chunk${tc === 1 ? '' : 's'} in group ${hole.group} (ready prefix ${this.snapReady[hole.group]}), but chunk ${hole.chunk} was never stored (nor counted as dropped)`,
     );
   }
 
@@ -1045,6 +1085,7 @@ export class World {
       () => `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
     );
     // Invariant 3: the bytes about to be published are the expansion of their key.
+    const stale = this.staleJobs.delete(job);
     for (const c of job.chunks) {
       const positions = c.positions.map((p) => p % this.config.blocksPerChunk);
       if (!tierChunkMatches(this.tierArena, this.geo, c.tierSlot, c.key, positions)) {
@@ -1053,9 +1094,21 @@ export class World {
           `job ${job.jobId} chunk ${c.group}:${c.chunk} (key ${c.key.toString(16)}): tier bytes are not the expansion of its key (a source block held other bytes when it was copied)`,
         );
       }
-      this.published.set(c.key, positions);
+      if (!stale) this.published.set(c.key, positions);
     }
+    // Invariant 8: a job from before a reset makes nothing readable after it.
+    const before = stale ? job.chunks.map((c) => this.tier.state(c.key)) : [];
     this.planner.complete(job);
+    if (stale) {
+      job.chunks.forEach((c, i) => {
+        if (before[i] !== 'hit' && this.tier.state(c.key) === 'hit') {
+          this.flag(
+            'reset',
+            `job ${job.jobId} was in flight at a reset, and its completion published chunk ${c.group}:${c.chunk} (key ${c.key.toString(16)}) after it`,
+          );
+        }
+      });
+    }
     this.jobs.shift();
     for (let s = 0; s < this.starved.length; s += 1) {
       if (this.starved[s] === 1 && this.slotOwner[s] !== undefined) this.dirty[s] = 1;
@@ -1079,7 +1132,8 @@ export class World {
         scheduler: { pending: 0 },
         allocator: { inUse: this.pool.inUse, quarantined: this.pool.quarantined },
         store: {
-          tierWriting: stats.writing,
+          // Slots a reset retired count as writes never finished (the runtime's leftovers do the same).
+          tierWriting: stats.writing + (stats.retired ?? 0),
           tierReading: stats.reading,
           jobsInFlight: this.planner.jobsHeld,
           loadLocks: 0,

@@ -33,6 +33,7 @@ import {
   HandleCopies,
   SlotMarks,
   batchLength,
+  batchValues,
   checkHandle,
   ownHandle,
   statusName,
@@ -66,6 +67,8 @@ export class AllocatorRole {
   private batchCounts = new Int32Array(0);
   /** Private copies of the caller's arrays, each read once (see IntInput). */
   private readonly idInput = new IntInput();
+  /** The block ID rule in an error, made once: it depends on the config alone. */
+  private readonly blockIdRule: string;
   private readonly countInput = new IntInput();
   private readonly handleCopies = new HandleCopies();
 
@@ -74,6 +77,7 @@ export class AllocatorRole {
     this.handedOut = options.handedOut;
     this.owner = new Int32Array(state.config.gpuBlocks);
     this.seen = new Uint32Array(state.config.gpuBlocks);
+    this.blockIdRule = `must be a block ID in [0, ${state.config.gpuBlocks})`;
     this.named = new SlotMarks(state.config.maxRequests);
     this.dirtyBatch = new DirtyBatch(state.config.maxRequests);
     // A view that takes the role over from another learns the tables it left.
@@ -136,7 +140,8 @@ export class AllocatorRole {
   ): void {
     this.claim.check();
     this.checkGroup(group);
-    const n = batchLength(handles, { counts });
+    const n = batchLength(handles);
+    batchValues('counts', counts, n);
     const ids = this.readBlockIds(blockIds);
     // Each entry is read once: the handles and counts written are the ones checked.
     const hs = this.handleCopies.copy(handles, n);
@@ -373,14 +378,7 @@ export class AllocatorRole {
       (k) => new RequestCapacityError('blocks per request per group', maxBlocksPerRequest, k),
       'must be an array of block IDs',
     );
-    return this.idInput.read(
-      blockIds,
-      n,
-      'blockIds',
-      0,
-      gpuBlocks - 1,
-      `must be a block ID in [0, ${gpuBlocks})`,
-    );
+    return this.idInput.read(blockIds, n, 'blockIds', 0, gpuBlocks - 1, this.blockIdRule);
   }
 
   /** Starts a new call for checkOwners: a block may appear once per call (a batch is one call). */

@@ -94,22 +94,22 @@ export function statusName(status: number): string {
 }
 
 /**
- * The entry count of a role batch: `handles` and each array in `values` (an
- * absent one is allowed) must have one entry per handle.
+ * The entry count of a role batch; each array of values is then checked
+ * against it with `batchValues`. Two calls, not one taking a record of the
+ * arrays: a record and Object.entries allocated on every batch call, about
+ * 150 ns of a 32-entry batch.
  */
-export function batchLength(
-  handles: readonly RequestHandle[],
-  values: Readonly<Record<string, ArrayLike<number> | undefined>>,
-): number {
+export function batchLength(handles: readonly RequestHandle[]): number {
   if (!Array.isArray(handles)) throw new InvalidArgumentError('handles', 'must be an array');
-  const n = handles.length;
-  for (const [name, v] of Object.entries(values)) {
-    if (v === undefined) continue;
-    if (v === null || typeof v !== 'object' || v.length !== n) {
-      throw new InvalidArgumentError(name, `must be an array with one entry per handle (${n})`);
-    }
+  return handles.length;
+}
+
+/** An array of a role batch (absent is allowed) must have one entry per handle (`n`). */
+export function batchValues(name: string, values: ArrayLike<number> | undefined, n: number): void {
+  if (values === undefined) return;
+  if (values === null || typeof values !== 'object' || values.length !== n) {
+    throw new InvalidArgumentError(name, `must be an array with one entry per handle (${n})`);
   }
-  return n;
 }
 
 /** Per slot, whether the current batch named it already (an epoch per batch, no clearing). */

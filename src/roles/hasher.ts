@@ -1,21 +1,63 @@
-// The hasher role: turns published tokens into chained block hashes and
+// The hasher role: turns published tokens into chained block digests and
 // per-group offload keys. It is the only writer of the hasher line, the hash
-// array and the key array. Entries are written first, counts published after.
+// array and the key and key-check arrays. Entries are written first, counts
+// published after: a key word and its check both before the key count.
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { ROOT_SEED } from '../hashing.js';
-import { H_GENERATION, H_HASH_COUNT, H_KEY_COUNT, S_NUM_TOKENS, markDirty } from '../layout.js';
+import { DIGEST_BYTES, groupMixBytes, writeIdentity } from '../identity.js';
+import {
+  H_GENERATION,
+  H_HASH_COUNT,
+  H_KEY_COUNT,
+  KEY_CHECK_WORDS,
+  S_NUM_TOKENS,
+  markDirty,
+} from '../layout.js';
 import type { SharedState } from '../state.js';
-import { checkHandle, ownHandle } from './handle.js';
+import { checkHandle } from './handle.js';
 import type { RequestHandle } from './handle.js';
 
 export class HasherRole {
   readonly state: SharedState;
   private readonly hashing: Hashing;
+  /** Per group, m(g) as bytes (the group's mix into each identity word). */
+  private readonly mixes: Uint8Array[];
+
+  /** The caller's handle, read once into this object (see ownHandle); valid until the next call. */
+  private readonly own: { slot: number; generation: number } = { slot: 0, generation: 0 };
 
   constructor(state: SharedState, hashing: Hashing) {
+    if (hashing.algorithm !== state.config.keyHash) {
+      throw new InvalidArgumentError(
+        'hashing',
+        `is ${hashing.algorithm}; the config's keyHash is ${state.config.keyHash}`,
+      );
+    }
     this.state = state;
     this.hashing = hashing;
+    this.mixes = state.config.groups.map((g) => groupMixBytes(g.index));
+  }
+
+  /**
+   * ownHandle without a fresh object per call (hash runs once per chunk of
+   * every request): the fields are read once into `own`, which nothing reads
+   * after hash() took the slot into a local.
+   */
+  private ownCopy(handle: RequestHandle): RequestHandle {
+    if (typeof handle !== 'object' || handle === null) return handle;
+    let slot: number;
+    let generation: number;
+    try {
+      slot = handle.slot;
+      generation = handle.generation;
+    } catch {
+      throw new InvalidArgumentError('handle', 'must be a request handle whose fields can be read');
+    }
+    // Written only after both reads: a getter that calls hash() again (with
+    // another handle) cannot leave `own` holding half of each.
+    this.own.slot = slot;
+    this.own.generation = generation;
+    return this.own;
   }
 
   /**
@@ -24,7 +66,7 @@ export class HasherRole {
    * driver can lag the hasher on purpose by giving it a small budget.
    */
   hash(handle: RequestHandle, hashesMax = Number.MAX_SAFE_INTEGER): number {
-    handle = ownHandle(handle);
+    handle = this.ownCopy(handle);
     checkHandle(this.state, handle);
     // NaN or a fraction would publish a count that disagrees with the hashes written.
     if (!(Number.isInteger(hashesMax) || hashesMax === Infinity) || hashesMax < 0) {
@@ -43,14 +85,17 @@ export class HasherRole {
     if (target <= have) return 0;
     const tokenBase = state.tokenBase(slot);
     const hashBase = state.hashBase(slot);
-    let parent = have === 0 ? ROOT_SEED : hashes[hashBase + have - 1]!;
-    for (let i = have; i < target; i += 1) {
-      parent = hashing.blockHash(
-        parent,
-        tokens.subarray(tokenBase + i * tph, tokenBase + (i + 1) * tph),
-      );
-      hashes[hashBase + i] = parent;
-    }
+    // Block 0 chains on the request's root (written at open, before the generation we checked).
+    const parent = have === 0 ? state.roots : hashes;
+    const parentAt = have === 0 ? slot * DIGEST_BYTES : (hashBase + have - 1) * DIGEST_BYTES;
+    hashing.chain(
+      parent,
+      parentAt,
+      tokens.subarray(tokenBase + have * tph, tokenBase + target * tph),
+      tph,
+      hashes,
+      (hashBase + have) * DIGEST_BYTES,
+    );
     Atomics.store(control, hashCountWord, target);
     this.publishKeys(slot, target);
     markDirty(state.dirty, slot);
@@ -59,8 +104,8 @@ export class HasherRole {
 
   /** Keys follow hashes: key c of group g needs hash (c+1)*hashesPerChunk - 1. */
   private publishKeys(slot: number, hashCount: number): void {
-    const { state, hashing } = this;
-    const { control, hashes, keys, config } = state;
+    const { state } = this;
+    const { control, hashes, keyBytes, keyCheckBytes, config } = state;
     const hashBase = state.hashBase(slot);
     for (const group of config.groups) {
       const countWord = state.hasherWord(slot, H_KEY_COUNT + group.index);
@@ -71,10 +116,21 @@ export class HasherRole {
       );
       if (want <= have) continue;
       const keyBase = state.keyBase(slot, group.index);
+      const mix = this.mixes[group.index]!;
       for (let c = have; c < want; c += 1) {
         const last = (c + 1) * group.hashesPerChunk - 1;
         invariant(last < hashCount, 'key derives from a published hash');
-        keys[keyBase + c] = hashing.offloadKey(hashes[hashBase + last]!, group.index);
+        const k = keyBase + c;
+        writeIdentity(
+          hashes,
+          (hashBase + last) * DIGEST_BYTES,
+          mix,
+          config.keyBits,
+          keyBytes,
+          k * 8,
+          keyCheckBytes,
+          k * KEY_CHECK_WORDS * 8,
+        );
       }
       Atomics.store(control, countWord, want);
     }

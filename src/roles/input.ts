@@ -47,7 +47,9 @@ export class IntInput {
     what: string,
     lo: number,
     hi: number,
-    rule = `must be an integer in [${lo}, ${hi}]`,
+    // Built only on failure: a template string per call cost a string
+    // allocation and two number conversions on every batch.
+    rule?: string,
   ): Int32Array {
     if (this.scratch.length < n) {
       let size = this.scratch.length;
@@ -58,7 +60,10 @@ export class IntInput {
     for (let i = 0; i < n; i += 1) {
       const v: unknown = values[i];
       if (typeof v !== 'number' || !Number.isInteger(v) || v < lo || v > hi) {
-        throw new InvalidArgumentError(`${what}[${i}]`, rule);
+        throw new InvalidArgumentError(
+          `${what}[${i}]`,
+          rule ?? `must be an integer in [${lo}, ${hi}]`,
+        );
       }
       out[i] = v;
     }

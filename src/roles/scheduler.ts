@@ -23,6 +23,7 @@ import {
   Status,
 } from '../layout.js';
 import type { StatusCode } from '../layout.js';
+import { DIGEST_BYTES, requestRoot, validateCacheSalt } from '../identity.js';
 import type { SharedState } from '../state.js';
 import { RoleClaim } from './claim.js';
 import { IntInput } from './input.js';
@@ -31,6 +32,7 @@ import {
   HandleCopies,
   SlotMarks,
   batchLength,
+  batchValues,
   checkHandle,
   ownHandle,
   statusName,
@@ -49,6 +51,12 @@ export interface OpenRequest {
   maxOffloadTokens?: number | null;
   /** Per group, chunks already loaded from the tier: the store cursor starts there. */
   hitChunks?: ArrayLike<number>;
+  /**
+   * vLLM's cache_salt: requests share tier entries only with requests of the
+   * same salt (a non-empty string, at most CACHE_SALT_BYTES_MAX UTF-8 bytes);
+   * no salt is a domain of its own. A lookup for this request must pass the same salt.
+   */
+  cacheSalt?: string;
 }
 
 export class SchedulerRole {
@@ -172,6 +180,7 @@ export class SchedulerRole {
       }
       cap = capIn;
     }
+    const root = requestRoot(config, validateCacheSalt(req.cacheSalt));
     const hitsIn = req.hitChunks;
     let hits: Int32Array | undefined;
     if (hitsIn !== undefined) {
@@ -195,6 +204,7 @@ export class SchedulerRole {
     const w = (field: number) => this.state.schedulerWord(slot, field);
     const base = this.state.tokenBase(slot);
     tokens.set(prompt, base);
+    this.state.roots.set(root, slot * DIGEST_BYTES);
     Atomics.store(control, w(S_REQUEST_ID), requestId);
     Atomics.store(control, w(S_PROMPT_TOKENS), prompt.length);
     Atomics.store(control, w(S_NUM_TOKENS), prompt.length);
@@ -270,7 +280,9 @@ export class SchedulerRole {
     scheduledTokens?: ArrayLike<number>,
   ): void {
     this.claim.check();
-    const n = batchLength(handles, { computedTokens, scheduledTokens });
+    const n = batchLength(handles);
+    batchValues('computedTokens', computedTokens, n);
+    batchValues('scheduledTokens', scheduledTokens, n);
     // Each entry is read once, in this one loop (see IntInput): the handles
     // and values checked and written below are these copies. checkProgress
     // checks the values as given (a non-number is refused, not coerced).

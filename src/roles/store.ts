@@ -22,6 +22,7 @@ import {
   S_STATUS,
   T_CURSOR,
   T_DRAINED_GENERATION,
+  T_EPOCH,
   T_GENERATION,
 } from '../layout.js';
 import type { RequestFacts } from '../ready.js';
@@ -40,6 +41,8 @@ export class RequestSnapshot implements RequestFacts {
   scheduledTokens = 0;
   maxOffloadTokens = 0;
   drained = false;
+  /** Resets this generation's store state went through (storeEpoch): cursors are monotonic within one. */
+  epoch = 0;
   /** The allocator settled this generation's blocks: the block counts read are final. */
   blocksSettled = false;
   readonly keyCount: Int32Array;
@@ -57,9 +60,21 @@ export type SnapshotResult = 'ok' | 'free' | 'busy';
 
 export class StoreRole {
   readonly state: SharedState;
+  /**
+   * Per slot and group, the offload keys read so far for the generation in
+   * keyGeneration (a key is written once per generation, before the count
+   * that publishes it, and never changes after). A key is 256 bits in four
+   * shared words; after each store the planner reads every key of the
+   * request to touch it, and composing them anew each time cost about 85 ns
+   * a key more than one read of the key word did.
+   */
+  private readonly keyCache: bigint[][];
+  private readonly keyGeneration: Int32Array;
 
   constructor(state: SharedState) {
     this.state = state;
+    this.keyCache = Array.from({ length: state.config.maxRequests * state.groupCount }, () => []);
+    this.keyGeneration = new Int32Array(state.config.maxRequests);
   }
 
   /**
@@ -92,6 +107,7 @@ export class StoreRole {
     out.scheduledTokens = Atomics.load(control, s.schedulerWord(slot, S_SCHEDULED_TOKENS));
     out.maxOffloadTokens = control[s.schedulerWord(slot, S_MAX_OFFLOAD_TOKENS)]!;
     out.drained = control[s.storeWord(slot, T_DRAINED_GENERATION)] === generation;
+    out.epoch = control[s.storeWord(slot, T_EPOCH)]!;
     // Before the block counts: the allocator stores the mark after its last
     // append, so counts loaded after a set mark are the final ones.
     out.blocksSettled =
@@ -117,6 +133,28 @@ export class StoreRole {
     );
   }
 
+  /**
+   * A reset (vLLM's reset_cache) for one live request: its store state starts
+   * a new epoch, every cursor back to 0 so its chunks are stored again (the
+   * tier they were in is gone). The store line is this role's own, so this
+   * is one more write by its single writer; within the new epoch cursors
+   * again only move forward. A drained request is left as it is (its final
+   * pass ran; nothing more is stored for it). Returns false for a free or
+   * drained slot.
+   */
+  restartEpoch(slot: number): boolean {
+    const s = this.state;
+    const control = s.control;
+    const generation = Atomics.load(control, s.schedulerWord(slot, S_GENERATION));
+    if ((generation & 1) === 0) return false;
+    this.adopt(slot, generation);
+    if (control[s.storeWord(slot, T_DRAINED_GENERATION)] === generation) return false;
+    for (let g = 0; g < s.groupCount; g += 1)
+      Atomics.store(control, s.storeWord(slot, T_CURSOR + g), 0);
+    Atomics.store(control, s.storeWord(slot, T_EPOCH), control[s.storeWord(slot, T_EPOCH)]! + 1);
+    return true;
+  }
+
   /** Moves a cursor forward; never backwards (the one rule). */
   advanceCursor(snap: RequestSnapshot, group: number, to: number): void {
     const word = this.state.storeWord(snap.slot, T_CURSOR + group);
@@ -140,8 +178,23 @@ export class StoreRole {
     snap.drained = true;
   }
 
+  /** The offload key (its whole 256-bit identity) of a chunk below the snapshot's key count. */
   key(snap: RequestSnapshot, group: number, chunk: number): bigint {
-    return this.state.keys[this.state.keyBase(snap.slot, group) + chunk]!;
+    const slot = snap.slot;
+    if (this.keyGeneration[slot] !== snap.generation) {
+      this.keyGeneration[slot] = snap.generation;
+      for (let g = 0; g < this.state.groupCount; g += 1) {
+        this.keyCache[slot * this.state.groupCount + g]!.length = 0;
+      }
+    }
+    const cache = this.keyCache[slot * this.state.groupCount + group]!;
+    let key = cache[chunk];
+    if (key === undefined) {
+      key = this.state.key(slot, group, chunk);
+      // Filled in order as the planner reads (chunks below the snapshot's count), so no hole.
+      if (chunk === cache.length) cache.push(key);
+    }
+    return key;
   }
 
   /** Chunks of `group` loaded from the tier at admission (written once, before the generation is published). */
@@ -166,6 +219,7 @@ export class StoreRole {
       );
     }
     Atomics.store(s.control, s.storeWord(slot, T_DRAINED_GENERATION), 0);
+    Atomics.store(s.control, s.storeWord(slot, T_EPOCH), 0);
     Atomics.store(s.control, genWord, generation);
   }
 }

@@ -321,9 +321,12 @@ function nextPowerOfTwo(n: number): number {
 
 /**
  * A copy backend of your own: a module whose `createTransferBackend(arenas,
- * { threads })` returns a TransferBackend (or a promise of one). The store
+ * options)` returns a TransferBackend (or a promise of one). The store
  * worker loads it with `import()`; tasks and arenas are those of
- * `runTransferTask` (src/runtime/transfer.ts).
+ * `runTransferTask` (src/runtime/transfer.ts). `options` are those the
+ * runtime gives its own PiscinaTransferBackend (`threads`, the store's
+ * `completionBell`, ...): pass them on to wrap it, or ring
+ * `options.completionBell` after a copy completes so the store wakes at once.
  */
 export interface TransferBackendModule {
   createTransferBackend(

@@ -18,7 +18,8 @@
 import { gpuBlockMatches, writeComputedBlock } from '../copy.js';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { ROOT_SEED } from '../hashing.js';
+import { KeyChain } from '../hashing.js';
+import { CACHE_SALT_BYTES_MAX, requestRoot, validateCacheSalt } from '../identity.js';
 import { S_HIT_CHUNKS, T_CURSOR, T_GENERATION } from '../layout.js';
 import { loadPlan } from '../lookup.js';
 import type { GroupLoad } from '../lookup.js';
@@ -43,8 +44,10 @@ import {
   OP_SUBMIT,
   OP_UNLOCK,
   UNSET,
+  readText,
 } from './protocol.js';
 import { Prng } from '../prng.js';
+import { DEFAULT_SEED } from './defaults.js';
 import { encodeLookup, lookupTokensThatFit } from './lookup-record.js';
 import type { LookupLimits } from './lookup-record.js';
 import { poolBlocksLeast } from './request-rules.js';
@@ -92,13 +95,16 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   decodeTokens: 48,
   eagleDraftTokens: 3,
   eagleAcceptRate: 0.6,
-  abortQueuedRate: 0.002,
-  abortRunningRate: 0.002,
+  // No random aborts unless asked: an embedding program's requests end when
+  // they finish. `kvoff simulate` asks for 0.002 (its --abort-rate) to
+  // exercise the abort paths.
+  abortQueuedRate: 0,
+  abortRunningRate: 0,
   loadFromTier: true,
   offload: true,
   vocab: 32000,
   stepMs: 1,
-  seed: 1,
+  seed: DEFAULT_SEED,
 };
 
 /** One submission, as the runtime's `submit` passes it (validated by the runtime). */
@@ -114,6 +120,8 @@ export interface EngineSubmission {
   maxLoadTokens?: number;
   /** It reads nothing from the tier (vLLM's skip_reading_prefix_cache); it still stores. */
   skipReadingPrefixCache?: boolean;
+  /** vLLM's cache_salt (checked by validateCacheSalt); absent: none. */
+  cacheSalt?: string;
 }
 
 export interface EngineSummary {
@@ -161,8 +169,9 @@ class EngineRequest {
   bytesChunks: number[];
   /** Per group: blocks requested by the outstanding allocation. */
   wanted: number[];
-  readonly hashes: bigint[] = [];
-  readonly keys: bigint[][];
+  /** The request's key chain, computed by the engine itself (vLLM's block hashes). */
+  readonly chain: KeyChain;
+  readonly cacheSalt: string | undefined;
   hit = 0;
   decoded = 0;
   preemptions = 0;
@@ -199,8 +208,12 @@ class EngineRequest {
     capacity: number,
     maxDecode: number,
     abortAfter: number,
-    groups: number,
+    chain: KeyChain,
+    cacheSalt: string | undefined,
   ) {
+    const groups = chain.keys.length;
+    this.chain = chain;
+    this.cacheSalt = cacheSalt;
     this.tokens = new Int32Array(capacity);
     this.tokens.set(prompt);
     this.numTokens = prompt.length;
@@ -211,7 +224,27 @@ class EngineRequest {
     this.nulledTo = new Array<number>(groups).fill(0);
     this.bytesChunks = new Array<number>(groups).fill(0);
     this.wanted = new Array<number>(groups).fill(0);
-    this.keys = Array.from({ length: groups }, () => []);
+  }
+
+  /** Per group, the offload keys hashed so far. */
+  get keys(): bigint[][] {
+    return this.chain.keys;
+  }
+}
+
+/** [UNLOCK, tag, slot, generation] of a request's hit (slot -1 before it holds one). */
+function unlockRecord(r: EngineRequest): number[] {
+  return [OP_UNLOCK, r.id, r.handle?.slot ?? -1, r.handle?.generation ?? 0];
+}
+
+/** A submit record's cache salt at `at` (its length word), or undefined when it is not a valid one. */
+function saltOf(r: Int32Array, at: number): string | undefined {
+  const salt = readText(r, at, CACHE_SALT_BYTES_MAX);
+  if (salt === undefined) return undefined;
+  try {
+    return validateCacheSalt(salt);
+  } catch {
+    return undefined;
   }
 }
 
@@ -389,10 +422,11 @@ export class EngineSimulator implements RoleLoop {
     };
     const explicit = r[7]!;
     if (explicit > 0) s.promptTokens = r.subarray(8, 8 + explicit);
-    if (r.length === 8 + explicit + 2) {
+    if (r.length >= 8 + explicit + 2) {
       s.maxLoadTokens = r[8 + explicit]!;
       s.skipReadingPrefixCache = r[9 + explicit] === 1;
     }
+    if (r.length > 8 + explicit + 2) s.cacheSalt = saltOf(r, 8 + explicit + 2)!;
     this.add(s);
   }
 
@@ -412,12 +446,13 @@ export class EngineSimulator implements RoleLoop {
     if (abortAfter! < UNSET) return false;
     if (explicit! < 0 || (explicit! > 0 && explicit !== length)) return false;
     const tokensEnd = 8 + explicit!;
-    if (r.length !== tokensEnd && r.length !== tokensEnd + 2) return false;
+    if (r.length !== tokensEnd && r.length < tokensEnd + 2) return false;
     for (let i = 8; i < tokensEnd; i += 1) if (r[i]! < 0) return false;
-    if (r.length === tokensEnd + 2) {
+    if (r.length >= tokensEnd + 2) {
       if (r[tokensEnd]! < UNSET) return false;
       if (r[tokensEnd + 1] !== 0 && r[tokensEnd + 1] !== 1) return false;
     }
+    if (r.length > tokensEnd + 2 && saltOf(r, tokensEnd + 2) === undefined) return false;
     return true;
   }
 
@@ -434,7 +469,8 @@ export class EngineSimulator implements RoleLoop {
       config.maxTokensPerRequest,
       Math.max(1, Math.min(maxDecode, config.maxTokensPerRequest - prompt.length - 1)),
       s.abortAfterTokens,
-      config.groups.length,
+      new KeyChain(config, this.hashing, requestRoot(config, s.cacheSalt)),
+      s.cacheSalt,
     );
     if (s.maxLoadTokens !== undefined && s.maxLoadTokens !== UNSET) {
       req.limits = { ...req.limits, maxLoadTokens: s.maxLoadTokens };
@@ -824,6 +860,7 @@ export class EngineSimulator implements RoleLoop {
       promptTokens: r.tokens.subarray(0, r.numTokens),
       hitChunks: new Array<number>(groups).fill(hit),
       ...(this.options.offload ? {} : { maxOffloadTokens: 0 }),
+      ...(r.cacheSalt !== undefined ? { cacheSalt: r.cacheSalt } : {}),
     });
     if (hit > 0) {
       r.phase = 'hit-alloc';
@@ -836,7 +873,7 @@ export class EngineSimulator implements RoleLoop {
 
   /** Gives a tier hit up: recompute from zero (the cursor still starts after it; those chunks are in the tier). */
   private giveUpHit(r: EngineRequest): void {
-    this.toStore.send([OP_UNLOCK, r.id]);
+    this.toStore.send(unlockRecord(r));
     this.setRunning(r);
     r.allocFailures = 0;
   }
@@ -959,7 +996,7 @@ export class EngineSimulator implements RoleLoop {
   private startLoad(r: EngineRequest, ids: Int32Array): void {
     const { config } = this.views;
     const bpc = config.blocksPerChunk;
-    const record = [OP_LOAD, r.id];
+    const record = [OP_LOAD, r.id, r.handle!.slot, r.handle!.generation];
     let at = 0;
     for (const g of config.groups) {
       const lo = r.load[g.index]!.firstChunk;
@@ -1071,27 +1108,7 @@ export class EngineSimulator implements RoleLoop {
 
   /** Extends the request's hash chain and keys to cover `tokenLimit` known tokens. */
   private ensureKeys(r: EngineRequest, tokenLimit: number): void {
-    const { config } = this.views;
-    const tph = config.tokensPerHash;
-    const want = Math.min(
-      Math.floor(Math.min(tokenLimit, r.numTokens) / tph),
-      config.maxHashesPerRequest,
-    );
-    let parent = r.hashes.length === 0 ? ROOT_SEED : r.hashes[r.hashes.length - 1]!;
-    for (let i = r.hashes.length; i < want; i += 1) {
-      parent = this.hashing.blockHash(parent, r.tokens.subarray(i * tph, (i + 1) * tph));
-      r.hashes.push(parent);
-    }
-    for (const g of config.groups) {
-      const keys = r.keys[g.index]!;
-      const target = Math.min(
-        Math.floor(r.hashes.length / g.hashesPerChunk),
-        config.maxChunksPerRequest,
-      );
-      for (let c = keys.length; c < target; c += 1) {
-        keys.push(this.hashing.offloadKey(r.hashes[(c + 1) * g.hashesPerChunk - 1]!, g.index));
-      }
-    }
+    r.chain.extend(r.tokens, Math.min(tokenLimit, r.numTokens));
   }
 
   /** Windowed groups: blocks that left the window are nulled and freed by the allocator. */
@@ -1153,7 +1170,7 @@ export class EngineSimulator implements RoleLoop {
     } else {
       this.scheduler.abort(h);
     }
-    if (r.phase === 'hit-alloc' && !r.awaiting) this.toStore.send([OP_UNLOCK, r.id]);
+    if (r.phase === 'hit-alloc' && !r.awaiting) this.toStore.send(unlockRecord(r));
     r.phase = 'ending';
     this.toAllocator.send([OP_END, r.id, h.slot, h.generation]);
   }

@@ -9,9 +9,10 @@ import type { Config } from '../config.js';
 import { gpuBlockMatches } from '../copy.js';
 import { ClosedError, InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { loadHashing } from '../hashing.js';
+import { loadHashing, promptKeys } from '../hashing.js';
+import { validateCacheSalt } from '../identity.js';
 import { A_BLOCK_COUNT, OWNER_CLOSED } from '../layout.js';
-import { loadPlan, promptKeys } from '../lookup.js';
+import { loadPlan } from '../lookup.js';
 import { checkHandle, ownHandle } from '../roles/handle.js';
 import { IntInput } from '../roles/input.js';
 import type { RequestHandle } from '../roles/handle.js';
@@ -41,6 +42,8 @@ export type ExternalLookupAnswer =
 export interface ExternalLookupOptions extends LookupLimits {
   /** The request was deferred for too long: pending entries count as what they are now. */
   readonly force?: boolean;
+  /** The request's cache salt (open it with the same): only entries of the same salt hit. */
+  readonly cacheSalt?: string;
   readonly timeoutMs?: number;
 }
 
@@ -90,9 +93,10 @@ export class ExternalLoadPath {
       throw new InvalidArgumentError('options', 'must be an object');
     }
     const limits = validateLookupLimits(options.maxLoadTokens, options.skipReadingPrefixCache);
+    const salt = validateCacheSalt(options.cacheSalt);
     checkLoadableGroups(this.config);
-    this.hashing ??= await loadHashing();
-    const keys = promptKeys(this.config, this.hashing, promptTokens);
+    this.hashing ??= await loadHashing(this.config.keyHash);
+    const keys = promptKeys(this.config, this.hashing, promptTokens, salt);
     const tag = this.takeTag();
     const record = encodeLookup(
       this.config,
@@ -144,7 +148,7 @@ export class ExternalLoadPath {
     }
     const plans = loadPlan(this.config.groups, 0, answer.hitTokens);
     const bpc = this.config.blocksPerChunk;
-    const record = [OP_LOAD, answer.tag];
+    const record = [OP_LOAD, answer.tag, handle.slot, handle.generation];
     const checks: { block: number; key: bigint; position: number }[] = [];
     for (const p of plans) {
       const count = Atomics.load(
@@ -194,7 +198,7 @@ export class ExternalLoadPath {
       throw new InvalidArgumentError('answer', 'must be a lookup answer');
     }
     if (answer.deferred || !this.open.delete(answer.tag)) return;
-    this.toStore.send([OP_UNLOCK, answer.tag]);
+    this.toStore.send([OP_UNLOCK, answer.tag, -1, 0]);
     this.pump();
   }
 
@@ -262,7 +266,7 @@ export class ExternalLoadPath {
         resolve(Int32Array.from(a));
       } else if (a[0] === ANS_LOOKED_UP && a[2]! > 0) {
         // A lookup that timed out was answered with a hit after all: release it.
-        this.toStore.send([OP_UNLOCK, tag]);
+        this.toStore.send([OP_UNLOCK, tag, -1, 0]);
       }
     }, ANSWERS_PER_PUMP_MAX);
   }

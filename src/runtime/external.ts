@@ -114,8 +114,15 @@ export class ExternalHost {
   /** The host's block pool over the shared pin counts (pinned blocks wait in quarantine). */
   readonly pool: GpuBlockPool;
   private readonly loadPath: ExternalLoadPath;
+  private readonly resetStore: ((options: { shared?: boolean }) => Promise<void>) | undefined;
 
-  constructor(config: Config, buffers: RuntimeBuffers) {
+  constructor(
+    config: Config,
+    buffers: RuntimeBuffers,
+    /** The runtime's reset (the store role runs in its worker). */
+    reset?: (options: { shared?: boolean }) => Promise<void>,
+  ) {
+    this.resetStore = reset;
     const views = new RuntimeViews(config, buffers);
     const closed = () =>
       Atomics.load(views.state.control, views.state.ownerWord('allocator')) === OWNER_CLOSED;
@@ -151,6 +158,20 @@ export class ExternalHost {
   /** Gives up a hit without loading it. */
   cancel(answer: ExternalLookupAnswer): void {
     this.loadPath.cancel(answer);
+  }
+
+  /**
+   * vLLM's reset_cache, for the host engine (OffloadRuntime.reset): the tier
+   * is emptied; a hit already looked up still loads (from the slots the reset
+   * retired) and publishes nothing; every live request not yet drained
+   * stores its chunks again; `shared: true` also retires this namespace's
+   * disk and Redis entries for every instance.
+   */
+  reset(options: { shared?: boolean } = {}): Promise<void> {
+    if (this.resetStore === undefined) {
+      return Promise.reject(new ClosedError('the external host (no runtime to reset)'));
+    }
+    return this.resetStore(options);
   }
 
   get scheduler(): SchedulerRole {

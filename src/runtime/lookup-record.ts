@@ -1,13 +1,13 @@
 // The lookup record on the storeRequest ring, built by whoever plays the
 // scheduler (the engine simulator, an external host) and read by the store
 // role: [LOOKUP, tag, numTokens, flags, maxLoadTokens, keys of group 0, keys of
-// group 1, ...], each key as two words. A group's key count follows from
+// group 1, ...], each key (its whole 256-bit identity) as KEY_WORDS words. A group's key count follows from
 // numTokens, so both sides derive it the same way (lookupKeyCount) and the
 // record carries none.
 import type { Config } from '../config.js';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import { OP_LOOKUP, UNSET } from './protocol.js';
-import { pushKey, readKey } from './rings.js';
+import { KEY_WORDS, pushKey, readKey } from './rings.js';
 
 /** Words before the keys: opcode, tag, numTokens, flags, maxLoadTokens. */
 const HEADER_WORDS = 5;
@@ -79,7 +79,7 @@ export function lookupTokensThatFit(
 ): number {
   const groups = config.groups.length;
   const chunks = Math.min(
-    Math.floor((recordWordsMax - HEADER_WORDS) / (2 * groups)),
+    Math.floor((recordWordsMax - HEADER_WORDS) / (KEY_WORDS * groups)),
     // The load record has 2 header words; the allocator's answer for the hit's blocks 3.
     Math.floor((recordWordsMax - 3) / (config.blocksPerChunk * groups)),
   );
@@ -134,7 +134,7 @@ export function decodeLookup(config: Config, r: Int32Array): DecodedLookup {
   for (let g = 0; g < config.groups.length; g += 1) {
     const n = lookupKeyCount(config, g, numTokens);
     const ks: bigint[] = [];
-    for (let c = 0; c < n; c += 1, at += 2) ks.push(readKey(r, at));
+    for (let c = 0; c < n; c += 1, at += KEY_WORDS) ks.push(readKey(r, at));
     keys.push(ks);
   }
   if (at !== r.length) invariant(false, `lookup record of ${r.length} words holds ${at}`);

@@ -11,11 +11,12 @@
 import type { RuntimeViews } from './buffers.js';
 import type { HostTier } from '../tier/host-tier.js';
 import type { TierCascade, LowerState } from '../tier/cascade.js';
-import { allocValue, sealValue, VALUE_HEADER_BYTES } from '../tier/value.js';
 
 export interface ReadableEntry {
   readonly slot: number;
   readonly positions: readonly number[];
+  /** The store's reset count when it became readable (the runtime fuzzer's oracle reads it). */
+  readonly resets: number;
   readonly group: number;
 }
 
@@ -50,6 +51,8 @@ const PENDING_RETRY_MS = 5;
 
 export class LowerLookups {
   private readonly runs = new Map<number, Run>();
+  /** Resets so far: a resolution that began before the last one promotes nothing. */
+  private resets = 0;
   private readonly bpc: number;
   private readonly payloadBytes: number;
 
@@ -62,6 +65,8 @@ export class LowerLookups {
     private readonly syncEvictions: () => void,
     /** Wakes the store loop when a resolution finished. */
     private readonly wake: () => void,
+    /** The store loop's reset count (what a promoted entry records). */
+    private readonly storeResets: () => number,
     /** Told of each chunk promoted into host memory (KV events), with its group and parent key. */
     private readonly onPromoted?: (key: bigint, group: number, parent: bigint | null) => void,
   ) {
@@ -73,12 +78,10 @@ export class LowerLookups {
     return this.runs.size;
   }
 
-  /** Copies a just-published full host entry into a sealed value and offers it to every lower level. */
+  /** Offers a just-published full host entry to every lower level (each seals its own copy). */
   writeThrough(key: bigint, slot: number): void {
-    const value = allocValue(this.payloadBytes);
     const from = slot * this.payloadBytes;
-    value.set(new Uint8Array(this.views.tier.buffer, from, this.payloadBytes), VALUE_HEADER_BYTES);
-    this.cascade.writeThrough(key, sealValue(value, this.cascade.fingerprint, key));
+    this.cascade.writeThrough(key, new Uint8Array(this.views.tier.buffer, from, this.payloadBytes));
   }
 
   /**
@@ -98,6 +101,12 @@ export class LowerLookups {
       return true;
     }
     return false;
+  }
+
+  /** At a reset: every resolution under way is forgotten, and promotes nothing when it ends. */
+  reset(): void {
+    this.resets += 1;
+    this.runs.clear();
   }
 
   /** The lookup was answered: forget its resolution; returns the keys it promoted. */
@@ -130,6 +139,7 @@ export class LowerLookups {
 
   /** Resolves and promotes; true when a key of the prefix is still being written at a lower level. */
   private async resolve(view: LookupView, run: Run): Promise<boolean> {
+    const resets = this.resets;
     const groups = this.views.config.groups;
     const inHost = (k: bigint) => this.readable.get(k)?.positions.length === this.bpc;
     const hostHit = view.prefixHit(inHost);
@@ -198,6 +208,8 @@ export class LowerLookups {
       for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
+    // Fetched before a reset (perhaps from entries a shared reset retired since): not promoted.
+    if (resets !== this.resets) return false;
     this.promote(keys, got, run.promoted, where);
     return false;
   }
@@ -236,7 +248,12 @@ export class LowerLookups {
       this.host.completeStore(r.keysToStore, true);
       r.keysToStore.forEach((k, i) => {
         const w = where.get(k)!;
-        this.readable.set(k, { slot: r.slots[i]!, positions, group: w.group });
+        this.readable.set(k, {
+          slot: r.slots[i]!,
+          positions,
+          group: w.group,
+          resets: this.storeResets(),
+        });
         promoted.set(k, w.level);
       });
       return;

@@ -2,7 +2,7 @@
 // first word is its opcode; the rest is documented beside each constant.
 
 // submit ring (main -> scheduler)
-/** [SUBMIT, requestId, promptLength, prefixId, sharedPrefixTokens, maxDecodeTokens, abortAfterTokens, explicitCount, ...tokens, (maxLoadTokens, skipReadingPrefixCache 0|1)?] (-1 = unset; the last two words may be absent: no load limits) */
+/** [SUBMIT, requestId, promptLength, prefixId, sharedPrefixTokens, maxDecodeTokens, abortAfterTokens, explicitCount, ...tokens, (maxLoadTokens, skipReadingPrefixCache 0|1, (cache salt as text, see pushText)?)?] (-1 = unset; the tail may be absent: no load limits, no salt) */
 export const OP_SUBMIT = 1;
 
 // allocRequest ring (scheduler -> allocator)
@@ -22,11 +22,11 @@ export const ANS_ALLOCATED = 20;
 export const ANS_RELEASED = 21;
 
 // storeRequest ring (scheduler -> store)
-/** [LOOKUP, tag, numTokens, flags (force, skip reading), maxLoadTokens or UNSET, (key lo, key hi) per chunk per group (group-major)]: see lookup-record.ts */
+/** [LOOKUP, tag, numTokens, flags (force, skip reading), maxLoadTokens or UNSET, (8 words of the 256-bit key) per chunk per group (group-major)]: see lookup-record.ts */
 export const OP_LOOKUP = 30;
-/** [LOAD, tag, hitChunks, (block) per loaded chunk position ...] see store-loop */
+/** [LOAD, tag, slot, generation, (block) per loaded chunk position ...] see store-loop; the request's handle lets a hit from before a reset restart its store epoch */
 export const OP_LOAD = 31;
-/** [UNLOCK, tag]: the scheduler will not load a looked-up hit after all; release its protection. */
+/** [UNLOCK, tag, slot, generation]: the scheduler will not load a looked-up hit after all; release its protection (slot -1: no request opened for it). */
 export const OP_UNLOCK = 32;
 
 // storeAnswer ring (store -> scheduler)
@@ -38,3 +38,40 @@ export const ANS_LOADED = 41;
 
 /** Sentinel for an unset optional field in a record. */
 export const UNSET = -1;
+
+/**
+ * Appends a string as [UTF-8 byte length, ...bytes packed four to a word,
+ * little-endian]. For strings already checked (validateCacheSalt).
+ */
+export function pushText(record: number[], text: string): void {
+  const bytes = Buffer.from(text, 'utf8');
+  record.push(bytes.length);
+  for (let at = 0; at < bytes.length; at += 4) {
+    let w = 0;
+    for (let i = 0; i < 4 && at + i < bytes.length; i += 1) w |= bytes[at + i]! << (8 * i);
+    record.push(w | 0);
+  }
+}
+
+/** Words a text of `byteLength` bytes takes after its length word. */
+function textWords(byteLength: number): number {
+  return Math.ceil(byteLength / 4);
+}
+
+/**
+ * The text at `at` (its length word) of a record any producer may have
+ * written: undefined unless the length is in [1, bytesMax], the record holds
+ * exactly its words, and the bytes are well-formed UTF-8.
+ */
+export function readText(r: Int32Array, at: number, bytesMax: number): string | undefined {
+  const n = r[at];
+  if (n === undefined || n < 1 || n > bytesMax || r.length !== at + 1 + textWords(n))
+    return undefined;
+  const bytes = new Uint8Array(n);
+  for (let i = 0; i < n; i += 1) bytes[i] = (r[at + 1 + (i >> 2)]! >>> (8 * (i & 3))) & 0xff;
+  try {
+    return new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    return undefined;
+  }
+}

@@ -3,7 +3,8 @@
 // validateRequestInput, so what one accepts the other accepts. A refused request
 // costs a typed error and nothing else: no slot, no ring record, no shared write.
 import type { GroupKind } from '../config.js';
-import { ConfigError, InvalidArgumentError, RequestCapacityError } from '../errors.js';
+import { ConfigError, InvalidArgumentError, RequestCapacityError, quoted } from '../errors.js';
+import { validateCacheSalt } from '../identity.js';
 import { validateLookupLimits } from './lookup-record.js';
 
 /** One request as an embedder submits it (`submit()`, the HTTP server's POST body). */
@@ -30,6 +31,12 @@ export interface RequestInput {
    * its hit is 0 even when its prefix is stored. It still stores its chunks.
    */
   skipReadingPrefixCache?: boolean;
+  /**
+   * vLLM's cache_salt: it shares tier entries (host, disk, Redis) only with
+   * requests of the same salt; no salt is a domain of its own. A non-empty
+   * string of at most CACHE_SALT_BYTES_MAX UTF-8 bytes.
+   */
+  cacheSalt?: string;
 }
 
 /** What the rules need from the config; the pool check runs only when the pool is known. */
@@ -49,6 +56,7 @@ const FIELDS: ReadonlySet<string> = new Set([
   'abortAfterTokens',
   'maxLoadTokens',
   'skipReadingPrefixCache',
+  'cacheSalt',
 ]);
 const TOKEN_ID_MAX = 2 ** 31 - 1;
 const PREFIX_ID_MAX = 2 ** 31 - 1;
@@ -65,7 +73,7 @@ export function validateRequestInput(body: unknown, limits: RequestLimits): Requ
   }
   const obj = body as Record<string, unknown>;
   for (const k of Object.keys(obj)) {
-    if (!FIELDS.has(k)) throw new InvalidArgumentError(k, 'is not a known field');
+    if (!FIELDS.has(k)) throw new InvalidArgumentError(quoted(k), 'is not a known field');
   }
   // At least one decode token must fit after the prompt.
   const max = limits.maxTokensPerRequest - 1;
@@ -120,6 +128,8 @@ export function validateRequestInput(body: unknown, limits: RequestLimits): Requ
   if (load.skipReadingPrefixCache !== undefined) {
     out.skipReadingPrefixCache = load.skipReadingPrefixCache;
   }
+  const salt = validateCacheSalt(obj.cacheSalt);
+  if (salt !== undefined) out.cacheSalt = salt;
   if (limits.gpuBlocks !== undefined && limits.groups !== undefined) {
     const least = poolBlocksLeast(limits, promptTokens);
     if (least > limits.gpuBlocks - 1) {

@@ -117,11 +117,18 @@ export class SpscRing {
   }
 }
 
-/** Packs a 64-bit key into two Int32 words (low, high) and back. */
+/** Int32 words of one offload key (its 256-bit identity) in a record. */
+export const KEY_WORDS = 8;
+
+/** Packs an offload key into KEY_WORDS Int32 words, lowest first, and back. */
 export function pushKey(out: number[], key: bigint): void {
-  out.push(Number(key & 0xffffffffn) | 0, Number((key >> 32n) & 0xffffffffn) | 0);
+  for (let w = 0; w < KEY_WORDS; w += 1) {
+    out.push(Number((key >> BigInt(32 * w)) & 0xffffffffn) | 0);
+  }
 }
 
 export function readKey(words: Int32Array, at: number): bigint {
-  return (BigInt(words[at + 1]! >>> 0) << 32n) | BigInt(words[at]! >>> 0);
+  let key = 0n;
+  for (let w = KEY_WORDS - 1; w >= 0; w -= 1) key = (key << 32n) | BigInt(words[at + w]! >>> 0);
+  return key;
 }

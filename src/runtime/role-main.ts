@@ -11,6 +11,7 @@ import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from './allocator-loop.js';
 import type { AllocatorLag } from './allocator-loop.js';
 import { PiscinaTransferBackend, createModuleBackend } from './backend.js';
+import type { PiscinaBackendOptions } from './backend.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { Doorbell } from './doorbell.js';
@@ -23,10 +24,10 @@ import { ringOthers } from './role-loop.js';
 import type { RoleLoop, RoleWait } from './role-loop.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { StoreLoop } from './store-loop.js';
-import { TransferBackendFailedError } from '../errors.js';
+import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-options.js';
 
 export type RoleName = DoorbellName;
@@ -57,6 +58,8 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /** Test only: the lower levels' switches. */
+  tierSwitches?: LowerTierSwitches;
 }
 
 /** Messages a role worker posts to main. */
@@ -68,6 +71,8 @@ export type RoleMessage =
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
   | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
+  | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
   | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number };
@@ -118,13 +123,14 @@ async function syncRole(
   if (data.role === 'scheduler') {
     return new EngineSimulator(
       views,
-      await loadHashing(),
+      await loadHashing(data.config.keyHash),
       { ended: (summary) => post({ type: 'ended', summary }) },
       data.simulator,
       ringOthers(views, 'scheduler'),
     );
   }
-  if (data.role === 'hasher') return new HasherLoop(views, await loadHashing(), data.hasher);
+  if (data.role === 'hasher')
+    return new HasherLoop(views, await loadHashing(data.config.keyHash), data.hasher);
   return new AllocatorLoop(views, {
     lag: data.allocator,
     unsafeIgnorePins: data.allocator.unsafeIgnorePins,
@@ -150,6 +156,9 @@ function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
 }
 
+/** verify() waits at most this long for the copies in flight when it was called. */
+const VERIFY_WAIT_MS_MAX = 10_000;
+
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
 
@@ -164,21 +173,24 @@ async function runStore(
   memory: MemorySampler,
 ): Promise<void> {
   const arenas = views.transferArenas();
-  const threads = { threads: data.store.transferThreads };
+  const backendOptions: PiscinaBackendOptions = {
+    threads: data.store.transferThreads,
+    // Completions ring the store's own bell: a parked store wakes when a copy is done.
+    completionBell: bell,
+    taskWordsMax: transferTaskWordsMax(data.config),
+    niceIncrement: TRANSFER_NICE_INCREMENT,
+    // Each copy thread samples its own heap into the runtime's memory words.
+    memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
+  };
+  // A module gets the same options: one that wraps PiscinaTransferBackend
+  // keeps the completion bell (given only { threads }, its store slept up to
+  // a full park after each copy), and its own copies can ring it too.
   const backend =
     data.store.transferBackendModule === undefined
-      ? new PiscinaTransferBackend(arenas, {
-          ...threads,
-          // Completions ring the store's own bell: a parked store wakes when a copy is done.
-          completionBell: bell,
-          taskWordsMax: transferTaskWordsMax(data.config),
-          niceIncrement: TRANSFER_NICE_INCREMENT,
-          // Each copy thread samples its own heap into the runtime's memory words.
-          memory: { buffer: data.buffers.memory, firstSlot: transferMemorySlot(0) },
-        })
-      : await createModuleBackend(data.store.transferBackendModule, arenas, threads);
+      ? new PiscinaTransferBackend(arenas, backendOptions)
+      : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  const cascade = await TierCascade.open(data.tiers, data.config);
+  const cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
   const loop = new StoreLoop(
     views,
     backend,
@@ -198,8 +210,47 @@ async function runStore(
         : {}),
     },
   );
-  const onMessage = (m: { type: string; id: number }) => {
-    if (m.type === 'verify') post({ type: 'verified', id: m.id, report: loop.verify() });
+  // verify() is a barrier for the copies dispatched before it: it is answered
+  // once they completed (or failed), or after VERIFY_WAIT_MS_MAX with what is
+  // still in flight counted (entriesInFlight). Answering at once left a copy
+  // in flight out of the check, and `kvoff simulate` then called it evicted.
+  // Calls are answered in arrival order (each waits for the copies dispatched
+  // before it, so their thresholds only grow); those due together share one
+  // check, which reads every entry: a storm of calls (one per millisecond)
+  // must cost neither one read each nor a walk over every call per step.
+  const verifies: { id: number; upTo: number; deadline: number }[] = [];
+  const answerVerifies = () => {
+    const now = performance.now();
+    let due = 0;
+    while (due < verifies.length) {
+      const v = verifies[due]!;
+      if (loop.copiesInFlightUpTo(v.upTo) && now < v.deadline) break;
+      due += 1;
+    }
+    if (due === 0) return;
+    const report = loop.verify();
+    for (const v of verifies.splice(0, due)) post({ type: 'verified', id: v.id, report });
+  };
+  const onMessage = (m: { type: string; id: number; shared?: boolean }) => {
+    if (m.type === 'verify') {
+      const deadline = performance.now() + VERIFY_WAIT_MS_MAX;
+      verifies.push({ id: m.id, upTo: loop.copiesDispatched, deadline });
+      answerVerifies();
+    }
+    // Between two steps (a message is handled only while the loop awaits), as vLLM resets between steps.
+    if (m.type === 'reset') {
+      loop.reset(m.shared === true).then(
+        () => post({ type: 'reset', id: m.id }),
+        (err: unknown) =>
+          post({
+            type: 'reset',
+            id: m.id,
+            failedTier: err instanceof SharedResetFailedError ? err.tier : 'store',
+            cause: err instanceof Error ? err.message : String(err),
+          }),
+      );
+      bell.ring(); // the next pass plans the restarted requests at once
+    }
   };
   port.on('message', onMessage);
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
@@ -237,6 +288,7 @@ async function runStore(
     memory.tick();
     const seen = bell.read();
     const did = step();
+    if (verifies.length > 0) answerVerifies();
     if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
     await waitAsync(loop.wait(did), bell, seen);

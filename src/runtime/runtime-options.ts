@@ -6,12 +6,17 @@ import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
+import type { LowerTierSwitches } from '../tier/lower.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
 import { resolveEventsOptions } from '../events/types.js';
 import type { EventsOptions } from '../events/types.js';
 import { backendModuleHref } from './backend.js';
 import type { RuntimeBuffers } from './buffers.js';
+import { DEFAULT_SEED } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS } from './engine-sim.js';
 import type { EngineOptions } from './engine-sim.js';
 import type { FaultInjection, RoleWorkerData } from './role-main.js';
 
@@ -29,8 +34,12 @@ export interface LagOptions {
 }
 
 export interface RuntimeOptions {
-  /** Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window, async lag). */
-  config?: ConfigInput;
+  /**
+   * Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window). A
+   * partial config is merged over it: each field left out takes
+   * DEFAULT_RUNTIME_CONFIG's value (see runtimeConfigInput).
+   */
+  config?: Partial<ConfigInput>;
   /** Default 'ready-prefix'. */
   policy?: StorePolicy;
   /** piscina threads that copy, default 1. */
@@ -49,6 +58,12 @@ export interface RuntimeOptions {
   unsafeSkipPins?: boolean;
   /** Test only: each copy sleeps this long first (widens the reuse-mid-copy window). */
   transferDelayMs?: number;
+  /**
+   * Test only: the lower levels' switches (LowerTierSwitches), e.g.
+   * unsafeKeyWordOnly, which serves an entry whose key word collides. Shows
+   * what each check prevents; never set it otherwise.
+   */
+  unsafeTierSwitches?: LowerTierSwitches;
   /** Test only: make one role's worker throw after N loop steps. */
   faultInjection?: FaultInjection;
   /** Submits pending at once before submit() rejects with QueueFullError; default PENDING_SUBMITS_MAX. */
@@ -126,6 +141,12 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   };
   obj('lag', o.lag);
   obj('simulator', o.simulator);
+  obj('unsafeTierSwitches', o.unsafeTierSwitches);
+  if (o.lag !== undefined) refuseUnknownKeys(o.lag, LAG_OPTION_KEYS, 'lag.');
+  if (o.simulator !== undefined) refuseUnknownKeys(o.simulator, ENGINE_OPTION_KEYS, 'simulator.');
+  if (o.tiers !== undefined && typeof o.tiers === 'object' && o.tiers !== null) {
+    refuseUnknownTierKeys(o.tiers);
+  }
   checkLagSeed(o.lag);
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   if (o.events !== undefined) resolveEventsOptions(o.events);
@@ -148,6 +169,64 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   }
   checkInt('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
   checkLag(o.lag);
+}
+
+/** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
+export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
+  config: true,
+  policy: true,
+  transferThreads: true,
+  transferBackendModule: true,
+  lag: true,
+  simulator: true,
+  traceSlots: true,
+  unsafeSkipPins: true,
+  transferDelayMs: true,
+  faultInjection: true,
+  pendingSubmitsMax: true,
+  closeTimeoutMs: true,
+  finalWaitMsMax: true,
+  transferFailuresMax: true,
+  external: true,
+  tiers: true,
+  offload: true,
+  cache: true,
+  events: true,
+  unsafeTierSwitches: true,
+};
+const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
+  hasherHashesPerWake: true,
+  allocatorPublishDelayMs: true,
+  jitterMs: true,
+  seed: true,
+};
+/** The simulator's options are exactly those DEFAULT_ENGINE_OPTIONS gives a value. */
+const ENGINE_OPTION_KEYS = Object.fromEntries(
+  Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
+) as KnownKeys<EngineOptions>;
+const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = { disk: true, redis: true };
+const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
+  dir: true,
+  bytesMax: true,
+  freeBytesMin: true,
+  fdatasync: true,
+  writesQueuedBytesMax: true,
+};
+const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
+  urls: true,
+  timeoutMs: true,
+  storesInFlightMax: true,
+  storesQueuedBytesMax: true,
+};
+
+function refuseUnknownTierKeys(tiers: object): void {
+  refuseUnknownKeys(tiers, TIERS_OPTION_KEYS, 'tiers.');
+  const { disk, redis } = tiers as TiersOptions;
+  if (typeof disk === 'object' && disk !== null)
+    refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
+  if (typeof redis === 'object' && redis !== null) {
+    refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
+  }
 }
 
 /** offload: false starts no store: refuses every option that needs one. */
@@ -213,7 +292,7 @@ export function roleWorkerData(
   options: RuntimeOptions,
 ): Omit<RoleWorkerData, 'role'> {
   const lag = options.lag ?? {};
-  const seed = lag.seed ?? 1;
+  const seed = lag.seed ?? DEFAULT_SEED;
   return {
     config,
     buffers,
@@ -251,6 +330,7 @@ export function roleWorkerData(
     },
     policy: options.policy ?? 'ready-prefix',
     ...(options.tiers ? { tiers: options.tiers } : {}),
+    ...(options.unsafeTierSwitches ? { tierSwitches: options.unsafeTierSwitches } : {}),
     ...(options.faultInjection ? { fault: options.faultInjection } : {}),
   };
 }

@@ -13,6 +13,7 @@ import {
   InvalidArgumentError,
   QueueFullError,
   RequestCapacityError,
+  SharedResetFailedError,
   TimeoutError,
   TransferBackendFailedError,
   WorkerFailedError,
@@ -23,7 +24,7 @@ import type { LeakReport } from '../leaks.js';
 import { closeRoles } from '../roles/claim.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_RUNTIME_CONFIG } from './defaults.js';
+import { runtimeConfigInput } from './defaults.js';
 import { resolveEngineOptions } from './engine-sim.js';
 import type { EngineSummary } from './engine-sim.js';
 import { CONTROL_CLOSING, DOORBELLS, STAT_INDEX } from './thread-words.js';
@@ -34,7 +35,12 @@ import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
 import { RoleWorkers } from './role-workers.js';
 import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit, submitRingWords } from './submit-queue.js';
-import { PENDING_SUBMITS_MAX, roleWorkerData, validateRuntimeOptions } from './runtime-options.js';
+import {
+  PENDING_SUBMITS_MAX,
+  RUNTIME_OPTION_KEYS,
+  roleWorkerData,
+  validateRuntimeOptions,
+} from './runtime-options.js';
 import type { RuntimeOptions } from './runtime-options.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
@@ -42,6 +48,8 @@ import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import type { TierStoreSample } from '../tier/lower.js';
+import { checkShareable } from '../tier/cascade.js';
+import { refuseUnknownKeys } from '../known-keys.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
@@ -105,6 +113,8 @@ export class OffloadRuntime {
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
+  /** reset() calls the store has not answered yet: each settles exactly once. */
+  private readonly resets = new Map<number, PendingReset>();
   private readonly emitter = new EventEmitter();
   /** Submissions the full submit ring refused, retried on a timer. */
   private readonly submits: SubmitQueue;
@@ -139,7 +149,9 @@ export class OffloadRuntime {
       fail: (role, cause) => this.fail(role, cause),
       failure: () => this.failure,
     });
-    this.external = options.external ? new ExternalHost(config, this.buffers) : undefined;
+    this.external = options.external
+      ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
+      : undefined;
     this.roles = options.external
       ? ['hasher', 'store']
       : options.offload === false
@@ -154,8 +166,11 @@ export class OffloadRuntime {
     if (typeof options !== 'object' || options === null || Array.isArray(options)) {
       throw new InvalidArgumentError('options', 'must be an object');
     }
-    const config = resolveConfig(options.config ?? DEFAULT_RUNTIME_CONFIG);
+    refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
+    const config = resolveConfig(runtimeConfigInput(options.config));
     validateRuntimeOptions(options);
+    // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
+    if (options.tiers !== undefined) checkShareable(options.tiers, config);
     // A bad backend module is refused here, as a typed error, before any worker starts.
     if (options.transferBackendModule !== undefined) {
       await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
@@ -314,6 +329,51 @@ export class OffloadRuntime {
   }
 
   /**
+   * vLLM's reset_cache (and, with `shared`, reset_prefix_cache's
+   * reset_external): the host tier is emptied between two store steps; copies
+   * in flight finish and publish nothing (stores are ignored by job id, loads
+   * read slots the reset retired); every live request that was not drained
+   * stores its chunks again from cursor 0; a request already drained is not
+   * signalled again. With `shared: true` the disk and Redis tiers also move
+   * their scope's epoch, which retires every entry of this namespace and
+   * layout for every instance (other namespaces untouched, no FLUSHALL).
+   * Resolves once done; rejects with SharedResetFailedError when a level
+   * could not store its new epoch (the host tier was reset), ClosedError
+   * after close(), WorkerFailedError if the store fails first.
+   */
+  reset(options: { shared?: boolean } = {}): Promise<void> {
+    if (typeof options !== 'object' || options === null) {
+      return Promise.reject(new InvalidArgumentError('options', 'must be an object'));
+    }
+    if (options.shared !== undefined && typeof options.shared !== 'boolean') {
+      return Promise.reject(new InvalidArgumentError('shared', 'must be a boolean'));
+    }
+    if (this.failure) return Promise.reject(this.failure);
+    if (this.closing) return Promise.reject(new ClosedError('runtime'));
+    // No store runs: nothing is stored anywhere, nothing to reset.
+    if (this.options.offload === false) return Promise.resolve();
+    const store = this.workers.get('store');
+    if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
+    const id = this.nextVerifyId++;
+    this.hold();
+    return new Promise<void>((resolve, reject) => {
+      this.resets.set(id, {
+        resolve: () => {
+          this.release();
+          resolve();
+        },
+        reject: (err) => {
+          this.release();
+          reject(err);
+        },
+      });
+      store.postMessage({ type: 'reset', id, shared: options.shared === true });
+      // A parked store handles the message at its next turn; wake it now.
+      this.views.doorbell('store').ring();
+    });
+  }
+
+  /**
    * Per-pass windows of the traced requests (ids 1..traceSlots) that ended so
    * far, in the order they ended; empty unless traceSlots > 0.
    */
@@ -340,6 +400,7 @@ export class OffloadRuntime {
     return this.on('tierStore', fn);
   }
 
+  /** Each finished store job (its chunks, bytes and latency); loads are not reported here. */
   on(event: 'job', fn: (e: JobEvent) => void): this;
   /** One store's latency at one level (host per job, disk and Redis per chunk). */
   on(event: 'tierStore', fn: (e: TierStoreSample) => void): this;
@@ -416,6 +477,13 @@ export class OffloadRuntime {
         done?.resolve(m.report);
         return;
       }
+      case 'reset': {
+        const done = this.resets.get(m.id);
+        this.resets.delete(m.id);
+        if (m.failedTier === undefined) done?.resolve();
+        else done?.reject(new SharedResetFailedError(m.failedTier, m.cause));
+        return;
+      }
       case 'final':
         this.finals.set(m.role, m.report);
         return;
@@ -464,10 +532,11 @@ export class OffloadRuntime {
     void this.workers.terminateAll(this.roles);
   }
 
-  /** Settles every unanswered verify() with `err` (each exactly once). */
+  /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
   private rejectVerifies(err: Error): void {
-    const pending = [...this.verifies.values()];
+    const pending = [...this.verifies.values(), ...this.resets.values()];
     this.verifies.clear();
+    this.resets.clear();
     for (const v of pending) v.reject(err);
   }
 
@@ -585,6 +654,11 @@ interface PendingVerify {
   reject: (e: Error) => void;
 }
 
+interface PendingReset {
+  resolve: () => void;
+  reject: (e: Error) => void;
+}
+
 /** A submission's record, with submit()'s defaults: a prefixId alone shares the whole prompt. */
 function encodeRequest(req: RequestInput, requestId: number): number[] {
   const length = req.promptTokens?.length ?? req.promptLength!;
@@ -598,5 +672,6 @@ function encodeRequest(req: RequestInput, requestId: number): number[] {
     ...(req.promptTokens ? { promptTokens: req.promptTokens } : {}),
     ...(req.maxLoadTokens !== undefined ? { maxLoadTokens: req.maxLoadTokens } : {}),
     ...(req.skipReadingPrefixCache === true ? { skipReadingPrefixCache: true } : {}),
+    ...(req.cacheSalt !== undefined ? { cacheSalt: req.cacheSalt } : {}),
   });
 }

@@ -59,6 +59,10 @@ export interface RuntimeStats {
   lookupWaitMsMax?: number;
   /** Engine steps planned while at least one admission lookup was unanswered (the lookup did not hold them back). */
   stepsPlannedDuringLookups?: number;
+  /** Resets (vLLM's reset_cache) the store ran. */
+  resets?: number;
+  /** Chunks of store jobs in flight at a reset: copied, never published; their requests store them again. */
+  chunksDiscardedByReset?: number;
   /** Chunk stores the host tier's store threshold kept out (vLLM's stores_skipped); 0 without a threshold. */
   storesBelowThreshold: number;
   /** Lookup calls the store answered (deferrals included) and the time it spent on them: vLLM's synchronous lookup delay. */
@@ -123,6 +127,8 @@ export function runtimeCounters(
     lookupWaitMsMax: s.lookupWaitMsMax,
     stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
     recordsRefused: s.recordsRefused,
+    resets: s.resets,
+    chunksDiscardedByReset: s.chunksDiscardedByReset,
     jobsTransferFailed: s.jobsTransferFailed,
     chunksTransferFailed: s.chunksTransferFailed,
     jobsHeld: s.jobsHeld,

@@ -5,6 +5,7 @@
 // to the transfer backend and its entries released when it completes. One
 // load xor stores per request: a request loading has nothing to store.
 import { invariant } from '../errors.js';
+import { S_GENERATION } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { ChunkState, ChunkStateOf, LookupRequest, LookupResult } from '../lookup.js';
 import type { StorePlanner } from '../planner.js';
@@ -12,7 +13,7 @@ import type { HostTier } from '../tier/host-tier.js';
 import type { TierCounters, TierName } from '../tier/lower.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
-import type { LowerLookups } from './lower-lookup.js';
+import type { LowerLookups, ReadableEntry } from './lower-lookup.js';
 import { decodeLookup } from './lookup-record.js';
 import type { DecodedLookup } from './lookup-record.js';
 import type { Outbox } from './outbox.js';
@@ -38,12 +39,14 @@ export interface LookupAnswered {
   }[];
 }
 
-/** A tier entry's slot and the chunk positions its bytes cover. */
-export interface Readable {
+/** An entry whose store copy is in flight: `task` numbers the copies in dispatch order. */
+export interface Writing {
   readonly slot: number;
+  /** The chunk positions its bytes cover. */
   readonly positions: readonly number[];
   /** The KV group the chunk belongs to (KV events name it). */
   readonly group: number;
+  readonly task: number;
 }
 
 interface HitLock {
@@ -52,6 +55,8 @@ interface HitLock {
   readonly slots: number[];
   readonly chunks: { group: number; chunk: number }[];
   readonly hit: number;
+  /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
+  readonly resets: number;
 }
 
 /** What a lookup decided, and what it asked for. */
@@ -75,9 +80,11 @@ export interface StoreLoadsDeps {
   readonly backend: TransferBackend;
   readonly planner: StorePlanner;
   /** Entries readable, and entries being written, with their positions (the store loop's). */
-  readonly readable: Map<bigint, Readable>;
-  readonly writing: Map<bigint, Readable>;
+  readonly readable: Map<bigint, ReadableEntry>;
+  readonly writing: Map<bigint, Writing>;
   readonly lower: LowerLookups | undefined;
+  /** The store loop's reset count (a hit answered before the last reset reads retired slots). */
+  readonly resets: () => number;
   /** The host level's counters: lookups count hits, misses and deferrals here. */
   readonly hostCounters: TierCounters;
   /** StoreLoopOptions.unsafeLoadWhileWriting. */
@@ -101,9 +108,10 @@ export class StoreLoads {
   private readonly answers: Outbox;
   private readonly backend: TransferBackend;
   private readonly planner: StorePlanner;
-  private readonly readable: Map<bigint, Readable>;
-  private readonly writing: Map<bigint, Readable>;
+  private readonly readable: Map<bigint, ReadableEntry>;
+  private readonly writing: Map<bigint, Writing>;
   private readonly lower: LowerLookups | undefined;
+  private readonly resets: () => number;
   private readonly hostCounters: TierCounters;
   private readonly loadWhileWriting: boolean;
   private readonly leakOnLoadFailure: boolean;
@@ -129,6 +137,7 @@ export class StoreLoads {
     this.readable = deps.readable;
     this.writing = deps.writing;
     this.lower = deps.lower;
+    this.resets = deps.resets;
     this.hostCounters = deps.hostCounters;
     this.loadWhileWriting = deps.loadWhileWriting;
     this.leakOnLoadFailure = deps.leakOnLoadFailure;
@@ -288,7 +297,13 @@ export class StoreLoads {
     }
     const { keys: prepared, slots } = this.protect(locked);
     for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-    this.locks.set(tag, { keys: prepared, slots, chunks, hit: hitTokens / this.tpc });
+    this.locks.set(tag, {
+      keys: prepared,
+      slots,
+      chunks,
+      hit: hitTokens / this.tpc,
+      resets: this.resets(),
+    });
     for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
     const groups = this.views.config.groups;
     for (let i = 0; i < chunks.length; i += 1) {
@@ -327,18 +342,18 @@ export class StoreLoads {
     return 'miss';
   }
 
-  /** [LOAD, tag, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
+  /** [LOAD, tag, slot, generation, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
   load(r: Int32Array): void {
     const tag = r[1]!;
     const lock = this.locks.get(tag);
     if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
     this.locks.delete(tag);
     const bpc = this.views.config.blocksPerChunk;
-    invariant(r.length === 2 + lock.chunks.length * bpc, 'a block per loaded position');
+    invariant(r.length === 4 + lock.chunks.length * bpc, 'a block per loaded position');
     const entries: LoadEntry[] = [];
     for (let i = 0; i < lock.chunks.length; i += 1) {
       for (let p = 0; p < bpc; p += 1) {
-        const block = r[2 + i * bpc + p]!;
+        const block = r[4 + i * bpc + p]!;
         // 0: a window's leading null block the engine left out of the load (and never a
         // copy into the null block, whatever a host sends).
         if (block === 0) continue;
@@ -349,6 +364,9 @@ export class StoreLoads {
       if (job.requestId === tag)
         invariant(false, `request ${tag} loads while its stores are in flight`);
     }
+    // A hit answered before a reset loads from its retired slots; the request's
+    // cursor started after that hit, which the tier no longer holds: from 0 again.
+    if (lock.resets !== this.resets()) this.restartRequest(r[2]!, r[3]!);
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
     this.loadingRequests.add(tag);
@@ -368,14 +386,38 @@ export class StoreLoads {
     this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
   }
 
-  unlock(tag: number): void {
+  /** [UNLOCK, tag, slot, generation]: the hit will not be loaded after all. */
+  unlock(tag: number, slot: number, generation: number): void {
     const lock = this.locks.get(tag);
     if (lock === undefined) return;
     this.locks.delete(tag);
+    // Given up: the request recomputes from its cursor, which a stale hit placed past chunks the tier lost.
+    if (lock.resets !== this.resets()) this.restartRequest(slot, generation);
     this.release(lock);
   }
 
+  /**
+   * At a reset: the entries hits and loads hold are gone from the tier (their
+   * locks go on reading the retired slots, and give them back when released).
+   */
+  reset(): void {
+    this.beingLoaded.clear();
+  }
+
+  /** The request in `slot` (if it is still `generation`) starts a new store epoch from cursor 0. */
+  private restartRequest(slot: number, generation: number): void {
+    const { state, config } = this.views;
+    if (!(Number.isInteger(slot) && slot >= 0 && slot < config.maxRequests)) return;
+    const now = Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION));
+    if (now === generation) this.planner.restart(slot);
+  }
+
   private release(lock: HitLock): void {
+    if (lock.resets !== this.resets()) {
+      // Read from slots a reset retired: they go back; the entries are gone.
+      this.tier.releaseRetired(lock.slots);
+      return;
+    }
     this.tier.completeLoad(lock.keys);
     for (const k of lock.keys) {
       const n = this.beingLoaded.get(k)!;

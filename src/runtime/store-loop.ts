@@ -18,8 +18,9 @@ import { zeroCounters } from '../tier/lower.js';
 import type { TierCounters, TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
+import type { ReadableEntry } from './lower-lookup.js';
 import { StoreLoads } from './store-loads.js';
-import type { Readable } from './store-loads.js';
+import type { Writing } from './store-loads.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
@@ -42,6 +43,7 @@ import { EventCapture } from '../events/capture.js';
 import { LookupTiming } from './lookup-timing.js';
 import type { LookupSample } from './lookup-timing.js';
 
+/** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
 export interface JobEvent {
   jobId: number;
   chunks: number;
@@ -77,6 +79,13 @@ export interface DrainedRequest {
 export interface VerifyReport {
   ok: boolean;
   entriesChecked: number;
+  /**
+   * Entries whose store copy was still in flight when the check ran, so not
+   * checked: verify() waits (bounded) for the copies dispatched before it was
+   * called, so this is 0 unless a copy took longer than that wait or new
+   * copies were dispatched meanwhile.
+   */
+  entriesInFlight: number;
   blocksChecked: number;
   mismatches: number;
   holes: number;
@@ -112,9 +121,11 @@ export class StoreLoop implements RoleLoop {
   private jobsTransferFailed = 0;
   /** Lookups and loads: answers, protected hits, loads in flight. */
   private readonly loads: StoreLoads;
-  private readonly readable = new Map<bigint, Readable>();
-  /** Positions of keys being written, until their job completes. */
-  private readonly writing = new Map<bigint, Readable>();
+  private readonly readable = new Map<bigint, ReadableEntry>();
+  /** Positions of keys being written, until their job completes (in dispatch order). */
+  private readonly writing = new Map<bigint, Writing>();
+  /** Resets this loop ran (a hit lock and a readable entry record the count they began at). */
+  private resets = 0;
   /** What happened to every chunk (holes, double stores), from the planner's observer. */
   readonly ledger: ChunkLedger;
   private bytesCopied = 0;
@@ -187,6 +198,7 @@ export class StoreLoop implements RoleLoop {
           this.readable,
           () => this.takeTierEvents(),
           options.wake ?? (() => {}),
+          () => this.resets,
           capture ? (key, group, parent) => capture.promoted(key, group, parent) : undefined,
         )
       : undefined;
@@ -200,6 +212,7 @@ export class StoreLoop implements RoleLoop {
       readable: this.readable,
       writing: this.writing,
       lower: this.lower,
+      resets: () => this.resets,
       hostCounters: this.hostCounters,
       loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
       leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
@@ -309,6 +322,17 @@ export class StoreLoop implements RoleLoop {
     return out;
   }
 
+  /** Store copies dispatched so far; verify() waits for those up to this one. */
+  get copiesDispatched(): number {
+    return this.tasks;
+  }
+
+  /** True while a store copy dispatched at or before copy number `task` is in flight (O(1)). */
+  copiesInFlightUpTo(task: number): boolean {
+    for (const w of this.writing.values()) return w.task <= task;
+    return false;
+  }
+
   /** Every readable tier entry's bytes against the expansion of its key. */
   verify(): VerifyReport {
     const { tier, geometry } = this.views;
@@ -326,6 +350,7 @@ export class StoreLoop implements RoleLoop {
     return {
       ok: mismatches === 0 && holes === 0 && doubleStores === 0,
       entriesChecked: this.readable.size,
+      entriesInFlight: this.writing.size,
       blocksChecked: blocks,
       mismatches,
       holes,
@@ -334,10 +359,65 @@ export class StoreLoop implements RoleLoop {
     };
   }
 
-  /** Leftovers after a run: entries still being written or read (should be 0 after close). */
+  /** Resets this loop ran. */
+  get resetCount(): number {
+    return this.resets;
+  }
+
+  /**
+   * The reset count at which `key`'s host entry became readable, or undefined
+   * when it is not readable (for the runtime fuzzer's oracle: an entry served
+   * after a reset must have become readable after it).
+   */
+  readableSince(key: bigint): number | undefined {
+    return this.readable.get(key)?.resets;
+  }
+
+  /** Leftovers after a run: entries still being written or read, slots a reset retired (0 after close). */
   leftovers(): { writing: number; reading: number; locks: number } {
     const s = this.tier.stats();
-    return { writing: s.writing, reading: s.reading, locks: this.loads.lockCount };
+    return {
+      writing: s.writing + (s.retired ?? 0),
+      reading: s.reading,
+      locks: this.loads.lockCount,
+    };
+  }
+
+  /**
+   * vLLM's reset_cache, run between two steps on this thread: the host tier
+   * is emptied (the planner's reset: stores in flight become stale by job id,
+   * live requests start a new store epoch at cursor 0, and the chunk ledger
+   * starts their accounts over); a load in flight, or a hit answered and not
+   * loaded yet, goes on reading the slots the reset retired and publishes
+   * nothing; a lower-level resolution under way promotes nothing. With
+   * `shared`, the levels below first move their scope's epoch, which retires
+   * this namespace's entries for every instance (rejects with
+   * SharedResetFailedError when a level could not store it; the host tier is
+   * reset either way), and the host tier is reset after that, so nothing
+   * promoted from below while the epoch moved survives.
+   */
+  async reset(shared: boolean): Promise<void> {
+    let failure: unknown;
+    if (shared && this.lower) {
+      this.lower.reset();
+      try {
+        await this.lower.cascade.retire();
+      } catch (err) {
+        failure = err;
+      }
+    }
+    this.planner.reset();
+    this.resets += 1;
+    // Whatever the tier's own removals said, subscribers drop everything (vLLM's AllBlocksCleared).
+    this.takeTierEvents();
+    this.capture?.cleared();
+    this.readable.clear();
+    this.writing.clear();
+    this.loads.reset();
+    this.lower?.reset();
+    // Before the caller hears of it: stats() after reset() sees it.
+    this.publishStats();
+    if (failure !== undefined) throw failure;
   }
 
   private dispatch(job: StoreJob): void {
@@ -345,16 +425,19 @@ export class StoreLoop implements RoleLoop {
     if (this.loads.loading(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
     const bpc = this.views.config.blocksPerChunk;
+    this.tasks += 1;
     for (const c of job.chunks) {
+      // Deleted first so the map stays in dispatch order: its first entry is the oldest copy.
+      this.writing.delete(c.key);
       this.writing.set(c.key, {
         slot: c.tierSlot,
         positions: c.positions.map((p) => p % bpc),
         group: c.group,
+        task: this.tasks,
       });
     }
     this.capture?.dispatched(job);
     const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-    this.tasks += 1;
     if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
       task[0] = TASK_FAULT;
     this.backend.submit(task);
@@ -380,20 +463,32 @@ export class StoreLoop implements RoleLoop {
   private completeStore(c: TransferCompletion): void {
     const job = this.planner.issuedJob(c.jobId);
     if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    // In flight at a reset: the planner publishes nothing and gives its retired slots back.
+    const stale = this.planner.isStale(job);
     this.planner.complete(job, c.ok);
     if (!c.ok) {
       this.capture?.settled(job);
-      this.storeFailed(job, c.error);
+      this.storeFailed(job, c.error, stale);
       return;
     }
     this.transferFailuresInRow = 0;
+    if (stale) {
+      this.bytesCopied += c.bytes;
+      this.jobsCompleted += 1;
+      return;
+    }
     const bpc = this.views.config.blocksPerChunk;
     for (const chunk of job.chunks) {
       const k = chunk.key;
       const w = this.writing.get(k);
       if (w === undefined) continue;
       this.writing.delete(k);
-      this.readable.set(k, w);
+      this.readable.set(k, {
+        slot: w.slot,
+        positions: w.positions,
+        group: w.group,
+        resets: this.resets,
+      });
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
@@ -414,8 +509,10 @@ export class StoreLoop implements RoleLoop {
     });
   }
 
-  private storeFailed(job: StoreJob, error: unknown): void {
-    for (const chunk of job.chunks) this.writing.delete(chunk.key);
+  private storeFailed(job: StoreJob, error: unknown, stale: boolean): void {
+    // A stale job's keys may name entries of the new epoch: only its failure counts
+    // (nor does the chunk ledger hear of it: the planner tells it of fresh jobs only).
+    if (!stale) for (const chunk of job.chunks) this.writing.delete(chunk.key);
     this.jobsTransferFailed += 1;
     this.transferFailuresInRow += 1;
     if (this.transferFailuresInRow >= this.transferFailuresMax) {
@@ -448,7 +545,7 @@ export class StoreLoop implements RoleLoop {
       const t0 = performance.now();
       this.lookupTiming.answered(r[1]!, t0, this.loads.lookup(r));
     } else if (op === OP_LOAD) this.loads.load(r);
-    else if (op === OP_UNLOCK) this.loads.unlock(r[1]!);
+    else if (op === OP_UNLOCK) this.loads.unlock(r[1]!, r[2]!, r[3]!);
     else invariant(false, `store opcode ${op} is known`);
   }
 
@@ -487,6 +584,8 @@ export class StoreLoop implements RoleLoop {
     const s = this.views.stats;
     const c = this.planner.counters;
     publishStat(s, 'chunksStored', c.chunksStored);
+    publishStat(s, 'resets', c.resets);
+    publishStat(s, 'chunksDiscardedByReset', c.chunksDiscardedByReset);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
     publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
     publishStat(s, 'chunksDeferredThenStored', this.ledger.deferredThenStored);

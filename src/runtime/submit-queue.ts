@@ -5,7 +5,7 @@
 // on its virtual one) every SUBMIT_RETRY_MS while records are queued.
 import type { Config } from '../config.js';
 import type { Doorbell } from './doorbell.js';
-import { OP_SUBMIT, UNSET } from './protocol.js';
+import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
 import type { SpscRing } from './rings.js';
 import { RINGS } from './thread-words.js';
 
@@ -40,9 +40,11 @@ export interface SubmitFields {
   readonly promptTokens?: ArrayLike<number>;
   readonly maxLoadTokens?: number;
   readonly skipReadingPrefixCache?: boolean;
+  /** The request's cache salt (already checked): its keys are its own. */
+  readonly cacheSalt?: string;
 }
 
-/** The submission's record (protocol.ts, OP_SUBMIT); the load limits only when given. */
+/** The submission's record (protocol.ts, OP_SUBMIT); the load limits only when given or before a salt. */
 export function encodeSubmit(f: SubmitFields): number[] {
   const tokens = f.promptTokens;
   const record = [
@@ -56,9 +58,14 @@ export function encodeSubmit(f: SubmitFields): number[] {
     tokens?.length ?? 0,
   ];
   if (tokens) for (let i = 0; i < tokens.length; i += 1) record.push(tokens[i]!);
-  if (f.maxLoadTokens !== undefined || f.skipReadingPrefixCache === true) {
+  if (
+    f.maxLoadTokens !== undefined ||
+    f.skipReadingPrefixCache === true ||
+    f.cacheSalt !== undefined
+  ) {
     record.push(f.maxLoadTokens ?? UNSET, f.skipReadingPrefixCache === true ? 1 : 0);
   }
+  if (f.cacheSalt !== undefined) pushText(record, f.cacheSalt);
   return record;
 }
 

@@ -76,6 +76,12 @@ export const STATS = [
   },
   // store
   { name: 'chunksStored', writer: 'store', doc: 'chunks dispatched to the transfer backend' },
+  { name: 'resets', writer: 'store', doc: 'resets (vLLM reset_cache) the store ran' },
+  {
+    name: 'chunksDiscardedByReset',
+    writer: 'store',
+    doc: 'chunks of store jobs in flight at a reset: copied, never published',
+  },
   {
     name: 'chunksSkippedUnready',
     writer: 'store',

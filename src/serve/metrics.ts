@@ -60,6 +60,12 @@ const COUNTERS = [
     'token-ready chunks of ended requests neither stored nor counted (must stay 0)',
   ],
   ['mismatches', 'kvoff_mismatches_total', 'tier bytes that did not match their key (must stay 0)'],
+  ['resets', 'kvoff_resets_total', 'resets (POST /v1/reset, vLLM reset_cache) the store ran'],
+  [
+    'chunksDiscardedByReset',
+    'kvoff_chunks_discarded_by_reset_total',
+    'chunks of store jobs in flight at a reset: copied, never published',
+  ],
   [
     'jobsTransferFailed',
     'kvoff_jobs_transfer_failed_total',

@@ -19,6 +19,8 @@ export interface EmbeddableRuntime {
   on(event: 'job', fn: (e: JobEvent) => void): unknown;
   /** Store latency per level (host, disk, redis); optional so simple stand-ins need not offer it. */
   onTierStore?(fn: (e: TierStoreSample) => void): unknown;
+  /** vLLM's reset_cache (OffloadRuntime.reset); POST /v1/reset answers 501 without it. */
+  reset?(options: { shared?: boolean }): Promise<void>;
   /** Lookup timings (the /metrics lookup histograms); optional like onTierStore. */
   onLookup?(fn: (e: LookupSample) => void): unknown;
   /** KV-event batches (GET /v1/events); throws InvalidArgumentError when the runtime has none. */

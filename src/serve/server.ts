@@ -1,6 +1,7 @@
-// The HTTP face of one embedded runtime (node:http, no framework: four routes).
+// The HTTP face of one embedded runtime (node:http, no framework: five routes).
 //
 //   POST /v1/requests  submit a simulated inference request; answers when it ends
+//   POST /v1/reset     vLLM's reset_cache: empty the host tier ({"shared": true}: retire disk/Redis too)
 //   GET  /v1/stats     runtime counters + event-loop delay + HTTP counters (JSON)
 //   GET  /v1/events    KV events as server-sent events (JSON batches)
 //   GET  /metrics      Prometheus exposition (prom-client)
@@ -29,6 +30,8 @@ import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
 import type { KvEventBatch } from '../events/types.js';
 import { HttpError, parseRequestInput } from './validate.js';
+import { refuseUnknownKeys } from '../known-keys.js';
+import type { KnownKeys } from '../known-keys.js';
 import { streamEvents } from './events-route.js';
 
 export interface ServeOptions {
@@ -245,6 +248,9 @@ export class KvoffServer {
       case '/v1/requests':
         allow(req, res, 'POST');
         return this.submit(req, res);
+      case '/v1/reset':
+        allow(req, res, 'POST');
+        return this.reset(req, res);
       case '/v1/stats':
         allow(req, res, 'GET');
         return this.json(res, 200, { ...this.runtime.stats(), ...this.stats() });
@@ -331,6 +337,55 @@ export class KvoffServer {
     }
   }
 
+  /**
+   * POST /v1/reset, body `{"shared": bool}` (or none: not shared): the
+   * runtime's reset. 200 `{"reset": true, "shared": bool}` once done; 503
+   * `shared_reset_failed` when a disk or Redis level could not retire its
+   * entries (the host tier was reset).
+   */
+  private async reset(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (this.draining) throw draining();
+    const runtime = this.runtime;
+    if (runtime.reset === undefined) {
+      throw new HttpError(501, 'not_implemented', 'this runtime cannot be reset');
+    }
+    let body: unknown = {};
+    if (req.headers['content-length'] !== '0' && req.headers['content-type'] !== undefined) {
+      if (!isJson(req.headers['content-type'])) {
+        throw new HttpError(
+          415,
+          'unsupported_media_type',
+          'send the body as Content-Type: application/json',
+        );
+      }
+      const read = readJsonBody(req, {
+        bytesMax: RESET_BODY_BYTES_MAX,
+        depthMax: 1,
+        elementsMax: 4,
+      });
+      this.reading.set(read, res);
+      try {
+        body = await read.value;
+      } finally {
+        this.reading.delete(read);
+      }
+    } else {
+      req.resume(); // no body to read
+    }
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+      throw new HttpError(400, 'invalid_request', 'body: must be a JSON object');
+    }
+    for (const k of Object.keys(body)) {
+      if (k !== 'shared') throw new HttpError(400, 'invalid_request', `${k}: is not a known field`);
+    }
+    const shared = (body as { shared?: unknown }).shared;
+    if (shared !== undefined && typeof shared !== 'boolean') {
+      throw new HttpError(400, 'invalid_request', 'shared: must be a boolean');
+    }
+    await runtime.reset({ shared: shared === true });
+    this.json(res, 200, { reset: true, shared: shared === true });
+  }
+
   private fail(res: ServerResponse, err: unknown): void {
     let status = 500;
     let code = 'internal';
@@ -352,6 +407,10 @@ export class KvoffServer {
       } else if (err.code === 'KVOFF_CLOSED') {
         status = 503;
         code = 'draining';
+      } else if (err.code === 'KVOFF_SHARED_RESET_FAILED') {
+        // A disk or Redis level did not take its new epoch: retry when it is back.
+        status = 503;
+        code = 'shared_reset_failed';
       } else if (err.code === 'KVOFF_WORKER_FAILED') {
         // The runtime cannot serve anyone now; say so on /healthz as well.
         this.submitFailure ??= err.message;
@@ -438,6 +497,9 @@ function responseDone(res: ServerResponse): Promise<void> {
   });
 }
 
+/** A reset body is `{"shared": bool}` at most. */
+const RESET_BODY_BYTES_MAX = 1024;
+
 function draining(): HttpError {
   return new HttpError(503, 'draining', 'the server is shutting down');
 }
@@ -454,10 +516,16 @@ function round3(n: number): number {
  * in-flight bound; a negative timeout threw node's RangeError. Throws
  * InvalidArgumentError naming the option.
  */
+/** The server's options are exactly those SERVE_DEFAULTS gives a value; others are refused. */
+const SERVE_OPTION_KEYS = Object.fromEntries(
+  Object.keys(SERVE_DEFAULTS).map((k) => [k, true as const]),
+) as KnownKeys<ServeOptions>;
+
 function resolveServeOptions(options: ServeOptions): Required<ServeOptions> {
   if (typeof options !== 'object' || options === null) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
+  refuseUnknownKeys(options, SERVE_OPTION_KEYS, '');
   const int = (name: keyof ServeOptions, lo: number, hi: number): number => {
     const v: unknown = options[name];
     if (v === undefined) return SERVE_DEFAULTS[name];

@@ -3,13 +3,22 @@
 // (asynchronously, from a copy of the host slot: GPU blocks are never held for
 // a lower level), answers per-key states across levels for a lookup, and
 // fetches checked payloads for promotion into the host tier.
+//
+// Sharing entries is deliberate: a level opens only under a named namespace
+// (the model its KV belongs to) and a collision-resistant key hash.
 import type { Config } from '../config.js';
-import { InvalidArgumentError } from '../errors.js';
+import {
+  InvalidArgumentError,
+  KeyHashNotShareableError,
+  NamespaceRequiredError,
+  SharedResetFailedError,
+  quoted,
+} from '../errors.js';
 import { DiskTier } from './disk-tier.js';
 import { Limiter } from './limiter.js';
-import type { LowerTier, TierStoreSample } from './lower.js';
+import type { LowerTier, LowerTierSwitches, TierStoreSample } from './lower.js';
 import type { LookupState } from './types.js';
-import { layoutFingerprint } from './value.js';
+import { VALUE_HEADER_BYTES, allocValue, sealValue, tierScope } from './value.js';
 
 /** `OffloadRuntime.start({ tiers })`: the levels below host memory (none by default). */
 export interface TiersOptions {
@@ -50,13 +59,14 @@ const FETCHES_IN_FLIGHT_MAX = 8;
 
 export class TierCascade {
   readonly levels: readonly LowerTier[];
-  readonly fingerprint: bigint;
+  /** tierScope(config): names the levels' entries and is in every header. */
+  readonly scope: bigint;
   readonly payloadBytes: number;
   private readonly fetches = new Limiter(FETCHES_IN_FLIGHT_MAX, Number.MAX_SAFE_INTEGER);
 
-  private constructor(levels: LowerTier[], fingerprint: bigint, payloadBytes: number) {
+  private constructor(levels: LowerTier[], scope: bigint, payloadBytes: number) {
     this.levels = levels;
-    this.fingerprint = fingerprint;
+    this.scope = scope;
     this.payloadBytes = payloadBytes;
   }
 
@@ -64,59 +74,95 @@ export class TierCascade {
   static async open(
     options: TiersOptions | undefined,
     config: Config,
+    /** Test-only: see LowerTierSwitches. */
+    switches: LowerTierSwitches = {},
   ): Promise<TierCascade | undefined> {
     if (options === undefined || (options.disk === undefined && options.redis === undefined)) {
       return undefined;
     }
     validateTiersOptions(options);
-    const fingerprint = layoutFingerprint(config);
+    checkShareable(options, config);
+    const scope = tierScope(config);
     const payloadBytes = config.blocksPerChunk * config.bytesPerBlock;
     const levels: LowerTier[] = [];
     if (options.disk) {
       levels.push(
-        await DiskTier.open({
-          dir: options.disk.dir,
-          bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
-          ...(options.disk.freeBytesMin !== undefined
-            ? { freeBytesMin: options.disk.freeBytesMin }
-            : {}),
-          ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
-          ...(options.disk.writesQueuedBytesMax !== undefined
-            ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
-            : {}),
-          payloadBytes,
-          fingerprint,
-        }),
+        await DiskTier.open(
+          {
+            dir: options.disk.dir,
+            bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
+            ...(options.disk.freeBytesMin !== undefined
+              ? { freeBytesMin: options.disk.freeBytesMin }
+              : {}),
+            ...(options.disk.fdatasync !== undefined ? { fdatasync: options.disk.fdatasync } : {}),
+            ...(options.disk.writesQueuedBytesMax !== undefined
+              ? { writesQueuedBytesMax: options.disk.writesQueuedBytesMax }
+              : {}),
+            payloadBytes,
+            scope,
+          },
+          switches,
+        ),
       );
     }
     if (options.redis) {
       // Loaded only when asked for: node-redis takes most of a second to import on a busy machine.
       const { RedisTier } = await import('./redis-tier.js');
       levels.push(
-        await RedisTier.open({
-          urls: options.redis.urls,
-          ...(options.redis.timeoutMs !== undefined ? { timeoutMs: options.redis.timeoutMs } : {}),
-          ...(options.redis.storesInFlightMax !== undefined
-            ? { storesInFlightMax: options.redis.storesInFlightMax }
-            : {}),
-          ...(options.redis.storesQueuedBytesMax !== undefined
-            ? { storesQueuedBytesMax: options.redis.storesQueuedBytesMax }
-            : {}),
-          payloadBytes,
-          fingerprint,
-        }),
+        await RedisTier.open(
+          {
+            urls: options.redis.urls,
+            ...(options.redis.timeoutMs !== undefined
+              ? { timeoutMs: options.redis.timeoutMs }
+              : {}),
+            ...(options.redis.storesInFlightMax !== undefined
+              ? { storesInFlightMax: options.redis.storesInFlightMax }
+              : {}),
+            ...(options.redis.storesQueuedBytesMax !== undefined
+              ? { storesQueuedBytesMax: options.redis.storesQueuedBytesMax }
+              : {}),
+            payloadBytes,
+            scope,
+          },
+          switches,
+        ),
       );
     }
-    return new TierCascade(levels, fingerprint, payloadBytes);
+    return new TierCascade(levels, scope, payloadBytes);
   }
 
   level(name: 'disk' | 'redis'): LowerTier | undefined {
     return this.levels.find((l) => l.name === name);
   }
 
-  /** Write-through: every level gets the sealed value (each drops and counts what it cannot take). */
-  writeThrough(key: bigint, value: Buffer): void {
-    for (const level of this.levels) level.store(key, value);
+  /**
+   * Write-through of one chunk's payload: every level gets a value sealed
+   * with its own epoch (levels are reset apart, so theirs may differ); each
+   * drops and counts what it cannot take.
+   */
+  writeThrough(key: bigint, payload: Uint8Array): void {
+    for (const level of this.levels) {
+      const value = allocValue(this.payloadBytes);
+      value.set(payload, VALUE_HEADER_BYTES);
+      level.store(key, sealValue(value, this.scope, key, level.epoch));
+    }
+  }
+
+  /**
+   * Shared reset: every level moves the scope's epoch, which retires every
+   * entry of this namespace and layout for every instance (each level's
+   * other scopes untouched). Rejects with SharedResetFailedError naming the
+   * first level that could not store its epoch (the others are reset).
+   */
+  async retire(): Promise<void> {
+    const results = await Promise.allSettled(this.levels.map((l) => l.retire()));
+    const failed = results.findIndex((r) => r.status === 'rejected');
+    if (failed >= 0) {
+      throw new SharedResetFailedError(
+        this.levels[failed]!.name,
+        (results[failed] as PromiseRejectedResult).reason,
+      );
+    }
   }
 
   /**
@@ -128,6 +174,9 @@ export class TierCascade {
    */
   async resolve(keys: readonly bigint[]): Promise<Map<bigint, LowerState>> {
     const out = new Map<bigint, LowerState>();
+    if (keys.length === 0) return out;
+    // A resolution that starts after another instance's shared reset serves nothing from before it.
+    await Promise.all(this.levels.map((l) => l.refreshEpoch()));
     let at = 0;
     while (at < keys.length) {
       const start = at;
@@ -165,6 +214,19 @@ export class TierCascade {
   }
 }
 
+/**
+ * A level below the host tier is shared: it opens only under a namespace that
+ * names the model, and only with a collision-resistant key hash. Throws the
+ * typed error before anything is opened.
+ */
+export function checkShareable(options: TiersOptions, config: Config): void {
+  for (const tier of ['disk', 'redis'] as const) {
+    if (options[tier] === undefined) continue;
+    if (config.namespace === null) throw new NamespaceRequiredError(tier);
+    if (config.keyHash !== 'sha256') throw new KeyHashNotShareableError(tier, config.keyHash);
+  }
+}
+
 export function validateTiersOptions(o: TiersOptions): void {
   if (typeof o !== 'object' || o === null) {
     throw new InvalidArgumentError('tiers', 'must be an object');
@@ -191,7 +253,10 @@ export function validateTiersOptions(o: TiersOptions): void {
     }
     for (const url of o.redis.urls) {
       if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
+        throw new InvalidArgumentError(
+          'tiers.redis.urls',
+          `${quoted(String(url))} is not a redis:// URL`,
+        );
       }
     }
     const t = o.redis.timeoutMs;

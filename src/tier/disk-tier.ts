@@ -1,9 +1,20 @@
-// The disk level: one file per chunk, named from its key under one level of
-// 256 directories (`<dir>/<fingerprint>/<k0k1>/<key>.kv`), so incompatible
-// layouts never meet and a directory holds 1/256 of the entries (256 each for
-// the default 1 GiB of 16 KiB chunks). Keys are hashes: a second level
-// (65,536 directories) gave nearly every entry a directory of its own, and
-// creating it cost more CPU than writing the 16 KiB entry.
+// The disk level: one file per chunk, named from its key word under one level
+// of 256 directories (`<dir>/v2-<scope>/<k0k1>/<key word>.kv`), so other
+// namespaces and incompatible layouts never meet and a directory holds 1/256
+// of the entries (256 each for the default 1 GiB of 16 KiB chunks). Key words
+// are hashes: a second level (65,536 directories) gave nearly every entry a
+// directory of its own, and creating it cost more CPU than writing the 16 KiB
+// entry. A file's header holds the chunk's whole identity: a second chunk
+// whose key word collides finds the first one's file, reads a different
+// identity and misses (counted in keyCollisions), never served.
+//
+// The scope's epoch is a file beside the entries (`<dir>/v2-<scope>/epoch`,
+// 16 hex digits; absent: 0). Every entry carries the epoch it was written
+// under; a shared reset (retire) writes a new random one, so every entry of
+// the scope written before, by any process on the directory, is retired: a
+// load that finds another epoch deletes the file and misses. Other scopes'
+// directories are never touched; directories of the old format (16 hex
+// digits, version 1) are removed at open.
 //
 // A write goes to a temp name opened exclusively (`wx`, never someone else's
 // file), its byte count is checked, it is optionally fdatasync'ed, then renamed
@@ -15,16 +26,19 @@
 // written or read are never evicted. File I/O runs on libuv's pool, bounded in
 // flight (writes beyond the bound are dropped and counted, never queued without
 // limit), so the store loop never waits on the disk.
+import { randomBytes } from 'node:crypto';
 import {
   mkdir,
   open,
   readdir,
   readFile,
   rename,
+  rm,
   stat,
   statfs,
   unlink,
   utimes,
+  writeFile,
 } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
@@ -34,7 +48,8 @@ import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { VALUE_HEADER_BYTES, checkedPayload, hex16 } from './value.js';
+import { keyWord } from '../identity.js';
+import { VALUE_HEADER_BYTES, checkedPayload, hex16, keyName } from './value.js';
 
 export interface DiskTierOptions {
   /** Root directory; created if missing. Several processes may share it. */
@@ -55,7 +70,8 @@ export interface DiskTierOptions {
   readonly readsInFlightMax?: number;
   /** Bytes of one chunk's payload (the layout's). */
   readonly payloadBytes: number;
-  readonly fingerprint: bigint;
+  /** The tier scope (tierScope): layout, namespace and key hash. */
+  readonly scope: bigint;
 }
 
 // The write queue absorbs the gap between how fast the host tier publishes
@@ -81,6 +97,10 @@ interface Entry {
   readonly bytes: number;
   writing: boolean;
   readers: number;
+  /** The identity stored, when this process wrote it (a file met at open or written by another process: unknown until read). */
+  readonly key: bigint | undefined;
+  /** The epoch it was written under, when this process wrote it. */
+  readonly epoch: bigint | undefined;
 }
 
 /** The free-space floor is checked against a statfs at most this old... */
@@ -93,6 +113,9 @@ const REBUILD_IO_MAX = 16;
 
 const ENTRY_SUFFIX = '.kv';
 const TEMP_MARK = '.tmp.';
+const EPOCH_FILE = 'epoch';
+/** A directory of the version-1 format: its layout fingerprint in 16 hex digits. */
+const OLD_FORMAT_DIR = /^[0-9a-f]{16}$/;
 
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
@@ -103,10 +126,11 @@ export class DiskTier implements LowerTier {
   private readonly root: string;
   private readonly valueBytes: number;
   private readonly options: Required<DiskTierOptions>;
-  /** Insertion order is recency: first = least recently used. */
+  /** By key word; insertion order is recency: first = least recently used. */
   private readonly index = new Map<bigint, Entry>();
-  /** Keys whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
+  /** Key words whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
   private readonly unlinking = new Set<bigint>();
+  private currentEpoch = 0n;
   private readonly madeDirs = new Set<string>();
   private readonly writes: Limiter;
   private readonly reads: Limiter;
@@ -124,7 +148,7 @@ export class DiskTier implements LowerTier {
   private constructor(options: Required<DiskTierOptions>, switches: LowerTierSwitches) {
     this.options = options;
     this.switches = switches;
-    this.root = join(options.dir, hex16(options.fingerprint));
+    this.root = join(options.dir, scopeDirName(options.scope));
     this.valueBytes = VALUE_HEADER_BYTES + options.payloadBytes;
     this.writes = new Limiter(options.writesInFlightMax, options.writesQueuedMax);
     this.reads = new Limiter(options.readsInFlightMax, Number.MAX_SAFE_INTEGER);
@@ -154,7 +178,45 @@ export class DiskTier implements LowerTier {
     positive('payloadBytes', full.payloadBytes, 1);
     const tier = new DiskTier(full, switches);
     await tier.rebuild();
+    await tier.refreshEpoch();
+    tier.removeOldFormat();
     return tier;
+  }
+
+  get epoch(): bigint {
+    return this.currentEpoch;
+  }
+
+  async refreshEpoch(): Promise<void> {
+    if (this.closed) return;
+    try {
+      const text = (await readFile(join(this.root, EPOCH_FILE), 'utf8')).trim();
+      if (/^[0-9a-f]{16}$/.test(text)) this.currentEpoch = BigInt('0x' + text);
+      else this.counters.errors += 1;
+    } catch (err) {
+      // No epoch file (or no directory to hold one): no shared reset yet, epoch 0.
+      // Anything else keeps what we knew.
+      if (isNotFound(err) || (err as NodeJS.ErrnoException).code === 'ENOTDIR')
+        this.currentEpoch = 0n;
+      else this.counters.errors += 1;
+    }
+  }
+
+  async retire(): Promise<void> {
+    const epoch = randomBytes(8).readBigUInt64LE(0);
+    const path = join(this.root, EPOCH_FILE);
+    const temp = `${path}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
+    await mkdir(this.root, { recursive: true });
+    await writeFile(temp, hex16(epoch) + '\n', { flag: 'wx' });
+    await rename(temp, path);
+    this.currentEpoch = epoch;
+    // Our own entries are retired at once; a write in flight drops itself when it lands.
+    for (const [word, e] of [...this.index]) {
+      if (e.writing || e.readers > 0) continue;
+      this.forget(word, e);
+      this.removeFile(word);
+      this.counters.retiredChunks += 1;
+    }
   }
 
   get storesInFlight(): number {
@@ -177,17 +239,27 @@ export class DiskTier implements LowerTier {
     };
   }
 
+  /** The file of an offload key (named by its key word). */
   pathOf(key: bigint): string {
-    const h = hex16(key);
+    const h = keyName(key);
     return join(this.root, h.slice(0, 2), h + ENTRY_SUFFIX);
   }
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
     for (const key of keys) {
-      let e = this.index.get(key);
+      const word = keyWord(key);
+      let e = this.index.get(word);
       // Not known here: another process on the same directory may have written it.
-      if (e === undefined && !this.closed) e = await this.adopt(key);
+      if (e === undefined && !this.closed) e = await this.adopt(word);
+      if (e !== undefined && e.key !== undefined && e.key !== key) {
+        // Another chunk's entry under the same key word: never this one's.
+        this.counters.keyCollisions += 1;
+        e = undefined;
+      } else if (e !== undefined && !e.writing && this.stale(e)) {
+        this.retireEntry(word, e);
+        e = undefined;
+      }
       if (e === undefined) {
         this.counters.missChunks += 1;
         out.push('miss');
@@ -202,7 +274,9 @@ export class DiskTier implements LowerTier {
   }
 
   store(key: bigint, value: Buffer): void {
-    if (this.closed || this.index.has(key) || this.unlinking.has(key)) return;
+    const word = keyWord(key);
+    // Present (or another chunk's entry under this key word: the first one stays) or being unlinked.
+    if (this.closed || this.index.has(word) || this.unlinking.has(word)) return;
     if (value.length !== this.valueBytes) {
       this.counters.errors += 1;
       this.counters.droppedChunks += 1;
@@ -216,7 +290,13 @@ export class DiskTier implements LowerTier {
     if (!this.makeRoom(value.length)) {
       if (this.switches.unsafeAckOnAllocFailure) {
         // The unsafe variant: refused, yet indexed as a readable entry and counted as stored.
-        this.index.set(key, { bytes: value.length, writing: false, readers: 0 });
+        this.index.set(word, {
+          bytes: value.length,
+          writing: false,
+          readers: 0,
+          key,
+          epoch: this.currentEpoch,
+        });
         this.bytesUsed += value.length;
         this.counters.storedChunks += 1;
         this.events.stored(key);
@@ -230,6 +310,9 @@ export class DiskTier implements LowerTier {
       bytes: value.length,
       writing: !this.switches.unsafePublishBeforeComplete,
       readers: 0,
+      key,
+      // The cascade sealed the value with this level's epoch just now.
+      epoch: this.currentEpoch,
     };
     const t0 = performance.now();
     const write = this.writes.tryRun(() => this.write(key, value));
@@ -238,7 +321,7 @@ export class DiskTier implements LowerTier {
       this.counters.busyChunks += 1;
       return;
     }
-    this.index.set(key, entry);
+    this.index.set(word, entry);
     this.bytesUsed += entry.bytes;
     this.bytesQueued += value.length;
     const done = write
@@ -246,9 +329,14 @@ export class DiskTier implements LowerTier {
       .then(
         () => {
           entry.writing = false;
+          if (this.stale(entry)) {
+            // A shared reset came while it was written: it is retired as it lands.
+            if (this.index.get(word) === entry) this.retireEntry(word, entry);
+            return;
+          }
           // Becoming readable makes it most recent.
-          this.index.delete(key);
-          this.index.set(key, entry);
+          this.index.delete(word);
+          this.index.set(word, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
           this.counters.storeUs += (performance.now() - t0) * 1000;
@@ -264,7 +352,7 @@ export class DiskTier implements LowerTier {
             this.events.stored(key);
             return;
           }
-          this.forget(key, entry);
+          if (this.index.get(word) === entry) this.forget(word, entry);
           this.counters.droppedChunks += 1;
           if (isFullError(err)) this.counters.fullChunks += 1;
         },
@@ -273,8 +361,9 @@ export class DiskTier implements LowerTier {
   }
 
   async load(key: bigint): Promise<Buffer | undefined> {
-    const e = this.index.get(key);
-    if (e === undefined || e.writing || this.closed) {
+    const word = keyWord(key);
+    const e = this.index.get(word);
+    if (e === undefined || e.writing || this.closed || (e.key !== undefined && e.key !== key)) {
       this.counters.missChunks += 1;
       return undefined;
     }
@@ -288,8 +377,8 @@ export class DiskTier implements LowerTier {
       } catch (err) {
         // Gone (another process evicted it) or unreadable: a miss.
         if (!isNotFound(err)) this.counters.errors += 1;
-        if (this.index.get(key) === e) {
-          this.forget(key, e);
+        if (this.index.get(word) === e) {
+          this.forget(word, e);
           this.events.removed(key);
         }
         this.counters.missChunks += 1;
@@ -299,19 +388,22 @@ export class DiskTier implements LowerTier {
         value,
         key,
         this.options,
+        this.currentEpoch,
         this.counters,
-        this.switches.unsafeSkipChecksum,
+        this.switches,
       );
-      if (payload === undefined) {
+      // Another chunk's sound entry under this key word: not ours to delete.
+      if (payload === 'collision') return undefined;
+      if (payload === 'refused') {
         // Never served: deleted.
-        if (this.index.get(key) === e) this.forget(key, e);
-        this.removeFile(key);
+        if (this.index.get(word) === e) this.forget(word, e);
+        this.removeFile(word);
         this.events.removed(key);
         return undefined;
       }
-      if (this.index.get(key) === e) {
-        this.index.delete(key);
-        this.index.set(key, e);
+      if (this.index.get(word) === e) {
+        this.index.delete(word);
+        this.index.set(word, e);
       }
       this.counters.loadUs += (performance.now() - t0) * 1000;
       // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
@@ -422,17 +514,52 @@ export class DiskTier implements LowerTier {
     return true;
   }
 
-  private forget(key: bigint, e: Entry): void {
-    this.index.delete(key);
+  private forget(word: bigint, e: Entry): void {
+    this.index.delete(word);
     this.bytesUsed -= e.bytes;
   }
 
-  private removeFile(key: bigint): void {
-    this.unlinking.add(key);
+  private removeFile(word: bigint): void {
+    this.unlinking.add(word);
     this.track(
-      unlink(this.pathOf(key))
+      unlink(this.pathOf(word))
         .catch(() => undefined)
-        .finally(() => this.unlinking.delete(key)),
+        .finally(() => this.unlinking.delete(word)),
+    );
+  }
+
+  /** Written by this process under an epoch a shared reset has since moved past. */
+  private stale(e: Entry): boolean {
+    return e.epoch !== undefined && e.epoch !== this.currentEpoch;
+  }
+
+  private retireEntry(word: bigint, e: Entry): void {
+    this.forget(word, e);
+    this.removeFile(word);
+    this.counters.retiredChunks += 1;
+  }
+
+  /**
+   * Directories of the version-1 format beside ours hold entries no reader
+   * serves any more: removed in the background (close() waits for it,
+   * bounded). A directory of another scope of this format is never touched.
+   */
+  private removeOldFormat(): void {
+    this.track(
+      listDir(this.options.dir).then((names) =>
+        Promise.all(
+          names
+            .filter((n) => OLD_FORMAT_DIR.test(n))
+            .map(async (n) => {
+              const path = join(this.options.dir, n);
+              if (!(await stat(path).catch(() => undefined))?.isDirectory()) return;
+              await rm(path, { recursive: true, force: true }).then(
+                () => (this.staleRemoved += 1),
+                () => undefined,
+              );
+            }),
+        ),
+      ),
     );
   }
 
@@ -446,14 +573,21 @@ export class DiskTier implements LowerTier {
   }
 
   /** A file this index does not know (written by another process): index it if it looks whole. */
-  private async adopt(key: bigint): Promise<Entry | undefined> {
+  private async adopt(word: bigint): Promise<Entry | undefined> {
     // An entry this process evicted or found bad is still on disk until its unlink lands: not a hit.
-    if (this.unlinking.has(key)) return undefined;
+    if (this.unlinking.has(word)) return undefined;
     try {
-      const s = await stat(this.pathOf(key));
-      if (s.size !== this.valueBytes || this.index.has(key)) return this.index.get(key);
-      const e: Entry = { bytes: s.size, writing: false, readers: 0 };
-      this.index.set(key, e);
+      const s = await stat(this.pathOf(word));
+      if (s.size !== this.valueBytes || this.index.has(word)) return this.index.get(word);
+      // Whose and which epoch are known only once it is read (load checks both).
+      const e: Entry = {
+        bytes: s.size,
+        writing: false,
+        readers: 0,
+        key: undefined,
+        epoch: undefined,
+      };
+      this.index.set(word, e);
       this.bytesUsed += e.bytes;
       return e;
     } catch {
@@ -476,7 +610,13 @@ export class DiskTier implements LowerTier {
     const whole = found.filter((f) => f !== undefined);
     whole.sort((x, y) => x.mtimeMs - y.mtimeMs);
     for (const f of whole) {
-      this.index.set(f.key, { bytes: f.bytes, writing: false, readers: 0 });
+      this.index.set(f.key, {
+        bytes: f.bytes,
+        writing: false,
+        readers: 0,
+        key: undefined,
+        epoch: undefined,
+      });
       this.bytesUsed += f.bytes;
     }
     // A smaller cap than last time: the oldest go first.
@@ -509,6 +649,11 @@ export class DiskTier implements LowerTier {
     }
     return { key: BigInt('0x' + hex), bytes: s.size, mtimeMs: s.mtimeMs };
   }
+}
+
+/** The directory of a scope's entries under the level's root (`v2-` and the scope in hex). */
+export function scopeDirName(scope: bigint): string {
+  return `v2-${hex16(scope)}`;
 }
 
 async function listDir(dir: string): Promise<string[]> {

@@ -57,10 +57,13 @@ export interface HostTierOptions {
 
 export class HostTier implements OffloadTier {
   readonly capacityChunks: number;
-  readonly policy: CachePolicy;
+  private currentPolicy: CachePolicy;
   private readonly entries = new Map<bigint, Entry>();
   /** Lookup counts for the store threshold; undefined when every chunk is admitted. */
-  private readonly admission: AdmissionCounter | undefined;
+  private admission: AdmissionCounter | undefined;
+  private readonly admissionTrackerKeys: number | undefined;
+  /** Slot -> jobs still holding it: entries dropped by reset() while written or read. */
+  private readonly retiredSlots = new Map<number, number>();
   /** Freed slots are reused last-in first-out; fresh ones are handed out in order. */
   private readonly freeSlots: number[] = [];
   private nextFreshSlot = 0;
@@ -82,11 +85,20 @@ export class HostTier implements OffloadTier {
     this.capacityChunks = capacityChunks;
     this.evictInUse = options.unsafeEvictInUse ?? false;
     this.publishBeforeComplete = options.unsafePublishBeforeComplete ?? false;
-    this.policy = createCachePolicy(parseCachePolicy(options.policy ?? 'lru'), capacityChunks);
+    this.currentPolicy = createCachePolicy(
+      parseCachePolicy(options.policy ?? 'lru'),
+      capacityChunks,
+    );
     // A threshold of 1 admits everything: no counting at all (the counter validates the rest).
     const threshold = options.storeThreshold ?? 1;
+    this.admissionTrackerKeys = options.admissionTrackerKeys;
     this.admission =
       threshold === 1 ? undefined : new AdmissionCounter(threshold, options.admissionTrackerKeys);
+  }
+
+  /** The cache policy: the order of the entries (a reset starts it afresh). */
+  get policy(): CachePolicy {
+    return this.currentPolicy;
   }
 
   /** Offered chunks the store threshold kept out so far. */
@@ -233,6 +245,42 @@ export class HostTier implements OffloadTier {
     return this.entries.get(key)?.slot;
   }
 
+  /**
+   * vLLM's reset_cache: every entry leaves at once, the policy's order and
+   * the admission counts start afresh. An entry being written or read keeps
+   * its slot retired until the job holding it ends (releaseRetired): a copy in
+   * flight must not find its slot handed to a new store.
+   */
+  reset(): void {
+    for (const e of this.entries.values()) {
+      if (e.refCount === 0) this.freeSlots.push(e.slot);
+      // Written by one job, or read by refCount loads: each gives its slot back when it ends.
+      else this.retiredSlots.set(e.slot, e.refCount === WRITING ? 1 : e.refCount);
+    }
+    this.entries.clear();
+    this.currentPolicy = createCachePolicy(this.currentPolicy.name, this.capacityChunks);
+    if (this.admission !== undefined) {
+      this.admission = new AdmissionCounter(this.admission.threshold, this.admissionTrackerKeys);
+    }
+    this.evictableCount = 0;
+    this.writingCount = 0;
+    this.readingCount = 0;
+    // Events of entries that no longer exist (vLLM resets its event tracker too).
+    this.events = [];
+  }
+
+  releaseRetired(slots: readonly number[]): void {
+    for (const slot of slots) {
+      const n = this.retiredSlots.get(slot);
+      if (n === undefined) invariant(false, `slot ${slot} was retired by a reset`);
+      if (n > 1) this.retiredSlots.set(slot, n - 1);
+      else {
+        this.retiredSlots.delete(slot);
+        this.freeSlots.push(slot);
+      }
+    }
+  }
+
   takeEvents(): TierEvent[] {
     const out = this.events;
     this.events = [];
@@ -249,6 +297,7 @@ export class HostTier implements OffloadTier {
       stores: this.storeCount,
       evictions: this.evictionCount,
       allocationFailures: this.allocationFailureCount,
+      retired: this.retiredSlots.size,
     };
   }
 

@@ -30,6 +30,13 @@ export const TIER_COUNTER_FIELDS = [
   'circuitOpen',
   /** Stores refused because the level is full (byte cap, free-space floor, OOM reply). */
   'fullChunks',
+  /**
+   * Lookups that found, under the key word asked for, a sound entry of
+   * another chunk (the whole 256-bit identity differs): never served, a miss.
+   */
+  'keyCollisions',
+  /** Entries found from before the scope's last shared reset (another epoch): never served, deleted. */
+  'retiredChunks',
   /** Stores refused because the level's write queue or in-flight bound was full. */
   'busyChunks',
   /** Stores not sent because the level was unreachable (circuit open, no connection, closing). */
@@ -76,6 +83,25 @@ export interface TierStoreSample {
 export interface LowerTier {
   readonly name: LowerTierName;
   readonly counters: TierCounters;
+  /**
+   * The scope's epoch as this level last read it: what its stores carry and
+   * its loads must match. A shared reset anywhere moves it.
+   */
+  readonly epoch: bigint;
+  /**
+   * Reads the scope's epoch from the level (the cascade calls it before each
+   * resolution, so a lookup that starts after any instance's shared reset
+   * ended serves nothing from before it). Never rejects: a level that cannot
+   * answer keeps what it knew.
+   */
+  refreshEpoch(): Promise<void>;
+  /**
+   * Shared reset: moves the scope's epoch in the level to a new random value
+   * (so every entry of the scope written before, by any instance, is retired)
+   * and forgets this instance's index of them. Other scopes are untouched.
+   * Resolves once the new epoch is stored; rejects when it could not be.
+   */
+  retire(): Promise<void>;
   /**
    * States of `keys` in order, stopping after the first miss: the answer is a
    * prefix of hits and pendings, then at most one 'miss'. Never rejects: a
@@ -174,4 +200,6 @@ export interface LowerTierSwitches {
    * is in flight answers 'hit').
    */
   readonly unsafePublishBeforeComplete?: boolean;
+  /** Only the key word of an entry is compared, so a colliding entry is served (see Config.unsafeKeyBits). */
+  readonly unsafeKeyWordOnly?: boolean;
 }

@@ -2,11 +2,17 @@
 // same cluster. node-redis's cluster client (`redis` 6.x: maintained, routes
 // each key to its slot's master, per-command timeouts, Buffer replies).
 //
-// One value per chunk under `kvoff:v1:<layout fingerprint>:<key>`, with no
-// hash tag, so keys spread over the shards; one SET writes header + payload,
-// so an entry is visible whole or not at all (a SET cut off halfway never
-// lands). Lookups send per-key EXISTS (pipelined by the client) in batches and
-// stop at the first miss; loads GET and check the header. Every command has a
+// One value per chunk under `kvoff:v2:<scope>:<key word>`, with no hash tag,
+// so keys spread over the shards; one SET writes header + payload, so an
+// entry is visible whole or not at all (a SET cut off halfway never lands).
+// Lookups send per-key EXISTS (pipelined by the client) in batches and stop
+// at the first miss; loads GET and check the header, whose whole identity
+// tells a colliding key word's entry apart (a counted miss, left in place).
+// The scope's epoch is `kvoff:v2:<scope>:epoch` (absent: 0): every value
+// carries the epoch it was written under, a shared reset SETs a new random
+// one (no FLUSHALL, other scopes untouched), and a load that finds another
+// epoch deletes the entry and misses. Version-1 entries (`kvoff:v1:...`) are
+// never read again; the cluster's maxmemory policy evicts them. Every command has a
 // timeout. The level is best-effort: a failed store is dropped and counted, a
 // failed load is a miss, an OOM reply means the level is full (counted), and
 // after repeated failures a circuit breaker opens so a dead cluster costs
@@ -15,13 +21,14 @@
 // bound they are dropped and counted (back-pressure that never blocks).
 import { performance } from 'node:perf_hooks';
 import { RESP_TYPES, createCluster } from 'redis';
+import { randomBytes } from 'node:crypto';
 import { InvalidArgumentError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
 import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { checkedPayload, hex16 } from './value.js';
+import { checkedPayload, hex16, keyName } from './value.js';
 
 export interface RedisTierOptions {
   /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
@@ -41,7 +48,8 @@ export interface RedisTierOptions {
   /** How long the circuit stays open before a probe; default 1,000 ms. */
   readonly openMs?: number;
   readonly payloadBytes: number;
-  readonly fingerprint: bigint;
+  /** The tier scope (tierScope): layout, namespace and key hash. */
+  readonly scope: bigint;
 }
 
 // Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
@@ -87,7 +95,7 @@ const EXISTS_BATCH = 32;
 /** The commands this level uses, as it uses them (Buffer replies). */
 interface Commands {
   exists(key: string): Promise<number>;
-  set(key: string, value: Buffer): Promise<unknown>;
+  set(key: string, value: Buffer | string): Promise<unknown>;
   get(key: string): Promise<Buffer | null>;
   del(key: string): Promise<number>;
 }
@@ -124,6 +132,7 @@ export class RedisTier implements LowerTier {
   private conn: Connection | undefined;
   private connecting: Promise<Connection | undefined> | undefined;
   private closed = false;
+  private currentEpoch = 0n;
 
   private readonly switches: LowerTierSwitches;
 
@@ -137,7 +146,40 @@ export class RedisTier implements LowerTier {
       options.timeoutMs * 0.9,
       STORE_WINDOW_INITIAL,
     );
-    this.prefix = `kvoff:v1:${hex16(options.fingerprint)}:`;
+    this.prefix = `kvoff:v2:${hex16(options.scope)}:`;
+  }
+
+  get epoch(): bigint {
+    return this.currentEpoch;
+  }
+
+  /** The Redis key of the scope's epoch. */
+  get epochKey(): string {
+    return this.prefix + 'epoch';
+  }
+
+  async refreshEpoch(): Promise<void> {
+    const reply = await this.op((c) => c.get(this.epochKey));
+    if (reply === undefined) return; // unreachable: keep what we knew (loads fail meanwhile anyway)
+    if (reply === null) this.currentEpoch = 0n;
+    else if (/^[0-9a-f]{16}$/.test(reply.toString('latin1'))) {
+      this.currentEpoch = BigInt('0x' + reply.toString('latin1'));
+    } else this.ownCounters.errors += 1;
+  }
+
+  async retire(): Promise<void> {
+    const epoch = randomBytes(8).readBigUInt64LE(0);
+    let failure: unknown;
+    const reply = await this.op(
+      (c) => c.set(this.epochKey, hex16(epoch)),
+      (err) => (failure = err ?? new Error('the circuit is open or the cluster unreachable')),
+    );
+    if (reply === undefined) {
+      throw new Error(`redis: the new epoch was not stored: ${String(failure)}`, {
+        cause: failure,
+      });
+    }
+    this.currentEpoch = epoch;
   }
 
   /**
@@ -196,8 +238,9 @@ export class RedisTier implements LowerTier {
     return this.window.limit;
   }
 
+  /** The Redis key of an offload key's entry (named by its key word). */
   keyOf(key: bigint): string {
-    return this.prefix + hex16(key);
+    return this.prefix + keyName(key);
   }
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
@@ -344,15 +387,19 @@ export class RedisTier implements LowerTier {
       value,
       key,
       this.options,
+      this.currentEpoch,
       this.ownCounters,
-      this.switches.unsafeSkipChecksum,
+      this.switches,
     );
-    if (payload !== undefined) this.ownCounters.loadUs += (performance.now() - t0) * 1000;
+    // Another chunk's sound entry under this key word: a miss, and not ours to delete.
+    if (payload === 'collision') return undefined;
     // Never served: deleted (best-effort).
-    if (payload === undefined) {
+    if (payload === 'refused') {
       this.track(this.op((c) => c.del(this.keyOf(key))));
       this.events.removed(key);
+      return undefined;
     }
+    this.ownCounters.loadUs += (performance.now() - t0) * 1000;
     return payload;
   }
 

@@ -55,6 +55,16 @@ export interface OffloadTier {
   slotOf(key: bigint): number | undefined;
   takeEvents(): TierEvent[];
   stats(): TierStats;
+  /**
+   * vLLM's reset_cache: every entry leaves the index at once (nothing is
+   * readable, nothing pending). An entry being written or read keeps its
+   * slot *retired* until its job ends and gives it back with releaseRetired:
+   * a copy in flight must not find its slot reused. A tier without it cannot
+   * be reset (StorePlanner.reset refuses).
+   */
+  reset?(): void;
+  /** Gives back the retired slots of a job that was in flight at a reset (one call per job and slot). */
+  releaseRetired?(slots: readonly number[]): void;
 }
 
 export interface TierStats {
@@ -66,4 +76,6 @@ export interface TierStats {
   readonly stores: number;
   readonly evictions: number;
   readonly allocationFailures: number;
+  /** Slots held by jobs that were in flight at a reset, until they end. */
+  readonly retired?: number;
 }

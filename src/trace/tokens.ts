@@ -14,12 +14,17 @@
 // chunk's end, a function of (ID_0, ..., ID_i, c) alone, and distinct such
 // tuples give distinct token prefixes (above). `chunkKeys` keys the same tuple
 // by a hash chain over the IDs and then c, so two chunks share a chunk key
-// exactly when they share a token key (up to 64-bit hash collisions); a test
+// exactly when they share a token key (up to hash collisions); a test
 // compares both on slices of both traces. Keys are equal as a relation, not as
-// values: the cache mode never mixes them with token-path keys.
+// values: the cache mode never mixes them with token-path keys. The chain is
+// the key hash's own (`Hashing.chain`, two words per step) from a fixed root
+// outside any namespace, and the key is the full identity (identityOf).
 import type { Hashing } from '../hashing.js';
-import { ROOT_SEED } from '../hashing.js';
+import { DIGEST_BYTES, identityOf } from '../identity.js';
 import type { TraceRequest } from './trace.js';
+
+/** The chain's root: no request root is all zeros (they are SHA-256 digests). */
+const TRACE_ROOT = new Uint8Array(DIGEST_BYTES);
 
 /** Token IDs are drawn in [0, 2^31): what a submitted prompt may hold. */
 const TOKEN_MASK = 0x7fffffff;
@@ -69,17 +74,19 @@ export function chunkKeys(
   const perBlock = blockTokens / tokensPerChunk;
   const keys: bigint[] = [];
   const word = new Int32Array(2);
-  let parent = ROOT_SEED;
+  const parent = new Uint8Array(DIGEST_BYTES);
+  const step = new Uint8Array(DIGEST_BYTES);
   for (let i = 0; i * perBlock < chunks; i += 1) {
     const id = r.hashIds[i]!;
     word[0] = id | 0;
     word[1] = Math.floor(id / 4294967296);
-    parent = hashing.blockHash(parent, word);
+    hashing.chain(i === 0 ? TRACE_ROOT : parent, 0, word, 2, parent, 0);
     const end = Math.min(perBlock, chunks - i * perBlock);
     for (let c = 0; c < end; c += 1) {
       word[0] = c;
       word[1] = -1; // never an ID's high word: a chunk step cannot mimic a block step
-      keys.push(hashing.offloadKey(hashing.blockHash(parent, word), group));
+      hashing.chain(parent, 0, word, 2, step, 0);
+      keys.push(identityOf(step, 0, group));
     }
   }
   return keys;

@@ -18,13 +18,25 @@ function codeOf(fn: () => unknown): string {
 }
 
 describe('intOption', () => {
-  it('accepts integers with digit separators and keeps undefined', () => {
+  it('accepts plain integers and keeps undefined', () => {
     expect(intOption('--n', '611840', 0, 1e9)).toBe(611840);
-    expect(intOption('--n', '611_840', 0, 1e9)).toBe(611840);
-    expect(intOption('--n', '611,840', 0, 1e9)).toBe(611840);
+    expect(intOption('--n', ' 42 ', 0, 1e9)).toBe(42);
     expect(intOption('--n', undefined, 0, 10)).toBeUndefined();
   });
-  it.each([['abc'], ['1.5'], ['1e5'], ['0x10'], [''], ['12ms']])('refuses %j', (raw) => {
+  // Regression (issue 31, item 4): `--requests ,100` and `_100` ran 100 requests.
+  it.each([
+    ['abc'],
+    ['1.5'],
+    ['1e5'],
+    ['0x10'],
+    [''],
+    ['12ms'],
+    [',100'],
+    ['_100'],
+    ['611_840'],
+    ['611,840'],
+    ['1,0'],
+  ])('refuses %j', (raw) => {
     expect(() => intOption('--n', raw, 0, 1e9)).toThrow(InvalidArgumentError);
   });
   it('names the option and the range when out of range', () => {
@@ -81,7 +93,8 @@ describe('parseSimulateOptions', () => {
     });
     expect(plan.abortRate).toBe(0.01);
     expect(parseSimulateOptions({ abortRate: '0' }).abortRate).toBe(0);
-    expect(parseSimulateOptions({}).abortRate).toBeUndefined();
+    // The simulation's own default, not the embedding API's 0: see SIMULATE_DEFAULTS.
+    expect(parseSimulateOptions({}).abortRate).toBe(0.002);
     expect(parseSimulateOptions({}).offload).toBe(true);
     expect(parseSimulateOptions({ offload: false }).offload).toBe(false);
     expect(plan).toMatchObject({
@@ -119,10 +132,29 @@ describe('parseSimulateOptions', () => {
     expect(text).not.toContain('\n');
   });
 
-  it('refuses an unknown policy with the known ones', () => {
-    expect(codeOf(() => parseSimulateOptions({ policy: 'yolo' }))).toMatch(
-      /KVOFF_UNKNOWN_POLICY: unknown store policy "yolo"; known: ready-prefix, legacy-assert, legacy-zip/,
+  // Regression (issue 31, item 4): `--policy foo` did not name the option, unlike every other usage error.
+  it('refuses an unknown policy naming --policy and the known ones', () => {
+    expect(codeOf(() => parseSimulateOptions({ policy: 'yolo' }))).toBe(
+      'KVOFF_INVALID_ARGUMENT: invalid argument: --policy: unknown store policy "yolo"; known: ready-prefix, legacy-assert, legacy-zip',
     );
+  });
+
+  // Regression (issue 31, item 2): `--tier-chunks 32` with 2,048-token prompts
+  // stored nothing (every chunk dropped for capacity) and the run said ok.
+  it('refuses a tier that cannot hold what a hit on one prompt needs', () => {
+    expect(codeOf(() => parseSimulateOptions({ promptTokens: '2048', tierChunks: '32' }))).toBe(
+      "KVOFF_INVALID_ARGUMENT: invalid argument: --tier-chunks: a tier of 32 chunks can never hold one request's prompt: " +
+        'a hit on ~2048 tokens needs at least 46 chunks (30 full + 16 sliding-window); raise --tier-chunks or lower --prompt-tokens',
+    );
+    expect(parseSimulateOptions({ promptTokens: '2048', tierChunks: '46' }).config.tierChunks).toBe(
+      46,
+    );
+    // One full-attention group: its 30 chunks of the shortest prompt drawn.
+    expect(
+      codeOf(() =>
+        parseSimulateOptions({ groups: 'full', promptTokens: '2048', tierChunks: '29' }),
+      ),
+    ).toMatch(/needs at least 30 chunks \(30 full\)/);
   });
 
   it('refuses a config the runtime could not lay out, naming the field', () => {

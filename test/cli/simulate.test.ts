@@ -123,7 +123,7 @@ describe.concurrent('kvoff simulate', () => {
     ],
     [
       ['--policy', 'nope'],
-      /^kvoff: unknown store policy "nope"; known: ready-prefix, legacy-assert, legacy-zip$/,
+      /^kvoff: invalid argument: --policy: unknown store policy "nope"; known: ready-prefix, legacy-assert, legacy-zip$/,
     ],
     [
       ['--report', join(dir, 'missing', 'x.html')],

@@ -45,6 +45,19 @@ describe.concurrent('kvoff usage errors', () => {
       ['serve', '--transfer-threads', '65'],
       'kvoff: invalid argument: --transfer-threads: must be an integer in [1, 64], got 65',
     ],
+    // Issue 31, item 4: a digit separator is not an integer; --policy names itself.
+    [
+      ['simulate', '--requests', ',100'],
+      'kvoff: invalid argument: --requests: ",100" is not an integer',
+    ],
+    [
+      ['serve', '--policy', 'foo'],
+      'kvoff: invalid argument: --policy: unknown store policy "foo"; known: ready-prefix, legacy-assert, legacy-zip',
+    ],
+    [
+      ['fuzz', '--strategy', 'foo'],
+      'kvoff: invalid argument: --strategy: unknown strategy "foo"; known: random, pct',
+    ],
     [
       ['serve', '--kv-events-topic', 'kv'],
       'kvoff: invalid argument: --kv-events-topic: needs --kv-events ENDPOINT',

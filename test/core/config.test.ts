@@ -337,3 +337,50 @@ describe('derived values', () => {
     expect(Object.isFrozen(c.groups[0])).toBe(true);
   });
 });
+
+describe('namespace, key hash and key width', () => {
+  const base = { groups: [{ kind: 'full' as const, tokensPerBlock: 4 }], tokensPerHash: 4 };
+
+  it('resolve: absent is null, fields are kept and frozen, xxh64 and a narrow key only on request', () => {
+    const plain = resolveConfig(base);
+    expect(plain).toMatchObject({ namespace: null, keyHash: 'sha256', keyBits: 64 });
+    const c = resolveConfig({
+      ...base,
+      namespace: { model: 'm', revision: 'r', adapter: 'a', dtype: 'fp8', extra: 'x' },
+      keyHash: 'xxh64',
+      unsafeKeyBits: 16,
+    });
+    expect(c.namespace).toEqual({
+      model: 'm',
+      revision: 'r',
+      adapter: 'a',
+      dtype: 'fp8',
+      extra: 'x',
+    });
+    expect(Object.isFrozen(c.namespace)).toBe(true);
+    expect(c).toMatchObject({ keyHash: 'xxh64', keyBits: 16 });
+  });
+
+  it.each([
+    [{ namespace: {} }, 'namespace.model'],
+    [{ namespace: { model: '' } }, 'namespace.model'],
+    [{ namespace: { model: 7 } }, 'namespace.model'],
+    [{ namespace: { model: 'm', revision: '' } }, 'namespace.revision'],
+    [{ namespace: { model: 'm', adapter: '\udc00' } }, 'namespace.adapter'],
+    [{ namespace: { model: 'm', extra: 'x'.repeat(1025) } }, 'namespace.extra'],
+    [{ namespace: { model: 'm', lora: 'x' } }, 'namespace.lora'],
+    [{ namespace: 'm' }, 'namespace'],
+    [{ keyHash: 'md5' }, 'keyHash'],
+    [{ unsafeKeyBits: 8 }, 'unsafeKeyBits'],
+    [{ unsafeKeyBits: 65 }, 'unsafeKeyBits'],
+  ])('%j is refused naming %s', (extra, field) => {
+    let err: unknown;
+    try {
+      resolveConfig({ ...base, ...(extra as object) });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(ConfigError);
+    expect((err as ConfigError).field).toBe(field);
+  });
+});

@@ -90,6 +90,7 @@ describe('FIELDS table', () => {
       blockCount: ['allocator', L.A_BLOCK_COUNT, true],
       storeGeneration: ['store', L.T_GENERATION, false],
       drainedGeneration: ['store', L.T_DRAINED_GENERATION, false],
+      storeEpoch: ['store', L.T_EPOCH, false],
       cursor: ['store', L.T_CURSOR, true],
     };
     expect(L.FIELDS.map((f) => f.name).sort()).toEqual(Object.keys(expected).sort());
@@ -144,8 +145,8 @@ describe('slot geometry', () => {
       expect(g.slotWords).toBe(g.storeLine + size('store'));
       expect(g.slotWords).toBeLessThan(4 * L.LINE_WORDS);
     }
-    // Two groups: 10 + 4 + 5 + 4 words.
-    expect(L.slotGeometry(2, false).slotWords).toBe(23);
+    // Two groups: 10 + 4 + 5 + 5 words.
+    expect(L.slotGeometry(2, false).slotWords).toBe(24);
   });
 });
 
@@ -169,8 +170,10 @@ describe('shared buffers', () => {
       expect(sizes).toEqual({
         control: (5 * geom.slotWords + L.LINE_WORDS) * 4,
         tokens: 5 * 96 * 4,
-        hashes: 5 * 24 * 8,
+        roots: 5 * 32, // a 32-byte root per slot
+        hashes: 5 * 24 * 32, // a 32-byte digest per hash
         keys: 5 * 3 * 6 * 8,
+        keyChecks: 5 * 3 * 6 * 24, // three 64-bit words beside each key word
         blocks: 5 * 3 * 12 * 4,
         pins: 100 * 4,
         dirty: 1 * 4, // 5 slots: one word of the dirty bitmap
@@ -219,7 +222,9 @@ describe('shared buffers', () => {
     expect(state.blockBase(4, 2) + mb).toBe(state.blocks.length);
     expect(state.keyBase(1, 0)).toBe(state.keyBase(0, 2) + mc);
     expect(state.tokenBase(4) + state.config.maxTokensPerRequest).toBe(state.tokens.length);
-    expect(state.hashBase(4) + state.config.maxHashesPerRequest).toBe(state.hashes.length);
+    expect((state.hashBase(4) + state.config.maxHashesPerRequest) * 32).toBe(state.hashes.length);
+    expect(state.keyChecks.length).toBe(state.keys.length * L.KEY_CHECK_WORDS);
+    expect(state.roots.length).toBe(state.config.maxRequests * 32);
   });
 
   it('attach on the same buffers sees the same data, both ways, without copies', async () => {

@@ -186,6 +186,11 @@ class Engine {
   /** Requests whose cursors every pass checks (opened here, not yet released). */
   private readonly live = new Set<Req>();
 
+  /** Resets so far: a chunk may be stored once per request generation and reset epoch. */
+  resets = 0;
+  /** Final passes (vLLM's on_request_finished), by "slot:generation". */
+  readonly drains = new Map<string, number>();
+
   static async create(input: ConfigInput, options: LocalOffloadOptions = {}): Promise<Engine> {
     const tier = new ScriptedTier(input.tierChunks ?? 512);
     const made: { engine?: Engine } = {};
@@ -194,7 +199,14 @@ class Engine {
       tier,
       observer: {
         chunk: (slot, generation, group, chunk, outcome) =>
-          made.engine!.record(`${slot}:${generation}:${group}:${chunk}`, outcome),
+          made.engine!.record(
+            `${slot}:${generation}:${group}:${chunk}@${made.engine!.resets}`,
+            outcome,
+          ),
+        draining: (snap) => {
+          const k = `${snap.slot}:${snap.generation}`;
+          made.engine!.drains.set(k, (made.engine!.drains.get(k) ?? 0) + 1);
+        },
       },
     });
     made.engine = new Engine(lo, tier);
@@ -256,7 +268,7 @@ class Engine {
     [...this.live].forEach((r, i) => {
       for (let g = 0; g < groups; g += 1) {
         for (let c = before[i]![g]!; c < this.lo.cursor(r.h, g); c += 1) {
-          const chunk = `${r.h.slot}:${r.h.generation}:${g}:${c}`;
+          const chunk = `${r.h.slot}:${r.h.generation}:${g}:${c}@${this.resets}`;
           expect(this.outcomes.get(chunk), `cursor passed ${chunk} silently`).toBeDefined();
         }
       }
@@ -271,6 +283,12 @@ class Engine {
       this.completed.push(j);
     }
     this.inFlight = [];
+  }
+
+  /** vLLM's reset_cache between two steps. */
+  reset(): void {
+    this.lo.reset();
+    this.resets += 1;
   }
 
   dropSlidOut(h: RequestHandle, computed: number): void {
@@ -1266,4 +1284,123 @@ describe('test_request_finished_mixed_full_attn_and_sliding_window', () => {
     expect([Atomics.load(lo.state.pins, fa!), Atomics.load(lo.state.pins, sw!)]).toEqual([0, 0]);
     expect(e.fresh(1)).toEqual([sw]); // unpinned: handed out again
   });
+});
+
+describe('test_reset_cache', () => {
+  // vLLM test_scheduler.py::test_reset_cache: reset_cache flushes in-flight
+  // loads, resets the manager, brings every active request's stored index
+  // back to 0 and ignores the completions of jobs from before it (the stale
+  // job threshold). kvoff's counterparts: the load in flight goes on reading
+  // the slots the reset retired and publishes nothing; the tier holds nothing
+  // (a lookup misses); the cursor of the request that loaded is 0 and its
+  // chunk is stored again; a store job from before the reset publishes nothing.
+  for (const asyncScheduling of [false, true]) {
+    it(`async scheduling ${asyncScheduling}: the tier is emptied, the load in flight finishes unpublished, cursors go back to 0`, async () => {
+      const e = await Engine.create(config([FULL4], { blocksPerChunk: 3, gpuBlocks: 100 }));
+      e.asyncScheduling = asyncScheduling;
+      const { lo, tier } = e;
+      // Store 1 chunk (3 GPU blocks).
+      const a = e.open(1, same(12));
+      expect(blockOffsets(a.run([EOS]))).toEqual(['0:0', '0:1', '0:2']);
+      e.completeAll();
+      e.release(a);
+
+      // A request that loads it; the load stays in flight.
+      const hit = lo.lookup(same(12));
+      if (hit.deferred) throw new Error('unexpected deferral');
+      expect(hit.hitTokens).toBe(12);
+      const b = e.open(2, same(12), 1 << 20, [...hit.hitChunks]);
+      lo.appendBlocks(b.h, 0, e.fresh(3));
+      const load = lo.load(b.h, hit);
+      const loadedSlot = load.chunks[0]!.tierSlot;
+      expect(lo.cursor(b.h, 0)).toBeGreaterThan(0); // the load moved it past the loaded prefix
+
+      e.reset();
+      expect(tier.stats()).toMatchObject({ used: 0, writing: 0, reading: 0, retired: 1 });
+      expect(lo.cursor(b.h, 0)).toBe(0);
+      expect(lo.counters.resets).toBe(1);
+      const after = lo.lookup(same(12));
+      expect(after.deferred === false && after.hitTokens).toBe(0); // the manager was reset
+      // The load's slot is not handed to a new store while the copy may still read it.
+      const c = e.open(3, same(12, 5));
+      c.run([EOS]);
+      expect(e.inFlight.flatMap((j) => j.chunks.map((ch) => ch.tierSlot))).not.toContain(
+        loadedSlot,
+      );
+      e.completeAll();
+      e.release(c);
+
+      // The load completes: nothing is published, its slot goes back.
+      lo.completeLoad(load);
+      expect(tier.stats()).toMatchObject({ retired: 0, reading: 0 });
+      expect(tier.state(hit.keys[0]![0]!)).toBe('miss');
+      // b's chunk is stored again, from cursor 0.
+      const again = b.run([EOS]);
+      expect(ids(again)).toEqual(['0:0']);
+      e.completeAll();
+      expect(tier.state(hit.keys[0]![0]!)).toBe('hit');
+      e.release(b);
+      expect(lo.counters.chunksDiscardedByReset).toBe(0);
+    });
+  }
+});
+
+describe('test_reset_cache_finalizes_finished_request_with_pending_store', () => {
+  // vLLM test_scheduler.py::test_reset_cache_finalizes_finished_request_with_pending_store:
+  // a finished request whose store is in flight at reset_cache is finalized
+  // (on_request_finished exactly once) and its state dropped; otherwise the
+  // deferred hook waits for a job the reset discarded and the entry leaks.
+  // kvoff signals a request's end at its final pass (the drained mark, before
+  // its copies complete): the reset must neither signal it again nor leave
+  // anything behind when the discarded job completes. A running request with
+  // a store in flight at the same reset stores its chunks again.
+  for (const asyncScheduling of [false, true]) {
+    it(`async scheduling ${asyncScheduling}: signalled once, the stale store publishes nothing, nothing leaks`, async () => {
+      const e = await Engine.create(config([FULL4], { blocksPerChunk: 3 }));
+      e.asyncScheduling = asyncScheduling;
+      e.completeTransfers = false;
+      const { lo, tier } = e;
+      const a = e.open(1, same(24));
+      a.run([0]);
+      a.run(same(24));
+      const running = e.open(2, same(24, 3));
+      running.run([0]);
+      expect(e.inFlight.some((j) => j.slot === a.h.slot)).toBe(true);
+      expect(e.inFlight.some((j) => j.slot === running.h.slot)).toBe(true);
+      // The request finishes while its store is in flight: its final pass signals it.
+      a.run([EOS]);
+      expect(lo.drained(a.h)).toBe(true);
+      expect(e.drains.get(`${a.h.slot}:${a.h.generation}`)).toBe(1);
+      const inFlight = e.inFlight.reduce((n, j) => n + j.chunks.length, 0);
+
+      e.reset();
+      expect(tier.stats()).toMatchObject({ used: 0, retired: inFlight });
+      expect(lo.cursor(running.h, 0)).toBe(0);
+      expect(lo.cursor(a.h, 0)).toBeGreaterThan(0); // drained: left as it was
+      // The discarded jobs complete: nothing published, their pins and slots released.
+      const stale = e.inFlight;
+      e.completeAll();
+      expect(lo.counters.chunksDiscardedByReset).toBe(inFlight);
+      expect(tier.stats()).toMatchObject({ used: 0, writing: 0, retired: 0 });
+      for (const j of stale) {
+        for (const c of j.chunks) {
+          for (const b of c.blocks) expect(Atomics.load(lo.state.pins, b)).toBe(0);
+          expect(tier.state(c.key)).toBe('miss');
+        }
+      }
+      // Signalled exactly once, through the reset and the completions.
+      e.pass();
+      expect(e.drains.get(`${a.h.slot}:${a.h.generation}`)).toBe(1);
+      e.release(a);
+      // The running request stores its two chunks again, once each.
+      e.completeTransfers = true;
+      const again = running.run([EOS]);
+      e.completeAll();
+      expect(ids([...again, ...e.completed.filter((j) => !stale.includes(j))])).toContain('0:0');
+      expect(tier.stats().used).toBeGreaterThanOrEqual(2);
+      expect(e.drains.get(`${running.h.slot}:${running.h.generation}`)).toBe(1);
+      e.release(running);
+      expect(tier.stats()).toMatchObject({ writing: 0, reading: 0, retired: 0 });
+    });
+  }
 });

@@ -23,7 +23,7 @@ import type { PlannerOptions } from '../../src/planner.js';
 import { FaultyTier } from '../../src/fuzz/faulty-tier.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
-import { hex16 } from '../../src/tier/value.js';
+import { scopeDirName } from '../../src/tier/disk-tier.js';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import { local, planAndComplete, tokens } from '../helpers/local.js';
 import { redisCli, useCluster } from '../helpers/redis-cluster.js';
@@ -137,7 +137,7 @@ describe('F9 allocation failure treated as success: disk tier', () => {
     how: 'floor' | 'cap' | 'unwritable',
   ): Promise<string[]> {
     const dir = freshDir();
-    if (how === 'unwritable') writeFileSync(join(dir, hex16(FP)), 'in the way');
+    if (how === 'unwritable') writeFileSync(join(dir, scopeDirName(FP)), 'in the way');
     const extra =
       how === 'floor'
         ? { freeBytesMin: Number.MAX_SAFE_INTEGER }

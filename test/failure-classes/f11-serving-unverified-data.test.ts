@@ -133,6 +133,7 @@ describe('F11 serving unverified data: the runtime over a corrupted disk directo
     const config = {
       ...DEFAULT_RUNTIME_CONFIG,
       groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
+      namespace: { model: 'f11' },
     };
     const dir = freshDir();
     const submission = {

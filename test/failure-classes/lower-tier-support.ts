@@ -53,7 +53,7 @@ export function openDisk(
       dir,
       bytesMax: 1 << 26,
       payloadBytes: PAYLOAD_BYTES,
-      fingerprint,
+      scope: fingerprint,
       freeBytesMin: 0,
       ...extra,
     },
@@ -68,7 +68,7 @@ export function openRedis(
   extra: Partial<RedisTierOptions> = {},
 ): Promise<RedisTier> {
   return RedisTier.open(
-    { urls: [url], payloadBytes: PAYLOAD_BYTES, fingerprint, timeoutMs: 5_000, ...extra },
+    { urls: [url], payloadBytes: PAYLOAD_BYTES, scope: fingerprint, timeoutMs: 5_000, ...extra },
     switches,
   );
 }

@@ -46,6 +46,42 @@ describe('kvoff fuzz', () => {
     expect(again.traceLength).toBe(out.traceLength);
   });
 
+  // Regression (issue 31, item 2): the message named r2 (the full trace's
+  // request) while the shrunk trace printed under it named r3.
+  it('the shrunk trace comes with its own message: the request ids it names are in that trace', async () => {
+    const r = await kvoff(
+      'fuzz',
+      '--policy',
+      'legacy-zip',
+      '--seed',
+      '3327218060',
+      '--schedules',
+      '1',
+      '--json',
+    );
+    expect(r.code).toBe(1);
+    const out = JSON.parse(r.stdout) as {
+      shrunkMessage: string;
+      shrunkTrace: string[];
+      invariant: string;
+    };
+    expect(out.invariant).toBe('cursor-within-ready');
+    const ids = out.shrunkMessage.match(/\br\d+\b/g) ?? [];
+    expect(ids.length).toBeGreaterThan(0);
+    const trace = out.shrunkTrace.join('\n');
+    for (const id of ids) expect(trace, id).toMatch(new RegExp(`\\b${id}\\b`));
+    const text = await kvoff(
+      'fuzz',
+      '--policy',
+      'legacy-zip',
+      '--seed',
+      '3327218060',
+      '--schedules',
+      '1',
+    );
+    expect(text.stdout).toContain(`shrunk message  ${out.shrunkMessage}`);
+  });
+
   it('ready-prefix: exit 0 and no violation', async () => {
     const r = await kvoff(
       'fuzz',

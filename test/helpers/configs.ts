@@ -6,6 +6,7 @@ import type { ConfigInput } from '../../src/config.js';
 /** One full-attention group of 4-token blocks (a chunk is one block), room for 8 requests. */
 export const ONE_GROUP: ConfigInput = {
   groups: [{ kind: 'full', tokensPerBlock: 4 }],
+  blocksPerChunk: 1,
   tokensPerHash: 4,
   maxRequests: 8,
   maxBlocksPerRequest: 64,

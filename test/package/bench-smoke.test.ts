@@ -1,7 +1,10 @@
-// Keeps the benchmark harness from rotting: runs `bench/index.ts --smoke` (every
-// benchmark at a tiny size, seconds) in a child process, exactly as
-// `npm run bench` does, and checks the shape of the JSON it writes. The
-// figures themselves are not checked: at this size they are noise.
+// Keeps the benchmark harness from rotting and its claims tied to its data:
+// runs `bench/index.ts --smoke` (every benchmark at a tiny size, seconds) in a
+// child process, exactly as `npm run bench` does, and checks the shape of the
+// JSON it writes (the figures themselves are noise at this size); then checks
+// that every target of that file, and of the committed quick results,
+// recomputes from the figures the file stores, and that docs/benchmarks.md
+// shows the committed quick results exactly as they are drawn from the file.
 import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
@@ -9,6 +12,9 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterAll, describe, expect, it } from 'vitest';
+import { QUICK_BLOCK_BEGIN, QUICK_BLOCK_END, renderMarkdown } from '../../bench/markdown.js';
+import type { BenchResults } from '../../bench/suite.js';
+import { allTargets } from '../../bench/targets.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('../..', import.meta.url));
@@ -46,6 +52,7 @@ describe('bench harness (smoke)', () => {
         '4. Copy',
         '5. Overflow',
         '6. Event-loop',
+        '9. Key hashing',
         'Targets',
       ]) {
         expect(stdout).toContain(title);
@@ -76,21 +83,42 @@ describe('bench harness (smoke)', () => {
       for (const row of results.snapshot.rows)
         expect(row.snapshotsPerSecond).toMatchObject(figureShape);
       const designs = results.designs.rows.map((r: { design: string }) => r.design);
-      expect(designs).toEqual(expect.arrayContaining(['a', 'b', 'c', 'd']));
+      expect(designs).toEqual(
+        expect.arrayContaining(['a', 'b', 'c', 'd', 'aLean', 'bLeanBatched', 'cLean', 'floor']),
+      );
       for (const row of results.designs.rows) {
         expect(row.eventsPerSecond).toMatchObject(figureShape);
         expect(row.latencyMsP99).toMatchObject(figureShape);
         expect(row.aSpeedup).toMatchObject(figureShape);
+        expect(row.cpuNsPerEvent).toMatchObject(figureShape);
+        expect(row.cpuOverFloor).toMatchObject(figureShape);
+        expect(row.aLeanCpuAdvantage).toMatchObject(figureShape);
+      }
+      // The floor is the least any design spends: its two phases are measured apart.
+      const floor = results.designs.rows.find((r: { design: string }) => r.design === 'floor');
+      expect(floor.cpuOverFloor.median).toBe(1);
+      // The hash stand-in a's hasher runs (the lean designs are handed keys), timed on the floor's thread.
+      if (process.platform === 'linux') {
+        expect(floor.hashCpuNsPerEvent).toMatchObject(figureShape);
+        expect(floor.hashCpuNsPerEvent.median).toBeGreaterThan(0);
       }
       for (const row of results.copy.rows) expect(row.ratio).toMatchObject(figureShape);
       expect(results.scenario.offloadOn.holes).toBe(0);
       expect(results.scenario.offloadOn.verifyOk).toBe(true);
       expect(results.scenario.eventLoop.offloadOn.delayMsP99).toMatchObject(figureShape);
+      // Both key hashes at every geometry, with the SHA-256 ÷ xxHash64 ratio.
+      expect(results.hashing.rows).toHaveLength(6);
+      for (const row of results.hashing.rows) expect(row.nsPerToken).toMatchObject(figureShape);
+      expect(results.hashing.sha256OverXxh64).toHaveLength(3);
       const ids = results.targets.map((t: { id: string }) => t.id);
       expect(ids).toEqual(
         expect.arrayContaining([
           'designs-cpu-3w',
           'designs-latency-3w',
+          'mechanism-cpu-3w',
+          'full-path-cpu-3w',
+          'latency-load-clean-3w',
+          'latency-max-3w',
           'planner-idle-ns',
           'planner-idle-heap',
           'copy-ratio',
@@ -99,14 +127,37 @@ describe('bench harness (smoke)', () => {
           'scenario-on-over-off',
           'scenario-lookup-nonblocking',
           'scenario-holes',
+          'hashing-16',
+          'hashing-256',
         ]),
       );
       // Every design row carries the CPU figure; every threaded one the latency at load.
       for (const row of results.designs.rows) {
         expect(row.eventsPerCpuSecond).toMatchObject(figureShape);
-        if (row.design !== 'd') expect(row.loadLatencyMsP99).toMatchObject(figureShape);
+        if (row.design !== 'd' && row.design !== 'floor')
+          expect(row.loadLatencyMsP99).toMatchObject(figureShape);
       }
       expect(results.copy.scaling.length).toBeGreaterThan(0);
+      for (const row of results.copy.scaling)
+        expect(row.poolOverBaselineScaling).toMatchObject(figureShape);
+
+      // Every target (what was measured, why a miss) recomputes from the stored figures.
+      const { targets, ...figures } = results as BenchResults;
+      expect(allTargets(figures)).toEqual(targets);
+      expect(renderMarkdown(results)).toContain(targets[0]!.measured);
     },
   );
+
+  it('the committed quick results recompute from their figures, and docs/benchmarks.md shows them as drawn', () => {
+    const file = JSON.parse(
+      readFileSync(path.join(root, 'bench/results/kvoff-bench-quick.json'), 'utf8'),
+    ) as BenchResults;
+    const { targets, ...figures } = file;
+    expect(allTargets(figures)).toEqual(targets);
+    const doc = readFileSync(path.join(root, 'docs/benchmarks.md'), 'utf8');
+    const from = doc.indexOf(QUICK_BLOCK_BEGIN);
+    const to = doc.indexOf(QUICK_BLOCK_END);
+    expect(from).toBeGreaterThan(0);
+    expect(doc.slice(from + QUICK_BLOCK_BEGIN.length, to).trim()).toBe(renderMarkdown(file).trim());
+  });
 });

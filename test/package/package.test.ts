@@ -1,18 +1,24 @@
 // What `npm pack` would publish: the license the package declares, every
 // source map resolving to a file inside the tarball, every entry point
-// present, and the ESM-only contract stated where users look.
+// present, the docs and examples the README links to (issue 31, item 7: an
+// installed copy had dead links), where the package points for its home and
+// bugs, and the ESM-only contract stated where users look.
 import { execFile } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readFileSync, readdirSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
 import { promisify } from 'node:util';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { ROOT } from '../helpers/cli.js';
+import { relativeLinks } from '../docs/doc-blocks.js';
 
 interface PackEntry {
   files: { path: string }[];
 }
 interface PackageJson {
   license: string;
+  homepage: string;
+  repository: { type: string; url: string };
+  bugs: { url: string };
   description: string;
   type: string;
   engines: { node: string };
@@ -74,9 +80,33 @@ describe('npm pack contents', () => {
   });
 
   it('ships no tests, benchmarks or local state', () => {
-    expect(
-      [...files].filter((f) => /^(test|bench|node_modules|coverage|examples)\//.test(f)),
-    ).toEqual([]);
+    expect([...files].filter((f) => /^(test|bench|node_modules|coverage)\//.test(f))).toEqual([]);
+  });
+
+  it('regression: ships docs/ and examples/, so every relative link of README and docs resolves in an installed copy', () => {
+    const docs = ['README.md', ...readdirSync(join(ROOT, 'docs')).map((f) => `docs/${f}`)];
+    const examples = readdirSync(join(ROOT, 'examples')).map((f) => `examples/${f}`);
+    expect([...docs, ...examples].filter((f) => !files.has(f))).toEqual([]);
+    const dead = docs
+      .filter((f) => f.endsWith('.md'))
+      .flatMap((f) =>
+        relativeLinks(readFileSync(join(ROOT, f), 'utf8'))
+          .filter((t) => t !== '')
+          .map((t) => posix.normalize(posix.join(posix.dirname(f), t)).replace(/\/$/, ''))
+          .filter((t) => !files.has(t) && ![...files].some((p) => p.startsWith(`${t}/`)))
+          .map((t) => `${f} -> ${t}`),
+      );
+    expect(dead).toEqual([]);
+  });
+
+  it('says where its home, repository and bugs are, each a file the tarball ships when relative', () => {
+    const targets = [pkg.homepage, pkg.repository.url, pkg.bugs.url];
+    for (const t of targets) expect(typeof t).toBe('string');
+    const missing = targets
+      .filter((t) => !/^[a-z+]+:/.test(t))
+      .map((t) => posix.normalize(t.replace(/#.*$/, '')).replace(/\/$/, ''))
+      .filter((t) => t !== '.' && !files.has(t));
+    expect(missing).toEqual([]);
   });
 
   it('says ESM only and the Node version where users look', () => {
@@ -114,6 +144,10 @@ describe('entries', () => {
     );
     expect(errorClasses.length).toBeGreaterThan(10);
     expect(errorClasses.filter(([name]) => main[name] === undefined).map(([n]) => n)).toEqual([]);
+    // Types a backend that wraps the default pool needs (issue 31, item 7).
+    const types = readFileSync(join(ROOT, 'dist', 'src', 'index.d.ts'), 'utf8');
+    for (const name of ['PiscinaBackendOptions', 'TransferBackendModule', 'Doorbell'])
+      expect(types, name).toMatch(new RegExp(`\\b${name}\\b`));
     expect(pkg.exports['./testing']).toEqual({
       types: './dist/src/testing.d.ts',
       import: './dist/src/testing.js',

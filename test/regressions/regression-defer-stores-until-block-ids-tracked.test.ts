@@ -8,9 +8,10 @@
 // 1 block per chunk, 4 tokens per hash; a running request with a 12-token
 // prompt (3 chunks), cursor 0, 0 computed and 12 scheduled tokens.
 import { describe, expect, it } from 'vitest';
+import { resolveConfig } from '../../src/config.js';
 import type { ConfigInput } from '../../src/config.js';
 import { LegacyAssertionError } from '../../src/errors.js';
-import { chainHashes, loadHashing } from '../../src/hashing.js';
+import { loadHashing, promptKeys } from '../../src/hashing.js';
 import type { StorePolicy } from '../../src/ready.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { OffloadTier, PrepareStoreResult } from '../../src/tier/types.js';
@@ -23,8 +24,7 @@ const [B1, B2, B3] = [21, 22, 23];
 
 /** k0, k1, k2: the offload keys of the prompt's three chunks, computed independently. */
 async function seedKeys(): Promise<bigint[]> {
-  const h = await loadHashing();
-  return chainHashes(h, Int32Array.from(PROMPT), 4).map((x) => h.offloadKey(x, 0));
+  return promptKeys(resolveConfig(SEED), await loadHashing(), PROMPT)[0]!;
 }
 
 /** A host tier that records every offer and can be told to refuse the next ones. */

@@ -6,7 +6,7 @@
 // (finalWaitMsMax, 1 s by default); what is still missing then is counted as
 // dropped (chunksDroppedUnready), never a hole.
 import { describe, expect, it } from 'vitest';
-import { chainHashes, loadHashing } from '../../src/hashing.js';
+import { loadHashing, promptKeys } from '../../src/hashing.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { NO_LEAKS } from '../helpers/runtime.js';
 
@@ -30,14 +30,8 @@ describe('an ended request whose host never settles', () => {
     const h = host.scheduler.open({ requestId: 1, promptTokens: tokens });
     // 10 blocks of 4 tokens make 5 chunks; the host publishes only 3 chunks' blocks.
     const blocks = host.pool.allocate(6)!;
-    const hashes = chainHashes(hashing, Int32Array.from(tokens), 4);
-    for (let p = 0; p < 6; p += 1) {
-      host.roles.writeBlock(
-        blocks[p]!,
-        hashing.offloadKey(hashes[Math.floor(p / 2) * 2 + 1]!, 0),
-        p,
-      );
-    }
+    const keys = promptKeys(rt.config, hashing, tokens)[0]!;
+    for (let p = 0; p < 6; p += 1) host.roles.writeBlock(blocks[p]!, keys[Math.floor(p / 2)]!, p);
     host.allocator.appendBlocks(h, 0, blocks);
     host.scheduler.progress(h, 40, 0);
     host.scheduler.appendTokens(h, [9]);

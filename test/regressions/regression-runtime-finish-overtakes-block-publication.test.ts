@@ -15,6 +15,7 @@ import { checkAndClose } from '../helpers/runtime.js';
 
 const FULL_ONLY = {
   groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
+  blocksPerChunk: 1,
   tokensPerHash: 16,
   maxRequests: 24,
   maxBlocksPerRequest: 64,

@@ -11,8 +11,7 @@ import { describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import type { LocalOffload } from '../../src/local.js';
-import { loadHashing } from '../../src/hashing.js';
-import { promptKeys } from '../../src/lookup.js';
+import { loadHashing, promptKeys } from '../../src/hashing.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { local, planAndComplete, tokens } from '../helpers/local.js';
 

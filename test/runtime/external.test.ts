@@ -9,7 +9,7 @@ import {
   InvalidArgumentError,
   RoleClaimedError,
 } from '../../src/errors.js';
-import { chainHashes, loadHashing } from '../../src/hashing.js';
+import { loadHashing, promptKeys } from '../../src/hashing.js';
 import { attachExternal } from '../../src/runtime/external.js';
 import { spawnWorker } from '../../src/runtime/worker-files.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
@@ -38,10 +38,9 @@ describe('OffloadRuntime with external events', () => {
     const h = host.scheduler.open({ requestId: 42, promptTokens: tokens });
     // The engine's forward pass: 25 blocks of 4 tokens; each chunk (2 blocks) keyed like the hasher will.
     const blocks = host.pool.allocate(25)!;
-    const hashes = chainHashes(hashing, Int32Array.from(tokens), 4);
+    const keys = promptKeys(rt.config, hashing, tokens)[0]!;
     for (let p = 0; p < 24; p += 1) {
-      const chunk = Math.floor(p / 2);
-      const key = hashing.offloadKey(hashes[chunk * 2 + 1]!, 0);
+      const key = keys[Math.floor(p / 2)]!;
       host.roles.writeBlock(blocks[p]!, key, p);
     }
     // Blocks lag tokens: publish only 10 block IDs first (5 chunks ready), then the rest.

@@ -5,7 +5,8 @@
 // tier holds at the end.
 import { describe, expect, it } from 'vitest';
 import { loadHashing } from '../../src/hashing.js';
-import { promptKeys } from '../../src/lookup.js';
+import { keyWord } from '../../src/identity.js';
+import { promptKeys } from '../../src/hashing.js';
 import { resolveConfig } from '../../src/config.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import type { BlockStored, KvEventBatch } from '../../src/events/types.js';
@@ -30,11 +31,13 @@ async function chunkIndex(config: ReturnType<typeof resolveConfig>, all: number[
   const hashing = await loadHashing();
   const index = new Map<string, { prompt: number; chunk: number; parent: bigint | null }>();
   all.forEach((tokens, p) => {
-    promptKeys(config, hashing, tokens).forEach((keys, g) =>
+    // Events carry key words, the 64 bits a tier names a chunk by.
+    promptKeys(config, hashing, tokens).forEach((identities, g) => {
+      const keys = identities.map(keyWord);
       keys.forEach((k, c) =>
         index.set(`${g}:${k}`, { prompt: p, chunk: c, parent: c > 0 ? keys[c - 1]! : null }),
-      ),
-    );
+      );
+    });
   });
   return index;
 }
@@ -98,6 +101,32 @@ describe('KV events: runtime.events()', () => {
     expect(resident.size).toBe(before.tierUsed);
     expect(after.events!.published).toBe(received.reduce((n, b) => n + b.events.length, 0));
     expect(after.events!.batches).toBe(received.length);
+  });
+
+  it('a reset publishes AllBlocksCleared after the stores before it, and stores after it are announced again', async () => {
+    const input = { ...ONE_GROUP, tierChunks: 48 };
+    const [first, second] = prompts(2, 64, 9);
+    const rt = await OffloadRuntime.start({ config: input, events: {} });
+    const batches = collect(rt.events());
+    await rt.submit({ promptTokens: first!, maxDecodeTokens: 2 });
+    await settle(rt);
+    await rt.reset();
+    // The same prompt misses after the reset and is stored (and announced) again.
+    await rt.submit({ promptTokens: first!, maxDecodeTokens: 2 });
+    await rt.submit({ promptTokens: second!, maxDecodeTokens: 2 });
+    await settle(rt);
+    await rt.close();
+    const events = (await batches).flatMap((b) => b.events);
+    const at = events.findIndex((e) => e.type === 'AllBlocksCleared');
+    expect(at, 'AllBlocksCleared among the events').toBeGreaterThan(0);
+    expect(events.filter((e) => e.type === 'AllBlocksCleared')).toHaveLength(1);
+    const storedBefore = events.slice(0, at).filter((e) => e.type === 'BlockStored');
+    const storedAfter = events.slice(at + 1).filter((e) => e.type === 'BlockStored');
+    expect(storedBefore.length).toBeGreaterThan(0);
+    const hashesBefore = new Set(storedBefore.flatMap((e) => e.blockHashes));
+    // The first prompt's chunks are announced again after the reset.
+    const again = storedAfter.flatMap((e) => e.blockHashes).filter((k) => hashesBefore.has(k));
+    expect(again.length).toBe(hashesBefore.size);
   });
 
   it('names each chunk of a hybrid model by its group, with the sliding window of that group', async () => {

@@ -5,8 +5,7 @@
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { InvalidArgumentError } from '../../src/errors.js';
-import { loadHashing } from '../../src/hashing.js';
-import { promptKeys } from '../../src/lookup.js';
+import { loadHashing, promptKeys } from '../../src/hashing.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { readStat } from '../../src/runtime/stats.js';
 import {
@@ -158,12 +157,15 @@ describe('external mode: a host engine uses the same lookup and load', () => {
 describe('the lookup record', () => {
   it('covers as much of the prompt as a ring record holds, and round-trips', () => {
     const config = resolveConfig(SMALL_HYBRID); // 2 groups, 8-token chunks of 2 blocks
-    const ring = SpscRing.create(64);
+    const ring = SpscRing.create(256);
     const tokens = lookupTokensThatFit(config, 400, ring.recordWordsMax);
-    // 31 words: 5 header words + 6 chunks x 2 groups x 2 words; a load of 6 chunks is 2 + 24 words.
-    expect(tokens).toBe(49);
+    // 127 words: 5 header words + 7 chunks x 2 groups x 8 words (a key is 256 bits); a load of 7 chunks is 2 + 28 words.
+    expect(tokens).toBe(57);
     expect(lookupTokensThatFit(config, 30, ring.recordWordsMax)).toBe(30);
-    const keys = [0, 1].map((g) => [0, 1, 2, 3, 4, 5].map((c) => BigInt(g * 100 + c)));
+    // Whole 256-bit keys: every word of each travels.
+    const keys = [0, 1].map((g) =>
+      [0, 1, 2, 3, 4, 5, 6].map((c) => (BigInt(g * 100 + c) << 192n) | BigInt(c * 7 + 1)),
+    );
     const record = encodeLookup(config, 9, tokens, true, (g, c) => keys[g]![c]!);
     expect(record.length).toBeLessThanOrEqual(ring.recordWordsMax);
     expect(ring.push(record)).toBe(true);
@@ -179,13 +181,13 @@ describe('the lookup record', () => {
     expect(decoded).toEqual([
       {
         tag: 9,
-        numTokens: 49,
+        numTokens: 57,
         force: true,
         maxLoadTokens: undefined,
         skipReadingPrefixCache: false,
         keys,
       },
-      { tag: 10, numTokens: 49, force: false, ...limited, keys },
+      { tag: 10, numTokens: 57, force: false, ...limited, keys },
     ]);
   });
 });

@@ -4,7 +4,7 @@
 // single-thread driver reuses the runtime's code.
 import { describe, expect, it } from 'vitest';
 import { InvalidArgumentError } from '../../src/errors.js';
-import { SpscRing, pushKey, readKey } from '../../src/runtime/rings.js';
+import { KEY_WORDS, SpscRing, pushKey, readKey } from '../../src/runtime/rings.js';
 import { oneThreadLoops } from '../helpers/one-thread-loops.js';
 import { SMALL_HYBRID } from '../helpers/configs.js';
 
@@ -40,12 +40,21 @@ describe('SpscRing', () => {
     expect(() => ring.push(new Array<number>(40).fill(0))).toThrow(InvalidArgumentError);
   });
 
-  it('packs 64-bit keys into two words and back', () => {
+  it('packs 256-bit keys into eight words and back', () => {
     const out: number[] = [];
-    const keys = [0n, 1n, 0xffffffffffffffffn, 0x8000000000000001n, 0x123456789abcdef0n];
+    const top = (1n << 256n) - 1n;
+    const keys = [
+      0n,
+      1n,
+      0xffffffffffffffffn,
+      0x8000000000000001n,
+      top,
+      (0x123456789abcdef0n << 192n) | 0x8000000000000001n,
+    ];
     for (const k of keys) pushKey(out, k);
+    expect(out).toHaveLength(KEY_WORDS * keys.length);
     const words = Int32Array.from(out);
-    keys.forEach((k, i) => expect(readKey(words, 2 * i)).toBe(k));
+    keys.forEach((k, i) => expect(readKey(words, KEY_WORDS * i)).toBe(k));
   });
 });
 

@@ -44,6 +44,22 @@ describe('transferBackendModule', () => {
     }
   });
 
+  it('regression: a module wrapping the default pool gets its options, completion bell included', async () => {
+    const rt = await OffloadRuntime.start({
+      config: CONFIG,
+      transferBackendModule: fixture('wrapping-backend.ts'),
+    });
+    try {
+      const summary = await rt.submit({ promptLength: 100, maxDecodeTokens: 4 });
+      const report = await rt.verify();
+      expect(summary.chunksStored).toBeGreaterThan(0);
+      expect(report.entriesChecked).toBe(rt.stats().chunksStored);
+      expect(report.ok).toBe(true);
+    } finally {
+      await rt.close();
+    }
+  });
+
   it('refuses a module without createTransferBackend before starting workers', async () => {
     await expect(
       OffloadRuntime.start({

@@ -37,11 +37,21 @@ function drainReport(lines: string[]): DrainReport {
   return JSON.parse(line!) as DrainReport;
 }
 
+/** Polls /v1/stats until `n` HTTP requests are in flight (bounded: 600 polls of 50 ms). */
+async function untilInFlight(url: string, n: number): Promise<void> {
+  for (let i = 0; i < 600; i += 1) {
+    const stats = (await (await fetch(`${url}/v1/stats`)).json()) as { http: { inFlight: number } };
+    if (stats.http.inFlight >= n) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  throw new Error(`fewer than ${n} requests in flight after 30 s`);
+}
+
 /** A long request (about 2 s of decode on this box) to hold the drain open. */
 const LONG_REQUEST = { promptLength: 4096, maxDecodeTokens: 2000 };
 
 describe('kvoff serve drain (issue 13)', () => {
-  it('regression: a stalled client does not hold the drain; exit 0 within 2 s of the last accepted request', async () => {
+  it('regression: a stalled client does not hold the drain; exit 0 long before the drain timeout once the last accepted request is answered', async () => {
     const server = await startServeChild(['--drain-timeout-ms', '60000']);
     const lines = stdoutLines(server);
     try {
@@ -56,8 +66,10 @@ describe('kvoff serve drain (issue 13)', () => {
           'content-length: 100\r\n\r\n{"prompt',
       );
       const accepted = post(server.url, LONG_REQUEST);
-      // Let the long request reach the runtime before the signal.
-      await new Promise((r) => setTimeout(r, 300));
+      // The long request must be in flight before the signal: a fixed sleep was
+      // not enough on a loaded machine (the server drained an empty queue and
+      // exited before /healthz was asked).
+      await untilInFlight(server.url, 1);
       server.child.kill('SIGTERM');
 
       // /healthz keeps answering during the drain, and new work is refused.
@@ -75,7 +87,9 @@ describe('kvoff serve drain (issue 13)', () => {
       expect(((await answer.json()) as { status: string }).status).toBe('finished');
       const code = await server.exited;
       expect(code).toBe(0);
-      expect(Date.now() - answeredAt).toBeLessThan(2000);
+      // The bug held the process for the whole 60 s drain timeout; closing the
+      // runtime takes a second or two, more on a loaded machine, never 30 s.
+      expect(Date.now() - answeredAt).toBeLessThan(30_000);
       expect(stalledGot).toMatch(/^HTTP\/1\.1 503/);
       expect(drainReport(lines())).toMatchObject({
         drained: true,

@@ -154,7 +154,7 @@ describe('POST /v1/requests', () => {
       '{"promptLength":4,"bogus":1}',
       400,
       'invalid_request',
-      /bogus: is not a known field/,
+      /"bogus": is not a known field/,
     ],
     [
       'both prompt forms',

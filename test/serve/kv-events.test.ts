@@ -5,8 +5,10 @@
 import { describe, expect, it } from 'vitest';
 import { startServeChild, stopServeChild } from '../../bench/serve-load-lib.js';
 import { loadHashing } from '../../src/hashing.js';
-import { promptKeys } from '../../src/lookup.js';
+import { keyWord } from '../../src/identity.js';
+import { promptKeys } from '../../src/hashing.js';
 import { resolveConfig } from '../../src/config.js';
+import { SIMULATED_MODEL } from '../../src/commands/tier-options.js';
 import { DEFAULT_RUNTIME_CONFIG } from '../../src/runtime/defaults.js';
 import { PythonSubscriber } from '../helpers/python-subscriber.js';
 
@@ -102,8 +104,12 @@ describe('kvoff serve --kv-events', () => {
         sub.batches.flatMap((b) => b.events).filter((e) => e['type'] === 'BlockStored');
       const hashes = () => stored().flatMap((e) => e['block_hashes'] as string[]);
       await sub.until(() => hashes().length >= summary.chunksStored);
-      const config = resolveConfig(DEFAULT_RUNTIME_CONFIG);
-      const keys = promptKeys(config, await loadHashing(), promptTokens);
+      // kvoff serve's namespace: the simulated engine unless --model says otherwise.
+      const config = resolveConfig({
+        ...DEFAULT_RUNTIME_CONFIG,
+        namespace: { model: SIMULATED_MODEL },
+      });
+      const keys = promptKeys(config, await loadHashing(), promptTokens).map((g) => g.map(keyWord));
       for (const e of stored()) {
         const g = e['group_idx'] as number;
         expect(e['medium']).toBe('CPU');

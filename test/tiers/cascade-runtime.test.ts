@@ -7,7 +7,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseTierOptions } from '../../src/commands/tier-options.js';
-import { InvalidArgumentError } from '../../src/errors.js';
+import {
+  InvalidArgumentError,
+  KeyHashNotShareableError,
+  NamespaceRequiredError,
+} from '../../src/errors.js';
 import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../../src/runtime/defaults.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import type { TiersOptions } from '../../src/tier/cascade.js';
@@ -18,7 +22,11 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 async function runOnce(tiers?: TiersOptions | undefined) {
   const runtime = await OffloadRuntime.start({
     // Full attention only: what a windowed group stored depends on thread timing, hits here must not.
-    config: { ...DEFAULT_RUNTIME_CONFIG, groups: [{ kind: 'full', tokensPerBlock: 16 }] },
+    config: {
+      ...DEFAULT_RUNTIME_CONFIG,
+      groups: [{ kind: 'full', tokensPerBlock: 16 }],
+      namespace: { model: 'tier-runtime' },
+    },
     ...(tiers ? { tiers } : {}),
     simulator: { seed: 9 },
   });
@@ -75,12 +83,14 @@ describe('tier cascade in the runtime', () => {
   it('--disk, --disk-bytes and --redis parse into tiers; bad values are refused with the flag named', () => {
     expect(parseTierOptions({})).toBeUndefined();
     expect(
-      parseTierOptions({ disk: 'd', diskBytes: '1_000_000', redis: 'redis://a:1,redis://b:2' }),
+      parseTierOptions({ disk: 'd', diskBytes: '1000000', redis: 'redis://a:1,redis://b:2' }),
     ).toEqual({
       disk: { dir: 'd', bytesMax: 1_000_000 },
       redis: { urls: ['redis://a:1', 'redis://b:2'] },
     });
     expect(() => parseTierOptions({ diskBytes: '5' })).toThrow(/--disk-bytes/);
+    // Plain digits only (issue 31): a digit separator is refused, not read.
+    expect(() => parseTierOptions({ disk: 'd', diskBytes: '1_000_000' })).toThrow(/--disk-bytes/);
     expect(() => parseTierOptions({ disk: 'd', diskBytes: '0' })).toThrow(InvalidArgumentError);
     expect(() => parseTierOptions({ redis: 'http://x' })).toThrow(/--redis/);
     expect(() => parseTierOptions({ redis: ' , ' })).toThrow(/--redis/);
@@ -104,4 +114,29 @@ describe('tier cascade in the runtime', () => {
       }),
     ).rejects.toThrow(/tiers\.redis\.storesInFlightMax/);
   });
+
+  it('a disk or Redis tier without namespace.model, or with xxHash keys, is refused before anything starts', async () => {
+    const config = {
+      ...DEFAULT_RUNTIME_CONFIG,
+      groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
+    };
+    for (const tiers of [{ disk: { dir } }, { redis: { urls: ['redis://127.0.0.1:1'] } }]) {
+      const tier = Object.keys(tiers)[0];
+      const err = await OffloadRuntime.start({ config, tiers }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(NamespaceRequiredError);
+      expect(err).toMatchObject({ code: 'KVOFF_NAMESPACE_REQUIRED', tier });
+      const xxh = await OffloadRuntime.start({
+        config: { ...config, namespace: { model: 'm' }, keyHash: 'xxh64' },
+        tiers,
+      }).catch((e: unknown) => e);
+      expect(xxh).toBeInstanceOf(KeyHashNotShareableError);
+      expect(xxh).toMatchObject({ code: 'KVOFF_KEY_HASH_NOT_SHAREABLE', tier });
+    }
+    // xxHash keys on the host tier alone: one trusted process, allowed.
+    const rt = await OffloadRuntime.start({ config: { ...config, keyHash: 'xxh64' } });
+    const s = await rt.submit({ promptLength: 2000, prefixId: 1, maxDecodeTokens: 4 });
+    expect(s.holes).toBe(0);
+    expect((await rt.verify()).ok).toBe(true);
+    await rt.close();
+  }, 120_000);
 });

@@ -28,7 +28,7 @@ describe('KV events and offloading metrics with a disk tier', () => {
     const bytesPerBlock = 256;
     const valueBytes = VALUE_HEADER_BYTES + bytesPerBlock;
     const rt = await OffloadRuntime.start({
-      config: { ...ONE_GROUP, tierChunks: 20, bytesPerBlock },
+      config: { ...ONE_GROUP, tierChunks: 20, bytesPerBlock, namespace: { model: 'disk-events' } },
       tiers: { disk: { dir, bytesMax: 40 * valueBytes, freeBytesMin: 0 } },
       events: {},
     });

@@ -16,8 +16,8 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { DiskTier } from '../../src/tier/disk-tier.js';
-import { VALUE_HEADER_BYTES, encodeValue, hex16 } from '../../src/tier/value.js';
+import { DiskTier, scopeDirName } from '../../src/tier/disk-tier.js';
+import { VALUE_HEADER_BYTES, encodeValue } from '../../src/tier/value.js';
 
 const FP = 0xfeedn;
 const PAYLOAD = 4096;
@@ -42,7 +42,7 @@ async function open(dir: string, extra: Partial<Parameters<typeof DiskTier.open>
     dir,
     bytesMax: 1 << 26,
     payloadBytes: PAYLOAD,
-    fingerprint: FP,
+    scope: FP,
     freeBytesMin: 0,
     ...extra,
   });
@@ -80,7 +80,7 @@ describe('disk tier', () => {
     await a.close(1000);
 
     // A temp left by a dead writer (pid 2^22+1 is above Linux's pid_max default) and one of ours.
-    const sub = join(dir, hex16(FP), '00');
+    const sub = join(dir, scopeDirName(FP), '00');
     mkdirSync(sub, { recursive: true });
     writeFileSync(join(sub, `0000000000000999.kv.tmp.${(1 << 22) + 1}.1`), 'partial');
     const b = await open(dir);
@@ -164,7 +164,7 @@ describe('disk tier', () => {
 
     // A file where the layout's directory should be: not writable even for root.
     const dir = freshDir();
-    writeFileSync(join(dir, hex16(FP)), 'in the way');
+    writeFileSync(join(dir, scopeDirName(FP)), 'in the way');
     const blocked = await open(dir);
     for (const k of [1n, 2n, 3n]) blocked.store(k, encodeValue(FP, k, payloadOf(k)));
     await settle(blocked);
@@ -205,7 +205,7 @@ describe('disk tier', () => {
       dir,
       bytesMax: 1 << 30,
       payloadBytes,
-      fingerprint: FP,
+      scope: FP,
       freeBytesMin: 0,
     });
     expect(listAll(dir).filter((n) => n.includes('.tmp.'))).toEqual([]);

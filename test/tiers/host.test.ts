@@ -222,6 +222,8 @@ class ReferenceTier {
   stores = 0;
   evictions = 0;
   failures = 0;
+  /** Slots a reset took from entries being written or read, with the jobs still holding each. */
+  retired: { slot: number; jobs: number }[] = [];
   constructor(readonly capacity: number) {}
 
   private moveToEnd(key: bigint): void {
@@ -252,7 +254,7 @@ class ReferenceTier {
     const offered = new Set(keys);
     const toStore = [...offered].filter((k) => !this.entries.has(k));
     if (toStore.length === 0) return { ok: true, keysToStore: [], evicted: [] as bigint[] };
-    const needed = toStore.length - (this.capacity - this.entries.size);
+    const needed = toStore.length - (this.capacity - this.entries.size - this.retired.length);
     let evicted: bigint[] = [];
     if (needed > 0) {
       const idle = this.idle();
@@ -309,6 +311,24 @@ class ReferenceTier {
     this.entries.get(key)!.ref -= 1;
   }
 
+  /** vLLM's reset_cache: no entry is left; slots in use stay taken until their jobs end. */
+  reset(slotOf: (k: bigint) => number): void {
+    for (const [k, e] of this.entries) {
+      if (e.ref !== 0) this.retired.push({ slot: slotOf(k), jobs: e.ref === -1 ? 1 : e.ref });
+    }
+    this.entries.clear();
+    this.order = [];
+    this.events = [];
+  }
+
+  /** One job holding retired slot `i` ends; returns the slot. */
+  release(i: number): number {
+    const r = this.retired[i]!;
+    r.jobs -= 1;
+    if (r.jobs === 0) this.retired.splice(i, 1);
+    return r.slot;
+  }
+
   stats() {
     const refs = [...this.entries.values()].map((e) => e.ref);
     return {
@@ -320,6 +340,7 @@ class ReferenceTier {
       stores: this.stores,
       evictions: this.evictions,
       allocationFailures: this.failures,
+      retired: this.retired.length,
     };
   }
 }
@@ -340,6 +361,8 @@ const op = fc.oneof(
   { arbitrary: fc.record({ t: fc.constant('load' as const), keys: keyList }), weight: 2 },
   { arbitrary: fc.record({ t: fc.constant('unload' as const), pick: fc.nat() }), weight: 2 },
   { arbitrary: fc.record({ t: fc.constant('lookup' as const), keys: keyList }), weight: 1 },
+  { arbitrary: fc.record({ t: fc.constant('reset' as const) }), weight: 1 },
+  { arbitrary: fc.record({ t: fc.constant('release' as const), pick: fc.nat() }), weight: 2 },
 );
 
 describe('HostTier against a reference model', () => {
@@ -391,6 +414,15 @@ describe('HostTier against a reference model', () => {
             case 'lookup':
               expect(tier.lookup(o.keys)).toBe(model.lookup(o.keys));
               break;
+            case 'reset':
+              model.reset((k) => tier.slotOf(k)!);
+              tier.reset();
+              break;
+            case 'release': {
+              if (model.retired.length === 0) break;
+              tier.releaseRetired([model.release(o.pick % model.retired.length)]);
+              break;
+            }
           }
           // After every step: same visible state, same statistics, same events.
           expect(tier.stats()).toEqual(model.stats());
@@ -400,7 +432,11 @@ describe('HostTier against a reference model', () => {
           expect(tier.takeEvents()).toEqual(model.events);
           model.events = [];
           // Live entries hold distinct slots within capacity.
-          const slots = [...model.entries.keys()].map((k) => tier.slotOf(k)!);
+          const slots = [
+            ...[...model.entries.keys()].map((k) => tier.slotOf(k)!),
+            ...model.retired.map((r) => r.slot),
+          ];
+          // ...and none of them is a slot a reset retired while a job holds it.
           expect(new Set(slots).size).toBe(slots.length);
           for (const s of slots) expect(s >= 0 && s < cap).toBe(true);
           for (const k of UNIVERSE) {

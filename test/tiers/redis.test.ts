@@ -12,7 +12,7 @@ import { promisify } from 'node:util';
 import { createCluster } from 'redis';
 import { beforeEach, describe, expect, it } from 'vitest';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
-import { defaultWorkload } from '../../src/runtime/defaults.js';
+import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../../src/runtime/defaults.js';
 import { RedisTier } from '../../src/tier/redis-tier.js';
 import { encodeValue, hex16 } from '../../src/tier/value.js';
 import { redisCli, useCluster } from '../helpers/redis-cluster.js';
@@ -37,7 +37,7 @@ function payloadOf(key: bigint): Buffer {
 /** A fresh layout fingerprint per test, so tests never see each other's keys. */
 async function openTier(extra: Partial<Parameters<typeof RedisTier.open>[0]> = {}) {
   fp += 1n;
-  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, fingerprint: fp, ...extra });
+  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, scope: fp, ...extra });
 }
 
 /** Waits for the SETs in flight, bounded generously (each is bounded by its own timeout too). */
@@ -147,11 +147,52 @@ describe('redis tier', () => {
     }
   });
 
+  it("a shared reset moves the scope's epoch: another instance serves none of its entries, another scope keeps its own, nothing else is deleted", async () => {
+    const writer = await openTier();
+    const scope = fp;
+    const resetter = await openTier({ scope });
+    const other = await openTier();
+    const raw = await rawClient();
+    try {
+      for (const k of [1n, 2n]) {
+        writer.store(k, encodeValue(scope, k, payloadOf(k)));
+        other.store(k, encodeValue(fp, k, payloadOf(k)));
+      }
+      await settle(writer);
+      await settle(other);
+      await resetter.retire();
+      expect(resetter.epoch).not.toBe(0n);
+      expect((await raw.get(resetter.epochKey))?.toString()).toBe(hex16(resetter.epoch));
+      // The writer reads the epoch before each resolution (the cascade does it).
+      await writer.refreshEpoch();
+      expect(writer.epoch).toBe(resetter.epoch);
+      expect(await writer.load(1n)).toBeUndefined();
+      expect(writer.counters).toMatchObject({ retiredChunks: 1, hitChunks: 0 });
+      // Retired entries are deleted as they are met; new ones carry the new epoch.
+      expect(await eventually(async () => (await raw.exists(writer.keyOf(1n))) === 0, 10_000)).toBe(
+        true,
+      );
+      writer.store(3n, encodeValue(scope, 3n, payloadOf(3n), writer.epoch));
+      await settle(writer);
+      expect(await writer.load(3n)).toEqual(payloadOf(3n));
+      // No FLUSHALL: the other scope's entries (and the writer's unread one) are still there.
+      expect(await raw.exists(other.keyOf(1n))).toBe(1);
+      expect(await raw.exists(writer.keyOf(2n))).toBe(1);
+      await other.refreshEpoch();
+      expect(await other.load(2n)).toEqual(payloadOf(2n));
+    } finally {
+      raw.destroy();
+      for (const t of [writer, resetter, other]) await t.close(2000);
+    }
+  });
+
   it('two runtimes in separate processes: the second gets Redis hits with the bytes checked', async () => {
-    const redisOnly = JSON.stringify({ redis: { urls: [cluster.url] } });
+    const redisOnly = JSON.stringify({ tiers: { redis: { urls: [cluster.url] } } });
     // The second also has an empty disk level in front: the cascade misses there, then hits Redis.
     const diskDir = mkdtempSync(join(tmpdir(), 'kvoff-redis-disk-'));
-    const withDisk = JSON.stringify({ disk: { dir: diskDir }, redis: { urls: [cluster.url] } });
+    const withDisk = JSON.stringify({
+      tiers: { disk: { dir: diskDir }, redis: { urls: [cluster.url] } },
+    });
     const child = async (tiers: string) => {
       const { stdout } = await run(
         process.execPath,
@@ -216,7 +257,7 @@ describe('redis tier', () => {
     const tier = await RedisTier.open({
       urls: [dead],
       payloadBytes: PAYLOAD,
-      fingerprint: 1n,
+      scope: 1n,
       timeoutMs: 300,
     });
     expect(performance.now() - t0).toBeLessThan(3000);
@@ -230,6 +271,7 @@ describe('redis tier', () => {
     await tier.close(1000);
 
     const runtime = await OffloadRuntime.start({
+      config: { ...DEFAULT_RUNTIME_CONFIG, namespace: { model: 'dead-cluster' } },
       tiers: { redis: { urls: [dead], timeoutMs: 300 } },
     });
     const summaries = await Promise.all(

@@ -4,12 +4,7 @@ import { fc, test } from '@fast-check/vitest';
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { DEFAULT_RUNTIME_CONFIG } from '../../src/runtime/defaults.js';
-import {
-  VALUE_HEADER_BYTES,
-  checkValue,
-  encodeValue,
-  layoutFingerprint,
-} from '../../src/tier/value.js';
+import { VALUE_HEADER_BYTES, checkValue, encodeValue, tierScope } from '../../src/tier/value.js';
 
 const FP = 0x0123_4567_89ab_cdefn;
 
@@ -23,10 +18,14 @@ describe('tier value header', () => {
     if (c.ok) expect(Buffer.compare(c.payload, payload)).toBe(0);
   });
 
-  it('refuses another key, another layout, another length, and a truncated value', () => {
+  it('refuses another key, another scope, another epoch, another length, and a truncated value', () => {
     const v = encodeValue(FP, 42n, Buffer.alloc(64, 9));
     expect(checkValue(v, FP, 43n, 64)).toEqual({ ok: false, reason: 'key' });
-    expect(checkValue(v, FP ^ 1n, 42n, 64)).toEqual({ ok: false, reason: 'fingerprint' });
+    expect(checkValue(v, FP ^ 1n, 42n, 64)).toEqual({ ok: false, reason: 'scope' });
+    expect(checkValue(v, FP, 42n, 64, 5n)).toEqual({ ok: false, reason: 'epoch' });
+    expect(checkValue(encodeValue(FP, 42n, Buffer.alloc(64, 9), 5n), FP, 42n, 64, 5n).ok).toBe(
+      true,
+    );
     expect(checkValue(v, FP, 42n, 65)).toEqual({ ok: false, reason: 'length' });
     expect(checkValue(v.subarray(0, v.length - 1), FP, 42n, 64).ok).toBe(false);
     expect(checkValue(v.subarray(0, 10), FP, 42n, 64)).toEqual({ ok: false, reason: 'short' });
@@ -40,13 +39,27 @@ describe('tier value header', () => {
     expect(checkValue(v, FP, 7n, 256).ok).toBe(false);
   });
 
-  it('fingerprints differ when the geometry differs', () => {
-    const a = resolveConfig(DEFAULT_RUNTIME_CONFIG);
-    const b = resolveConfig({ ...DEFAULT_RUNTIME_CONFIG, bytesPerBlock: 512 });
-    const c = resolveConfig({ ...DEFAULT_RUNTIME_CONFIG, blocksPerChunk: 8 });
-    expect(layoutFingerprint(a)).toBe(layoutFingerprint(resolveConfig(DEFAULT_RUNTIME_CONFIG)));
-    expect(new Set([layoutFingerprint(a), layoutFingerprint(b), layoutFingerprint(c)]).size).toBe(
-      3,
-    );
+  it('a key whose key word collides is refused by its whole identity, the key word alone would serve it', () => {
+    const other = 42n | (1n << 200n); // same key word (low 64 bits), another chunk
+    const v = encodeValue(FP, 42n, Buffer.alloc(64, 9));
+    expect(checkValue(v, FP, other, 64)).toEqual({ ok: false, reason: 'identity' });
+    expect(checkValue(v, FP, other, 64, 0n, false, true).ok).toBe(true);
+  });
+
+  it('scopes differ when the geometry, the namespace or the key hash differ', () => {
+    const base = { ...DEFAULT_RUNTIME_CONFIG, namespace: { model: 'a' } };
+    const scopes = [
+      base,
+      { ...base, bytesPerBlock: 512 },
+      { ...base, blocksPerChunk: 8 },
+      { ...base, namespace: { model: 'b' } },
+      { ...base, namespace: { model: 'a', revision: 'r2' } },
+      { ...base, namespace: { model: 'a', adapter: 'x' } },
+      { ...base, namespace: { model: 'a', extra: 'x' } },
+      { ...base, keyHash: 'xxh64' as const },
+      DEFAULT_RUNTIME_CONFIG,
+    ].map((c) => tierScope(resolveConfig(c)));
+    expect(tierScope(resolveConfig(base))).toBe(scopes[0]);
+    expect(new Set(scopes).size).toBe(scopes.length);
   });
 });

@@ -9,7 +9,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { loadHashing } from '../../src/hashing.js';
 import type { Hashing } from '../../src/hashing.js';
-import { promptKeys } from '../../src/lookup.js';
+import { promptKeys } from '../../src/hashing.js';
 import { replayCache } from '../../src/trace/cache-replay.js';
 import { chunkKeys, promptTokens } from '../../src/trace/tokens.js';
 import { readTrace } from '../../src/trace/trace.js';

@@ -1,5 +1,5 @@
 // The host tier's cache policies by name, and the options that pick one.
-import { InvalidArgumentError, UnknownPolicyError } from '../../errors.js';
+import { InvalidArgumentError, UnknownPolicyError, quoted } from '../../errors.js';
 import { ArcPolicy } from './arc.js';
 import { LruPolicy } from './lru.js';
 import { S3FifoPolicy } from './s3-fifo.js';
@@ -47,7 +47,7 @@ export function validateCacheOptions(o: unknown, field = 'cache'): void {
   const { policy, storeThreshold } = o as Record<string, unknown>;
   for (const k of Object.keys(o)) {
     if (k !== 'policy' && k !== 'storeThreshold') {
-      throw new InvalidArgumentError(`${field}.${k}`, 'is not a known field');
+      throw new InvalidArgumentError(`${field}.${quoted(k)}`, 'is not a known field');
     }
   }
   if (policy !== undefined) {
