@@ -13,7 +13,7 @@
 //   KVOFF_BENCH_QUICK=1 npm run bench:fuzz     (fewer seeds, for a smoke run)
 //   KVOFF_BENCH_FUZZ_TARGET=runtime npm run bench:fuzz   (only the --target runtime rows,
 //                                  control and speed; writes bench/results/latest/fuzz-power-runtime.json)
-//   KVOFF_BENCH_FUZZ_TARGET=classes npm run bench:fuzz  (only the failure-class rows, one per
+//   KVOFF_BENCH_FUZZ_TARGET=classes npm run bench:fuzz  (only the failure-class and rule-variant rows, one per
 //                                  class of src/fuzz/broken-classes.ts, random and PCT; writes
 //                                  bench/results/latest/fuzz-power-classes.json)
 //   KVOFF_BENCH_PUBLISH=1 npm run bench:fuzz   (also refreshes the committed copy in bench/results/)
@@ -114,7 +114,7 @@ const TARGETS: readonly Target[] = [
 const CLASS_TARGETS: readonly Target[] = BROKEN_CLASSES.map((row) => {
   const o = brokenFuzzOptions(row);
   return {
-    name: `${row.id.toUpperCase()} ${row.title}`,
+    name: `${row.id.startsWith('rule-') ? row.id : row.id.toUpperCase()} ${row.title}`,
     policy: o.policy,
     pins: o.pins,
     ...(o.revalidate === false ? { revalidate: false } : {}),

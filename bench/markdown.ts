@@ -254,5 +254,33 @@ export function renderMarkdown(res: BenchResults): string {
       ),
     );
   }
+  if (res.webgpu) {
+    const w = res.webgpu;
+    out.push(
+      '',
+      `**10. WebGPU copies beside shared memory** (GB/s, ${w.adapter.name}, ${w.blockKiB} KiB blocks, in the same repeat). ${w.note}`,
+      '',
+    );
+    out.push(
+      table(
+        w.rows.map((r) => ({
+          direction: r.direction === 'gpu-to-host' ? 'GPU → host' : 'host → GPU',
+          'job KiB': r.jobKiB,
+          'WebGPU GB/s': r2(r.webgpuGbPerSecond.median),
+          'shared-memory GB/s': r2(r.sharedMemoryGbPerSecond.median),
+          'WebGPU ÷ shared': r2(r.ratio.median),
+          IQR: iqr(r.ratio),
+          'WebGPU job ms': r2(r.webgpuJobMs.median),
+        })),
+      ),
+    );
+    const sc = w.scenario;
+    if (sc) {
+      out.push(
+        '',
+        `The scenario on the WebGPU backend (the engine's KV on the device in both runs), paired per repeat: offloading on ${Math.round(sc.wallMsOn.median)} ms, off ${Math.round(sc.wallMsOff.median)} ms, **on ÷ off ${r2(sc.wallOnOverOff.median)}** (IQR ${iqr(sc.wallOnOverOff)}, ${sc.wallOnOverOff.samples} pairs); holes ${sc.holes}, mismatches ${sc.mismatches}, verify ${sc.verifyOk ? 'ok' : 'failed'}.`,
+      );
+    }
+  }
   return `${out.join('\n')}\n`;
 }

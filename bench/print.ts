@@ -6,6 +6,7 @@ import type { HashingResults } from './hashing.js';
 import type { PlannerResults } from './planner.js';
 import type { ScenarioResults } from './scenario.js';
 import type { SnapshotResults } from './snapshot.js';
+import type { WebGpuResults } from './webgpu.js';
 import type { Figure } from './lib/stats.js';
 import { formatNumber, printTable } from './lib/table.js';
 import { designLabel, designTableNotes, designTableRows } from './design-table.js';
@@ -102,6 +103,28 @@ export function printCopy(c: CopyResults): void {
   if (cc) {
     process.stdout.write(
       `   control: memcpy over a ${cc.arenaKiB} KiB arena (in cache), ${cc.blockKiB} KiB blocks: 1 thread ${round(cc.gbPerSecond1.median, 2)} GB/s, 2 threads ${round(cc.gbPerSecond2.median, 2)} GB/s, 1 -> 2 threads ${round(cc.speedup.median, 2)}x\n\n`,
+    );
+  }
+}
+
+export function printWebGpu(w: WebGpuResults): void {
+  printTable(
+    `10. WebGPU copies beside shared memory (${w.adapter.name}; ${w.blockKiB} KiB blocks, ${Math.round(w.bytesPerMeasurement / 2 ** 20)} MiB per measurement)`,
+    w.rows.map((r) => ({
+      direction: r.direction,
+      'job KiB': r.jobKiB,
+      'WebGPU GB/s': round(r.webgpuGbPerSecond.median, 2),
+      'shared-memory GB/s': round(r.sharedMemoryGbPerSecond.median, 2),
+      'WebGPU / shared': round(r.ratio.median, 2),
+      'ratio IQR': iqr(r.ratio),
+      'WebGPU job ms': round(r.webgpuJobMs.median, 2),
+    })),
+  );
+  process.stdout.write(`   ${w.note}\n\n`);
+  const sc = w.scenario;
+  if (sc) {
+    process.stdout.write(
+      `   the scenario on the WebGPU backend: offloading on ${Math.round(sc.wallMsOn.median)} ms, off ${Math.round(sc.wallMsOff.median)} ms, on / off ${round(sc.wallOnOverOff.median, 2)} (IQR ${iqr(sc.wallOnOverOff)}); holes ${sc.holes}, mismatches ${sc.mismatches}, verify ${sc.verifyOk ? 'ok' : 'FAILED'}\n\n`,
     );
   }
 }

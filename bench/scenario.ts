@@ -132,8 +132,13 @@ function delayOf(h: IntervalHistogram): {
   };
 }
 
-async function runScenario(offload: boolean, options: ScenarioOptions): Promise<ScenarioRun> {
-  const runtimeOptions: RuntimeOptions = offload ? {} : { offload: false };
+/** One workload on a fresh runtime; `runtime`: options beside offload (the WebGPU benchmark's backend). */
+export async function runScenario(
+  offload: boolean,
+  options: ScenarioOptions,
+  runtime: RuntimeOptions = {},
+): Promise<ScenarioRun> {
+  const runtimeOptions: RuntimeOptions = offload ? runtime : { ...runtime, offload: false };
   const rt = await OffloadRuntime.start(runtimeOptions);
   let summaries: RequestSummary[];
   const h = monitorEventLoopDelay({ resolution: RESOLUTION_MS });

@@ -10,6 +10,7 @@ import type { HashingOptions } from './hashing.js';
 import type { PlannerOptions } from './planner.js';
 import type { ScenarioOptions } from './scenario.js';
 import type { SnapshotOptions } from './snapshot.js';
+import type { WebGpuBenchOptions } from './webgpu.js';
 
 export const MODES = ['quick', 'full', 'smoke'] as const;
 export type Mode = (typeof MODES)[number];
@@ -20,6 +21,7 @@ export interface Sizes {
   readonly designs: DesignOptions;
   readonly copy: CopyOptions;
   readonly scenario: ScenarioOptions;
+  readonly webgpu: WebGpuBenchOptions;
   readonly hashing: HashingOptions;
 }
 
@@ -63,6 +65,16 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     // and >= 10 s. Three of them are paired with a run with offloading off
     // for on ÷ off (full mode pairs all five).
     scenario: { repeats: 5, offRepeats: 3, idleDelayMsMax: 1000 },
+    // 64 MiB arenas x 2 passes: 128 MiB timed per figure, 4 job sizes each way.
+    webgpu: {
+      blockBytes: 64 * KIB,
+      jobBytes: [256 * KIB, MIB, 4 * MIB, 16 * MIB],
+      arenaBytes: 64 * MIB,
+      passes: 2,
+      repeats: 3,
+      // The default overflow workload on the WebGPU backend, on and off: 3 pairs.
+      scenario: { repeats: 3 },
+    },
     // A 64k-token prompt per run (4 ms at 16-token blocks with SHA-256): seconds in all.
     hashing: { tokens: 65_536, repeats: 15 },
   },
@@ -85,6 +97,14 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
     },
     copy: { blockBytes: ALL_BLOCKS, threads: [1, 2], arenaBytes: 64 * MIB, passes: 8, repeats: 5 },
     scenario: { repeats: 5 },
+    webgpu: {
+      blockBytes: 64 * KIB,
+      jobBytes: [64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB],
+      arenaBytes: 64 * MIB,
+      passes: 4,
+      repeats: 5,
+      scenario: { repeats: 5 },
+    },
     hashing: { tokens: 262_144, repeats: 25 },
   },
   smoke: {
@@ -105,6 +125,14 @@ export const SIZES: Readonly<Record<Mode, Sizes>> = {
       promptTokens: 2000,
       steadySecondsMin: 0.2,
       steadyRunsMin: 1,
+    },
+    webgpu: {
+      blockBytes: 16 * KIB,
+      jobBytes: [64 * KIB],
+      arenaBytes: MIB,
+      passes: 1,
+      repeats: 1,
+      scenario: { repeats: 1, requests: 2, promptTokens: 2000 },
     },
     hashing: { tokens: 4096, repeats: 2 },
   },

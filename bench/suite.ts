@@ -20,6 +20,7 @@ import {
   printScenario,
   printSnapshot,
   printTargets,
+  printWebGpu,
 } from './print.js';
 import { runScenarioBench } from './scenario.js';
 import type { ScenarioResults } from './scenario.js';
@@ -28,6 +29,8 @@ import type { Mode } from './sizes.js';
 import { runSnapshotBench } from './snapshot.js';
 import type { SnapshotResults } from './snapshot.js';
 import { allTargets } from './targets.js';
+import { runWebGpuBench } from './webgpu.js';
+import type { WebGpuResults } from './webgpu.js';
 import type { TargetCheck } from './targets.js';
 
 export const BENCHMARKS = [
@@ -37,6 +40,7 @@ export const BENCHMARKS = [
   'copy',
   'scenario',
   'hashing',
+  'webgpu',
 ] as const;
 export type BenchmarkName = (typeof BENCHMARKS)[number];
 
@@ -66,6 +70,7 @@ export interface BenchResults {
   readonly copy?: CopyResults;
   readonly scenario?: ScenarioResults;
   readonly hashing?: HashingResults;
+  readonly webgpu?: WebGpuResults;
 }
 
 export interface SuiteOptions {
@@ -90,6 +95,7 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
     copy?: CopyResults;
     scenario?: ScenarioResults;
     hashing?: HashingResults;
+    webgpu?: WebGpuResults;
   } = {};
   const wants = (name: BenchmarkName) => options.only.includes(name);
   const timed = async <T>(name: BenchmarkName, run: () => Promise<T>): Promise<T> => {
@@ -142,6 +148,10 @@ export async function runSuite(options: SuiteOptions): Promise<BenchResults> {
   if (wants('hashing')) {
     out.hashing = await timed('hashing', () => runHashingBench(sizes.hashing));
     if (options.print) printHashing(out.hashing);
+  }
+  if (wants('webgpu')) {
+    out.webgpu = await timed('webgpu', () => runWebGpuBench(sizes.webgpu));
+    if (options.print) printWebGpu(out.webgpu);
   }
   const results: Omit<BenchResults, 'targets'> = {
     schema: RESULTS_SCHEMA,

@@ -29,7 +29,6 @@ import type { SimulateRawOptions } from '../src/commands/simulate-options.js';
 import { DiskTier } from '../src/tier/disk-tier.js';
 import type { LowerTier } from '../src/tier/lower.js';
 import { RedisTier } from '../src/tier/redis-tier.js';
-import { encodeValue } from '../src/tier/value.js';
 import { commitInfo, machineInfo } from './lib/machine.js';
 import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 import type { Figure } from './lib/stats.js';
@@ -46,6 +45,9 @@ const REPEATS = QUICK ? 2 : 3;
 /** Stores in flight while measuring throughput (below every level's drop bound). */
 const WINDOW = 8;
 const FP = 0x7469657273n; // "tiers"
+/** Entries are authenticated, as a deployment runs them (the scenarios read it from the environment). */
+const BENCH_SECRET = 'kvoff-bench-tiers-secret-0123456789';
+process.env.KVOFF_TIER_SECRET ??= BENCH_SECRET;
 
 interface LevelRow {
   level: 'disk' | 'redis';
@@ -99,9 +101,8 @@ async function measureLevel(
   for (let r = 0; r < REPEATS; r += 1) {
     const fp = FP ^ (salt << 16n) ^ BigInt(r);
     const tier = await open(chunkBytes, fp);
-    const values = Array.from({ length: chunks }, (_, i) =>
-      encodeValue(fp, BigInt(i + 1), payload),
-    );
+    // Sealed as the level checks them: with the deployment secret's tag (the production path).
+    const values = Array.from({ length: chunks }, (_, i) => tier.seal(BigInt(i + 1), payload));
     const t0 = performance.now();
     for (let i = 0; i < chunks; i += 1) {
       while (tier.storesInFlight >= WINDOW) await new Promise((res) => setImmediate(res));
@@ -216,6 +217,7 @@ async function main(): Promise<void> {
               payloadBytes,
               scope,
               freeBytesMin: 0,
+              secret: BENCH_SECRET,
             }),
           'disk',
           chunkBytes,
@@ -225,7 +227,8 @@ async function main(): Promise<void> {
       log(`disk ${chunkBytes / KIB} KiB done`);
       levels.push(
         await measureLevel(
-          (payloadBytes, scope) => RedisTier.open({ urls: [url!], payloadBytes, scope }),
+          (payloadBytes, scope) =>
+            RedisTier.open({ urls: [url!], payloadBytes, scope, secret: BENCH_SECRET }),
           'redis',
           chunkBytes,
           (salt += 1n),

@@ -15,13 +15,18 @@
 let s = 0;
 
 function seed(key: bigint, position: number): void {
+  s = blockSeed(key, position);
+}
+
+/** The generator's seed for (key, position): what a device's kernel starts from (src/runtime/webgpu-kernels.ts). */
+export function blockSeed(key: bigint, position: number): number {
   let h = Math.imul(position + 1, 0x85ebca6b);
   // Word by word, each multiplied so that equal words in different places do not cancel.
   for (let w = 0; w < 8 && key !== 0n; w += 1) {
     h = Math.imul(h ^ Number(BigInt.asUintN(32, key)), 0x9e3779b1) ^ (h >>> 15);
     key >>= 32n;
   }
-  s = h | 0;
+  return h | 0;
 }
 
 function next(): number {

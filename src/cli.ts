@@ -57,11 +57,15 @@ async function main(argv: string[]): Promise<number> {
     }
     const debug = argv.includes('--debug');
     if (err instanceof KvoffError) {
-      process.stderr.write(`kvoff: ${err.message}\n`);
+      // A tier given explicitly that cannot be used is a configuration error: say how to go on without it.
+      const hint =
+        err.code === 'KVOFF_TIER_UNAVAILABLE' ? ' (--tier-optional runs without it, degraded)' : '';
+      process.stderr.write(`kvoff: ${err.message}${hint}\n`);
       if (debug && err.stack) process.stderr.write(`${err.stack}\n`);
       return err.code === 'KVOFF_INVALID_CONFIG' ||
         err.code === 'KVOFF_INVALID_ARGUMENT' ||
         err.code === 'KVOFF_UNKNOWN_POLICY' ||
+        err.code === 'KVOFF_TIER_UNAVAILABLE' ||
         err.code === 'KVOFF_INVALID_TRACE'
         ? EXIT.usage
         : EXIT.found;

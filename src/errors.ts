@@ -21,11 +21,14 @@ export type KvoffErrorCode =
   | 'KVOFF_BLOCKS_SETTLED'
   | 'KVOFF_ROLE_CLAIMED'
   | 'KVOFF_TRANSFER_BACKEND_FAILED'
+  | 'KVOFF_TIER_UNAVAILABLE'
+  | 'KVOFF_EVENTS_UNAVAILABLE'
   | 'KVOFF_INVALID_TRACE'
   | 'KVOFF_NAMESPACE_REQUIRED'
   | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
   | 'KVOFF_SHARED_RESET_FAILED'
-  | 'KVOFF_EVENTS_UNAVAILABLE';
+  | 'KVOFF_EVENTS_UNAVAILABLE'
+  | 'KVOFF_WEBGPU_UNAVAILABLE';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -50,9 +53,15 @@ export class ConfigError extends KvoffError {
 
 /** Thrown when a caller passes a value outside what an API accepts; nothing was changed. */
 export class InvalidArgumentError extends KvoffError {
+  /** The argument or option refused. */
+  readonly what: string;
+  /** The rule it broke. */
+  readonly rule: string;
   constructor(what: string, rule: string) {
     super('KVOFF_INVALID_ARGUMENT', `invalid argument: ${what}: ${rule}`);
     this.name = 'InvalidArgumentError';
+    this.what = what;
+    this.rule = rule;
   }
 }
 
@@ -157,6 +166,24 @@ export class QueueFullError extends KvoffError {
     super('KVOFF_QUEUE_FULL', `${what} is full (${limit} pending)`);
     this.name = 'QueueFullError';
     this.limit = limit;
+  }
+}
+
+/**
+ * Thrown by `OffloadRuntime.start()` when a tier below host memory that was
+ * configured explicitly cannot be used at start (unreachable, credentials
+ * refused, a TLS failure, a directory that cannot be made or written, opening
+ * that did not finish in time) and `tiers.optional` is not set. `reason` never
+ * carries a credential. Nothing was started.
+ */
+export class TierUnavailableError extends KvoffError {
+  readonly tier: string;
+  readonly reason: string;
+  constructor(tier: string, reason: string) {
+    super('KVOFF_TIER_UNAVAILABLE', `the ${tier} tier cannot be used: ${reason}`);
+    this.name = 'TierUnavailableError';
+    this.tier = tier;
+    this.reason = reason;
   }
 }
 
@@ -281,6 +308,39 @@ export class TraceFormatError extends KvoffError {
     this.source = source;
     this.line = line;
   }
+}
+
+/** What a WebGPU backend could not get: the optional package, an adapter (a driver), or a device from it. */
+export type WebGpuMissing = 'package' | 'adapter' | 'device';
+
+/**
+ * Thrown (as a rejection of start()) when the WebGPU transfer backend was
+ * chosen and cannot run: the optional npm package `webgpu` is not installed,
+ * no adapter was found (without a GPU: Mesa's software Vulkan driver,
+ * mesa-vulkan-drivers 25 or later), or the adapter refused a device. Nothing
+ * was started.
+ */
+export class WebGpuUnavailableError extends KvoffError {
+  readonly missing: WebGpuMissing;
+  constructor(missing: WebGpuMissing, detail: string) {
+    super(
+      'KVOFF_WEBGPU_UNAVAILABLE',
+      `WebGPU backend unavailable: ${webGpuAdvice(missing)} (${detail})`,
+    );
+    this.name = 'WebGpuUnavailableError';
+    this.missing = missing;
+  }
+}
+
+function webGpuAdvice(missing: WebGpuMissing): string {
+  if (missing === 'package') {
+    return 'the optional npm package "webgpu" (Dawn for Node.js) is not installed: npm install webgpu';
+  }
+  const driver =
+    "without a GPU, install Mesa's software Vulkan driver, mesa-vulkan-drivers 25 or later (Debian 12: from bookworm-backports; scripts/webgpu-driver.sh install)";
+  return missing === 'adapter'
+    ? `no WebGPU adapter was found: install a Vulkan driver for your GPU, or ${driver}`
+    : `the WebGPU adapter refused a device: update its Vulkan driver, or ${driver}`;
 }
 
 /**

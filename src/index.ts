@@ -19,13 +19,15 @@ export {
   BlocksSettledError,
   RoleClaimedError,
   TransferBackendFailedError,
+  TierUnavailableError,
   EventsUnavailableError,
   TraceFormatError,
+  WebGpuUnavailableError,
   NamespaceRequiredError,
   KeyHashNotShareableError,
   SharedResetFailedError,
 } from './errors.js';
-export type { KvoffErrorCode } from './errors.js';
+export type { KvoffErrorCode, WebGpuMissing } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';
 export type { Config, ConfigInput, GroupConfig, GroupInput, GroupKind } from './config.js';
 
@@ -136,7 +138,14 @@ export type { DiskTierOptions } from './tier/disk-tier.js';
 export type { RedisTier, RedisTierOptions } from './tier/redis-tier.js';
 export { TIER_NAMES, TIER_COUNTER_FIELDS } from './tier/lower.js';
 export type { LowerTier, TierName, TierCounters, TierStoreSample } from './tier/lower.js';
-export type { PerTierCounters } from './tier/tier-stats.js';
+export type { LowerTierFlags, LowerTierReport, PerTierCounters } from './tier/tier-stats.js';
+
+// WebGPU: an engine that holds its KV in WebGPU buffers serves kvoff's copies on its device's thread.
+export { WebGpuCopyServer } from './runtime/webgpu-host.js';
+export type { WebGpuKvBuffers } from './runtime/webgpu-host.js';
+export type { GpuRings, GpuCopyReport } from './runtime/webgpu-loop.js';
+export type { WebGpuAdapterInfo } from './runtime/webgpu-device.js';
+export type { TransferBackendName } from './runtime/runtime-gpu.js';
 
 // KV events: vLLM's event model, from every tier change.
 export { KvEventStream } from './events/stream.js';

@@ -45,6 +45,22 @@ export interface LookupRequest {
   readonly skipReadingPrefixCache?: boolean;
 }
 
+/**
+ * Test-only rule bugs (issue 32's broken variants): each makes the lookup
+ * decide wrongly, so `kvoff fuzz --broken rule-lookup-long` and
+ * `--broken rule-last-token` can show that the fuzzer's independent
+ * specification (src/fuzz/spec/lookup-spec.ts) finds a wrong rule, which an
+ * oracle calling this function could not. Never set otherwise.
+ */
+export interface LookupUnsafe {
+  /** An unverified EAGLE group keeps its last hit chunk: the hit is one chunk too long. */
+  readonly unsafeEagleTailKept?: boolean;
+  /** With a windowed group the last prompt token is no longer left to compute. */
+  readonly unsafeLastTokenLoaded?: boolean;
+}
+
+const SAFE: LookupUnsafe = Object.freeze({});
+
 /** Combines tier levels (fastest first): a hit at any level hits; else pending anywhere defers. */
 export function combineLevels(levels: readonly ChunkStateOf[]): ChunkStateOf {
   return (key) => {
@@ -127,13 +143,14 @@ export function lookupHitTokens(
   groups: readonly LookupGroup[],
   request: LookupRequest,
   state: ChunkStateOf,
+  unsafe: LookupUnsafe = SAFE,
 ): LookupResult {
   if (request.skipReadingPrefixCache === true) return 0;
   const computed = request.localHitTokens ?? 0;
   const order = lookupOrder(groups);
   const windowed = order.filter((g) => groups[g]!.windowChunks !== null);
   let maxHit = request.numTokens;
-  if (windowed.length > 0) maxHit -= 1;
+  if (windowed.length > 0 && unsafe.unsafeLastTokenLoaded !== true) maxHit -= 1;
   if (request.maxLoadTokens !== undefined)
     maxHit = Math.min(maxHit, computed + request.maxLoadTokens);
   let numHit = 0;
@@ -166,7 +183,7 @@ export function lookupHitTokens(
       if (hits === DEFER) defer = true;
       else {
         if (unverifiedEagle) {
-          hits -= 1; // the volatile tail
+          if (unsafe.unsafeEagleTailKept !== true) hits -= 1; // the volatile tail
           verified.add(g);
         }
         maxHit = Math.min(maxHit, tpc * (start + hits));

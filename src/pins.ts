@@ -10,7 +10,7 @@ export function pinBlocks(pins: Int32Array, blocks: readonly number[]): void {
 /** Bound on one unpin's compare-exchange retries (far above any pinner count). */
 const UNPIN_ATTEMPTS_MAX = 1_000_000;
 
-export function unpinBlocks(pins: Int32Array, blocks: readonly number[]): void {
+export function unpinBlocks(pins: Int32Array, blocks: Iterable<number>): void {
   for (const b of blocks) {
     // Check before the word changes (a compare-exchange, not a sub then an
     // assertion): a double unpin must throw with the count still >= 0, or a

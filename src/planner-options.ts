@@ -106,6 +106,14 @@ export interface PlannerOptions {
    */
   unsafeDropDeferred?: boolean;
   /**
+   * Test-only (issue 32's rule-reachability variant): the first reachable
+   * sliding-window chunk of each alignment segment is judged unreachable, so
+   * the cursor passes it and it is never stored. A bug in the rule itself, not
+   * a race: exists so `kvoff fuzz --broken rule-reachability` can show the
+   * fuzzer's independent specification finds it; never turn it on otherwise.
+   */
+  unsafeReachabilityOneShort?: boolean;
+  /**
    * Test-only: a store job that was in flight at a reset completes as any
    * other (no job-id threshold): it publishes into the tier the reset
    * emptied, and its retired slots are never given back. Exists so the
@@ -156,6 +164,7 @@ const PLANNER_SWITCHES = [
   'unsafeSkipUnpinOnFailure',
   'unsafeAckOnAllocFailure',
   'unsafeDropDeferred',
+  'unsafeReachabilityOneShort',
   'unsafePublishStaleJobs',
 ] as const satisfies readonly PlannerSwitch[];
 // Every switch of PlannerOptions is in the list (a compile error otherwise).

@@ -10,7 +10,7 @@
 // back without a new publication (a busy seqlock, a full tier, an ended
 // request waiting for lagging keys) raises the bit again itself, so nothing
 // waits for an event that may never come.
-import type { Config } from './config.js';
+import type { Config, GroupConfig } from './config.js';
 import { InvalidArgumentError, invariant } from './errors.js';
 import type { ChunkCopy } from './copy.js';
 import type { StoreJob } from './job.js';
@@ -72,6 +72,7 @@ export class StorePlanner {
   private readonly storeLastSampled: boolean;
   private readonly ackOnAllocFailure: boolean;
   private readonly dropDeferred: boolean;
+  private readonly reachabilityOneShort: boolean;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
@@ -112,6 +113,7 @@ export class StorePlanner {
     this.storeLastSampled = options.unsafeStoreLastSampledToken ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
     this.dropDeferred = options.unsafeDropDeferred ?? false;
+    this.reachabilityOneShort = options.unsafeReachabilityOneShort ?? false;
     this.finalWaits = new FinalWaits(
       state.config.maxRequests,
       options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX,
@@ -408,7 +410,7 @@ export class StorePlanner {
           offer.nullChunks?.push(g, c);
           continue;
         }
-        if (!storeReachable(group, alignment, c, w.ready)) {
+        if (!this.reachable(group, alignment, c, w.ready)) {
           offer.unreachable += 1; // no aligned hit can use it: passed, never copied
           offer.unreachableChunks?.push(g, c);
           continue;
@@ -508,6 +510,19 @@ export class StorePlanner {
     this.counters.jobs += 1;
     this.counters.chunksStored += stored.length;
     return this.jobs.issue(slot, this.snap.generation, this.snap.requestId, stored);
+  }
+
+  /** storeReachable, or its broken variant (unsafeReachabilityOneShort). */
+  private reachable(
+    group: GroupConfig,
+    alignment: number | null,
+    chunk: number,
+    ready: number,
+  ): boolean {
+    if (!storeReachable(group, alignment, chunk, ready)) return false;
+    if (!this.reachabilityOneShort || alignment === null) return true;
+    // The broken variant: the first reachable chunk of its segment counts as unreachable.
+    return chunk % alignment !== 0 && storeReachable(group, alignment, chunk - 1, ready);
   }
 
   /** Raises the slot's dirty bit from the store side: the next pass visits it again. */

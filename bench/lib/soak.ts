@@ -140,6 +140,8 @@ function tiersOf(o: SoakOptions): TiersOptions | undefined {
   return {
     ...(o.disk !== undefined ? { disk: { dir: o.disk } } : {}),
     ...(o.redis !== undefined ? { redis: { urls: [o.redis] } } : {}),
+    // Authenticated entries, as a deployment runs them (KVOFF_TIER_SECRET, or a soak's own).
+    secret: process.env.KVOFF_TIER_SECRET ?? 'kvoff-soak-secret-0123456789abcdef',
   };
 }
 

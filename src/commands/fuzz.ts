@@ -76,7 +76,7 @@ export function registerFuzz(program: Command): void {
     )
     .option(
       '--broken <class>',
-      `re-create a failure class of docs/failure-classes.md with its test-only switch: ${BROKEN_CLASSES.map((r) => r.id).join(', ')} (F1 or f01 form); it sets the policy, variant, target and watched invariants`,
+      `re-create a failure class of docs/failure-classes.md or a rule bug with its test-only switch: ${BROKEN_CLASSES.map((r) => r.id).join(', ')} (classes in F1 or f01 form); it sets the policy, variant, target and watched invariants`,
     )
     .option('--policy <policy>', 'store policy: ready-prefix (default), legacy-assert, legacy-zip')
     .option('--strategy <strategy>', 'scheduling strategy: random (default) or pct')

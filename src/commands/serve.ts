@@ -14,6 +14,7 @@ import { KvoffServer, SERVE_DEFAULTS } from '../serve/server.js';
 import { TRANSFER_THREADS_MAX, intOptionOr, policyOption } from './options.js';
 import { DEFAULT_RUNTIME_CONFIG } from '../runtime/defaults.js';
 import { addTierOptions, parseNamespaceOptions, parseTierOptions } from './tier-options.js';
+import { INSECURE_TIER_WARNING, TierWatch } from './tier-watch.js';
 import type { TierRawOptions } from './tier-options.js';
 import { addEventOptions, parseEventOptions } from './event-options.js';
 import type { EventRawOptions } from './event-options.js';
@@ -87,6 +88,7 @@ export function registerServe(program: Command): void {
       const tiers = parseTierOptions(raw);
       const namespace = parseNamespaceOptions(raw);
       const events = parseEventOptions(raw);
+      if (tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
 
       const runtime = await OffloadRuntime.start({
         config: { ...DEFAULT_RUNTIME_CONFIG, namespace },
@@ -100,11 +102,18 @@ export function registerServe(program: Command): void {
         // Always on: GET /v1/events streams them; --kv-events adds ZeroMQ.
         events: events ?? {},
       });
+      const watch = tiers
+        ? new TierWatch(
+            () => runtime.stats().tiers,
+            (line) => process.stderr.write(`${line}\n`),
+          ).start()
+        : undefined;
       const server = new KvoffServer(runtime, { drainTimeoutMs });
       let addr;
       try {
         addr = await server.listen(port, raw.host);
       } catch (err) {
+        watch?.stop();
         await runtime.close();
         // Blame the option the error is about: a port in use or privileged, or an address not here.
         const code = (err as NodeJS.ErrnoException).code;
@@ -130,6 +139,7 @@ export function registerServe(program: Command): void {
       for (const s of DRAIN_SIGNALS) process.once(s, () => process.exit(1));
       if (!raw.json) process.stderr.write(`kvoff serve: ${signal}: draining\n`);
       const drain = await server.drain();
+      watch?.stop();
       const stats = runtime.stats();
       // A supervisor must see a failed runtime: a clean exit is a clean run only.
       const clean =

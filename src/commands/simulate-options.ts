@@ -6,6 +6,8 @@ import { DEFAULT_SEED } from '../runtime/defaults.js';
 import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
 import { resolveConfig } from '../config.js';
 import { InvalidArgumentError, quoted } from '../errors.js';
+import { TRANSFER_BACKENDS } from '../runtime/runtime-gpu.js';
+import type { TransferBackendName } from '../runtime/runtime-gpu.js';
 import type { StorePolicy } from '../ready.js';
 import {
   TRANSFER_THREADS_MAX,
@@ -100,6 +102,7 @@ export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   offload?: boolean;
   seed?: string;
   transferThreads?: string;
+  backend?: string;
   policy?: string;
   report?: string;
   traceRequests?: string;
@@ -123,6 +126,8 @@ export interface SimulatePlan {
   config: ConfigInput;
   groupsName: string;
   transferThreads: number;
+  /** What holds the GPU's KV and copies it (RuntimeOptions.transferBackend). */
+  backend: TransferBackendName;
   lag: {
     hasherHashesPerWake?: number;
     allocatorPublishDelayMs?: number;
@@ -254,6 +259,10 @@ export function parseSimulateOptions(
     TRANSFER_THREADS_MAX,
     SIMULATE_DEFAULTS.transferThreads,
   );
+  const backend = raw.backend ?? 'shared-memory';
+  if (!(TRANSFER_BACKENDS as readonly string[]).includes(backend)) {
+    throw new InvalidArgumentError('--backend', `must be one of ${TRANSFER_BACKENDS.join(', ')}`);
+  }
   const traceRequests = intOptionOr(
     '--trace-requests',
     raw.traceRequests,
@@ -347,6 +356,7 @@ export function parseSimulateOptions(
     config,
     groupsName,
     transferThreads,
+    backend: backend as TransferBackendName,
     lag,
     seed,
     workload,

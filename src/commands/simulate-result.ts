@@ -33,6 +33,7 @@ export interface SimulateResult extends ReportedStats {
     gpuTokens: number;
     groups: string;
     transferThreads: number;
+    backend: string;
     abortRate: number;
     offload: boolean;
     blockBytes: number;
@@ -47,6 +48,8 @@ export interface SimulateResult extends ReportedStats {
   wallSeconds: number;
   /** Tier entries resident at the end (stored chunks evicted before that cannot be verified). */
   tierUsed: number;
+  /** The WebGPU adapter (--backend webgpu): on a software device (llvmpipe) the figures measure the API path, not a GPU. */
+  adapter?: string;
   /** Set when the run crashed (the legacy-assert policy's engine crash). */
   crashed?: string;
   /** What close() found left over; null where a role crashed before reporting (unknown, not 0). */

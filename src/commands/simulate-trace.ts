@@ -27,6 +27,7 @@ import { parseGroups } from './simulate-options.js';
 import type { SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, painter, progress, table } from './term.js';
 import { parseNamespaceOptions, parseTierOptions } from './tier-options.js';
+import { INSECURE_TIER_WARNING } from './tier-watch.js';
 import type { GroupInput } from '../config.js';
 import type { NamespaceInput } from '../identity.js';
 
@@ -372,6 +373,7 @@ export async function traceAction(
   cmd: Command,
 ): Promise<void> {
   const plan = parseTraceOptions(raw, (name) => cmd.getOptionValueSource(name) === 'cli');
+  if (plan.tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
   const color = colorAllowed(process.stdout);
   const trace = readPlanTrace(plan);
   const bar =

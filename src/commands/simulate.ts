@@ -27,6 +27,7 @@ import {
 import type { SimulatePlan, SimulateRawOptions } from './simulate-options.js';
 import { colorAllowed, progress } from './term.js';
 import { addTierOptions } from './tier-options.js';
+import { INSECURE_TIER_WARNING, TierWatch } from './tier-watch.js';
 import { addEventOptions } from './event-options.js';
 import { addTraceOptions, traceAction } from './simulate-trace.js';
 import type { TraceRawOptions } from './simulate-trace.js';
@@ -37,6 +38,8 @@ const PROGRESS_TICK_MS = 250;
 export interface SimulateHooks {
   /** Called every PROGRESS_TICK_MS while the workload runs. */
   onProgress?(done: number, total: number, stats: RuntimeStats): void;
+  /** A line about a lower tier's health (src/commands/tier-watch.ts), while it runs. */
+  onTierWarning?(line: string): void;
 }
 
 /** Runs one simulation to the end and returns its result; writes the report if asked. */
@@ -49,6 +52,7 @@ export async function runSimulate(
     config: plan.config,
     policy: plan.policy,
     transferThreads: plan.transferThreads,
+    transferBackend: plan.backend,
     lag: plan.lag,
     simulator: {
       seed: plan.seed,
@@ -62,6 +66,9 @@ export async function runSimulate(
     ...(plan.events ? { events: plan.events } : {}),
     ...(plan.cache ? { cache: plan.cache } : {}),
   });
+  const warn = hooks.onTierWarning;
+  const watch =
+    warn && plan.tiers ? new TierWatch(() => runtime.stats().tiers, warn).start() : undefined;
   const requests = defaultWorkload(plan.workload);
   let done = 0;
   let crashed: string | undefined;
@@ -81,6 +88,7 @@ export async function runSimulate(
   } catch (err) {
     if (!isLegacyCrash(plan, err)) {
       clearInterval(ticker);
+      watch?.stop();
       await runtime.close().catch(() => undefined);
       throw err;
     }
@@ -93,6 +101,7 @@ export async function runSimulate(
   let verify = { mismatches: 0, holes: 0, doubleStores: 0, entriesChecked: 0, entriesInFlight: 0 };
   if (crashed === undefined) verify = await runtime.verify();
   const stats = runtime.stats();
+  watch?.stop();
   await runtime.close().catch((err: unknown) => {
     // A crashed runtime already stopped its workers; anything else is real.
     if (crashed === undefined) throw err;
@@ -112,6 +121,7 @@ export async function runSimulate(
       gpuTokens: plan.gpuTokens,
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
+      backend: plan.backend,
       abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
@@ -145,6 +155,8 @@ export async function runSimulate(
     memory: stats.memory,
     ok: false,
   };
+  // The device the figures came from (a software device measures the API path, not a GPU).
+  if (runtime.webgpuAdapter) result.adapter = runtime.webgpuAdapter.name;
   if (crashed !== undefined) result.crashed = crashed;
   const leaks = runtime.leakReport();
   // The runtime says -1 when a role's final report never came (it crashed): unknown, so null.
@@ -235,6 +247,11 @@ export function registerSimulate(program: Command): void {
       `piscina threads that copy chunks (1 to ${TRANSFER_THREADS_MAX})`,
       String(d.transferThreads),
     )
+    .option(
+      '--backend <name>',
+      'where the GPU KV lives and what copies it: shared-memory, or webgpu (a WebGPU device; needs the optional webgpu package and a Vulkan driver)',
+      'shared-memory',
+    )
     .option('--block-bytes <n>', BLOCK_BYTES_MEANING, String(d.blockBytes))
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))
     .option(
@@ -262,6 +279,7 @@ export function registerSimulate(program: Command): void {
         (name) => command.getOptionValueSource(name) === 'cli',
       );
       if (plan.report) checkReportPath(plan.report);
+      if (plan.tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
       const color = colorAllowed(process.stdout);
       const bar = progress(process.stderr, plan.workload.requests, 'simulate', {
         quiet: plan.json && !process.stderr.isTTY,
@@ -269,6 +287,7 @@ export function registerSimulate(program: Command): void {
       let result: SimulateResult;
       try {
         result = await runSimulate(plan, {
+          onTierWarning: (line) => process.stderr.write(`${line}\n`),
           onProgress: (doneCount, _total, s) =>
             bar.update(
               doneCount,

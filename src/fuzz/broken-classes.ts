@@ -5,7 +5,9 @@
 // no-re-validation variant, or a switch) and names the invariants that show
 // the class. The rows come from the list of fault switches
 // (src/fuzz/switches.ts). A class without a row is one no fuzzer switch
-// reaches; its test file says how it is shown instead.
+// reaches; its test file says how it is shown instead. After the classes, the
+// rule variants: bugs in the rule itself (not races), which only an oracle
+// that does not share the rule's code can find (docs/fuzzing.md).
 import { InvalidArgumentError, quoted } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName } from './oracle.js';
@@ -47,9 +49,17 @@ const TITLES: Readonly<Record<FailureClassId, string>> = {
   f12: 'an entry visible to lookups before its copy finished',
 };
 
+/** The switches that plant a bug in the rule itself (issue 32): `--broken rule-reachability`. */
+type RuleSwitch = Extract<(typeof FAULT_SWITCHES)[number], { readonly rule: string }>;
+type RuleVariantId = RuleSwitch['name'];
+const RULE_SWITCHES: readonly RuleSwitch[] = FAULT_SWITCHES.filter(
+  (s): s is RuleSwitch => 'rule' in s,
+);
+const RULE_VARIANTS: readonly RuleVariantId[] = RULE_SWITCHES.map((s) => s.name);
+
 /** How the fuzzer re-creates one class: the unsafe configuration and what must catch it. */
 export interface BrokenClass {
-  readonly id: FailureClassId;
+  readonly id: FailureClassId | RuleVariantId;
   /** The class, as docs/failure-classes.md names it. */
   readonly title: string;
   /** What the variant turns off, in words (for --help, reports and the benchmark). */
@@ -73,15 +83,23 @@ export interface BrokenClass {
  * One row per class a fuzzer switch re-creates: the first switch of the list
  * (src/fuzz/switches.ts) that names the class and that the fuzzer can turn on.
  */
-export const BROKEN_CLASSES: readonly BrokenClass[] = FAILURE_CLASSES.flatMap((id) => {
-  const s = (FAULT_SWITCHES as readonly FaultSwitch[]).find(
-    (x) => x.failureClass === id && x.fuzz !== undefined,
-  );
-  if (s?.fuzz === undefined || s.watch === undefined) return [];
+export const BROKEN_CLASSES: readonly BrokenClass[] = [
+  ...FAILURE_CLASSES.flatMap((id) => {
+    const s = (FAULT_SWITCHES as readonly FaultSwitch[]).find(
+      (x) => x.failureClass === id && x.fuzz !== undefined,
+    );
+    return s === undefined ? [] : rowOf(id, TITLES[id], s);
+  }),
+  ...RULE_SWITCHES.flatMap((s) => rowOf(s.name, s.rule, s)),
+];
+
+/** The row of a class (or rule variant) `id` the switch `s` re-creates; none when the fuzzer cannot turn it on. */
+function rowOf(id: BrokenClass['id'], title: string, s: FaultSwitch): BrokenClass[] {
+  if (s.fuzz === undefined || s.watch === undefined) return [];
   const f = s.fuzz;
   const row: BrokenClass = {
     id,
-    title: TITLES[id],
+    title,
     variant:
       f.kind === 'policy'
         ? `policy ${f.policy} (${s.variant})`
@@ -97,7 +115,7 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = FAILURE_CLASSES.flatMap((i
     watch: s.watch,
   };
   return [row];
-});
+}
 
 /** `F1`, `f1`, `F01`, `f01` -> 'f01'; InvalidArgumentError (flag `what`) for anything else. */
 export function parseFailureClass(text: string, what = '--broken'): FailureClassId {
@@ -106,17 +124,21 @@ export function parseFailureClass(text: string, what = '--broken'): FailureClass
   if (id === undefined || !(FAILURE_CLASSES as readonly string[]).includes(id)) {
     throw new InvalidArgumentError(
       what,
-      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md`,
+      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md, and the rule variants ${RULE_VARIANTS.join(', ')}`,
     );
   }
   return id as FailureClassId;
 }
 
 /**
- * The row that re-creates a class. InvalidArgumentError for an unknown class,
- * and for a known one no fuzzer switch re-creates (its test shows it instead).
+ * The row that re-creates a class or a rule variant (by its name).
+ * InvalidArgumentError for an unknown class, and for a known one no fuzzer
+ * switch re-creates (its test shows it instead).
  */
 export function brokenClass(text: string, what = '--broken'): BrokenClass {
+  const name = typeof text === 'string' ? text.trim() : '';
+  const rule = BROKEN_CLASSES.find((r) => r.id === name && name.startsWith('rule-'));
+  if (rule !== undefined) return rule;
   const id = parseFailureClass(text, what);
   const row = BROKEN_CLASSES.find((r) => r.id === id);
   if (row === undefined) {

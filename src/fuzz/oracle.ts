@@ -20,7 +20,7 @@ export const INVARIANTS = [
   /** 6. A block, pin, tier entry or slot was still held after every request ended. */
   'leak',
   /**
-   * 7. A lookup answer is not the shared lookup decision (src/lookup.ts) over
+   * 7. A lookup answer is not what the specification (spec/lookup-spec.ts) allows over
    * the tier state at that moment, with the request's limits (runtime target).
    */
   'load-decision',

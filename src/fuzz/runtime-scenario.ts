@@ -69,6 +69,14 @@ export interface RuntimeScenario {
    * embedder's own (RuntimeOptions.transferBackendModule), which has no bell.
    */
   readonly completionBell?: boolean;
+  /**
+   * True: copies complete as a WebGPU device's do (StepTransferBackend's
+   * maps): a transfer step makes the GPU's copy, a later one resolves any
+   * pending map, so completions arrive late and out of order, and a store's
+   * pins are held until its map was read. Absent or false: a copy completes
+   * when it runs.
+   */
+  readonly gpuMaps?: boolean;
   /** Virtual ms one step of each role takes (index: actor id). */
   readonly stepMs: readonly number[];
   readonly events: readonly RuntimeEvent[];
@@ -182,6 +190,8 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     const count = resets.between(1, 2);
     for (let i = 0; i < count; i += 1) limited.push({ kind: 'reset', atMs: resets.int(horizonMs) });
   }
+  // Drawn last, so a seed's other draws stay what they were before it existed.
+  const gpuMaps = rng.chance(0.3);
   return {
     seed,
     geometry: geo.name,
@@ -194,6 +204,7 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     stepMs,
     events: limited,
     completionBell,
+    gpuMaps,
   };
 }
 

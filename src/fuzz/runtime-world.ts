@@ -31,10 +31,13 @@ import {
   S_COMPUTED_TOKENS,
   S_GENERATION,
   S_HIT_CHUNKS,
+  S_MAX_OFFLOAD_TOKENS,
   S_NUM_TOKENS,
+  S_PROMPT_TOKENS,
   S_SCHEDULED_TOKENS,
   S_STATUS,
   Status,
+  T_CURSOR,
 } from '../layout.js';
 import { describeLeak, leakReportOf } from '../leaks.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
@@ -55,6 +58,7 @@ import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { LookupAnswered } from '../runtime/store-loads.js';
 import { lookupAnswerViolation } from './lookup-oracle.js';
+import { specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -164,6 +168,8 @@ export class RuntimeWorld {
   private draftRewrite: boolean;
   private transferFailed = false;
   private jobsSeen = 0;
+  /** Chunks counted as dropped up to the last drained request (the specification's check reads the rest). */
+  private dropsSeen = 0;
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -232,6 +238,7 @@ export class RuntimeWorld {
       failing,
       scenario.events.some((e) => e.kind === 'load-fail'),
       scenario.completionBell === false ? undefined : this.bells[STORE],
+      scenario.gpuMaps === true,
     );
     this.store = new StoreLoop(
       views,
@@ -394,7 +401,7 @@ export class RuntimeWorld {
     }
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.drained && this.backend.queued === 0) {
+      if (!store.stopped && this.store.drained && this.backend.pending === 0) {
         store.stopped = true;
         this.store.stop();
         // Then the allocator's and the hasher's stop words, in the runtime's order.
@@ -416,7 +423,7 @@ export class RuntimeWorld {
   }
 
   private runnable(actor: number): boolean {
-    if (actor === TRANSFER) return this.backend.queued > 0 && !this.stalled(TRANSFER);
+    if (actor === TRANSFER) return this.backend.pending > 0 && !this.stalled(TRANSFER);
     const r = this.roles[actor]!;
     if (r.stopped || this.stalled(actor) || this.nowMs < r.busyUntilMs) return false;
     if (r.seen === undefined) return true;
@@ -612,15 +619,26 @@ export class RuntimeWorld {
   }
 
   private transferStep(): void {
+    const maps = this.backend.mapsPending;
+    // A device resolves its maps in its own order, and copies on while they wait.
+    if (maps > 0 && (this.backend.queued === 0 || this.transferRandom.chance(0.5))) {
+      const m = this.backend.resolveMap(this.transferRandom.int(maps))!;
+      this.note(
+        TRANSFER,
+        m.kind === 'store' ? 3 : 4,
+        m.jobId,
+        () =>
+          `transfer ${m.kind} job ${m.jobId} (task ${m.index}): map resolved, bytes written${m.kind === 'store' ? ', blocks unpinned' : ''}`,
+      );
+      return;
+    }
     const threads = Math.min(this.scenario.transferThreads, this.backend.queued);
     const t = this.backend.runNext(threads > 1 ? this.transferRandom.int(threads) : 0);
     if (t === undefined) return;
-    this.note(
-      TRANSFER,
-      t.kind === 'store' ? 1 : 2,
-      t.jobId,
-      () =>
-        `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
+    this.note(TRANSFER, t.kind === 'store' ? 1 : 2, t.jobId, () =>
+      this.scenario.gpuMaps === true
+        ? `transfer ${t.kind} job ${t.jobId} (task ${t.index}): GPU copy made, map pending`
+        : `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
     );
   }
 
@@ -696,10 +714,51 @@ export class RuntimeWorld {
     if (d.doubleStores > 0) {
       this.flag('double-store', `r${d.requestId}: ${d.doubleStores} chunk(s) dispatched twice`);
     }
+    // Beside the chunk ledger's account, the specification's (it shares no code with the rule).
+    this.checkEndedCursor(d);
     const p = this.pending.get(d.requestId);
     if (p === undefined) return;
     p.drained = d;
     if (p.ended !== undefined) this.pending.delete(d.requestId);
+  }
+  /**
+   * The specification's check of an ended request, just before the store
+   * marks it drained (its blocks still held): every chunk whose tokens were
+   * ready when it ended is below the final cursor, or counted as dropped (for
+   * capacity, or unready after the bound).
+   */
+  private checkEndedCursor(d: DrainedRequest): void {
+    const { state, config } = this.views;
+    const c = state.control;
+    const w = (f: number) => Atomics.load(c, state.schedulerWord(d.slot, f));
+    const facts = {
+      status: w(S_STATUS),
+      promptTokens: w(S_PROMPT_TOKENS),
+      numTokens: w(S_NUM_TOKENS),
+      computedTokens: w(S_COMPUTED_TOKENS),
+      scheduledTokens: w(S_SCHEDULED_TOKENS),
+      maxOffloadTokens: w(S_MAX_OFFLOAD_TOKENS),
+    };
+    const counters = this.store.planner.counters;
+    const drops = counters.chunksDroppedForCapacity + counters.chunksDroppedUnready;
+    const counted = drops - this.dropsSeen;
+    this.dropsSeen = drops;
+    let missing = 0;
+    const where: string[] = [];
+    for (const g of config.groups) {
+      const ready = specTokenChunks(config, facts, g);
+      const cursor = Atomics.load(c, state.storeWord(d.slot, T_CURSOR + g.index));
+      if (cursor < ready) {
+        missing += ready - cursor;
+        where.push(`group ${g.index}: cursor ${cursor} of ${ready} token-ready chunks`);
+      }
+    }
+    if (missing > counted) {
+      this.flag(
+        'hole',
+        `r${d.requestId} ${d.status}: ${missing - counted} token-ready chunk(s) neither stored nor counted as dropped when it drained (${where.join('; ')})`,
+      );
+    }
   }
 
   /** The ledger's cursor findings of the store step that just ran. */

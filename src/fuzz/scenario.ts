@@ -41,6 +41,8 @@ export type ScenarioEvent =
   | { readonly kind: 'tier-fail'; readonly at: number; readonly count: number }
   /** When a request finishes, the transfer role stalls: its blocks are freed while copies are pending. */
   | { readonly kind: 'finish-mid-store'; readonly forSteps: number }
+  /** The next `count` jobs completed from decision `at` on report a failed copy. */
+  | { readonly kind: 'copy-fail'; readonly at: number; readonly count: number }
   /** vLLM's reset_cache between two steps at decision `at`: the tier is emptied, stores restart. */
   | { readonly kind: 'reset'; readonly at: number };
 
@@ -223,6 +225,12 @@ export function scenarioFromSeed(seed: number): Scenario {
   if (resets.chance(0.25)) {
     const count = resets.between(1, 2);
     for (let i = 0; i < count; i += 1) events.push({ kind: 'reset', at: resets.int(estimate) });
+  }
+  // Failed copies, from a stream of their own and after the resets, so every other draw (and
+  // the event indexes a shrunk token keeps) stays what it was.
+  const failures = new Prng(seed, 8);
+  if (failures.chance(0.25)) {
+    events.push({ kind: 'copy-fail', at: failures.int(estimate), count: failures.between(1, 3) });
   }
   return {
     seed,

@@ -9,6 +9,14 @@
 // to fail runs the real copy code's cleanup
 // (a failed store task still unpins every source block, as runTransferTask's
 // `finally` does) and completes with ok = false.
+//
+// With `maps` (a WebGPU device's way), running a task only makes the GPU's
+// copy: a store's source blocks are read into a staging buffer of its own, a
+// load's tier slots into an upload buffer. The task completes at a later
+// transfer step that resolves one of the staged maps, any of them (late and
+// out of order, as map promises resolve): only then are the staged bytes
+// written to their destination, the source pins released and the completion
+// published. A task chosen to fail fails there, as a failed map does.
 import type { TransferBackend, TransferCompletion } from '../runtime/backend.js';
 import type { Doorbell } from '../runtime/doorbell.js';
 import { unpinBlocks } from '../pins.js';
@@ -21,6 +29,7 @@ import {
   TASK_LOAD,
 } from '../runtime/transfer.js';
 import type { AttachedArenas, TransferArenas } from '../runtime/transfer.js';
+import { gpuBlockWords, tierBlockWords } from '../copy.js';
 
 export interface StepTask {
   readonly jobId: number;
@@ -28,6 +37,13 @@ export interface StepTask {
   /** Submission order, from 0. */
   readonly index: number;
   readonly words: Int32Array;
+}
+
+/** A task whose GPU copy ran and whose map has not resolved: the bytes it read, and where they go. */
+interface StagedTask {
+  readonly task: StepTask;
+  /** Each block's bytes as the copy read them, and the words they are written to when the map resolves. */
+  readonly blocks: readonly { readonly into: Uint32Array; readonly bytes: Uint32Array }[];
 }
 
 export class StepTransferBackend implements TransferBackend {
@@ -43,21 +59,36 @@ export class StepTransferBackend implements TransferBackend {
   private readonly failLoads: boolean;
   /** Rung after each completion (the store's doorbell); undefined: no bell. */
   private readonly completionBell: Doorbell | undefined;
+  /** Copies complete when a later step resolves their map (see the file comment). */
+  private readonly maps: boolean;
+  private readonly staged: StagedTask[] = [];
 
   constructor(
     arenas: TransferArenas,
     failing: ReadonlySet<number> = new Set(),
     failLoads = false,
     completionBell?: Doorbell,
+    maps = false,
   ) {
     this.arenas = attachArenas(arenas);
     this.failing = failing;
     this.failLoads = failLoads;
     this.completionBell = completionBell;
+    this.maps = maps;
   }
 
   get inFlight(): number {
-    return this.queue.length + this.done.length;
+    return this.queue.length + this.staged.length + this.done.length;
+  }
+
+  /** Copies made whose maps have not resolved (maps only). */
+  get mapsPending(): number {
+    return this.staged.length;
+  }
+
+  /** Tasks not yet completed: queued, or copied with their map pending. */
+  get pending(): number {
+    return this.queue.length + this.staged.length;
   }
 
   /** Tasks submitted and not yet run. */
@@ -79,6 +110,55 @@ export class StepTransferBackend implements TransferBackend {
   runNext(index = 0): StepTask | undefined {
     if (index < 0 || index >= this.queue.length) return undefined;
     const t = this.queue.splice(index, 1)[0]!;
+    if (this.maps) {
+      this.staged.push(this.stage(t));
+      return t;
+    }
+    this.complete(t, () => runTransferTask(this.arenas, t.words));
+    return t;
+  }
+
+  /** Resolves staged map `index` (any of them: maps resolve in any order); returns its task. */
+  resolveMap(index: number): StepTask | undefined {
+    if (index < 0 || index >= this.staged.length) return undefined;
+    const { task, blocks } = this.staged.splice(index, 1)[0]!;
+    this.complete(task, () => {
+      for (const b of blocks) b.into.set(b.bytes);
+      if (task.kind === 'store' && task.words[2] === 1) {
+        unpinBlocks(this.arenas.pins, storeTaskBlocks(task.words));
+      }
+      return blocks.length * this.arenas.geometry.wordsPerBlock * 4;
+    });
+    return task;
+  }
+
+  /** The GPU's copy of a task: its source bytes now, their destination for later. */
+  private stage(t: StepTask): StagedTask {
+    const { gpu, tier, geometry } = this.arenas;
+    const w = t.words;
+    const blocks: { into: Uint32Array; bytes: Uint32Array }[] = [];
+    let at = 5;
+    if (t.kind === 'load') {
+      for (let i = 0; i < w[4]!; i += 1, at += 3) {
+        const from = tierBlockWords(tier, geometry, w[at]!, w[at + 1]!);
+        blocks.push({ into: gpuBlockWords(gpu, geometry, w[at + 2]!), bytes: from.slice() });
+      }
+      return { task: t, blocks };
+    }
+    for (let c = 0; c < w[4]!; c += 1) {
+      const tierSlot = w[at++]!;
+      const n = w[at++]!;
+      for (let i = 0; i < n; i += 1, at += 2) {
+        const from = gpuBlockWords(gpu, geometry, w[at]!);
+        const into = tierBlockWords(tier, geometry, tierSlot, w[at + 1]! % geometry.blocksPerChunk);
+        blocks.push({ into, bytes: from.slice() });
+      }
+    }
+    return { task: t, blocks };
+  }
+
+  /** Publishes `t`'s completion: `copy` runs unless the task is chosen to fail. */
+  private complete(t: StepTask, copy: () => number): void {
     if (this.failing.has(t.index) || (t.kind === 'load' && this.failLoads)) {
       if (t.kind === 'store' && t.words[2] === 1)
         unpinBlocks(this.arenas.pins, storeTaskBlocks(t.words));
@@ -91,12 +171,11 @@ export class StepTransferBackend implements TransferBackend {
         error: new Error(`injected transfer failure (${t.kind} task ${t.index})`),
       });
     } else {
-      const bytes = runTransferTask(this.arenas, t.words);
+      const bytes = copy();
       this.done.push({ jobId: t.jobId, kind: t.kind, ok: true, bytes, latencyMs: 0 });
     }
     // As runTransferRing does: the completion is published, then the bell rung.
     this.completionBell?.ring();
-    return t;
   }
 
   takeCompletions(): TransferCompletion[] {

@@ -11,6 +11,7 @@
 // code as shipped has every one off. Append entries at the end.
 import type { ConfigInput } from '../config.js';
 import type { LocalOffloadOptions } from '../local.js';
+import type { LookupUnsafe } from '../lookup.js';
 import type { PlannerOptions } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import type { StoreLoopOptions } from '../runtime/store-options.js';
@@ -30,7 +31,8 @@ type SwitchOption =
     }
   | { readonly on: 'GpuBlockPool'; readonly option: 'unsafeIgnorePins' }
   | { readonly on: 'RuntimeOptions'; readonly option: 'unsafeSkipPins' | 'unsafeTierSwitches' }
-  | { readonly on: 'ConfigInput'; readonly option: keyof ConfigInput & `unsafe${string}` };
+  | { readonly on: 'ConfigInput'; readonly option: keyof ConfigInput & `unsafe${string}` }
+  | { readonly on: 'LookupUnsafe'; readonly option: keyof LookupUnsafe };
 
 /** How the fuzzer turns a switch on. */
 type FuzzedBy =
@@ -59,6 +61,12 @@ export interface FaultSwitch {
   readonly shownOn?: 'runtime';
   /** The failure class it re-creates (docs/failure-classes.md), if any. */
   readonly failureClass?: string;
+  /**
+   * A bug planted in the rule itself (issue 32), not a race: what it gets
+   * wrong. `kvoff fuzz --broken <name>` runs it; only an oracle that does not
+   * share the rule's code can find it (docs/fuzzing.md).
+   */
+  readonly rule?: string;
   /** The invariants that show it (what a campaign of it watches). */
   readonly watch?: readonly InvariantName[];
 }
@@ -219,6 +227,38 @@ export const FAULT_SWITCHES = [
       { on: 'LowerTierSwitches', option: 'unsafeKeyWordOnly' },
       { on: 'RuntimeOptions', option: 'unsafeTierSwitches' },
     ],
+  },
+  {
+    name: 'rule-reachability',
+    variant: 'the first reachable chunk of each alignment segment counts as unreachable',
+    options: [{ on: 'PlannerOptions', option: 'unsafeReachabilityOneShort' }],
+    fuzz: { kind: 'switch' },
+    rule: 'a reachable sliding-window chunk judged unreachable, so never stored',
+    watch: ['hole'],
+  },
+  {
+    name: 'rule-lookup-long',
+    variant: 'runtime target: an EAGLE group keeps the last chunk of its widened query',
+    options: [
+      { on: 'StoreLoopOptions', option: 'unsafeEagleTailKept' },
+      { on: 'LookupUnsafe', option: 'unsafeEagleTailKept' },
+    ],
+    fuzz: { kind: 'switch' },
+    runtimeOnly: true,
+    rule: 'a lookup hit one chunk too long',
+    watch: ['load-decision'],
+  },
+  {
+    name: 'rule-last-token',
+    variant: 'runtime target: with a windowed group the lookup may hit every prompt token',
+    options: [
+      { on: 'StoreLoopOptions', option: 'unsafeLastTokenLoaded' },
+      { on: 'LookupUnsafe', option: 'unsafeLastTokenLoaded' },
+    ],
+    fuzz: { kind: 'switch' },
+    runtimeOnly: true,
+    rule: 'the last prompt token loaded although a windowed group needs it computed',
+    watch: ['load-decision'],
   },
 ] as const satisfies readonly FaultSwitch[];
 

@@ -26,14 +26,7 @@ import { ChunkLedger, ledgerObserver } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
 import { describeLeak, leakReportOf } from '../leaks.js';
 import { StorePlanner } from '../planner.js';
-import type { PlanPoint } from '../planner.js';
-import {
-  alignmentChunks,
-  offloadableTokens,
-  readyPrefix,
-  storeReachable,
-  tokenChunks,
-} from '../ready.js';
+import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorRole } from '../roles/allocator.js';
 import { statusName } from '../roles/handle.js';
@@ -43,6 +36,7 @@ import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
 import { HostTier } from '../tier/host-tier.js';
 import { FaultyTier } from './faulty-tier.js';
+import { specChunkReachable, specReadyChunks } from './spec/ready-spec.js';
 import {
   PENDING,
   LIVE,
@@ -169,6 +163,9 @@ export class World {
   private readonly published = new Map<bigint, number[]>();
   private readonly stalls: { actor: number; from: number; to: number }[] = [];
   private readonly tierFails: { at: number; count: number }[] = [];
+  private readonly copyFails: { at: number; count: number }[] = [];
+  /** Job completions still to report a failed copy. */
+  private copyFailNext = 0;
   /** Decisions at which the store resets (vLLM's reset_cache), ascending. */
   private readonly resetsAt: number[] = [];
   /** Jobs in flight at a reset (the oracle's own record: the planner's threshold is what it checks). */
@@ -188,8 +185,10 @@ export class World {
   private allocRr = 0;
   private hashRr = 0;
   private storeRr = 0;
-  // The rule's view of the planner's latest snapshot (the oracle's reference for cursors).
+  // The specification's view (spec/ready-spec.ts) of the planner's latest snapshot.
   private snapSeen = false;
+  /** Per group, the cursor of the planner's latest snapshot. */
+  private readonly snapCursor: Int32Array;
   private readonly snapReady: Int32Array;
   private jobsDispatched = 0;
   private chunksDispatched = 0;
@@ -248,11 +247,13 @@ export class World {
     this.finishStallSteps = finishStall;
     for (const r of this.requests) r.preemptAt.sort((a, b) => a - b);
     this.tierFails.sort((a, b) => a.at - b.at);
+    this.copyFails.sort((a, b) => a.at - b.at);
     this.resetsAt.sort((a, b) => a - b);
     this.slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
     this.snapReady = new Int32Array(config.groups.length);
+    this.snapCursor = new Int32Array(config.groups.length);
     this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
   }
 
@@ -280,6 +281,9 @@ export class World {
         return;
       case 'finish-mid-store':
         setFinishStall(e.forSteps);
+        return;
+      case 'copy-fail':
+        this.copyFails.push({ at: e.at, count: e.count });
         return;
       case 'reset':
         this.resetsAt.push(e.at);
@@ -364,6 +368,11 @@ export class World {
     return true;
   }
 
+  /** The store planner's counters (what a run stored, dropped, failed). */
+  get storeCounters(): Readonly<PlannerCounters> {
+    return this.planner.counters;
+  }
+
   outcome(): WorldOutcome {
     return {
       violation: this.violation,
@@ -416,6 +425,9 @@ export class World {
   private applyTimedEvents(betweenSteps = true): void {
     while (this.tierFails.length > 0 && this.tierFails[0]!.at <= this.decision) {
       this.tier.failNext += this.tierFails.shift()!.count;
+    }
+    while (this.copyFails.length > 0 && this.copyFails[0]!.at <= this.decision) {
+      this.copyFailNext += this.copyFails.shift()!.count;
     }
     // Between two steps, never inside a planning pass (vLLM resets between steps).
     while (betweenSteps && this.resetsAt.length > 0 && this.resetsAt[0]! <= this.decision) {
@@ -515,15 +527,15 @@ export class World {
 
   private observeSnapshot(snap: Readonly<RequestSnapshot>): void {
     this.snapSeen = true;
-    const offloadable = offloadableTokens(snap, this.config);
     for (const g of this.config.groups) {
-      const tc = tokenChunks(snap, g, offloadable);
-      this.snapReady[g.index] = readyPrefix(
-        tc,
+      this.snapReady[g.index] = specReadyChunks(
+        this.config,
+        snap,
+        g,
         snap.keyCount[g.index]!,
         snap.blockCount[g.index]!,
-        this.config.blocksPerChunk,
       );
+      this.snapCursor[g.index] = snap.cursor[g.index]!;
     }
   }
 
@@ -1006,6 +1018,13 @@ export class World {
 
   private dispatch(r: WorldRequest, job: StoreJob): void {
     for (const c of job.chunks) {
+      // The specification: only chunks past the cursor and ready in the snapshot planned from.
+      if (c.chunk < this.snapCursor[c.group]! || c.chunk >= this.snapReady[c.group]!) {
+        this.flag(
+          'cursor-within-ready',
+          `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched outside [cursor ${this.snapCursor[c.group]}, ready ${this.snapReady[c.group]}) of the snapshot it was planned from`,
+        );
+      }
       const expected = r.expectedKeys[c.group]![c.chunk];
       if (expected !== c.key) {
         this.flag(
@@ -1026,16 +1045,15 @@ export class World {
   }
 
   /**
-   * A chunk the planner passed as unreachable must be one by the rule's own
-   * function, at the ready prefix of the snapshot it planned from; else it
-   * would be a chunk lost silently.
+   * A chunk the planner passed as unreachable must be one by the
+   * specification (no load hit can ever read it); else it would be a chunk
+   * lost silently.
    */
   private checkUnreachable(r: WorldRequest, group: number, chunk: number): void {
-    const g = this.config.groups[group]!;
-    if (storeReachable(g, alignmentChunks(g, this.config), chunk, this.snapReady[group]!)) {
+    if (specChunkReachable(this.config, this.config.groups[group]!, chunk)) {
       this.flag(
         'hole',
-        `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a hit aligned at ready ${this.snapReady[group]} can use it`,
+        `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a load hit aligned to the full-attention chunk reads it`,
       );
     }
   }
@@ -1077,16 +1095,16 @@ export class World {
       );
       return;
     }
-    this.note(
-      TRANSFER,
-      A_COMPLETE,
-      job.slot,
-      job.jobId,
-      () => `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
+    const failed = this.copyFailNext > 0;
+    if (failed) this.copyFailNext -= 1;
+    this.note(TRANSFER, A_COMPLETE, job.slot, job.jobId, () =>
+      failed
+        ? `complete job ${job.jobId}: the copy failed, entries discarded, blocks unpinned`
+        : `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
     );
     // Invariant 3: the bytes about to be published are the expansion of their key.
     const stale = this.staleJobs.delete(job);
-    for (const c of job.chunks) {
+    for (const c of failed ? [] : job.chunks) {
       const positions = c.positions.map((p) => p % this.config.blocksPerChunk);
       if (!tierChunkMatches(this.tierArena, this.geo, c.tierSlot, c.key, positions)) {
         this.flag(
@@ -1096,9 +1114,10 @@ export class World {
       }
       if (!stale) this.published.set(c.key, positions);
     }
+    const failedBefore = this.planner.counters.chunksTransferFailed;
     // Invariant 8: a job from before a reset makes nothing readable after it.
     const before = stale ? job.chunks.map((c) => this.tier.state(c.key)) : [];
-    this.planner.complete(job);
+    this.planner.complete(job, !failed);
     if (stale) {
       job.chunks.forEach((c, i) => {
         if (before[i] !== 'hit' && this.tier.state(c.key) === 'hit') {
@@ -1110,6 +1129,14 @@ export class World {
       });
     }
     this.jobs.shift();
+    // A failed copy's chunks are lost to the tier: counted, never silent.
+    const counted = this.planner.counters.chunksTransferFailed - failedBefore;
+    if (counted !== (failed ? job.chunks.length : 0)) {
+      this.flag(
+        'hole',
+        `job ${job.jobId} completed ${failed ? 'with a failed copy' : 'successfully'}: ${counted} of its ${job.chunks.length} chunks counted as failed`,
+      );
+    }
     for (let s = 0; s < this.starved.length; s += 1) {
       if (this.starved[s] === 1 && this.slotOwner[s] !== undefined) this.dirty[s] = 1;
     }

@@ -11,16 +11,12 @@ import { pathToFileURL } from 'node:url';
 import { Piscina } from 'piscina';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import { Doorbell } from './doorbell.js';
-import { SpscRing, ringBufferBytes } from './rings.js';
+import type { TransferBackend, TransferCompletion } from './backend-types.js';
+import { RingClient, createRingThreadBuffers } from './ring-client.js';
 import {
-  COMPLETION_HEAD_WORDS,
-  RING_BELL,
-  RING_ERROR_CHARS_MAX,
   RING_READY,
-  RING_STOP,
   RING_WORDS_BYTES,
   attachArenas,
-  decodeCompletion,
   runTransferTask,
   taskJobId,
   taskKind,
@@ -29,25 +25,7 @@ import {
 import type { AttachedArenas, TransferArenas, TransferRingSpec } from './transfer.js';
 import { piscinaExecArgv, workerUrl } from './worker-files.js';
 
-export interface TransferCompletion {
-  readonly jobId: number;
-  readonly kind: 'store' | 'load';
-  readonly ok: boolean;
-  readonly bytes: number;
-  readonly latencyMs: number;
-  readonly error?: unknown;
-}
-
-export interface TransferBackend {
-  readonly name: string;
-  /** Tasks submitted and not yet collected by takeCompletions. */
-  readonly inFlight: number;
-  submit(task: Int32Array): void;
-  /** Completions since the last call, in completion order. */
-  takeCompletions(): TransferCompletion[];
-  /** Waits for in-flight tasks (bounded by the caller) and frees threads. */
-  close(): Promise<void>;
-}
+export type { TransferBackend, TransferCompletion } from './backend-types.js';
 
 export class InlineTransferBackend implements TransferBackend {
   readonly name = 'inline';
@@ -102,26 +80,9 @@ export interface PiscinaBackendOptions {
   memory?: { buffer: SharedArrayBuffer; firstSlot: number };
 }
 
-/** Tasks queued per transfer thread at most; the rest wait in the backend (bounded by the caller). */
-const RING_TASKS_MAX = 256;
 /** Longest close() waits for a thread to see its stop flag (a copy in progress finishes first). */
 const CLOSE_WAIT_MS_MAX = 30_000;
 const READY_WAIT_MS_MAX = 60_000;
-
-interface Ticket {
-  readonly jobId: number;
-  readonly kind: 'store' | 'load';
-  readonly thread: number;
-  readonly submittedAtEpochMs: number;
-}
-
-interface RingThread {
-  readonly spec: TransferRingSpec;
-  readonly jobs: SpscRing;
-  readonly done: SpscRing;
-  readonly words: Int32Array;
-  inFlight: number;
-}
 
 /**
  * The default backend: a shared-memory job ring per transfer thread. piscina
@@ -133,44 +94,22 @@ interface RingThread {
 export class PiscinaTransferBackend implements TransferBackend {
   readonly name = 'piscina-ring';
   private readonly pool: Piscina<TransferRingSpec, number>;
-  private readonly threads: RingThread[];
+  private readonly specs: TransferRingSpec[];
+  private readonly client: RingClient;
   private readonly running: Promise<number>[];
-  private readonly tickets = new Map<number, Ticket>();
-  /** Tasks that did not fit their thread's ring yet, oldest first. */
-  private readonly waiting: { ticket: number; task: Int32Array }[] = [];
-  private nextTicket = 1;
-  private submitted = 0;
   private fatal: unknown;
-  private done: TransferCompletion[] = [];
-  private readonly onCompletion = (r: Int32Array) => this.completed(r);
 
   constructor(arenas: TransferArenas, options: PiscinaBackendOptions) {
     const bell =
       options.completionBell ?? new Doorbell(new Int32Array(new SharedArrayBuffer(4)), 0);
-    const taskWords = Math.max(1024, (options.taskWordsMax ?? 0) + 2);
-    // A record must fit in half the ring (SpscRing.recordWordsMax).
-    const jobWords = Math.max(1 << 16, nextPowerOfTwo(2 * (taskWords + 2)));
-    const doneWords = nextPowerOfTwo(
-      2 * RING_TASKS_MAX * (COMPLETION_HEAD_WORDS + 1) + 4 * RING_ERROR_CHARS_MAX,
-    );
     const memory = options.memory;
-    this.threads = Array.from({ length: options.threads }, (_, i) => {
-      const spec: TransferRingSpec = {
-        jobs: new SharedArrayBuffer(ringBufferBytes(jobWords)),
-        done: new SharedArrayBuffer(ringBufferBytes(doneWords)),
-        words: new SharedArrayBuffer(RING_WORDS_BYTES),
-        completionBell: bell.words.buffer as SharedArrayBuffer,
-        completionBellIndex: bell.index,
-        ...(memory ? { memory: { buffer: memory.buffer, slot: memory.firstSlot + i } } : {}),
-      };
-      return {
-        spec,
-        jobs: new SpscRing(spec.jobs),
-        done: new SpscRing(spec.done),
-        words: new Int32Array(spec.words),
-        inFlight: 0,
-      };
-    });
+    this.specs = Array.from({ length: options.threads }, (_, i) => ({
+      ...createRingThreadBuffers(options.taskWordsMax, RING_WORDS_BYTES),
+      completionBell: bell.words.buffer as SharedArrayBuffer,
+      completionBellIndex: bell.index,
+      ...(memory ? { memory: { buffer: memory.buffer, slot: memory.firstSlot + i } } : {}),
+    }));
+    this.client = new RingClient(this.specs);
     this.pool = new Piscina({
       filename: workerUrl('transfer').href,
       workerData: arenas,
@@ -183,9 +122,10 @@ export class PiscinaTransferBackend implements TransferBackend {
       niceIncrement: options.niceIncrement ?? 0,
       execArgv: piscinaExecArgv(),
     });
-    this.running = this.threads.map((t) =>
-      this.pool.run(t.spec).catch((error: unknown) => {
+    this.running = this.specs.map((spec) =>
+      this.pool.run(spec).catch((error: unknown) => {
         this.fatal ??= error;
+        this.client.failAll(error);
         bell.ring();
         return 0;
       }),
@@ -193,14 +133,15 @@ export class PiscinaTransferBackend implements TransferBackend {
   }
 
   get inFlight(): number {
-    return this.submitted;
+    return this.client.inFlight;
   }
 
   /** Resolves once every thread runs its ring (so the first copy does not pay for start-up). */
   async warmUp(): Promise<void> {
     const deadline = performance.now() + READY_WAIT_MS_MAX;
-    for (const t of this.threads) {
-      while (Atomics.load(t.words, RING_READY) === 0) {
+    for (const spec of this.specs) {
+      const words = new Int32Array(spec.words);
+      while (Atomics.load(words, RING_READY) === 0) {
         if (this.fatal !== undefined) throw this.fatal;
         invariant(performance.now() < deadline, 'transfer threads start within a minute');
         await new Promise((resolve) => setTimeout(resolve, 1));
@@ -210,55 +151,19 @@ export class PiscinaTransferBackend implements TransferBackend {
 
   /** Tasks queued in each thread's ring, for diagnostics. */
   get poolState(): { queued: number; threads: number; inFlightPerThread: number[] } {
-    return {
-      queued: this.waiting.length,
-      threads: this.pool.threads.length,
-      inFlightPerThread: this.threads.map((t) => t.inFlight),
-    };
+    return { ...this.client.state, threads: this.pool.threads.length };
   }
 
   submit(task: Int32Array): void {
-    const ticket = this.nextTicket++;
-    this.submitted += 1;
-    this.waiting.push({ ticket, task });
-    this.tickets.set(ticket, {
-      jobId: taskJobId(task),
-      kind: taskKind(task) === TASK_LOAD ? 'load' : 'store',
-      thread: -1,
-      submittedAtEpochMs: performance.timeOrigin + performance.now(),
-    });
-    this.feed();
+    this.client.submit(task);
   }
 
   takeCompletions(): TransferCompletion[] {
-    for (const t of this.threads) t.done.drain(this.onCompletion, Number.MAX_SAFE_INTEGER);
-    this.feed();
-    if (this.fatal !== undefined) {
-      // A thread's long-lived task died: everything still in flight fails with its cause.
-      for (const [ticket, t] of this.tickets) {
-        this.done.push({
-          jobId: t.jobId,
-          kind: t.kind,
-          ok: false,
-          bytes: 0,
-          latencyMs: 0,
-          error: this.fatal,
-        });
-        this.tickets.delete(ticket);
-      }
-      this.waiting.length = 0;
-    }
-    const out = this.done;
-    this.done = [];
-    this.submitted -= out.length;
-    return out;
+    return this.client.takeCompletions();
   }
 
   async close(): Promise<void> {
-    for (const t of this.threads) {
-      Atomics.store(t.words, RING_STOP, 1);
-      ring(t.words);
-    }
+    this.client.stop();
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([
       Promise.all(this.running),
@@ -268,55 +173,6 @@ export class PiscinaTransferBackend implements TransferBackend {
     ]).finally(() => clearTimeout(timer));
     await this.pool.destroy();
   }
-
-  /** Moves waiting tasks into the least-loaded rings that have room. */
-  private feed(): void {
-    while (this.waiting.length > 0) {
-      let best: RingThread | undefined;
-      let bestIndex = -1;
-      this.threads.forEach((t, i) => {
-        if (t.inFlight < RING_TASKS_MAX && (best === undefined || t.inFlight < best.inFlight)) {
-          best = t;
-          bestIndex = i;
-        }
-      });
-      if (best === undefined) return;
-      const { ticket, task } = this.waiting[0]!;
-      if (!best.jobs.pushParts([ticket], task)) return; // full: retried at the next collection
-      this.waiting.shift();
-      best.inFlight += 1;
-      const t = this.tickets.get(ticket)!;
-      this.tickets.set(ticket, { ...t, thread: bestIndex });
-      ring(best.words);
-    }
-  }
-
-  private completed(r: Int32Array): void {
-    const c = decodeCompletion(r);
-    const t = this.tickets.get(c.ticket);
-    if (t === undefined) invariant(false, `transfer ticket ${c.ticket} was in flight`);
-    this.tickets.delete(c.ticket);
-    this.threads[t.thread]!.inFlight -= 1;
-    this.done.push({
-      jobId: t.jobId,
-      kind: t.kind,
-      ok: c.ok,
-      bytes: c.bytes,
-      latencyMs: Math.max(0, c.doneAtEpochMs - t.submittedAtEpochMs),
-      ...(c.ok ? {} : { error: new Error(c.error) }),
-    });
-  }
-}
-
-function ring(words: Int32Array): void {
-  Atomics.add(words, RING_BELL, 1);
-  Atomics.notify(words, RING_BELL);
-}
-
-function nextPowerOfTwo(n: number): number {
-  let p = 64;
-  while (p < n) p *= 2;
-  return p;
 }
 
 /**

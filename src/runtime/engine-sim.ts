@@ -15,7 +15,8 @@
 //
 // `step()` does one bounded unit of work and never blocks, so the same engine
 // runs in the scheduler worker and under a single-thread driver.
-import { gpuBlockMatches, writeComputedBlock } from '../copy.js';
+import { HostEngineKv } from './engine-kv.js';
+import type { EngineKv, KvEntry } from './engine-kv.js';
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { KeyChain } from '../hashing.js';
@@ -314,6 +315,8 @@ export class EngineSimulator implements RoleLoop {
   private lastPlanMs = -Infinity;
   private lastRetryMs = -Infinity;
   private readonly now: () => number;
+  /** Where the forward pass's KV is written and loads are checked (host arena or GPU thread). */
+  private readonly kv: EngineKv;
   private readonly counters = {
     requests: 0,
     completed: 0,
@@ -338,9 +341,11 @@ export class EngineSimulator implements RoleLoop {
     options: Partial<EngineOptions> = {},
     wake: () => void = () => {},
     now: () => number = () => performance.now(),
+    kv: EngineKv = new HostEngineKv(views.gpu, views.geometry),
   ) {
     this.now = now;
     this.views = views;
+    this.kv = kv;
     this.options = resolveEngineOptions(options, views.config.maxRequests);
     this.scheduler = new SchedulerRole(views.state);
     this.hashing = hashing;
@@ -943,16 +948,20 @@ export class EngineSimulator implements RoleLoop {
 
   /** Every loaded block must hold the expansion of its chunk's key. */
   private verifyLoad(r: EngineRequest): void {
-    const { config, gpu, geometry } = this.views;
-    const bpc = config.blocksPerChunk;
-    for (const g of config.groups) {
+    const bpc = this.views.config.blocksPerChunk;
+    const loaded: KvEntry[] = [];
+    for (const g of this.views.config.groups) {
       const blocks = r.blocks[g.index]!;
       const lo = r.load[g.index]!.firstChunk;
       for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
-        const key = r.keys[g.index]![Math.floor(p / bpc)]!;
-        if (!gpuBlockMatches(gpu, geometry, blocks[p]!, key, p)) this.counters.loadMismatches += 1;
+        loaded.push({
+          block: blocks[p]!,
+          key: r.keys[g.index]![Math.floor(p / bpc)]!,
+          position: p % bpc,
+        });
       }
     }
+    if (loaded.length > 0) this.counters.loadMismatches += this.kv.mismatches(loaded);
   }
 
   // --- allocation answers: commit a step ---
@@ -1085,8 +1094,9 @@ export class EngineSimulator implements RoleLoop {
 
   /** Writes the bytes of every chunk whose tokens end at or below `tokenLimit` (once per allocation). */
   private writeBytesUpTo(r: EngineRequest, tokenLimit: number): void {
-    const { config, gpu, geometry } = this.views;
+    const { config } = this.views;
     const bpc = config.blocksPerChunk;
+    const computed: KvEntry[] = [];
     this.ensureKeys(r, tokenLimit);
     for (const g of config.groups) {
       const blocks = r.blocks[g.index]!;
@@ -1099,11 +1109,12 @@ export class EngineSimulator implements RoleLoop {
         const key = r.keys[g.index]![c]!;
         for (let p = c * bpc; p < (c + 1) * bpc; p += 1) {
           const b = blocks[p]!;
-          if (b !== 0) writeComputedBlock(gpu, geometry, b, key, p);
+          if (b !== 0) computed.push({ block: b, key, position: p % bpc });
         }
       }
       if (upTo > r.bytesChunks[g.index]!) r.bytesChunks[g.index] = upTo;
     }
+    if (computed.length > 0) this.kv.write(computed);
   }
 
   /** Extends the request's hash chain and keys to cover `tokenLimit` known tokens. */

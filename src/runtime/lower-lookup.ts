@@ -36,6 +36,22 @@ interface Run {
   startedAtMs: number;
 }
 
+/**
+ * Chunks [from, to) of group `g` the lookup decision reads to answer a hit
+ * of `hit` chunks (src/lookup.ts): a full-attention group its prefix, a
+ * windowed group its window below the hit; an EAGLE group one chunk more (the
+ * draft's tail, which the decision queries and then drops).
+ */
+function decisionChunks(
+  g: { readonly windowChunks: number | null; readonly eagle: boolean },
+  hit: number,
+  count: number,
+): [number, number] {
+  const to = Math.min(count, hit + (g.eagle ? 1 : 0));
+  const from = g.windowChunks === null ? 0 : Math.max(0, hit - g.windowChunks);
+  return [Math.min(from, to), to];
+}
+
 /** Where a chunk to promote comes from: its group, its parent's key, the level holding it. */
 interface Where {
   readonly group: number;
@@ -51,6 +67,8 @@ const PENDING_RETRY_MS = 5;
 
 export class LowerLookups {
   private readonly runs = new Map<number, Run>();
+  /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
+  cutShort = 0;
   /** Resets so far: a resolution that began before the last one promotes nothing. */
   private resets = 0;
   private readonly bpc: number;
@@ -122,14 +140,25 @@ export class LowerLookups {
     for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
     const run: Run = { state: 'running', retryAtMs: 0, promoted, startedAtMs: now };
     this.runs.set(tag, run);
+    // A slow shard holds no admission longer than the budget: the lookup is
+    // then answered from what is in host memory (what the resolution promotes
+    // later still lands there, for the next lookup).
+    const budget = setTimeout(() => {
+      if (this.runs.get(tag) !== run || run.state !== 'running') return;
+      run.state = 'done';
+      this.cutShort += 1;
+      this.wake();
+    }, this.cascade.lookupBudgetMs);
     this.resolve(view, run).then(
       (pending) => {
-        if (this.runs.get(tag) !== run) return; // answered meanwhile (forced by the wait bound)
+        clearTimeout(budget);
+        if (this.runs.get(tag) !== run || run.state !== 'running') return; // answered meanwhile
         run.state = pending ? 'pending' : 'done';
         run.retryAtMs = performance.now() + PENDING_RETRY_MS;
         this.wake();
       },
       () => {
+        clearTimeout(budget);
         // A level broke its never-reject contract: answer from the host tier alone.
         if (this.runs.get(tag) === run) run.state = 'done';
         this.wake();
@@ -164,9 +193,10 @@ export class LowerLookups {
     const fullBound = view.prefixHit((k) => windowed.has(k) || inHost(k) || lowerHit(k));
     // Round 2: the windowed groups' chunks inside their window at that bound.
     const ask2: bigint[] = [];
-    for (let c = 0; c < fullBound; c += 1) {
-      for (const g of groups) {
-        if (g.windowChunks === null || c < fullBound - g.windowChunks) continue;
+    for (const g of groups) {
+      if (g.windowChunks === null) continue;
+      const [from, to] = decisionChunks(g, fullBound, view.count);
+      for (let c = from; c < to; c += 1) {
         const k = view.key(g.index, c);
         if (!inHost(k)) ask2.push(k);
       }
@@ -175,12 +205,21 @@ export class LowerLookups {
     for (const s of found.values()) if (s.state === 'pending') return true;
     const hit = view.prefixHit((k) => inHost(k) || lowerHit(k));
     if (hit <= hostHit) return false;
-    // Fetch (and check) what the prefix needs from below.
+    // Fetch (and check) exactly what the lookup will read to answer that hit,
+    // and nothing it cannot use: every chunk the decision reads, the EAGLE
+    // tail included (without it the hit shrank by one chunk, and with a
+    // sliding window the window moved onto chunks never fetched: the default
+    // hybrid model's warm restart read 559 chunks and loaded none).
+    // Chunk-major, so a host tier short of room (promote() halves the list)
+    // keeps the lowest chunks of every group, and a parent precedes its child.
     const needed: bigint[] = [];
     const where = new Map<bigint, Where>();
-    for (let c = 0; c < hit; c += 1) {
-      for (const g of groups) {
-        if (g.windowChunks !== null && c < hit - g.windowChunks) continue;
+    const ranges = groups.map((g) => decisionChunks(g, hit, view.count));
+    const end = Math.max(0, ...ranges.map(([, to]) => to));
+    for (let c = 0; c < end; c += 1) {
+      for (const [i, g] of groups.entries()) {
+        const [from, to] = ranges[i]!;
+        if (c < from || c >= to) continue;
         const k = view.key(g.index, c);
         if (!inHost(k) && lowerHit(k)) {
           needed.push(k);
@@ -204,8 +243,8 @@ export class LowerLookups {
     const final = view.prefixHit((k) => inHost(k) || got.has(k));
     const within = new Set<bigint>();
     for (const g of groups) {
-      const from = g.windowChunks === null ? 0 : Math.max(0, final - g.windowChunks);
-      for (let c = from; c < final; c += 1) within.add(view.key(g.index, c));
+      const [from, to] = decisionChunks(g, final, view.count);
+      for (let c = from; c < to; c += 1) within.add(view.key(g.index, c));
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
     // Fetched before a reset (perhaps from entries a shared reset retired since): not promoted.

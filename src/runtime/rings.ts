@@ -109,6 +109,21 @@ export class SpscRing {
     return true;
   }
 
+  /**
+   * Where the producer has written up to, as a free-running position: every
+   * record pushed before this call ends at or before it. With consumedTo(),
+   * a consumer can tell when it has read everything that was in the ring at
+   * a moment, however much was pushed since.
+   */
+  producedTo(): number {
+    return Atomics.load(this.words, TAIL);
+  }
+
+  /** Consumer: true once every record that ended at or before `position` (from producedTo) was popped. */
+  consumedTo(position: number): boolean {
+    return ((Atomics.load(this.words, HEAD) - position) | 0) >= 0;
+  }
+
   /** Consumer: pops up to `max` records; returns how many. */
   drain(fn: (payload: Int32Array) => void, max: number): number {
     let n = 0;

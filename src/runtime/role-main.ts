@@ -23,11 +23,17 @@ import type { DoorbellName } from './thread-words.js';
 import { ringOthers } from './role-loop.js';
 import type { RoleLoop, RoleWait } from './role-loop.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
+import { asStartRefusal } from './start-refusal.js';
+import type { StartRefusal } from './start-refusal.js';
 import { StoreLoop } from './store-loop.js';
+import { transferTaskWordsMax } from './transfer.js';
+import { GpuEngineKv } from './engine-kv.js';
+import { WebGpuTransferBackend } from './webgpu-backend.js';
+import type { GpuThreadSpec } from './webgpu-thread.js';
 import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js';
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
-import type { LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
 import type { StoreLoopOptions } from './store-options.js';
 
 export type RoleName = DoorbellName;
@@ -58,6 +64,11 @@ export interface RoleWorkerData {
   fault?: FaultInjection;
   /** Levels below the host tier, opened by the store worker. */
   tiers?: TiersOptions;
+  /**
+   * The GPU thread's rings (transferBackend 'webgpu'): the store copies
+   * through them, the built-in engine writes and checks its KV through them.
+   */
+  gpu?: GpuThreadSpec;
   /** Test only: the lower levels' switches. */
   tierSwitches?: LowerTierSwitches;
 }
@@ -75,7 +86,9 @@ export type RoleMessage =
   | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
   | { type: 'traces'; traces: import('./trace-recorder.js').TracedRequest[] }
-  | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number };
+  | { type: 'failed'; role: 'transfer'; cause: string; failuresInRow: number }
+  | { type: 'startRefused'; error: StartRefusal }
+  | { type: 'tierProblem'; tier: LowerTierName; problem: string | null };
 
 class InjectedFault extends Error {
   constructor(role: string, steps: number) {
@@ -127,6 +140,8 @@ async function syncRole(
       { ended: (summary) => post({ type: 'ended', summary }) },
       data.simulator,
       ringOthers(views, 'scheduler'),
+      undefined,
+      data.gpu ? new GpuEngineKv(data.gpu, views.doorbell('scheduler')) : undefined,
     );
   }
   if (data.role === 'hasher')
@@ -144,13 +159,6 @@ async function syncRole(
  */
 const TRANSFER_NICE_INCREMENT = 5;
 
-/** Words of the largest store or load task a job of this config can make. */
-function transferTaskWordsMax(config: Config): number {
-  const chunks = config.groups.length * config.maxChunksPerRequest;
-  const bpc = config.blocksPerChunk;
-  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
-}
-
 /** One event-loop turn (a resolved promise would only queue a microtask). */
 function yieldTurn(): Promise<void> {
   return new Promise<void>((resolve) => setImmediate(resolve));
@@ -158,6 +166,8 @@ function yieldTurn(): Promise<void> {
 
 /** verify() waits at most this long for the copies in flight when it was called. */
 const VERIFY_WAIT_MS_MAX = 10_000;
+/** A lower level's changing reason for being degraded is posted to main at most this often. */
+const PROBLEM_POST_MS = 1_000;
 
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
@@ -185,12 +195,22 @@ async function runStore(
   // A module gets the same options: one that wraps PiscinaTransferBackend
   // keeps the completion bell (given only { threads }, its store slept up to
   // a full park after each copy), and its own copies can ring it too.
-  const backend =
-    data.store.transferBackendModule === undefined
+  const backend = data.gpu
+    ? WebGpuTransferBackend.attach(data.gpu)
+    : data.store.transferBackendModule === undefined
       ? new PiscinaTransferBackend(arenas, backendOptions)
       : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
   // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  const cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
+  let cascade: TierCascade | undefined;
+  try {
+    cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
+  } catch (err) {
+    const refusal = asStartRefusal(err);
+    if (refusal === undefined) throw err;
+    await backend.close();
+    post({ type: 'startRefused', error: refusal });
+    return;
+  }
   const loop = new StoreLoop(
     views,
     backend,
@@ -253,7 +273,25 @@ async function runStore(
     }
   };
   port.on('message', onMessage);
+  const problems = new Map<LowerTierName, { problem: string | null; atMs: number }>();
+  // Why a level is degraded (its state itself is in the shared counters):
+  // posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
+  const flushProblems = () => {
+    const now = performance.now();
+    for (const level of cascade?.levels ?? []) {
+      const problem = level.problem ?? null;
+      const last = problems.get(level.name);
+      if (problem === (last?.problem ?? null)) continue;
+      if (last && problem !== null && last.problem !== null && now - last.atMs < PROBLEM_POST_MS) {
+        continue;
+      }
+      problems.set(level.name, { problem, atMs: now });
+      post({ type: 'tierProblem', tier: level.name, problem });
+    }
+  };
   if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
+  // A level that could not be used at start (tiers.optional) says why before the runtime is ready.
+  flushProblems();
   post({ type: 'ready', role: 'store' });
   let steps = 0;
   const flushJobs = () => {
@@ -263,6 +301,7 @@ async function runStore(
     if (samples.length > 0) post({ type: 'tierStores', samples });
     const lookups = loop.takeLookupSamples();
     if (lookups.length > 0) post({ type: 'lookups', samples: lookups });
+    flushProblems();
   };
   const step = () => {
     try {

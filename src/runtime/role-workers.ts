@@ -5,6 +5,7 @@
 // fails, or exits without being asked, is reported to the runtime at its exit.
 import type { Worker } from 'node:worker_threads';
 import { WorkerFailedError } from '../errors.js';
+import { startRefusalError } from './start-refusal.js';
 import type { RuntimeViews } from './buffers.js';
 import type { RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
 import { CONTROL_STOP } from './thread-words.js';
@@ -25,6 +26,10 @@ export class RoleWorkers {
   private readonly workers = new Map<RoleName, Worker>();
   private readonly stopping = new Set<RoleName>();
   private readonly exited = new Map<RoleName, Promise<void>>();
+  /** Roles whose final report arrived. */
+  private readonly reported = new Set<RoleName>();
+  /** Called when a role's final report arrives (stop() waits on it). */
+  private readonly onFinal = new Map<RoleName, () => void>();
 
   constructor(views: RuntimeViews, hooks: RoleWorkerHooks) {
     this.views = views;
@@ -55,7 +60,17 @@ export class RoleWorkers {
         if (m.type === 'ready') {
           started = true;
           resolve();
-        } else this.hooks.message(m);
+        } else if (m.type === 'startRefused') {
+          // The worker returns after this: its exit is expected, not a failure.
+          this.stopping.add(role);
+          reject(startRefusalError(m.error));
+        } else {
+          if (m.type === 'final') {
+            this.reported.add(role);
+            this.onFinal.get(role)?.();
+          }
+          this.hooks.message(m);
+        }
       });
       // An uncaught error is reported at 'exit', not at 'error': Node sends it
       // on the worker's internal port, which can overtake what the worker
@@ -90,9 +105,19 @@ export class RoleWorkers {
     this.views.doorbell(role).ring();
     const ms = Math.max(0, deadline - Date.now());
     let timer: NodeJS.Timeout | undefined;
-    await Promise.race([exited, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+    let grace: NodeJS.Timeout | undefined;
+    // A role that sent its final report has nothing left to do: if a stray
+    // handle (a socket a library left open) keeps its thread alive, it is
+    // ended after a short grace instead of at the close deadline.
+    const reported = new Promise<void>((resolve) => {
+      const after = () => (grace = setTimeout(resolve, FINAL_EXIT_GRACE_MS));
+      if (this.reported.has(role)) after();
+      else this.onFinal.set(role, after);
+    });
+    await Promise.race([exited, reported, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
     clearTimeout(timer);
-    // Reported but still alive (a stray handle): it has nothing left to do.
+    clearTimeout(grace);
+    this.onFinal.delete(role);
     await this.workers.get(role)?.terminate();
   }
 
@@ -110,6 +135,9 @@ export class RoleWorkers {
     }
   }
 }
+
+/** How long a role may stay alive after its final report before it is terminated. */
+const FINAL_EXIT_GRACE_MS = 1_000;
 
 /** Names what refused a worker thread when Node says only that access was denied. */
 function spawnRefusal(err: unknown): unknown {

@@ -7,6 +7,7 @@ import type { StorePolicy } from '../ready.js';
 import { validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
+import type { RedisTlsOptions } from '../tier/redis-access.js';
 import { refuseUnknownKeys } from '../known-keys.js';
 import type { KnownKeys } from '../known-keys.js';
 import { validateCacheOptions } from '../tier/policy/index.js';
@@ -19,6 +20,9 @@ import { DEFAULT_SEED } from './defaults.js';
 import { DEFAULT_ENGINE_OPTIONS } from './engine-sim.js';
 import type { EngineOptions } from './engine-sim.js';
 import type { FaultInjection, RoleWorkerData } from './role-main.js';
+import { TRANSFER_BACKENDS } from './runtime-gpu.js';
+import type { TransferBackendName } from './runtime-gpu.js';
+import type { GpuThreadSpec } from './webgpu-thread.js';
 
 /** Submits pending at once; beyond this submit() rejects with QueueFullError (bounds every queue behind it). */
 export const PENDING_SUBMITS_MAX = 1 << 16;
@@ -50,6 +54,15 @@ export interface RuntimeOptions {
    * worker; see docs/embedding.md. Default: kvoff's piscina pool over the arenas.
    */
   transferBackendModule?: string | URL;
+  /**
+   * What holds the GPU's KV and copies it: 'shared-memory' (default, host
+   * memory and piscina threads) or 'webgpu' (a WebGPU device on kvoff's GPU
+   * thread through the optional `webgpu` package; with `external`, the
+   * engine's own device, served on its thread with WebGpuCopyServer.serve
+   * over `runtime.webgpuRings`). start() rejects with WebGpuUnavailableError
+   * when the package or an adapter is missing.
+   */
+  transferBackend?: TransferBackendName;
   lag?: LagOptions;
   simulator?: Partial<EngineOptions>;
   /** Record per-pass windows of the first N requests (for the HTML report); 0 by default. */
@@ -148,6 +161,18 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
     refuseUnknownTierKeys(o.tiers);
   }
   checkLagSeed(o.lag);
+  if (o.transferBackend !== undefined && !TRANSFER_BACKENDS.includes(o.transferBackend)) {
+    throw new InvalidArgumentError(
+      'transferBackend',
+      `must be one of ${TRANSFER_BACKENDS.join(', ')}`,
+    );
+  }
+  if (o.transferBackend === 'webgpu' && o.transferBackendModule !== undefined) {
+    throw new InvalidArgumentError(
+      'transferBackend',
+      "'webgpu' cannot be combined with transferBackendModule",
+    );
+  }
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);
@@ -177,6 +202,7 @@ export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   policy: true,
   transferThreads: true,
   transferBackendModule: true,
+  transferBackend: true,
   lag: true,
   simulator: true,
   traceSlots: true,
@@ -204,19 +230,35 @@ const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
 const ENGINE_OPTION_KEYS = Object.fromEntries(
   Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
 ) as KnownKeys<EngineOptions>;
-const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = { disk: true, redis: true };
+const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = {
+  disk: true,
+  redis: true,
+  secret: true,
+  optional: true,
+};
 const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
   dir: true,
   bytesMax: true,
   freeBytesMin: true,
   fdatasync: true,
   writesQueuedBytesMax: true,
+  openTimeoutMs: true,
 };
 const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
   urls: true,
   timeoutMs: true,
+  username: true,
+  password: true,
+  tls: true,
+  insecure: true,
   storesInFlightMax: true,
   storesQueuedBytesMax: true,
+};
+const REDIS_TLS_OPTION_KEYS: KnownKeys<RedisTlsOptions> = {
+  ca: true,
+  cert: true,
+  key: true,
+  servername: true,
 };
 
 function refuseUnknownTierKeys(tiers: object): void {
@@ -226,6 +268,10 @@ function refuseUnknownTierKeys(tiers: object): void {
     refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
   if (typeof redis === 'object' && redis !== null) {
     refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
+    const { tls } = redis;
+    if (typeof tls === 'object' && tls !== null) {
+      refuseUnknownKeys(tls, REDIS_TLS_OPTION_KEYS, 'tiers.redis.tls.');
+    }
   }
 }
 
@@ -290,6 +336,7 @@ export function roleWorkerData(
   config: Config,
   buffers: RuntimeBuffers,
   options: RuntimeOptions,
+  gpu: GpuThreadSpec | undefined,
 ): Omit<RoleWorkerData, 'role'> {
   const lag = options.lag ?? {};
   const seed = lag.seed ?? DEFAULT_SEED;
@@ -332,5 +379,6 @@ export function roleWorkerData(
     ...(options.tiers ? { tiers: options.tiers } : {}),
     ...(options.unsafeTierSwitches ? { tierSwitches: options.unsafeTierSwitches } : {}),
     ...(options.faultInjection ? { fault: options.faultInjection } : {}),
+    ...(gpu ? { gpu } : {}),
   };
 }

@@ -47,11 +47,14 @@ import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
 import { checkShareable } from '../tier/cascade.js';
 import { refuseUnknownKeys } from '../known-keys.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
+import { RuntimeGpu } from './runtime-gpu.js';
+import type { WebGpuAdapterInfo } from './webgpu-device.js';
+import type { GpuRings } from './webgpu-loop.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
 import type { KvEventStream } from '../events/stream.js';
 import { resolveEventsOptions } from '../events/types.js';
@@ -110,6 +113,8 @@ export class OffloadRuntime {
   private readonly options: RuntimeOptions;
   private readonly workers: RoleWorkers;
   private readonly finals = new Map<RoleName, Record<string, number>>();
+  /** Why each lower level is degraded, as the store last said. */
+  private readonly tierProblems = new Map<LowerTierName, string>();
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
@@ -130,6 +135,8 @@ export class OffloadRuntime {
   private readonly startedAtEpochMs = Date.now();
   /** KV events' main side, with `events` on. */
   private hub: EventHub | undefined;
+  /** The WebGPU device's rings and thread, with transferBackend 'webgpu'. */
+  private gpu: RuntimeGpu | undefined;
 
   private constructor(config: Config, options: RuntimeOptions) {
     this.config = config;
@@ -186,8 +193,18 @@ export class OffloadRuntime {
       rt.hub = await EventHub.open(rt.buffers.events, config, resolveEventsOptions(options.events));
     }
     try {
+      if (options.transferBackend === 'webgpu') {
+        rt.gpu = await RuntimeGpu.open(
+          config,
+          rt.views,
+          rt.buffers.memory,
+          !options.external,
+          (c) => rt.fail('transfer', c),
+        );
+      }
       await rt.spawnAll();
     } catch (err) {
+      await rt.gpu?.close();
       await rt.hub?.close();
       throw err;
     }
@@ -279,7 +296,13 @@ export class OffloadRuntime {
   stats(): RuntimeStats {
     const s = readAllStats(this.views.stats);
     return {
-      ...runtimeCounters(this.views, s),
+      ...runtimeCounters(this.views, s, {
+        configured: new Set(
+          (['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined),
+        ),
+        authenticated: this.options.tiers?.secret !== undefined,
+        problems: this.tierProblems,
+      }),
       ...(this.hub ? { events: this.hub.stats(s.eventsQueued, s.eventsDropped) } : {}),
       ...(this.failure
         ? {
@@ -395,6 +418,20 @@ export class OffloadRuntime {
     return this.on('lookup', fn);
   }
 
+  /** The WebGPU adapter kvoff's GPU thread opened (transferBackend 'webgpu' with the built-in engine). */
+  get webgpuAdapter(): WebGpuAdapterInfo | undefined {
+    return this.gpu?.adapter;
+  }
+
+  /**
+   * With transferBackend 'webgpu' and `external`: the rings an engine that
+   * holds its KV in WebGPU buffers serves on its device's thread
+   * (WebGpuCopyServer.serve(runtime.webgpuRings, { device, buffers })).
+   */
+  get webgpuRings(): GpuRings | undefined {
+    return this.gpu?.thread === undefined ? this.gpu?.servedRings : undefined;
+  }
+
   /** Same as on('tierStore', fn) (the serve layer's optional hook). */
   onTierStore(fn: (e: TierStoreSample) => void): this {
     return this.on('tierStore', fn);
@@ -426,7 +463,7 @@ export class OffloadRuntime {
   // --- internals ---
 
   private async spawnAll(): Promise<void> {
-    const base = roleWorkerData(this.config, this.buffers, this.options);
+    const base = roleWorkerData(this.config, this.buffers, this.options, this.gpu?.rings);
     const ready = this.roles.map((role) => this.workers.spawn(role, { ...base, role }));
     try {
       await Promise.all(ready);
@@ -477,6 +514,10 @@ export class OffloadRuntime {
         done?.resolve(m.report);
         return;
       }
+      case 'tierProblem':
+        if (m.problem === null) this.tierProblems.delete(m.tier);
+        else this.tierProblems.set(m.tier, m.problem);
+        return;
       case 'reset': {
         const done = this.resets.get(m.id);
         this.resets.delete(m.id);
@@ -530,6 +571,7 @@ export class OffloadRuntime {
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
     void this.workers.terminateAll(this.roles);
+    void this.gpu?.close();
   }
 
   /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
@@ -589,6 +631,8 @@ export class OffloadRuntime {
       }
     }
     await this.workers.terminateAll(this.roles);
+    // The store has stopped: no copy is asked for any more, and none is in flight.
+    await this.gpu?.close();
     // The store has stopped: what it queued is published, then the streams end.
     await this.hub?.close();
     this.closed = true;

@@ -8,6 +8,7 @@ import type { RuntimeMemory } from './memory.js';
 import type { EventStats } from '../events/hub.js';
 import { pinsOutstanding } from '../leaks.js';
 import { readTierStats } from '../tier/tier-stats.js';
+import type { LowerTierName } from '../tier/lower.js';
 import { readRuntimeMemory } from './memory.js';
 import type { RuntimeViews } from './buffers.js';
 
@@ -92,9 +93,17 @@ export interface RuntimeStats {
  * counters `s` read from the stats words, the pins, each level's and each
  * worker's figures.
  */
+/** What the tiers' counters are read with: which lower levels were configured, with a secret, and why any is degraded. */
+export interface TierReading {
+  readonly configured?: ReadonlySet<LowerTierName>;
+  readonly authenticated?: boolean;
+  readonly problems?: ReadonlyMap<LowerTierName, string>;
+}
+
 export function runtimeCounters(
   views: RuntimeViews,
   s: Readonly<Record<StatName, number>>,
+  tiers: TierReading = {},
 ): Omit<RuntimeStats, 'events' | 'failure'> {
   return {
     requests: s.requests,
@@ -132,7 +141,7 @@ export function runtimeCounters(
     jobsTransferFailed: s.jobsTransferFailed,
     chunksTransferFailed: s.chunksTransferFailed,
     jobsHeld: s.jobsHeld,
-    tiers: readTierStats(views.tierStats),
+    tiers: readTierStats(views.tierStats, tiers.configured, tiers.authenticated, tiers.problems),
     memory: readRuntimeMemory(views.memory),
   };
 }

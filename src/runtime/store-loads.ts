@@ -7,7 +7,13 @@
 import { invariant } from '../errors.js';
 import { S_GENERATION } from '../layout.js';
 import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
-import type { ChunkState, ChunkStateOf, LookupRequest, LookupResult } from '../lookup.js';
+import type {
+  ChunkState,
+  ChunkStateOf,
+  LookupRequest,
+  LookupResult,
+  LookupUnsafe,
+} from '../lookup.js';
 import type { StorePlanner } from '../planner.js';
 import type { HostTier } from '../tier/host-tier.js';
 import type { TierCounters, TierName } from '../tier/lower.js';
@@ -91,6 +97,8 @@ export interface StoreLoadsDeps {
   readonly loadWhileWriting: boolean;
   /** StoreLoopOptions.unsafeLeakOnLoadFailure. */
   readonly leakOnLoadFailure: boolean;
+  /** Test-only rule bugs of the lookup (all off in a real runtime). */
+  readonly lookupUnsafe: LookupUnsafe;
   readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
 }
 
@@ -115,6 +123,7 @@ export class StoreLoads {
   private readonly hostCounters: TierCounters;
   private readonly loadWhileWriting: boolean;
   private readonly leakOnLoadFailure: boolean;
+  private readonly lookupUnsafe: LookupUnsafe;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
   private readonly locks = new Map<number, HitLock>();
@@ -141,6 +150,7 @@ export class StoreLoads {
     this.hostCounters = deps.hostCounters;
     this.loadWhileWriting = deps.loadWhileWriting;
     this.leakOnLoadFailure = deps.leakOnLoadFailure;
+    this.lookupUnsafe = deps.lookupUnsafe;
     this.onLookupAnswered = deps.onLookupAnswered;
     this.tpc = deps.views.config.groups[0]!.tokensPerChunk;
     this.tokenGroup = deps.views.config.groups.findIndex((g) => g.windowChunks === null);
@@ -225,7 +235,8 @@ export class StoreLoads {
     // hits that end on a chunk boundary: rounding an unaligned hit down after
     // the fact would move a sliding-window group's window onto chunks that
     // were never checked (the store then threw on a key it could not load).
-    const anyWindow = groups.some((g) => g.windowChunks !== null);
+    const anyWindow =
+      !this.lookupUnsafe.unsafeLastTokenLoaded && groups.some((g) => g.windowChunks !== null);
     const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
     const request = {
       numTokens,
@@ -234,7 +245,7 @@ export class StoreLoads {
       skipReadingPrefixCache,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, state)
+      ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
       : 0;
     invariant(
       result === DEFER || result % tpc === 0,
@@ -266,7 +277,12 @@ export class StoreLoads {
     }
     const groups = this.views.config.groups;
     const prefixHit = (present: (k: bigint) => boolean) => {
-      const t = lookupHitTokens(groups, d.request, (k) => (present(k) ? 'hit' : 'miss'));
+      const t = lookupHitTokens(
+        groups,
+        d.request,
+        (k) => (present(k) ? 'hit' : 'miss'),
+        this.lookupUnsafe,
+      );
       return t === DEFER ? 0 : Math.floor(t / d.tpc);
     };
     const view = { count: d.asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };

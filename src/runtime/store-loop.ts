@@ -216,6 +216,10 @@ export class StoreLoop implements RoleLoop {
       hostCounters: this.hostCounters,
       loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
       leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
+      lookupUnsafe: {
+        unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
+        unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
+      },
       onLookupAnswered: options.onLookupAnswered,
     });
   }

@@ -54,6 +54,10 @@ export interface StoreLoopOptions extends PlannerSwitches {
    * runtime fuzzer can show the release on failure is load-bearing.
    */
   unsafeLeakOnLoadFailure?: boolean;
+  /** Test-only: LookupUnsafe.unsafeEagleTailKept (rule-lookup-long). */
+  unsafeEagleTailKept?: boolean;
+  /** Test-only: LookupUnsafe.unsafeLastTokenLoaded, in the lookup and in the store's cap (rule-last-token). */
+  unsafeLastTokenLoaded?: boolean;
   /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
   onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
   /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */

@@ -7,6 +7,7 @@
 //   load:  [LOAD,  jobId, 0,     delayMs, entryCount, (tierSlot, chunkPos, block)*]
 // A store copies GPU -> tier and then unpins every source block exactly once
 // (in `finally`, so a failed copy never leaks a pin); a load copies tier -> GPU.
+import type { Config } from '../config.js';
 import { gpuBlockWords, tierBlockWords } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { invariant } from '../errors.js';
@@ -95,6 +96,15 @@ export function encodeLoadTask(
     t[at++] = e.block;
   }
   return t;
+}
+
+/** Words of the largest store or load task a job of this config can make. */
+export function transferTaskWordsMax(
+  config: Pick<Config, 'groups' | 'maxChunksPerRequest' | 'blocksPerChunk'>,
+): number {
+  const chunks = config.groups.length * config.maxChunksPerRequest;
+  const bpc = config.blocksPerChunk;
+  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
 }
 
 export function taskJobId(task: Int32Array): number {
@@ -223,9 +233,7 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
   const done = new SpscRing(spec.done);
   const words = new Int32Array(spec.words);
   const bell = new Doorbell(new Int32Array(spec.completionBell), spec.completionBellIndex);
-  const record = new Int32Array(COMPLETION_HEAD_WORDS + RING_ERROR_CHARS_MAX);
-  const f64 = new Float64Array(1);
-  const f64Words = new Int32Array(f64.buffer);
+  const record = new Int32Array(COMPLETION_RECORD_WORDS_MAX);
   let tasks = 0;
   let ticket = 0;
   let ok = 1;
@@ -253,21 +261,7 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
       continue;
     }
     tasks += 1;
-    record[0] = ticket;
-    record[1] = ok;
-    f64[0] = bytes;
-    record[2] = f64Words[0]!;
-    record[3] = f64Words[1]!;
-    f64[0] = performance.timeOrigin + performance.now();
-    record[4] = f64Words[0]!;
-    record[5] = f64Words[1]!;
-    let n = COMPLETION_HEAD_WORDS;
-    if (ok === 1) record[6] = 0;
-    else {
-      const text = error.slice(0, RING_ERROR_CHARS_MAX);
-      record[6] = text.length;
-      for (let i = 0; i < text.length; i += 1) record[n++] = text.charCodeAt(i);
-    }
+    const n = encodeCompletion(record, ticket, ok === 1, bytes, ok === 1 ? '' : error);
     // The backend bounds tasks in flight so completions fit; a full ring only
     // means the store has not collected yet: wait for it (bounded, stop-aware).
     while (!done.push(record.subarray(0, n))) {
@@ -278,6 +272,39 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
     bell.ring();
   }
   return tasks;
+}
+
+/** Words of the longest completion record (an error's text cut to RING_ERROR_CHARS_MAX). */
+export const COMPLETION_RECORD_WORDS_MAX = COMPLETION_HEAD_WORDS + RING_ERROR_CHARS_MAX;
+
+const encodeF64 = new Float64Array(1);
+const encodeWords = new Int32Array(encodeF64.buffer);
+
+/**
+ * Writes a completion record (layout above) into `record`, stamped with the
+ * time now; returns its length in words. Every thread that answers through a
+ * completion ring (a transfer thread, the GPU thread) encodes it here.
+ */
+export function encodeCompletion(
+  record: Int32Array,
+  ticket: number,
+  ok: boolean,
+  bytes: number,
+  error: string,
+): number {
+  record[0] = ticket;
+  record[1] = ok ? 1 : 0;
+  encodeF64[0] = bytes;
+  record[2] = encodeWords[0]!;
+  record[3] = encodeWords[1]!;
+  encodeF64[0] = performance.timeOrigin + performance.now();
+  record[4] = encodeWords[0]!;
+  record[5] = encodeWords[1]!;
+  let n = COMPLETION_HEAD_WORDS;
+  const text = ok ? '' : error.slice(0, RING_ERROR_CHARS_MAX);
+  record[6] = text.length;
+  for (let i = 0; i < text.length; i += 1) record[n++] = text.charCodeAt(i);
+  return n;
 }
 
 /** A decoded completion record (see runTransferRing). */

@@ -283,6 +283,12 @@ function tierMetricName(field: TierCounterField): string {
   return `kvoff_tiers_${snake}_total`;
 }
 
+const GAUGE_HELP: Partial<Record<TierCounterField, string>> = {
+  circuitOpen: 'per tier: 1 while its circuit breaker is open',
+  degraded:
+    'per tier: 1 while it is not doing its job (not connected, circuit open, writes failing)',
+};
+
 /** Per-level counters labelled by tier, and a store-latency histogram per tier. */
 function registerTierMetrics(
   registry: Registry,
@@ -296,10 +302,7 @@ function registerTierMetrics(
     if (TIER_GAUGE_FIELDS.has(field)) {
       new Gauge({
         name,
-        help:
-          field === 'circuitOpen'
-            ? 'per tier: 1 while its circuit breaker is open'
-            : `per tier: ${field}`,
+        help: GAUGE_HELP[field] ?? help,
         labelNames: ['tier'],
         registers: [registry],
         collect() {

@@ -5,7 +5,8 @@
 //   GET  /v1/stats     runtime counters + event-loop delay + HTTP counters (JSON)
 //   GET  /v1/events    KV events as server-sent events (JSON batches)
 //   GET  /metrics      Prometheus exposition (prom-client)
-//   GET  /healthz      200 while serving, 503 while draining or after a runtime failure
+//   GET  /healthz      200 while serving (status degraded, with the tier's state, while a
+//                      lower tier is), 503 while draining or after a runtime failure
 //
 // A bad request gets a 4xx with {error:{code,message}} and touches nothing:
 // the content type is checked (415), the body is size-, depth- and
@@ -28,6 +29,7 @@ import type { BodyRead } from './body.js';
 import { createMetrics } from './metrics.js';
 import type { RuntimeMetrics } from './metrics.js';
 import type { EmbeddableRuntime } from './runtime-api.js';
+import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { KvEventBatch } from '../events/types.js';
 import { HttpError, parseRequestInput } from './validate.js';
 import { refuseUnknownKeys } from '../known-keys.js';
@@ -283,9 +285,14 @@ export class KvoffServer {
         allow(req, res, 'GET');
         const failure = this.runtimeFailure;
         if (failure !== undefined) return this.json(res, 503, { status: 'failed', error: failure });
-        return this.draining
-          ? this.json(res, 503, { status: 'draining' })
-          : this.json(res, 200, { status: 'ok' });
+        if (this.draining) return this.json(res, 503, { status: 'draining' });
+        // A degraded lower tier costs hits, not service: still 200, with the tier's state and why.
+        const tiers = lowerTierHealth(this.runtime.stats().tiers);
+        const degraded = Object.values(tiers).some((t) => t.state === 'degraded');
+        return this.json(res, 200, {
+          status: degraded ? 'degraded' : 'ok',
+          ...(Object.keys(tiers).length > 0 ? { tiers } : {}),
+        });
       }
       default:
         throw new HttpError(404, 'not_found', `no route ${path ?? ''}`);
@@ -486,6 +493,19 @@ function isJson(contentType: string | undefined): boolean {
 }
 
 /** Resolves once the answer was handed to the socket or the connection closed (at most 1 s). */
+/** The configured levels below host memory: their state, and why while degraded. */
+function lowerTierHealth(
+  tiers: PerTierCounters | undefined,
+): Record<string, { state: string; problem?: string }> {
+  const out: Record<string, { state: string; problem?: string }> = {};
+  for (const name of ['disk', 'redis'] as const) {
+    const t = tiers?.[name];
+    if (t === undefined || t.state === 'off') continue;
+    out[name] = { state: t.state, ...(t.problem !== undefined ? { problem: t.problem } : {}) };
+  }
+  return out;
+}
+
 function responseDone(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
     const timer = setTimeout(resolve, 1000);

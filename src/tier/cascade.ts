@@ -12,13 +12,15 @@ import {
   KeyHashNotShareableError,
   NamespaceRequiredError,
   SharedResetFailedError,
-  quoted,
 } from '../errors.js';
 import { DiskTier } from './disk-tier.js';
+import { EntryAuth, entryBytes, entryScope, unauthenticatedRedisRefused } from './entry-auth.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierStoreSample } from './lower.js';
+import { resolveRedisAccess } from './redis-access.js';
+import type { RedisTlsOptions } from './redis-access.js';
 import type { LookupState } from './types.js';
-import { VALUE_HEADER_BYTES, allocValue, sealValue, tierScope } from './value.js';
+import { tierScope } from './value.js';
 
 /** `OffloadRuntime.start({ tiers })`: the levels below host memory (none by default). */
 export interface TiersOptions {
@@ -33,17 +35,41 @@ export interface TiersOptions {
     fdatasync?: boolean;
     /** Bytes of values waiting to be written before stores are dropped; default 256 MiB. */
     writesQueuedBytesMax?: number;
+    /** Bound on opening the level (directory checks and index rebuild); default 15,000 ms. */
+    openTimeoutMs?: number;
   };
   redis?: {
-    /** Seed nodes of the cluster, `redis://host:port`. */
+    /** Seed nodes of the cluster, `redis[s]://[user:password@]host:port`; rediss:// is TLS. */
     urls: string[];
-    /** Per-command timeout, default 2,000 ms. */
+    /** ACL user; default: the URLs', else Redis's default user. */
+    username?: string;
+    /** Password of that user, or the cluster's requirepass; default: the URLs'. */
+    password?: string;
+    /** TLS settings for rediss:// URLs (PEM text: ca, cert, key; servername), applied to every node. */
+    tls?: RedisTlsOptions;
+    /** Run without `secret`: values are not authenticated (anyone who can write to the cluster can change what engines load). */
+    insecure?: boolean;
+    /** Deadline of every command and connect, default 2,000 ms. */
     timeoutMs?: number;
     /** Ceiling of the window of SETs in flight (stores beyond it wait in the queue), default 4,096. */
     storesInFlightMax?: number;
     /** Bytes of values waiting for room in the window before stores are dropped (0: no queue); default 256 MiB. */
     storesQueuedBytesMax?: number;
   };
+  /**
+   * The deployment's secret (at least 16 bytes): every entry below host
+   * memory carries an HMAC-SHA256 tag under it, checked before any byte is
+   * served. Required with `redis` unless `redis.insecure`; used by `disk`
+   * when given.
+   */
+  secret?: string | Uint8Array;
+  /**
+   * A configured level that cannot be used at start (unreachable, credentials
+   * refused, TLS failure, a directory that cannot be made or written) does not
+   * fail start(): it runs degraded (misses and drops, counted), as after a
+   * mid-run failure. Default false: start() rejects with TierUnavailableError.
+   */
+  optional?: boolean;
 }
 
 export const DISK_BYTES_DEFAULT = 1 << 30;
@@ -54,20 +80,44 @@ export interface LowerState {
   readonly level: LowerTier | undefined;
 }
 
+/**
+ * The longest a lookup waits for the lower levels before it is answered from
+ * host memory alone: the Redis level's command timeout (its default when
+ * there is no Redis level).
+ */
+const LOOKUP_BUDGET_MS_DEFAULT = 2_000;
+
 /** Payload fetches (promotions) running at once across a lookup. */
 const FETCHES_IN_FLIGHT_MAX = 8;
 
 export class TierCascade {
   readonly levels: readonly LowerTier[];
-  /** tierScope(config): names the levels' entries and is in every header. */
+  /**
+   * tierScope(config), in the secret's namespace when there is one: names the
+   * levels' entries and is in every header.
+   */
   readonly scope: bigint;
   readonly payloadBytes: number;
+  /** Bytes of one stored value (header, payload, tag). */
+  readonly valueBytes: number;
+  /** See LOOKUP_BUDGET_MS_DEFAULT. */
+  readonly lookupBudgetMs: number;
+  private readonly auth: EntryAuth | undefined;
   private readonly fetches = new Limiter(FETCHES_IN_FLIGHT_MAX, Number.MAX_SAFE_INTEGER);
 
-  private constructor(levels: LowerTier[], scope: bigint, payloadBytes: number) {
+  private constructor(
+    levels: LowerTier[],
+    scope: bigint,
+    payloadBytes: number,
+    auth: EntryAuth | undefined,
+    lookupBudgetMs: number,
+  ) {
     this.levels = levels;
+    this.lookupBudgetMs = lookupBudgetMs;
     this.scope = scope;
     this.payloadBytes = payloadBytes;
+    this.auth = auth;
+    this.valueBytes = entryBytes(payloadBytes, auth);
   }
 
   /** Opens the configured levels; undefined when none is configured. */
@@ -82,13 +132,21 @@ export class TierCascade {
     }
     validateTiersOptions(options);
     checkShareable(options, config);
-    const scope = tierScope(config);
+    const auth = options.secret === undefined ? undefined : new EntryAuth(options.secret);
+    const scope = entryScope(tierScope(config), auth);
     const payloadBytes = config.blocksPerChunk * config.bytesPerBlock;
+    const secret = options.secret !== undefined ? { secret: options.secret } : {};
+    const optional = options.optional === true ? { optional: true } : {};
     const levels: LowerTier[] = [];
     if (options.disk) {
       levels.push(
         await DiskTier.open(
           {
+            ...secret,
+            ...optional,
+            ...(options.disk.openTimeoutMs !== undefined
+              ? { openTimeoutMs: options.disk.openTimeoutMs }
+              : {}),
             dir: options.disk.dir,
             bytesMax: options.disk.bytesMax ?? DISK_BYTES_DEFAULT,
             ...(options.disk.freeBytesMin !== undefined
@@ -108,27 +166,44 @@ export class TierCascade {
     if (options.redis) {
       // Loaded only when asked for: node-redis takes most of a second to import on a busy machine.
       const { RedisTier } = await import('./redis-tier.js');
-      levels.push(
-        await RedisTier.open(
-          {
-            urls: options.redis.urls,
-            ...(options.redis.timeoutMs !== undefined
-              ? { timeoutMs: options.redis.timeoutMs }
-              : {}),
-            ...(options.redis.storesInFlightMax !== undefined
-              ? { storesInFlightMax: options.redis.storesInFlightMax }
-              : {}),
-            ...(options.redis.storesQueuedBytesMax !== undefined
-              ? { storesQueuedBytesMax: options.redis.storesQueuedBytesMax }
-              : {}),
-            payloadBytes,
-            scope,
-          },
-          switches,
-        ),
-      );
+      const r = options.redis;
+      try {
+        levels.push(
+          await RedisTier.open(
+            {
+              ...secret,
+              ...optional,
+              ...(r.insecure === true ? { insecure: true } : {}),
+              ...(r.username !== undefined ? { username: r.username } : {}),
+              ...(r.password !== undefined ? { password: r.password } : {}),
+              ...(r.tls !== undefined ? { tls: r.tls } : {}),
+              urls: r.urls,
+              ...(r.timeoutMs !== undefined ? { timeoutMs: r.timeoutMs } : {}),
+              ...(r.storesInFlightMax !== undefined
+                ? { storesInFlightMax: r.storesInFlightMax }
+                : {}),
+              ...(r.storesQueuedBytesMax !== undefined
+                ? { storesQueuedBytesMax: r.storesQueuedBytesMax }
+                : {}),
+              payloadBytes,
+              scope,
+            },
+            switches,
+          ),
+        );
+      } catch (err) {
+        // The disk level opened first: release it before the error goes up.
+        await Promise.all(levels.map((l) => l.close(0)));
+        throw err;
+      }
     }
-    return new TierCascade(levels, scope, payloadBytes);
+    const budget = options.redis?.timeoutMs ?? LOOKUP_BUDGET_MS_DEFAULT;
+    return new TierCascade(levels, scope, payloadBytes, auth, budget);
+  }
+
+  /** True when entries carry a tag under the deployment secret. */
+  get authenticated(): boolean {
+    return this.auth !== undefined;
   }
 
   level(name: 'disk' | 'redis'): LowerTier | undefined {
@@ -141,11 +216,7 @@ export class TierCascade {
    * drops and counts what it cannot take.
    */
   writeThrough(key: bigint, payload: Uint8Array): void {
-    for (const level of this.levels) {
-      const value = allocValue(this.payloadBytes);
-      value.set(payload, VALUE_HEADER_BYTES);
-      level.store(key, sealValue(value, this.scope, key, level.epoch));
-    }
+    for (const level of this.levels) level.store(key, level.seal(key, payload));
   }
 
   /**
@@ -231,7 +302,19 @@ export function validateTiersOptions(o: TiersOptions): void {
   if (typeof o !== 'object' || o === null) {
     throw new InvalidArgumentError('tiers', 'must be an object');
   }
+  const flag = (name: string, v: unknown) => {
+    if (v !== undefined && typeof v !== 'boolean') {
+      throw new InvalidArgumentError(name, 'must be a boolean');
+    }
+  };
   if (o.disk !== undefined) {
+    const t = o.disk.openTimeoutMs;
+    if (t !== undefined && (!Number.isInteger(t) || t < 1 || t > 3_600_000)) {
+      throw new InvalidArgumentError(
+        'tiers.disk.openTimeoutMs',
+        'must be an integer in [1, 3600000]',
+      );
+    }
     if (typeof o.disk.dir !== 'string' || o.disk.dir.length === 0) {
       throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
     }
@@ -247,18 +330,11 @@ export function validateTiersOptions(o: TiersOptions): void {
       );
     }
   }
+  if (o.secret !== undefined) new EntryAuth(o.secret);
+  flag('tiers.optional', o.optional);
   if (o.redis !== undefined) {
-    if (!Array.isArray(o.redis.urls) || o.redis.urls.length === 0) {
-      throw new InvalidArgumentError('tiers.redis.urls', 'must name at least one node');
-    }
-    for (const url of o.redis.urls) {
-      if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError(
-          'tiers.redis.urls',
-          `${quoted(String(url))} is not a redis:// URL`,
-        );
-      }
-    }
+    resolveRedisAccess('tiers.redis.urls', o.redis.urls, o.redis);
+    flag('tiers.redis.insecure', o.redis.insecure);
     const t = o.redis.timeoutMs;
     if (t !== undefined && (!Number.isInteger(t) || t < 1 || t > 600_000)) {
       throw new InvalidArgumentError('tiers.redis.timeoutMs', 'must be an integer in [1, 600000]');
@@ -277,5 +353,7 @@ export function validateTiersOptions(o: TiersOptions): void {
         'must be a non-negative integer',
       );
     }
+    // Last: a value out of range is named before the missing secret.
+    if (o.secret === undefined && o.redis.insecure !== true) throw unauthenticatedRedisRefused();
   }
 }

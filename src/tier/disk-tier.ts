@@ -16,44 +16,58 @@
 // directories are never touched; directories of the old format (16 hex
 // digits, version 1) are removed at open.
 //
-// A write goes to a temp name opened exclusively (`wx`, never someone else's
-// file), its byte count is checked, it is optionally fdatasync'ed, then renamed
-// over the final name: a reader (this process, a restarted one, or a second one
-// on the same directory) sees a whole entry or none. At open the index is
-// rebuilt from the directory: temp files of processes that are gone are
-// deleted, entries of the wrong size are deleted, and LRU order comes from
-// mtime. A byte cap and a free-space floor bound the level; entries being
-// written or read are never evicted. File I/O runs on libuv's pool, bounded in
-// flight (writes beyond the bound are dropped and counted, never queued without
-// limit), so the store loop never waits on the disk.
+// The directory is private (src/tier/private-dir.ts): refused unless it is
+// ours and no one else may write it; directories 0700, files 0600, and no
+// symlink is followed under it. Opening is bounded in time.
+//
+// A write goes to a temp name opened exclusively (O_EXCL | O_NOFOLLOW, never
+// someone else's file), its byte count is checked, it is optionally
+// fdatasync'ed, then renamed over the final name: a reader (this process, a
+// restarted one, or a second one on the same directory) sees a whole entry or
+// none. At open the index is rebuilt from the directory: temp files of
+// processes that are gone are deleted, entries of the wrong size are deleted,
+// and LRU order comes from mtime. A byte cap and a free-space floor bound the
+// level; entries being written or read are never evicted. File I/O runs on
+// libuv's pool, bounded in flight (writes beyond the bound are dropped and
+// counted, never queued without limit), so the store loop never waits on the
+// disk. With a deployment secret, every entry carries an HMAC tag over its
+// whole header (scope, epoch, identity) and payload, checked before any byte
+// is served (src/tier/entry-auth.ts).
 import { randomBytes } from 'node:crypto';
-import {
-  mkdir,
-  open,
-  readdir,
-  readFile,
-  rename,
-  rm,
-  stat,
-  statfs,
-  unlink,
-  utimes,
-  writeFile,
-} from 'node:fs/promises';
+import { constants } from 'node:fs';
+import { lstat, open, rename, statfs, unlink } from 'node:fs/promises';
 import type { FileHandle } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { InvalidArgumentError } from '../errors.js';
+import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
+import { EntryAuth, checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
+import { ENTRY_SUFFIX, TEMP_MARK, scanEntries } from './disk-scan.js';
+import {
+  CREATE_FLAGS,
+  DirUnusable,
+  FILE_MODE,
+  READ_FLAGS,
+  privateRoot,
+  privateSubdir,
+  probeWrite,
+} from './private-dir.js';
 import type { LookupState } from './types.js';
 import { keyWord } from '../identity.js';
-import { VALUE_HEADER_BYTES, checkedPayload, hex16, keyName } from './value.js';
+import { VALUE_HEADER_BYTES, hex16, keyName } from './value.js';
+import { readEpoch, removeOldFormat, writeEpoch } from './disk-epoch.js';
 
 export interface DiskTierOptions {
-  /** Root directory; created if missing. Several processes may share it. */
+  /** Root directory; made (0700) if missing; must be ours and not group- or world-writable. Several processes of one user may share it. */
   readonly dir: string;
+  /** The deployment secret: entries carry an HMAC-SHA256 tag under it (at least 16 bytes). */
+  readonly secret?: string | Uint8Array;
+  /** A directory that cannot be made or written, or an open that times out, opens a level that drops and misses (degraded) instead of rejecting with TierUnavailableError. */
+  readonly optional?: boolean;
+  /** Bound on opening (directory checks and index rebuild); default 15,000 ms. */
+  readonly openTimeoutMs?: number;
   /** Byte cap of this layout's entries (headers included). */
   readonly bytesMax: number;
   /** Stores are refused while the file system has less than this free; default 64 MiB. */
@@ -86,6 +100,7 @@ export interface DiskTierOptions {
 // matters for chunks under 16 KiB. store() stays O(1) and never waits: over
 // either bound it drops and counts.
 const DISK_DEFAULTS = {
+  openTimeoutMs: 15_000,
   freeBytesMin: 64 << 20,
   writesInFlightMax: 4,
   writesQueuedMax: 16_384,
@@ -108,24 +123,25 @@ const FREE_CHECK_MS = 250;
 /** ...and at most this many of our own bytes ago (other writers are not seen in between). */
 const FREE_CHECK_BYTES = 16 << 20;
 
-/** File-system calls in flight while the index is rebuilt at open (libuv runs 4 at a time by default). */
-const REBUILD_IO_MAX = 16;
+/** The unsafe variant's in-place write (F12): truncating, still never through a symlink. */
+const OVERWRITE_FLAGS =
+  constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW;
 
-const ENTRY_SUFFIX = '.kv';
-const TEMP_MARK = '.tmp.';
-const EPOCH_FILE = 'epoch';
-/** A directory of the version-1 format: its layout fingerprint in 16 hex digits. */
-const OLD_FORMAT_DIR = /^[0-9a-f]{16}$/;
+type Resolved = Required<Omit<DiskTierOptions, 'secret' | 'optional'>>;
 
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
   readonly counters: TierCounters = zeroCounters();
+  /** True when entries carry a tag under the deployment secret. */
+  readonly authenticated: boolean;
   readonly events = new LevelEventLog();
-  /** Removed at open: temp files of dead processes and entries of the wrong size. */
+  /** Removed at open: temp files of dead processes, entries of the wrong size, symlinks. */
   staleRemoved = 0;
-  private readonly root: string;
+  /** The real path of this layout's directory (set at open). */
+  private root = '';
   private readonly valueBytes: number;
-  private readonly options: Required<DiskTierOptions>;
+  private readonly options: Resolved;
+  private readonly auth: EntryAuth | undefined;
   /** By key word; insertion order is recency: first = least recently used. */
   private readonly index = new Map<bigint, Entry>();
   /** Key words whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
@@ -142,25 +158,39 @@ export class DiskTier implements LowerTier {
   private statfsFreeBytes = 0;
   private statfsAtMs = -Infinity;
   private writtenSinceStatfs = 0;
+  /** New files need an explicit chmod (the umask takes owner bits). */
+  private chmodFiles = false;
+  /** Opened degraded (optional, and the directory could not be used): stores drop, lookups miss. */
+  private unusable = false;
+  /** Why the last write failed, or why the level could not be opened. */
+  private lastProblem: string | undefined;
   private closed = false;
   private readonly switches: LowerTierSwitches;
 
-  private constructor(options: Required<DiskTierOptions>, switches: LowerTierSwitches) {
+  private constructor(options: Resolved, auth: EntryAuth | undefined, switches: LowerTierSwitches) {
     this.options = options;
+    this.auth = auth;
+    this.authenticated = auth !== undefined;
     this.switches = switches;
-    this.root = join(options.dir, scopeDirName(options.scope));
-    this.valueBytes = VALUE_HEADER_BYTES + options.payloadBytes;
+    this.valueBytes = entryBytes(options.payloadBytes, auth);
     this.writes = new Limiter(options.writesInFlightMax, options.writesQueuedMax);
     this.reads = new Limiter(options.readsInFlightMax, Number.MAX_SAFE_INTEGER);
   }
 
-  /** Opens the level and rebuilds its index from the directory. An unusable directory still opens (every store then fails and is counted). */
+  /**
+   * Opens the level: checks the directory is private (InvalidArgumentError
+   * if not, always), makes what is missing, checks it can write there, and
+   * rebuilds the index, all within openTimeoutMs. A directory that cannot be
+   * made or written, or an open that does not finish in time, rejects with
+   * TierUnavailableError, unless `optional` (then the level drops and misses).
+   */
   static async open(
     options: DiskTierOptions,
     /** Test-only: see LowerTierSwitches. */
     switches: LowerTierSwitches = {},
   ): Promise<DiskTier> {
-    const full: Required<DiskTierOptions> = { ...DISK_DEFAULTS, fdatasync: false, ...options };
+    const { secret, optional, ...rest } = options;
+    const full: Resolved = { ...DISK_DEFAULTS, fdatasync: false, ...rest };
     if (typeof full.dir !== 'string' || full.dir.length === 0) {
       throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
     }
@@ -176,10 +206,36 @@ export class DiskTier implements LowerTier {
     positive('writesQueuedBytesMax', full.writesQueuedBytesMax, 1);
     positive('readsInFlightMax', full.readsInFlightMax, 1);
     positive('payloadBytes', full.payloadBytes, 1);
-    const tier = new DiskTier(full, switches);
-    await tier.rebuild();
-    await tier.refreshEpoch();
-    tier.removeOldFormat();
+    positive('openTimeoutMs', full.openTimeoutMs, 1);
+    const auth = secret === undefined ? undefined : new EntryAuth(secret);
+    const tier = new DiskTier(full, auth, switches);
+    let timer: NodeJS.Timeout | undefined;
+    const opened = tier.prepare().then(
+      () => undefined,
+      (err: unknown) => err,
+    );
+    const timedOut = new Promise<Error>(
+      (r) =>
+        (timer = setTimeout(
+          () =>
+            r(
+              new DirUnusable(`opening ${full.dir} did not finish within ${full.openTimeoutMs} ms`),
+            ),
+          full.openTimeoutMs,
+        )),
+    );
+    const problem = await Promise.race([opened, timedOut]);
+    clearTimeout(timer);
+    if (problem === undefined) return tier;
+    // A directory that is not private is refused whatever else is configured.
+    if (!(problem instanceof DirUnusable)) throw problem;
+    if (optional !== true) {
+      tier.closed = true;
+      throw new TierUnavailableError('disk', problem.message);
+    }
+    tier.unusable = true;
+    tier.counters.degraded = 1;
+    tier.lastProblem = `unusable at start: ${problem.message}`;
     return tier;
   }
 
@@ -188,27 +244,17 @@ export class DiskTier implements LowerTier {
   }
 
   async refreshEpoch(): Promise<void> {
-    if (this.closed) return;
-    try {
-      const text = (await readFile(join(this.root, EPOCH_FILE), 'utf8')).trim();
-      if (/^[0-9a-f]{16}$/.test(text)) this.currentEpoch = BigInt('0x' + text);
-      else this.counters.errors += 1;
-    } catch (err) {
-      // No epoch file (or no directory to hold one): no shared reset yet, epoch 0.
-      // Anything else keeps what we knew.
-      if (isNotFound(err) || (err as NodeJS.ErrnoException).code === 'ENOTDIR')
-        this.currentEpoch = 0n;
-      else this.counters.errors += 1;
-    }
+    if (this.closed || this.unusable) return;
+    // No file: no shared reset yet (0). Not a readable epoch: keep what we knew.
+    const epoch = await readEpoch(this.root);
+    if (epoch === undefined) this.counters.errors += 1;
+    else this.currentEpoch = epoch;
   }
 
   async retire(): Promise<void> {
+    if (this.unusable) throw new Error(`disk: ${this.lastProblem ?? 'unusable'}`);
     const epoch = randomBytes(8).readBigUInt64LE(0);
-    const path = join(this.root, EPOCH_FILE);
-    const temp = `${path}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
-    await mkdir(this.root, { recursive: true });
-    await writeFile(temp, hex16(epoch) + '\n', { flag: 'wx' });
-    await rename(temp, path);
+    await writeEpoch(this.root, epoch, `${process.pid}.${(this.tempSeq += 1)}`);
     this.currentEpoch = epoch;
     // Our own entries are retired at once; a write in flight drops itself when it lands.
     for (const [word, e] of [...this.index]) {
@@ -223,12 +269,23 @@ export class DiskTier implements LowerTier {
     return this.writes.size;
   }
 
+  get problem(): string | undefined {
+    return this.counters.degraded === 1 ? this.lastProblem : undefined;
+  }
+
   get entries(): number {
     return this.index.size;
   }
 
   get bytes(): number {
     return this.bytesUsed;
+  }
+
+  /** A value for `key` holding `payload`, sealed as this level checks it (header, and tag with a secret). */
+  seal(key: bigint, payload: Uint8Array): Buffer {
+    const value = Buffer.allocUnsafe(this.valueBytes);
+    value.set(payload, VALUE_HEADER_BYTES);
+    return sealEntry(value, this.options.scope, key, this.currentEpoch, this.auth);
   }
 
   usage(): { entries: number; bytesUsed: number; capacityBytes: number } {
@@ -251,7 +308,7 @@ export class DiskTier implements LowerTier {
       const word = keyWord(key);
       let e = this.index.get(word);
       // Not known here: another process on the same directory may have written it.
-      if (e === undefined && !this.closed) e = await this.adopt(word);
+      if (e === undefined && !this.closed && !this.unusable) e = await this.adopt(word);
       if (e !== undefined && e.key !== undefined && e.key !== key) {
         // Another chunk's entry under the same key word: never this one's.
         this.counters.keyCollisions += 1;
@@ -275,8 +332,20 @@ export class DiskTier implements LowerTier {
 
   store(key: bigint, value: Buffer): void {
     const word = keyWord(key);
-    // Present (or another chunk's entry under this key word: the first one stays) or being unlinked.
-    if (this.closed || this.index.has(word) || this.unlinking.has(word)) return;
+    if (this.closed || this.unlinking.has(word)) return;
+    if (this.unusable) {
+      this.counters.droppedChunks += 1;
+      return;
+    }
+    const present = this.index.get(word);
+    if (present !== undefined) {
+      // Written or being written (the same bytes again would be waste), or
+      // another chunk's entry under this key word (the first one stays).
+      if (!present.writing && present.key === key && !this.stale(present)) {
+        this.counters.skippedChunks += 1;
+      }
+      return;
+    }
     if (value.length !== this.valueBytes) {
       this.counters.errors += 1;
       this.counters.droppedChunks += 1;
@@ -339,12 +408,15 @@ export class DiskTier implements LowerTier {
           this.index.set(word, entry);
           this.counters.storedChunks += 1;
           this.counters.bytesWritten += value.length;
+          this.counters.degraded = 0;
           this.counters.storeUs += (performance.now() - t0) * 1000;
           this.samples.push(performance.now() - t0);
           this.events.stored(key);
         },
         (err: unknown) => {
           this.counters.errors += 1;
+          this.counters.degraded = 1;
+          this.lastProblem = `a write failed: ${describeIoError(err)}`;
           if (this.switches.unsafeAckOnAllocFailure) {
             // The unsafe variant: the failed write stays indexed as readable and counts as stored.
             entry.writing = false;
@@ -370,26 +442,28 @@ export class DiskTier implements LowerTier {
     e.readers += 1;
     const t0 = performance.now();
     try {
-      const path = this.pathOf(key);
       let value: Buffer;
       try {
-        value = await this.reads.run(() => readFile(path));
+        value = await this.reads.run(() => this.read(key));
       } catch (err) {
-        // Gone (another process evicted it) or unreadable: a miss.
-        if (!isNotFound(err)) this.counters.errors += 1;
+        // Gone (another process evicted it), not a plain file, or unreadable: a miss.
+        const code = (err as NodeJS.ErrnoException | undefined)?.code;
+        if (code !== 'ENOENT') this.counters.errors += 1;
         if (this.index.get(word) === e) {
           this.forget(word, e);
           this.events.removed(key);
         }
+        if (code === 'ELOOP' || code === 'EFTYPE') this.removeFile(key);
         this.counters.missChunks += 1;
         return undefined;
       }
-      const payload = checkedPayload(
+      const payload = checkedEntry(
         value,
         key,
         this.options,
         this.currentEpoch,
         this.counters,
+        this.auth,
         this.switches,
       );
       // Another chunk's sound entry under this key word: not ours to delete.
@@ -405,10 +479,8 @@ export class DiskTier implements LowerTier {
         this.index.delete(word);
         this.index.set(word, e);
       }
+      // read() touched the mtime (the LRU order a restart rebuilds).
       this.counters.loadUs += (performance.now() - t0) * 1000;
-      // mtime is the LRU order a restart rebuilds; a failed touch only ages the entry.
-      const now = new Date();
-      this.track(utimes(path, now, now).catch(() => undefined));
       return payload;
     } finally {
       e.readers -= 1;
@@ -431,6 +503,33 @@ export class DiskTier implements LowerTier {
 
   // --- internals ---
 
+  /**
+   * Reads a whole entry without following a symlink, and touches its mtime
+   * (the LRU order a restart rebuilds; a failed touch only ages the entry).
+   */
+  private async read(key: bigint): Promise<Buffer> {
+    const fh = await open(this.pathOf(key), READ_FLAGS);
+    try {
+      const s = await fh.stat();
+      if (!s.isFile() || s.size !== this.valueBytes) {
+        throw Object.assign(new Error('not a whole entry'), { code: 'EFTYPE' });
+      }
+      const value = Buffer.allocUnsafe(this.valueBytes);
+      let at = 0;
+      while (at < value.length) {
+        const { bytesRead } = await fh.read(value, at, value.length - at, at);
+        if (bytesRead === 0) break;
+        at += bytesRead;
+      }
+      if (at !== value.length) throw Object.assign(new Error('short read'), { code: 'EFTYPE' });
+      const now = new Date();
+      await fh.utimes(now, now).catch(() => undefined);
+      return value;
+    } finally {
+      await fh.close();
+    }
+  }
+
   private async write(key: bigint, value: Buffer): Promise<void> {
     const final = this.pathOf(key);
     const dir = join(final, '..');
@@ -441,12 +540,12 @@ export class DiskTier implements LowerTier {
       this.writtenSinceStatfs += value.length;
     }
     if (!this.madeDirs.has(dir)) {
-      await mkdir(dir, { recursive: true });
+      await privateSubdir(dir);
       this.madeDirs.add(dir);
     }
     if (this.switches.unsafePublishBeforeComplete) {
       // The unsafe variant: written in place under the final name, visible while it grows.
-      const fh = await open(final, 'w');
+      const fh = await open(final, OVERWRITE_FLAGS, FILE_MODE);
       try {
         await fh.write(value, 0, value.length, 0);
         if (this.options.fdatasync) await fh.datasync();
@@ -458,7 +557,8 @@ export class DiskTier implements LowerTier {
     const temp = `${final}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
     let fh: FileHandle | undefined;
     try {
-      fh = await open(temp, 'wx');
+      fh = await open(temp, CREATE_FLAGS, FILE_MODE);
+      if (this.chmodFiles) await fh.chmod(FILE_MODE);
       const { bytesWritten } = await fh.write(value, 0, value.length, 0);
       if (bytesWritten !== value.length) {
         throw Object.assign(new Error(`short write: ${bytesWritten} of ${value.length}`), {
@@ -484,7 +584,7 @@ export class DiskTier implements LowerTier {
   private async freeBytes(): Promise<number> {
     const now = performance.now();
     if (now - this.statfsAtMs >= FREE_CHECK_MS || this.writtenSinceStatfs >= FREE_CHECK_BYTES) {
-      const fs = await statfs(this.options.dir);
+      const fs = await statfs(this.root);
       this.statfsFreeBytes = fs.bavail * fs.bsize;
       this.statfsAtMs = performance.now();
       this.writtenSinceStatfs = 0;
@@ -519,6 +619,7 @@ export class DiskTier implements LowerTier {
     this.bytesUsed -= e.bytes;
   }
 
+  /** Unlinks an entry's name (a symlink there goes, never what it points to). */
   private removeFile(word: bigint): void {
     this.unlinking.add(word);
     this.track(
@@ -539,30 +640,6 @@ export class DiskTier implements LowerTier {
     this.counters.retiredChunks += 1;
   }
 
-  /**
-   * Directories of the version-1 format beside ours hold entries no reader
-   * serves any more: removed in the background (close() waits for it,
-   * bounded). A directory of another scope of this format is never touched.
-   */
-  private removeOldFormat(): void {
-    this.track(
-      listDir(this.options.dir).then((names) =>
-        Promise.all(
-          names
-            .filter((n) => OLD_FORMAT_DIR.test(n))
-            .map(async (n) => {
-              const path = join(this.options.dir, n);
-              if (!(await stat(path).catch(() => undefined))?.isDirectory()) return;
-              await rm(path, { recursive: true, force: true }).then(
-                () => (this.staleRemoved += 1),
-                () => undefined,
-              );
-            }),
-        ),
-      ),
-    );
-  }
-
   private track(p: Promise<unknown>): void {
     const done = p.then(
       () => undefined,
@@ -577,8 +654,10 @@ export class DiskTier implements LowerTier {
     // An entry this process evicted or found bad is still on disk until its unlink lands: not a hit.
     if (this.unlinking.has(word)) return undefined;
     try {
-      const s = await stat(this.pathOf(word));
-      if (s.size !== this.valueBytes || this.index.has(word)) return this.index.get(word);
+      const s = await lstat(this.pathOf(word));
+      if (!s.isFile() || s.size !== this.valueBytes || this.index.has(word)) {
+        return this.index.get(word);
+      }
       // Whose and which epoch are known only once it is read (load checks both).
       const e: Entry = {
         bytes: s.size,
@@ -595,21 +674,26 @@ export class DiskTier implements LowerTier {
     }
   }
 
+  /** The directory checks, then the index from what is there. */
+  private async prepare(): Promise<void> {
+    const real = await privateRoot(this.options.dir);
+    this.root = join(real, scopeDirName(this.options.scope));
+    try {
+      await privateSubdir(this.root);
+    } catch (err) {
+      throw new DirUnusable(`cannot use ${this.root}: ${(err as Error).message}`);
+    }
+    this.chmodFiles = await probeWrite(this.root);
+    await this.rebuild();
+    await this.refreshEpoch();
+    // Version-1 directories beside ours: removed in the background (close() waits for it, bounded).
+    this.track(removeOldFormat(real).then((n) => (this.staleRemoved += n)));
+  }
+
   private async rebuild(): Promise<void> {
-    // A directory that cannot be made is not fatal: every store then fails and is counted.
-    await mkdir(this.root, { recursive: true }).catch(() => undefined);
-    // Up to 256 directories listed, and their files examined, REBUILD_IO_MAX at a time.
-    const io = new Limiter(REBUILD_IO_MAX, Number.MAX_SAFE_INTEGER);
-    const dirs = (await listDir(this.root)).filter((d) => /^[0-9a-f]{2}$/.test(d));
-    const names = await Promise.all(
-      dirs.map((d) => io.run(async () => (await listDir(join(this.root, d))).map((n) => [d, n]))),
-    );
-    const found = await Promise.all(
-      names.flat().map(([d, name]) => io.run(() => this.examine(join(this.root, d!), name!))),
-    );
-    const whole = found.filter((f) => f !== undefined);
-    whole.sort((x, y) => x.mtimeMs - y.mtimeMs);
-    for (const f of whole) {
+    const scan = await scanEntries(this.root, this.valueBytes);
+    this.staleRemoved += scan.removed;
+    for (const f of scan.entries) {
       this.index.set(f.key, {
         bytes: f.bytes,
         writing: false,
@@ -623,62 +707,16 @@ export class DiskTier implements LowerTier {
     this.makeRoom(0);
     await Promise.allSettled([...this.inFlight]);
   }
+}
 
-  /** One file met at open: a whole entry to index, or undefined (stale temps and wrong sizes are deleted). */
-  private async examine(
-    dir: string,
-    name: string,
-  ): Promise<{ key: bigint; bytes: number; mtimeMs: number } | undefined> {
-    const path = join(dir, name);
-    if (name.includes(TEMP_MARK)) {
-      if (!ownerAlive(name)) {
-        await unlink(path).catch(() => undefined);
-        this.staleRemoved += 1;
-      }
-      return undefined;
-    }
-    if (!name.endsWith(ENTRY_SUFFIX)) return undefined;
-    const hex = name.slice(0, -ENTRY_SUFFIX.length);
-    if (!/^[0-9a-f]{16}$/.test(hex)) return undefined;
-    const s = await stat(path).catch(() => undefined);
-    if (s === undefined || !s.isFile()) return undefined;
-    if (s.size !== this.valueBytes) {
-      await unlink(path).catch(() => undefined);
-      this.staleRemoved += 1;
-      return undefined;
-    }
-    return { key: BigInt('0x' + hex), bytes: s.size, mtimeMs: s.mtimeMs };
-  }
+function describeIoError(err: unknown): string {
+  const e = err as NodeJS.ErrnoException | undefined;
+  return e instanceof Error ? e.message.replace(/\s+/g, ' ') : String(err);
 }
 
 /** The directory of a scope's entries under the level's root (`v2-` and the scope in hex). */
 export function scopeDirName(scope: bigint): string {
   return `v2-${hex16(scope)}`;
-}
-
-async function listDir(dir: string): Promise<string[]> {
-  try {
-    return await readdir(dir);
-  } catch {
-    return [];
-  }
-}
-
-/** Temp names end in `.tmp.<pid>.<seq>`: the writer is alive when that pid exists (and is not us, at open). */
-function ownerAlive(name: string): boolean {
-  const parts = name.slice(name.indexOf(TEMP_MARK) + TEMP_MARK.length).split('.');
-  const pid = Number(parts[0]);
-  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return false;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
-  }
-}
-
-function isNotFound(err: unknown): boolean {
-  return (err as NodeJS.ErrnoException | undefined)?.code === 'ENOENT';
 }
 
 function isFullError(err: unknown): boolean {

@@ -7,7 +7,7 @@ import type { LookupState } from './types.js';
 
 export const TIER_NAMES = ['host', 'disk', 'redis'] as const;
 export type TierName = (typeof TIER_NAMES)[number];
-type LowerTierName = Exclude<TierName, 'host'>;
+export type LowerTierName = Exclude<TierName, 'host'>;
 
 /** Per-level counters, in chunks (one offload key of one group) and bytes. */
 export const TIER_COUNTER_FIELDS = [
@@ -30,6 +30,14 @@ export const TIER_COUNTER_FIELDS = [
   'circuitOpen',
   /** Stores refused because the level is full (byte cap, free-space floor, OOM reply). */
   'fullChunks',
+  /** Commands that got no answer within the level's timeout (each is also an error). */
+  'timeouts',
+  /** Values whose authentication tag was wrong or missing: never served, deleted (each is also an error). */
+  'authFailures',
+  /** Stores not sent because the level is known to hold the chunk already (written or found by this process). */
+  'skippedChunks',
+  /** 1 while the level is not doing its job: Redis not connected or its circuit open, disk failing its writes. */
+  'degraded',
   /**
    * Lookups that found, under the key word asked for, a sound entry of
    * another chunk (the whole 256-bit identity differs): never served, a miss.
@@ -57,13 +65,14 @@ export const TIER_COUNTER_FIELDS = [
   'storesPending',
 ] as const;
 
-/** Fields that are levels (gauges), not running totals. */
+/** Fields that are levels or states (gauges), not running totals. */
 export const TIER_GAUGE_FIELDS: ReadonlySet<TierCounterField> = new Set([
   'circuitOpen',
   'entries',
   'bytesUsed',
   'capacityBytes',
   'storesPending',
+  'degraded',
 ]);
 export type TierCounterField = (typeof TIER_COUNTER_FIELDS)[number];
 export type TierCounters = Record<TierCounterField, number>;
@@ -115,10 +124,17 @@ export interface LowerTier {
    * never changes it.
    */
   store(key: bigint, value: Buffer): void;
+  /** A value for `key` holding `payload`, sealed as this level checks it (header, and its tag with a secret). */
+  seal(key: bigint, payload: Uint8Array): Buffer;
   /** The checked payload of `key`, or undefined (miss). A bad entry is deleted. Never rejects. */
   load(key: bigint): Promise<Buffer | undefined>;
   /** Stores still being written. */
   readonly storesInFlight: number;
+  /**
+   * While the level is degraded (counters.degraded), why: one line, never a
+   * credential (an open that failed, the last error). Undefined otherwise.
+   */
+  readonly problem: string | undefined;
   /** Store latencies since the last call (bounded). */
   takeSamples(): TierStoreSample[];
   /** Entries, their bytes and the capacity, where the level knows them. */
@@ -192,7 +208,7 @@ export interface LowerTierSwitches {
   readonly unsafeEvictInUse?: boolean;
   /** F9: a store the level could not take (full, failed, OOM) is marked stored and counted as stored. */
   readonly unsafeAckOnAllocFailure?: boolean;
-  /** F11: a value's CRC-32 is not checked before it is served. */
+  /** F11: a value's CRC-32 and authentication tag are not checked before it is served. */
   readonly unsafeSkipChecksum?: boolean;
   /**
    * F12: an entry is visible before its write completed (disk: written in

@@ -1,126 +1,88 @@
 // The Redis Cluster level, shared by every engine instance that points at the
-// same cluster. node-redis's cluster client (`redis` 6.x: maintained, routes
-// each key to its slot's master, per-command timeouts, Buffer replies).
+// same cluster, through node-redis's cluster client (src/tier/redis-link.ts:
+// every command has a deadline, a broken node's connection is replaced, the
+// credentials and TLS settings reach every node).
 //
 // One value per chunk under `kvoff:v2:<scope>:<key word>`, with no hash tag,
-// so keys spread over the shards; one SET writes header + payload, so an
-// entry is visible whole or not at all (a SET cut off halfway never lands).
-// Lookups send per-key EXISTS (pipelined by the client) in batches and stop
-// at the first miss; loads GET and check the header, whose whole identity
-// tells a colliding key word's entry apart (a counted miss, left in place).
-// The scope's epoch is `kvoff:v2:<scope>:epoch` (absent: 0): every value
-// carries the epoch it was written under, a shared reset SETs a new random
-// one (no FLUSHALL, other scopes untouched), and a load that finds another
-// epoch deletes the entry and misses. Version-1 entries (`kvoff:v1:...`) are
-// never read again; the cluster's maxmemory policy evicts them. Every command has a
-// timeout. The level is best-effort: a failed store is dropped and counted, a
-// failed load is a miss, an OOM reply means the level is full (counted), and
-// after repeated failures a circuit breaker opens so a dead cluster costs
-// nothing but counted misses and drops; a half-open probe (a fresh connect when
-// the client is gone) closes it again. Stores in flight are bounded; over the
-// bound they are dropped and counted (back-pressure that never blocks).
-import { performance } from 'node:perf_hooks';
-import { RESP_TYPES, createCluster } from 'redis';
+// so keys spread over the shards; one SET writes the whole value, so an entry
+// is visible whole or not at all (a SET cut off halfway never lands). With a
+// deployment secret every value carries an HMAC tag over its whole header
+// (scope, epoch, the chunk's 256-bit identity) and payload, checked before any
+// byte is served (src/tier/entry-auth.ts); without one the level refuses to
+// open unless told `insecure`. Lookups send per-key EXISTS (pipelined by the
+// client) in batches and stop at the first miss; loads GET and check the
+// value, whose whole identity tells a colliding key word's entry apart (a
+// counted miss, left in place). The scope's epoch is `kvoff:v2:<scope>:epoch`
+// (absent: 0): every value carries the epoch it was written under, a shared
+// reset SETs a new random one (no FLUSHALL, other scopes untouched), and a
+// load that finds another epoch deletes the entry and misses. Version-1
+// entries (`kvoff:v1:...`) are never read again; the cluster's maxmemory
+// policy evicts them. The level is best-effort: a failed store is dropped and
+// counted, a failed load is a miss, an OOM reply means the level is full
+// (counted), and after repeated failures a circuit breaker opens so a dead
+// cluster costs nothing but counted misses and drops; a half-open probe (a
+// fresh connect when the client is gone) closes it again. Stores in flight are
+// bounded; over the bound they are dropped and counted (back-pressure that
+// never blocks). A chunk this process knows the cluster holds under the
+// current epoch (it wrote it, or a lookup or load found it) is not sent again.
 import { randomBytes } from 'node:crypto';
-import { InvalidArgumentError } from '../errors.js';
+import { performance } from 'node:perf_hooks';
+import { TierUnavailableError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
+import { checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
+import type { EntryAuth } from './entry-auth.js';
+import { KnownKeys } from './known-keys.js';
+import { scrubCredentials } from './redis-access.js';
+import type { RedisAccess } from './redis-access.js';
+import { STORE_WINDOW_INITIAL, STORE_WINDOW_MIN, resolveRedisOptions } from './redis-options.js';
+import type { RedisTierOptions, ResolvedRedisOptions } from './redis-options.js';
+
+export type { RedisTierOptions } from './redis-options.js';
+import { ErrorReply, TimeoutError as LibraryTimeoutError } from 'redis';
+import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
+import type { RedisCommands, RedisConnection } from './redis-link.js';
 import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
 import type { LookupState } from './types.js';
-import { checkedPayload, hex16, keyName } from './value.js';
+import { VALUE_HEADER_BYTES, hex16, keyName } from './value.js';
 
-export interface RedisTierOptions {
-  /** Seed nodes, `redis://host:port` each; the rest of the cluster is discovered. */
-  readonly urls: readonly string[];
-  /** Per-command timeout; default 2,000 ms. */
-  readonly timeoutMs?: number;
-  /** Most SETs awaiting their reply (the delay-based window's ceiling); beyond the window stores wait in the queue; default 4,096. */
-  readonly storesInFlightMax?: number;
-  /** Bytes of SETs awaiting their reply; beyond this stores wait in the queue; default 64 MiB. */
-  readonly storeBytesInFlightMax?: number;
-  /** Stores waiting for room in the window; beyond this (or the byte bound) they are dropped; default 16,384. */
-  readonly storesQueuedMax?: number;
-  /** Bytes of stores waiting for room in the window; default 256 MiB. */
-  readonly storesQueuedBytesMax?: number;
-  /** Consecutive failed operations that open the circuit; default 5. */
-  readonly failuresMax?: number;
-  /** How long the circuit stays open before a probe; default 1,000 ms. */
-  readonly openMs?: number;
-  readonly payloadBytes: number;
-  /** The tier scope (tierScope): layout, namespace and key hash. */
-  readonly scope: bigint;
-}
-
-// Stores in flight: a window between STORE_WINDOW_MIN and storesInFlightMax
-// that halves when a SET takes 90% of the timeout or times out (at most once
-// per that long) and grows by one per faster answer (src/tier/in-flight-window.ts).
-// Measured with the default `kvoff simulate` against a fresh cluster on a
-// loaded 2-core box: a fixed 1,024 dropped 11-13% of the first run's stores
-// (load average 18); a fixed 4,096 dropped 0% at load 24-35 and 16-26% at load
-// 5 (a faster run, a burstier offer), and against a cluster at nice 10 its deep
-// pipeline timed out together (1,262 errors, 44% dropped, circuit open). A
-// window that halved at a quarter or half of the timeout dropped 30-66%:
-// latencies of 0.5-1.8 s are common on such a box and need not be cut. This
-// one dropped 18% at load 5 with no error, like the fixed 4,096, and backs off
-// before a timeout wave. At 16 KiB the byte bound (64 MiB, about 4,085
-// values) and the count ceiling meet; for larger chunks the byte bound decides.
-// The queue in front of the window absorbs the first run's bursts, as the disk
-// level's write queue does: without it the default `kvoff simulate` against a
-// fresh cluster dropped 18-66% of its stores (the host tier publishes about
-// 18,000 chunks in a few seconds, faster than 4,096 SETs / 64 MiB in flight
-// drain). Bounded in count and bytes (at most about one more copy of the
-// default host tier); store() stays O(1) and never waits: over either bound it
-// drops and counts. A queued key answers 'pending' to lookups, as one in flight.
-/** The window never goes below this many stores in flight, nor starts above STORE_WINDOW_INITIAL. */
-const STORE_WINDOW_MIN = 64;
-const STORE_WINDOW_INITIAL = 4096;
-
-const REDIS_DEFAULTS = {
-  timeoutMs: 2_000,
-  storesInFlightMax: 4_096,
-  storeBytesInFlightMax: 64 << 20,
-  storesQueuedMax: 16_384,
-  storesQueuedBytesMax: 256 << 20,
-  failuresMax: 5,
-  openMs: 1_000,
-} as const;
-
-/** Bound on close()'s wait rounds (each waits for the operations in flight at its start). */
-const CLOSE_ROUNDS_MAX = 1 << 20;
-
-/** EXISTS sent at once per lookup round; the lookup stops after a round with a miss. */
+/** EXISTS sent at once per lookup round; the lookup stops at the first miss or failure. */
 const EXISTS_BATCH = 32;
 
-/** The commands this level uses, as it uses them (Buffer replies). */
-interface Commands {
-  exists(key: string): Promise<number>;
-  set(key: string, value: Buffer | string): Promise<unknown>;
-  get(key: string): Promise<Buffer | null>;
-  del(key: string): Promise<number>;
-}
-
-/** The lifecycle calls this level makes on the cluster client. */
-interface ClusterHandle {
-  close(): Promise<void>;
-  destroy(): void;
-}
-
-interface Connection {
-  readonly cluster: ClusterHandle;
-  readonly commands: Commands;
-}
+/** Keys this process knows the cluster holds (not sent again); the oldest are forgotten beyond this. */
+const KNOWN_KEYS_MAX = 1 << 16;
 
 export class RedisTier implements LowerTier {
   readonly name = 'redis' as const;
+  /** True when values carry a tag under the deployment secret. */
+  readonly authenticated: boolean;
   readonly events = new LevelEventLog();
   private readonly ownCounters: TierCounters = zeroCounters();
-  private readonly options: Required<RedisTierOptions>;
-  private readonly breaker: CircuitBreaker;
+  private readonly options: ResolvedRedisOptions;
+  /** Opens when connecting keeps failing (the whole cluster unreachable). */
+  private readonly connectBreaker: CircuitBreaker;
+  /** One per node: a node that keeps failing is skipped, the others go on. */
+  private readonly nodeBreakers = new Map<string, CircuitBreaker>();
+  private readonly link: RedisLink;
+  private readonly auth: EntryAuth | undefined;
+  private readonly valueBytes: number;
   private readonly prefix: string;
   private readonly writing = new Set<bigint>();
+  private readonly known = new KnownKeys(KNOWN_KEYS_MAX);
   private readonly samples = new SampleBuffer('redis');
   private readonly inFlight = new Set<Promise<unknown>>();
+  /** Called when an operation settles (close() waits on it). */
+  private onSettled: (() => void) | undefined;
+  /**
+   * Failures that say the cluster is stuck or gone (a node silent past the
+   * deadline, a lost connection, no connection), not merely busy: close()
+   * stops draining at the first one, and drains nothing after a recent one.
+   */
+  private stuckFailures = 0;
+  private stuckAtMs = -Infinity;
+  /** Why the last connect or command failed (one line, credentials scrubbed). */
+  private lastProblem: string | undefined;
   private bytesInFlight = 0;
   /** SETs awaiting their reply. */
   private sending = 0;
@@ -129,17 +91,26 @@ export class RedisTier implements LowerTier {
   private queuedHead = 0;
   private bytesQueued = 0;
   private readonly window: InFlightWindow;
-  private conn: Connection | undefined;
-  private connecting: Promise<Connection | undefined> | undefined;
+  private closing = false;
   private closed = false;
   private currentEpoch = 0n;
 
   private readonly switches: LowerTierSwitches;
 
-  private constructor(options: Required<RedisTierOptions>, switches: LowerTierSwitches) {
+  private constructor(
+    options: ResolvedRedisOptions,
+    private readonly access: RedisAccess,
+    link: RedisLink,
+    auth: EntryAuth | undefined,
+    switches: LowerTierSwitches,
+  ) {
     this.options = options;
+    this.link = link;
+    this.auth = auth;
+    this.authenticated = auth !== undefined;
     this.switches = switches;
-    this.breaker = new CircuitBreaker(options.failuresMax, options.openMs);
+    this.valueBytes = entryBytes(options.payloadBytes, auth);
+    this.connectBreaker = new CircuitBreaker(options.failuresMax, options.openMs);
     this.window = new InFlightWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
@@ -159,19 +130,20 @@ export class RedisTier implements LowerTier {
   }
 
   async refreshEpoch(): Promise<void> {
-    const reply = await this.op((c) => c.get(this.epochKey));
+    const reply = await this.commandAt(this.epochKey, (c, k) => c.get(k));
     if (reply === undefined) return; // unreachable: keep what we knew (loads fail meanwhile anyway)
-    if (reply === null) this.currentEpoch = 0n;
+    if (reply === null) this.moveEpoch(0n);
     else if (/^[0-9a-f]{16}$/.test(reply.toString('latin1'))) {
-      this.currentEpoch = BigInt('0x' + reply.toString('latin1'));
+      this.moveEpoch(BigInt('0x' + reply.toString('latin1')));
     } else this.ownCounters.errors += 1;
   }
 
   async retire(): Promise<void> {
     const epoch = randomBytes(8).readBigUInt64LE(0);
     let failure: unknown;
-    const reply = await this.op(
-      (c) => c.set(this.epochKey, hex16(epoch)),
+    const reply = await this.commandAt(
+      this.epochKey,
+      (c, k) => c.set(k, hex16(epoch)),
       (err) => (failure = err ?? new Error('the circuit is open or the cluster unreachable')),
     );
     if (reply === undefined) {
@@ -179,53 +151,48 @@ export class RedisTier implements LowerTier {
         cause: failure,
       });
     }
+    this.moveEpoch(epoch);
+  }
+
+  /** What this process knew the cluster holds was held under the old epoch: retired, so stored again. */
+  private moveEpoch(epoch: bigint): void {
+    if (epoch === this.currentEpoch) return;
     this.currentEpoch = epoch;
+    this.known.clear();
   }
 
   /**
-   * Connects (bounded by the timeout). A cluster that cannot be reached does
-   * not fail the start: the circuit opens and later probes reconnect.
+   * Connects (bounded by the timeout) and checks that the cluster answers a
+   * command under the given access. A cluster that cannot be used rejects
+   * with TierUnavailableError, unless `optional` (then the circuit opens and
+   * later probes reconnect).
    */
   static async open(
     options: RedisTierOptions,
     /** Test-only: see LowerTierSwitches. */
     switches: LowerTierSwitches = {},
   ): Promise<RedisTier> {
-    const full: Required<RedisTierOptions> = { ...REDIS_DEFAULTS, ...options };
-    if (!Array.isArray(full.urls) || full.urls.length === 0) {
-      throw new InvalidArgumentError('tiers.redis.urls', 'must name at least one node');
-    }
-    for (const url of full.urls) {
-      if (typeof url !== 'string' || !/^rediss?:\/\/[^/\s]+/.test(url)) {
-        throw new InvalidArgumentError('tiers.redis.urls', `${String(url)} is not a redis:// URL`);
+    const { full, access, auth } = resolveRedisOptions(options);
+    const tier = new RedisTier(full, access, new RedisLink(access, full.timeoutMs), auth, switches);
+    const problem = await tier.firstContact();
+    if (problem !== undefined) {
+      if (options.optional !== true) {
+        tier.link.destroy();
+        throw new TierUnavailableError('redis', problem);
       }
-    }
-    const int = (name: string, v: number, min: number, max: number) => {
-      if (!Number.isInteger(v) || v < min || v > max) {
-        throw new InvalidArgumentError(
-          `tiers.redis.${name}`,
-          `must be an integer in [${min}, ${max}]`,
-        );
-      }
-    };
-    int('timeoutMs', full.timeoutMs, 1, 600_000);
-    int('storesInFlightMax', full.storesInFlightMax, 1, 1 << 20);
-    int('storeBytesInFlightMax', full.storeBytesInFlightMax, 1, Number.MAX_SAFE_INTEGER);
-    int('storesQueuedMax', full.storesQueuedMax, 0, 1 << 24);
-    int('storesQueuedBytesMax', full.storesQueuedBytesMax, 0, Number.MAX_SAFE_INTEGER);
-    int('failuresMax', full.failuresMax, 1, 1 << 20);
-    int('openMs', full.openMs, 1, 3_600_000);
-    const tier = new RedisTier(full, switches);
-    if ((await tier.connect()) === undefined) tier.breaker.failure(false);
-    // A failed first connect opens the circuit at once, not after failuresMax lookups.
-    for (let i = 1; i < full.failuresMax && tier.conn === undefined; i += 1) {
-      tier.breaker.failure(false);
+      tier.lastProblem = `unusable at start: ${problem}`;
+      // A failed first contact opens the circuit at once, not after failuresMax lookups.
+      for (let i = 0; i < full.failuresMax; i += 1) tier.connectBreaker.failure(false);
     }
     return tier;
   }
 
   get counters(): TierCounters {
-    this.ownCounters.circuitOpen = this.breaker.isOpen ? 1 : 0;
+    let open = this.connectBreaker.isOpen;
+    for (const b of this.nodeBreakers.values()) open ||= b.isOpen;
+    this.ownCounters.circuitOpen = open ? 1 : 0;
+    // Not connected is degraded only when a connect failed (between a replacement and the next command all is well).
+    this.ownCounters.degraded = open || this.link.lastError !== undefined ? 1 : 0;
     return this.ownCounters;
   }
 
@@ -233,9 +200,25 @@ export class RedisTier implements LowerTier {
     return this.writing.size;
   }
 
+  get problem(): string | undefined {
+    return this.counters.degraded === 1 ? this.lastProblem : undefined;
+  }
+
   /** Stores that may be in flight now (the delay-based window). */
   get storeWindow(): number {
     return this.window.limit;
+  }
+
+  /** Connections replaced after a timeout or a connection error. */
+  get replacements(): number {
+    return this.link.replacements;
+  }
+
+  /** A value for `key` holding `payload`, sealed as this level checks it (header, and tag with a secret). */
+  seal(key: bigint, payload: Uint8Array): Buffer {
+    const value = Buffer.allocUnsafe(this.valueBytes);
+    value.set(payload, VALUE_HEADER_BYTES);
+    return sealEntry(value, this.options.scope, key, this.currentEpoch, this.auth);
   }
 
   /** The Redis key of an offload key's entry (named by its key word). */
@@ -245,31 +228,36 @@ export class RedisTier implements LowerTier {
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
-    for (let at = 0; at < keys.length; at += EXISTS_BATCH) {
-      const batch = keys.slice(at, at + EXISTS_BATCH);
-      const answers = await this.op(async (c) =>
-        Promise.all(
-          batch.map((k) =>
-            this.writing.has(k)
-              ? // The unsafe variant answers a key whose SET is in flight as present.
-                this.switches.unsafePublishBeforeComplete
-                ? 1
-                : -1
-              : c.exists(this.keyOf(k)),
-          ),
-        ),
-      );
-      if (answers === undefined) {
+    if (this.link.current === undefined && this.connectBreaker.state === 'open') {
+      // The cluster is out of reach: a miss at once (what is being written will be dropped).
+      if (keys.length > 0) {
         this.ownCounters.missChunks += 1;
         out.push('miss');
-        return out;
       }
-      for (const a of answers) {
+      return out;
+    }
+    for (let at = 0; at < keys.length; at += EXISTS_BATCH) {
+      const batch = keys.slice(at, at + EXISTS_BATCH);
+      // The unsafe variant answers a key whose SET is in flight as present.
+      const inFlight = this.switches.unsafePublishBeforeComplete ? 1 : -1;
+      // Sent together (the client pipelines them); an answer missing (refused, failed) ends the prefix.
+      const answers = await Promise.all(
+        batch.map((k) =>
+          this.writing.has(k) ? inFlight : this.command(k, (c, name) => c.exists(name)),
+        ),
+      );
+      for (let i = 0; i < batch.length; i += 1) {
+        const a = answers[i];
+        const k = batch[i]!;
         if (a === -1) {
           this.ownCounters.pendingChunks += 1;
           out.push('pending');
-        } else if (a > 0) out.push('hit');
-        else {
+        } else if (a !== undefined && a > 0) {
+          if (!this.writing.has(k)) this.known.add(k);
+          out.push('hit');
+        } else {
+          // Absent, or no answer (a failure or the deadline): a miss, and the prefix ends here.
+          if (a === 0) this.known.delete(k);
           this.ownCounters.missChunks += 1;
           out.push('miss');
           return out;
@@ -280,7 +268,12 @@ export class RedisTier implements LowerTier {
   }
 
   store(key: bigint, value: Buffer): void {
-    if (this.closed || this.writing.has(key)) return;
+    if (this.closing || this.writing.has(key)) return;
+    if (this.known.has(key)) {
+      // The cluster holds it (this process wrote it or found it): the SET would rewrite the same bytes.
+      this.ownCounters.skippedChunks += 1;
+      return;
+    }
     if (value.length > this.options.storeBytesInFlightMax) {
       // Could never be sent: the byte bound is below one value.
       this.ownCounters.droppedChunks += 1;
@@ -348,8 +341,9 @@ export class RedisTier implements LowerTier {
     const t0 = performance.now();
     this.sending += 1;
     this.bytesInFlight += value.length;
-    const done = this.op(
-      (c) => c.set(this.keyOf(key), value),
+    const done = this.command(
+      key,
+      (c, name) => c.set(name, value),
       (err) => {
         // Sent and failed (a refusal by the open circuit sends nothing and says nothing of latency).
         if (err !== undefined) this.window.completed(performance.now() - t0);
@@ -365,7 +359,10 @@ export class RedisTier implements LowerTier {
       this.sending -= 1;
       this.bytesInFlight -= value.length;
       this.pump();
-      if (reply !== undefined) this.window.completed(performance.now() - t0);
+      if (reply !== undefined) {
+        this.window.completed(performance.now() - t0);
+        this.known.add(key);
+      }
       if (reply === undefined && !this.switches.unsafeAckOnAllocFailure) return;
       this.ownCounters.storedChunks += 1;
       this.ownCounters.bytesWritten += value.length;
@@ -378,28 +375,32 @@ export class RedisTier implements LowerTier {
 
   async load(key: bigint): Promise<Buffer | undefined> {
     const t0 = performance.now();
-    const value = await this.op((c) => c.get(this.keyOf(key)));
+    const value = await this.command(key, (c, name) => c.get(name));
     if (value === undefined || value === null) {
+      if (value === null) this.known.delete(key);
       this.ownCounters.missChunks += 1;
       return undefined;
     }
-    const payload = checkedPayload(
+    const payload = checkedEntry(
       value,
       key,
       this.options,
       this.currentEpoch,
       this.ownCounters,
+      this.auth,
       this.switches,
     );
     // Another chunk's sound entry under this key word: a miss, and not ours to delete.
     if (payload === 'collision') return undefined;
-    // Never served: deleted (best-effort).
     if (payload === 'refused') {
-      this.track(this.op((c) => c.del(this.keyOf(key))));
+      // Never served: deleted (best-effort), and no longer known to be held.
+      this.known.delete(key);
+      this.track(this.command(key, (c, name) => c.del(name)));
       this.events.removed(key);
       return undefined;
     }
     this.ownCounters.loadUs += (performance.now() - t0) * 1000;
+    this.known.add(key);
     return payload;
   }
 
@@ -407,116 +408,159 @@ export class RedisTier implements LowerTier {
     return this.samples.take();
   }
 
+  /**
+   * Sends what is queued while the cluster takes it (within `timeoutMs`; a
+   * node found stuck or gone ends the drain, and one found so within the
+   * last command timeout means no drain at all: a stuck cluster gets none of
+   * close's time; a merely busy one gets all of it), drops the rest
+   * (counted), then destroys every node client: stores still in flight fail
+   * and are counted as dropped. Returns within `timeoutMs` plus one command
+   * timeout; nothing reconnects afterwards.
+   */
   async close(timeoutMs: number): Promise<void> {
-    let timer: NodeJS.Timeout | undefined;
-    let timedOut = false;
-    const timeout = new Promise<void>(
-      (r) =>
-        (timer = setTimeout(() => {
-          timedOut = true;
-          r();
-        }, timeoutMs)),
-    );
-    // Queued stores still go out within the bound: each completion pumps the
-    // next, so wait round by round until nothing is queued or in flight.
-    for (let round = 0; round < CLOSE_ROUNDS_MAX && !timedOut; round += 1) {
+    if (this.closing) return;
+    this.closing = true;
+    const stuckBefore = this.stuckFailures;
+    const deadline = performance.now() + timeoutMs;
+    const stuck = performance.now() - this.stuckAtMs < this.options.timeoutMs;
+    for (;;) {
       this.pump();
       if (this.queuedCount === 0 && this.inFlight.size === 0) break;
-      await Promise.race([Promise.allSettled([...this.inFlight]), timeout]);
+      if (stuck || this.stuckFailures > stuckBefore) break;
+      const left = deadline - performance.now();
+      if (left <= 0) break;
+      await this.settledOrAfter(left);
     }
     this.closed = true;
     this.dropQueued();
-    await Promise.race([Promise.allSettled([...this.inFlight]), timeout]);
-    const conn = this.conn ?? (await Promise.race([this.connecting, timeout]));
-    this.conn = undefined;
-    if (conn) {
-      await Promise.race([conn.cluster.close().catch(() => undefined), timeout]);
-      conn.cluster.destroy();
+    this.link.destroy();
+    // Each operation has its deadline, so these settle (and count) within one timeout at most.
+    const until = performance.now() + this.options.timeoutMs;
+    while (this.inFlight.size > 0 && performance.now() < until) {
+      await this.settledOrAfter(until - performance.now());
     }
-    clearTimeout(timer);
   }
 
   // --- internals ---
 
+  /** Resolves when an operation settles, or after `ms`. */
+  private settledOrAfter(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, Math.max(0, ms));
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+      this.onSettled = done;
+    });
+  }
+
   /**
-   * Runs one operation under the breaker and the timeout. Resolves undefined
-   * when it was refused (circuit open) or failed (counted); never rejects.
+   * The first contact at open: a connection and one command under the
+   * level's access. Undefined when the cluster answered, or was only slow (a
+   * node that does not answer in time is a bad moment, not a bad
+   * configuration: the breaker deals with it); else why not, in one line
+   * without credentials.
    */
-  private async op<T>(
-    run: (c: Commands) => Promise<T>,
+  private async firstContact(): Promise<string | undefined> {
+    const conn = await this.link.connection();
+    if (conn === undefined) return this.link.lastError ?? 'no connection';
+    try {
+      const probe = `${this.prefix}open`;
+      await this.link.run(conn, this.link.nodeOf(conn, probe), (c) => c.exists(probe));
+      return undefined;
+    } catch (err) {
+      if (isTimeout(err)) return undefined;
+      return scrubCredentials(
+        oneLine(err instanceof Error ? err.message : String(err)),
+        this.access,
+      );
+    }
+  }
+
+  /** The connection, connecting under the connect breaker; undefined when refused or failed (counted). */
+  private async connection(): Promise<RedisConnection | undefined> {
+    if (this.closed) return undefined;
+    const current = this.link.current;
+    if (current !== undefined) return current;
+    const gate = this.connectBreaker.allow();
+    if (!gate.ok) return undefined;
+    const conn = await this.link.connection();
+    if (conn === undefined) {
+      this.ownCounters.errors += 1;
+      this.noteFailure(`cannot connect: ${this.link.lastError ?? 'no connection'}`, true);
+      this.connectBreaker.failure(gate.probe);
+    } else this.connectBreaker.success(gate.probe);
+    return conn;
+  }
+
+  /** The breaker of the node a key's commands go to (one per node address). */
+  private breakerOf(node: string): CircuitBreaker {
+    let b = this.nodeBreakers.get(node);
+    if (b === undefined) {
+      b = new CircuitBreaker(this.options.failuresMax, this.options.openMs);
+      this.nodeBreakers.set(node, b);
+    }
+    return b;
+  }
+
+  /**
+   * One command on one key under the breakers and the deadline. Resolves
+   * undefined when it was refused (no connection, or the key's node has its
+   * circuit open: nothing is sent) or failed (counted); never rejects. A
+   * node that fails opens its own circuit: the other shards go on.
+   */
+  private command<R>(
+    key: bigint,
+    cmd: (c: RedisCommands, k: string) => Promise<R>,
     onError?: (err: unknown) => void,
-  ): Promise<T | undefined> {
-    if (this.closed) {
+  ): Promise<R | undefined> {
+    return this.commandAt(this.keyOf(key), cmd, onError);
+  }
+
+  /** command() on the Redis key `k` (an entry's, or the epoch's). */
+  private async commandAt<R>(
+    k: string,
+    cmd: (c: RedisCommands, k: string) => Promise<R>,
+    onError?: (err: unknown) => void,
+  ): Promise<R | undefined> {
+    const conn = await this.connection();
+    if (conn === undefined) {
       onError?.(undefined);
       return undefined;
     }
-    const gate = this.breaker.allow();
+    const node = this.link.nodeOf(conn, k);
+    const breaker = this.breakerOf(node);
+    const gate = breaker.allow();
     if (!gate.ok) {
       onError?.(undefined);
       return undefined;
     }
-    const conn = this.conn ?? (gate.probe ? await this.connect() : undefined);
-    if (conn === undefined) {
-      this.ownCounters.errors += 1;
-      this.breaker.failure(gate.probe);
-      onError?.(undefined);
-      return undefined;
-    }
     try {
-      const reply = await run(conn.commands);
-      this.breaker.success(gate.probe);
+      const reply = await this.link.run(conn, node, (c) => cmd(c, k));
+      breaker.success(gate.probe);
       return reply;
     } catch (err) {
       this.ownCounters.errors += 1;
+      if (isTimeout(err)) this.ownCounters.timeouts += 1;
+      this.noteFailure(
+        scrubCredentials(describeFailure(err), this.access),
+        !(err instanceof ErrorReply || err instanceof LibraryTimeoutError),
+      );
       // An OOM reply is the cluster answering (it is full), not failing.
-      if (isOutOfMemory(err)) this.breaker.success(gate.probe);
-      else this.breaker.failure(gate.probe);
+      if (isOutOfMemory(err)) breaker.success(gate.probe);
+      else breaker.failure(gate.probe);
       onError?.(err);
       return undefined;
     }
   }
 
-  /** One connect at a time, bounded by the timeout; a failed attempt leaves no client behind. */
-  private connect(): Promise<Connection | undefined> {
-    this.connecting ??= this.doConnect().finally(() => (this.connecting = undefined));
-    return this.connecting;
-  }
-
-  private async doConnect(): Promise<Connection | undefined> {
-    const { timeoutMs } = this.options;
-    const cluster = createCluster({
-      rootNodes: this.options.urls.map((url) => ({ url })),
-      defaults: {
-        socket: {
-          connectTimeout: timeoutMs,
-          // Keep trying a lost node (a killed master comes back as a replica), not too eagerly.
-          reconnectStrategy: (retries: number) => Math.min(50 * 2 ** retries, 1_000),
-        },
-      },
-      // A lost connection makes the client re-read the slot map soon, so commands follow a failover.
-      topologyRefreshOnReconnectionAttemptStrategy: 250,
-    });
-    // Connection errors surface as failed commands (counted there); without a listener they would crash.
-    cluster.on('error', () => undefined);
-    let timer: NodeJS.Timeout | undefined;
-    const ok = await Promise.race([
-      cluster.connect().then(
-        () => true,
-        () => false,
-      ),
-      new Promise<boolean>((r) => (timer = setTimeout(() => r(false), timeoutMs))),
-    ]);
-    clearTimeout(timer);
-    if (!ok || this.closed) {
-      cluster.destroy();
-      return undefined;
+  private noteFailure(problem: string, stuck: boolean): void {
+    if (stuck) {
+      this.stuckFailures += 1;
+      this.stuckAtMs = performance.now();
     }
-    const commands = cluster.withCommandOptions({
-      timeout: timeoutMs,
-      typeMapping: { [RESP_TYPES.BLOB_STRING]: Buffer },
-    }) as unknown as Commands;
-    this.conn = { cluster, commands };
-    return this.conn;
+    this.lastProblem = problem;
   }
 
   private track(p: Promise<unknown>): void {
@@ -525,8 +569,26 @@ export class RedisTier implements LowerTier {
       () => undefined,
     );
     this.inFlight.add(done);
-    void done.finally(() => this.inFlight.delete(done));
+    void done.finally(() => {
+      this.inFlight.delete(done);
+      this.onSettled?.();
+    });
   }
+}
+
+function oneLine(text: string): string {
+  return text.replace(/\s+/g, ' ').trim();
+}
+
+/** One line for a failed command (the library's queue timeout has no message of its own). */
+function describeFailure(err: unknown): string {
+  if (err instanceof LibraryTimeoutError)
+    return `a command waited over the timeout to be sent (the connection is congested)`;
+  return oneLine(err instanceof Error ? err.message : String(err));
+}
+
+function isTimeout(err: unknown): boolean {
+  return err instanceof RedisCommandTimeoutError || err instanceof LibraryTimeoutError;
 }
 
 function isOutOfMemory(err: unknown): boolean {

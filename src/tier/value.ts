@@ -71,7 +71,7 @@ export function keyName(key: bigint): string {
  * A buffer of header + `payloadBytes`, with the payload area left for the
  * caller to fill (one copy from the host slot); seal it with sealValue.
  */
-export function allocValue(payloadBytes: number): Buffer {
+function allocValue(payloadBytes: number): Buffer {
   return Buffer.allocUnsafe(VALUE_HEADER_BYTES + payloadBytes);
 }
 

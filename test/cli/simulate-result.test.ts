@@ -20,6 +20,7 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
       gpuTokens: 65_536,
       groups: 'hybrid',
       transferThreads: 1,
+      backend: 'shared-memory',
       abortRate: 0.002,
       offload: true,
       blockBytes: 4096,
@@ -48,7 +49,11 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
     entriesInFlight: 0,
     wallSeconds: 3,
     tierUsed: 160,
-    tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
+    tiers: {
+      host: zeroCounters(),
+      disk: { ...zeroCounters(), authenticated: false, state: 'off' },
+      redis: { ...zeroCounters(), authenticated: false, state: 'off' },
+    },
     chunksTransferFailed: 0,
     memory: {
       rssBytes: 0,

@@ -56,6 +56,28 @@ describe.concurrent('kvoff simulate', () => {
     expect(html).toMatch(/Request 1 <span class="status">/);
   });
 
+  it('--backend webgpu --json: KV computed and copied on a WebGPU device, 0 holes and 0 mismatches, the adapter named', async () => {
+    const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--backend', 'webgpu', '--json'], {
+      timeoutMs: 120_000,
+    });
+    expect(run.code).toBe(0);
+    const r = parseJson(run.stdout) as SimJson & {
+      adapter?: string;
+      entriesVerified: number;
+      workload: { backend: string };
+    };
+    expect(r).toMatchObject({ holes: 0, mismatches: 0, ok: true, workload: { backend: 'webgpu' } });
+    expect(r.chunksStored).toBeGreaterThan(0);
+    expect(r.entriesVerified).toBeGreaterThan(0);
+    expect(r.adapter).toMatch(/\S/);
+  });
+
+  it('--backend with an unknown name is a usage error naming the choices, exit 2', async () => {
+    const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--backend', 'cuda']);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/--backend.*shared-memory, webgpu/);
+  });
+
   it('--policy legacy-zip completes but reports its holes, exit 1; no ANSI off a TTY', async () => {
     const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--policy', 'legacy-zip'], {
       env: { NO_COLOR: '' },

@@ -3,10 +3,13 @@
 // refused call the shared state is byte-for-byte unchanged and the error is
 // typed; after every accepted call the invariants hold (cursors monotonic,
 // nothing stored twice, pins = outstanding jobs, a drained finished request
-// has no hole); at the end of every sequence nothing leaks. Calls the model
-// knows to be illegal (a block given twice or held by another live request,
-// progress past the known tokens, a job completed twice, release before the
-// drain) must be refused. KVOFF_LONG=1 runs 20,000 sequences per target.
+// has no hole below the ready prefix of the independent specification,
+// src/fuzz/spec/); at the end of every sequence nothing leaks. The model
+// judges each call both ways: calls it knows to be illegal (a block given
+// twice or held by another live request, progress past the known tokens or
+// back, a job completed twice, release before the drain) must be refused, and
+// calls it knows to be legal must be accepted; only the few it cannot judge
+// may go either way. KVOFF_LONG=1 runs 20,000 sequences per target.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
@@ -15,6 +18,8 @@ import type { StoreJob } from '../../src/job.js';
 import { T_DRAINED_GENERATION } from '../../src/layout.js';
 import { LocalOffload } from '../../src/local.js';
 import type { RequestHandle } from '../../src/roles/handle.js';
+import { RequestSnapshot, StoreRole } from '../../src/roles/store.js';
+import { specReadyChunks } from '../../src/fuzz/spec/ready-spec.js';
 import { createRuntimeBuffers } from '../../src/runtime/buffers.js';
 import { ExternalHost } from '../../src/runtime/external.js';
 import type { SharedState } from '../../src/state.js';
@@ -48,6 +53,8 @@ interface Req {
   settled: boolean;
   /** Non-null block IDs in its table. */
   blocks: number[];
+  /** Positions in its table, null ones included. */
+  table: number;
 }
 
 interface Model {
@@ -63,7 +70,7 @@ interface Real {
 }
 
 /** What the sequences exercised, so a run that tests nothing fails. */
-const tally = { accepted: 0, refused: 0, jobs: 0, drainedFinished: 0 };
+const tally = { accepted: 0, refused: 0, legal: 0, jobs: 0, drainedFinished: 0 };
 
 function stateBytes(state: SharedState): Uint8Array[] {
   const b = state.buffers;
@@ -72,14 +79,22 @@ function stateBytes(state: SharedState): Uint8Array[] {
   );
 }
 
-/** Runs `call`; refused: typed and nothing changed; accepted: must not be one the model forbids. */
+/** What the model knows of a call: it must be accepted, it must be refused, or it cannot tell. */
+type Verdict = 'legal' | 'illegal' | 'unknown';
+
+function verdict(illegal: boolean, legal: boolean): Verdict {
+  return illegal ? 'illegal' : legal ? 'legal' : 'unknown';
+}
+
+/** Runs `call`; refused: typed, nothing changed, and not a call the model knows to be legal; accepted: not one it forbids. */
 function attempt(
   state: SharedState,
   extra: () => unknown,
   call: () => void,
-  mustRefuse: boolean,
+  expected: Verdict | boolean,
   what: string,
 ): boolean {
+  const judged: Verdict = expected === true ? 'illegal' : expected === false ? 'unknown' : expected;
   const before = stateBytes(state);
   const extraBefore = JSON.stringify(extra());
   try {
@@ -88,11 +103,14 @@ function attempt(
     if (!(err instanceof KvoffError)) throw err; // an untyped error is a failure
     expect(stateBytes(state), `${what}: refused, but shared state changed`).toEqual(before);
     expect(JSON.stringify(extra()), `${what}: refused, but the tier changed`).toBe(extraBefore);
+    if (judged === 'legal')
+      throw new Error(`${what}: refused a legal call: ${err.message}`, { cause: err });
     tally.refused += 1;
     return false;
   }
-  if (mustRefuse) throw new Error(`${what}: accepted a call that must be refused`);
+  if (judged === 'illegal') throw new Error(`${what}: accepted a call that must be refused`);
   tally.accepted += 1;
+  if (judged === 'legal') tally.legal += 1;
   return true;
 }
 
@@ -129,9 +147,14 @@ function check(m: Model, lo: LocalOffload): void {
     // Cursors only move forward.
     expect(p.cursor).toBeGreaterThanOrEqual(m.cursors.get(key) ?? 0);
     m.cursors.set(key, p.cursor);
-    // A drained finished request left no hole: every chunk below its final ready prefix was stored.
+    // A drained finished request left no hole: every chunk below its final
+    // ready prefix (by the specification, not the planner's rule) was stored.
     if (r.status === 'finished' && drained(lo, r)) {
-      expect(p.cursor).toBeGreaterThanOrEqual(p.ready);
+      const snap = new RequestSnapshot(lo.state.groupCount);
+      expect(new StoreRole(lo.state).snapshot(r.h.slot, snap)).toBe('ok');
+      const g = lo.config.groups[0]!;
+      const ready = specReadyChunks(lo.config, snap, g, snap.keyCount[0]!, snap.blockCount[0]!);
+      expect(p.cursor).toBeGreaterThanOrEqual(ready);
       tally.drainedFinished += 1;
     }
   }
@@ -160,7 +183,7 @@ class Open implements Cmd {
           ...(this.cap === undefined ? {} : { maxOffloadTokens: this.cap }),
         });
       },
-      this.cap === -1 || !free,
+      verdict(this.cap === -1 || !free, true),
       this.toString(),
     );
     if (!ok) return;
@@ -171,6 +194,7 @@ class Open implements Cmd {
       status: 'live',
       settled: false,
       blocks: [],
+      table: 0,
     });
     check(m, r.lo);
   }
@@ -197,7 +221,7 @@ class AppendTokens implements Cmd {
       r.lo.state,
       () => r.lo.tier.stats(),
       () => r.lo.appendTokens(q?.h ?? STALE, toks),
-      !legal,
+      verdict(!legal, legal),
       this.toString(),
     );
     if (!ok) return;
@@ -217,12 +241,13 @@ class Progress implements Cmd {
   run(m: Model, r: Real): void {
     const q = pick(m, this.i);
     const computed = (q?.computed ?? 0) + this.computedDelta;
-    const forbidden = q !== undefined && q.status !== 'released' && computed > q.known;
+    const legal =
+      q !== undefined && q.status === 'live' && this.computedDelta >= 0 && computed <= q.known;
     const ok = attempt(
       r.lo.state,
       () => r.lo.tier.stats(),
       () => r.lo.progress(q?.h ?? STALE, computed, this.scheduled),
-      forbidden,
+      verdict(!legal, legal),
       this.toString(),
     );
     if (!ok) return;
@@ -242,17 +267,24 @@ class AppendBlocks implements Cmd {
     const q = pick(m, this.i);
     const nonNull = this.ids.filter((b) => b !== 0);
     const dup = new Set(nonNull).size !== nonNull.length;
-    const held = nonNull.some((b) => ownerOf(m, b) !== undefined);
-    const live = q !== undefined && q.status !== 'released';
+    const owners = nonNull.map((b) => ownerOf(m, b));
+    const heldByLive = owners.some((o) => o !== undefined && o.status === 'live');
+    const heldByEnded = owners.some((o) => o !== undefined && o.status !== 'live');
+    const outOfRange = nonNull.some((b) => b >= CONFIG.gpuBlocks);
+    const open = q !== undefined && q.status !== 'released';
+    const full = open && q.table + this.ids.length > CONFIG.maxBlocksPerRequest;
+    const illegal = !open || dup || heldByLive || outOfRange || full || q.settled;
+    // A block an ended request still holds: the model cannot tell whether the table counts it.
     const ok = attempt(
       r.lo.state,
       () => r.lo.tier.stats(),
       () => r.lo.appendBlocks(q?.h ?? STALE, 0, this.ids),
-      live && (dup || held),
+      verdict(illegal, !heldByEnded),
       this.toString(),
     );
     if (!ok) return;
     q!.blocks.push(...nonNull);
+    q!.table += this.ids.length;
     check(m, r.lo);
   }
   toString = () => `appendBlocks(${this.i}, [${this.ids.join(', ')}])`;
@@ -268,51 +300,58 @@ class Lifecycle implements Cmd {
     const q = pick(m, this.i);
     const h = q?.h ?? STALE;
     const lo = r.lo;
-    let mustRefuse = false;
+    const live = q !== undefined && q.status === 'live';
+    const ended = q !== undefined && (q.status === 'finished' || q.status === 'aborted');
+    let judged: Verdict;
     let call: () => void;
     switch (this.event) {
       case 'finish':
         call = () => lo.finish(h);
-        mustRefuse = q !== undefined && q.status !== 'live';
+        judged = verdict(!live, live);
         break;
       case 'abort':
         call = () => lo.abort(h);
-        mustRefuse = q !== undefined && q.status !== 'live';
+        judged = verdict(!live, live);
         break;
       case 'preempt':
         call = () => {
           lo.preempt(h);
         };
-        mustRefuse = q !== undefined && q.status !== 'live';
+        judged = verdict(!live, live);
         break;
       case 'settle':
         call = () => lo.settle(h);
-        mustRefuse = q !== undefined && q.status === 'live';
+        // Settling twice: the model cannot tell whether it is refused or a no-op.
+        judged = verdict(!ended, ended && !q.settled);
         break;
       case 'hash':
         call = () => {
           lo.hash(h);
         };
-        mustRefuse = q !== undefined && q.status === 'released';
+        judged = verdict(q === undefined || q.status === 'released', true);
         break;
-      case 'release':
+      case 'release': {
         call = () => {
           lo.release(h);
         };
-        mustRefuse = q !== undefined && (q.status === 'live' || !drained(lo, q));
+        const ready = ended && drained(lo, q);
+        judged = verdict(!ready, ready);
         break;
+      }
     }
-    const ok = attempt(lo.state, () => lo.tier.stats(), call, mustRefuse, this.toString());
+    const ok = attempt(lo.state, () => lo.tier.stats(), call, judged, this.toString());
     if (!ok) return;
     if (this.event === 'finish') q!.status = 'finished';
     else if (this.event === 'abort') q!.status = 'aborted';
     else if (this.event === 'preempt') {
       q!.computed = 0;
       q!.blocks = [];
+      q!.table = 0;
     } else if (this.event === 'settle') q!.settled = true;
     else if (this.event === 'release') {
       q!.status = 'released';
       q!.blocks = [];
+      q!.table = 0;
     }
     check(m, lo);
   }
@@ -328,16 +367,34 @@ class Feed implements Cmd {
     if (q === undefined || q.status !== 'live') return;
     const lo = r.lo;
     const stats = () => lo.tier.stats();
-    attempt(lo.state, stats, () => lo.hash(q.h), false, 'feed: hash');
+    attempt(lo.state, stats, () => lo.hash(q.h), 'legal', 'feed: hash');
     const want = Math.min(Math.ceil(q.known / 4), CONFIG.maxBlocksPerRequest) - q.blocks.length;
     const fresh: number[] = [];
     for (let b = 1; b < CONFIG.gpuBlocks && fresh.length < want; b += 1) {
       if (ownerOf(m, b) === undefined) fresh.push(b);
     }
-    if (attempt(lo.state, stats, () => lo.appendBlocks(q.h, 0, fresh), false, 'feed: blocks')) {
+    const blocksOk = !q.settled && q.table + fresh.length <= CONFIG.maxBlocksPerRequest;
+    if (
+      attempt(
+        lo.state,
+        stats,
+        () => lo.appendBlocks(q.h, 0, fresh),
+        verdict(!blocksOk, blocksOk),
+        'feed: blocks',
+      )
+    ) {
       q.blocks.push(...fresh);
+      q.table += fresh.length;
     }
-    if (attempt(lo.state, stats, () => lo.progress(q.h, q.known), false, 'feed: progress')) {
+    if (
+      attempt(
+        lo.state,
+        stats,
+        () => lo.progress(q.h, q.known),
+        verdict(false, q.known >= q.computed),
+        'feed: progress',
+      )
+    ) {
       q.computed = q.known;
     }
     check(m, lo);
@@ -377,7 +434,7 @@ class Complete implements Cmd {
       r.lo.state,
       () => r.lo.tier.stats(),
       () => r.lo.complete(job, this.success),
-      j === undefined || j.done,
+      verdict(j === undefined || j.done, true),
       this.toString(),
     );
     if (!ok) return;
@@ -467,6 +524,8 @@ describe('model: hostile call sequences', () => {
       );
       expect(tally.refused).toBeGreaterThan(RUNS);
       expect(tally.accepted).toBeGreaterThan(RUNS);
+      // Most accepted calls were judged legal in advance, so a refusal of one would have failed.
+      expect(tally.legal).toBeGreaterThan(tally.accepted / 2);
       expect(tally.jobs).toBeGreaterThan(RUNS / 10);
       expect(tally.drainedFinished).toBeGreaterThan(0);
     },
@@ -527,7 +586,8 @@ describe('model: hostile call sequences', () => {
                           requestId: 1,
                           promptTokens: tokens(op.n, 3),
                         })),
-                      false,
+                      // Nothing is ever released here: a slot is free while fewer than maxRequests were opened.
+                      verdict(reqs.length >= CONFIG.maxRequests, true),
                       'open',
                     )
                   )
@@ -586,7 +646,7 @@ describe('model: hostile call sequences', () => {
                       state,
                       pool,
                       () => host.scheduler.abort(h),
-                      q !== undefined && !q.live,
+                      verdict(q === undefined || !q.live, true),
                       'end',
                     )
                   )

@@ -24,6 +24,7 @@ import { FaultyTier } from '../../src/fuzz/faulty-tier.js';
 import { HostTier } from '../../src/tier/host-tier.js';
 import type { LowerTier, LowerTierSwitches } from '../../src/tier/lower.js';
 import { scopeDirName } from '../../src/tier/disk-tier.js';
+import { keyName } from '../../src/tier/value.js';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import { local, planAndComplete, tokens } from '../helpers/local.js';
 import { redisCli, useCluster } from '../helpers/redis-cluster.js';
@@ -137,7 +138,6 @@ describe('F9 allocation failure treated as success: disk tier', () => {
     how: 'floor' | 'cap' | 'unwritable',
   ): Promise<string[]> {
     const dir = freshDir();
-    if (how === 'unwritable') writeFileSync(join(dir, scopeDirName(FP)), 'in the way');
     const extra =
       how === 'floor'
         ? { freeBytesMin: Number.MAX_SAFE_INTEGER }
@@ -145,6 +145,10 @@ describe('F9 allocation failure treated as success: disk tier', () => {
           ? { bytesMax: 100 }
           : {};
     const tier = await openDisk(dir, FP, extra, switches);
+    // Unwritable after open (a directory that cannot be used at open is refused there):
+    // a file where the keys' shard directory goes, so no write can land, even for root.
+    if (how === 'unwritable')
+      writeFileSync(join(dir, scopeDirName(FP), keyName(KEYS[0]!).slice(0, 2)), 'x');
     for (const k of KEYS) tier.store(k, valueOf(FP, k));
     await settle(tier);
     const violations = await storedMeansFound(tier, KEYS);

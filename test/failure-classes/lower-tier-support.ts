@@ -67,8 +67,17 @@ export function openRedis(
   switches: LowerTierSwitches = {},
   extra: Partial<RedisTierOptions> = {},
 ): Promise<RedisTier> {
+  // Unauthenticated values (encodeValue): these classes are about what the CRC and
+  // the protocol rules catch; tags are test/regression-forged-tier-entry-served.test.ts's.
   return RedisTier.open(
-    { urls: [url], payloadBytes: PAYLOAD_BYTES, scope: fingerprint, timeoutMs: 5_000, ...extra },
+    {
+      urls: [url],
+      payloadBytes: PAYLOAD_BYTES,
+      scope: fingerprint,
+      timeoutMs: 5_000,
+      insecure: true,
+      ...extra,
+    },
     switches,
   );
 }

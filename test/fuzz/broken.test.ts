@@ -55,7 +55,7 @@ describe('failure class names', () => {
 describe('every broken-class row', () => {
   for (const row of BROKEN_CLASSES) {
     it(`${row.id} (${row.variant}): found, shrunk, replayed; nothing found as shipped`, async () => {
-      const budget = row.target === 'runtime' ? 300 : 2000;
+      const budget = row.target === 'runtime' ? 1500 : 2000;
       const broken = await fuzz({
         ...brokenFuzzOptions(row),
         strategy: 'random',

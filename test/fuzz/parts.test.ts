@@ -49,7 +49,16 @@ describe('scenarios', () => {
       for (const e of s.events) kinds.add(e.kind);
     }
     expect([...kinds].sort()).toEqual(
-      ['abort', 'finish-mid-store', 'preempt', 'request', 'reset', 'stall', 'tier-fail'].sort(),
+      [
+        'abort',
+        'copy-fail',
+        'finish-mid-store',
+        'preempt',
+        'request',
+        'reset',
+        'stall',
+        'tier-fail',
+      ].sort(),
     );
     expect([...geometries].sort()).toEqual(geometryNames().sort());
   });

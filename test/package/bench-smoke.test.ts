@@ -53,6 +53,7 @@ describe('bench harness (smoke)', () => {
         '5. Overflow',
         '6. Event-loop',
         '9. Key hashing',
+        '10. WebGPU',
         'Targets',
       ]) {
         expect(stdout).toContain(title);
@@ -73,7 +74,9 @@ describe('bench harness (smoke)', () => {
       // No machine paths or host names in the file.
       const text = JSON.stringify(results);
       expect(text).not.toContain(root);
-      expect(text).not.toContain(os.hostname());
+      // As a word: a short host name ("vm") is also part of words ("llvmpipe", the adapter).
+      const host = os.hostname().replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+      expect(text).not.toMatch(new RegExp(`\\b${host}\\b`));
 
       expect(results.planner.rows.length).toBeGreaterThan(0);
       for (const row of results.planner.rows) {
@@ -138,6 +141,26 @@ describe('bench harness (smoke)', () => {
           expect(row.loadLatencyMsP99).toMatchObject(figureShape);
       }
       expect(results.copy.scaling.length).toBeGreaterThan(0);
+      // Both directions through the GPU thread beside the shared-memory backend.
+      expect(results.webgpu.rows.map((r: { direction: string }) => r.direction)).toEqual([
+        'gpu-to-host',
+        'host-to-gpu',
+      ]);
+      for (const row of results.webgpu.rows) {
+        expect(row.webgpuGbPerSecond).toMatchObject(figureShape);
+        expect(row.ratio).toMatchObject(figureShape);
+      }
+      expect(results.webgpu.adapter.name).toEqual(expect.any(String));
+      if (results.webgpu.adapter.software) expect(results.webgpu.note).toMatch(/not a GPU/);
+      // The scenario on the WebGPU backend, paired on and off: clean, and a ratio.
+      expect(results.webgpu.scenario).toMatchObject({
+        wallOnOverOff: figureShape,
+        holes: 0,
+        mismatches: 0,
+        verifyOk: true,
+        leaksZero: true,
+      });
+
       for (const row of results.copy.scaling)
         expect(row.poolOverBaselineScaling).toMatchObject(figureShape);
 

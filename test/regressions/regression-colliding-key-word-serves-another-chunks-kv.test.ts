@@ -67,7 +67,10 @@ const levels: ['disk' | 'redis', () => TiersOptions][] = [
       return { disk: { dir } };
     },
   ],
-  ['redis', () => ({ redis: { urls: [theCluster().url] } })],
+  [
+    'redis',
+    () => ({ redis: { urls: [theCluster().url] }, secret: 'tier-secret-for-tests-0123456789' }),
+  ],
 ];
 
 describe("regression: a colliding key word served another chunk's KV", () => {

@@ -63,7 +63,10 @@ const levels: [Level, () => TiersOptions][] = [
     },
   ],
   // A fresh namespace per test keeps runs apart on the one cluster.
-  ['redis', () => ({ redis: { urls: [theCluster().url] } })],
+  [
+    'redis',
+    () => ({ redis: { urls: [theCluster().url] }, secret: 'tier-secret-for-tests-0123456789' }),
+  ],
 ];
 
 describe("regression: a second model got hits on the first model's chunks", () => {

@@ -9,6 +9,7 @@ import { resolveConfig } from '../../src/config.js';
 import type { ConfigInput } from '../../src/config.js';
 import { alignmentChunks, storeReachable } from '../../src/ready.js';
 import { fuzz } from '../../src/fuzz/run.js';
+import { specChunkReachable } from '../../src/fuzz/spec/ready-spec.js';
 import { scenarioFromSeed } from '../../src/fuzz/scenario.js';
 import { chunkIds, local, planAndComplete, tokens } from '../helpers/local.js';
 import { oneThreadLoops } from '../helpers/one-thread-loops.js';
@@ -91,23 +92,31 @@ describe('sliding-window chunks stored though no hit can reach them', () => {
     expect(lo.counters.chunksUnreachable).toBe(2);
   });
 
-  it('a chunk judged unreachable stays unreachable as its segment grows (property)', () => {
-    const config = resolveConfig(SECTION_2_3);
+  it('no chunk is judged unreachable that a load hit can read (property, against the independent specification)', () => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 2, max: 8 }), // alignment
+        fc.constantFrom(8, 16, 32), // full-attention tokens per block
+        fc.constantFrom(2, 4), // sliding-window tokens per block
+        fc.integer({ min: 1, max: 16 }), // window in tokens
+        fc.boolean(), // EAGLE on the sliding-window group
         fc.integer({ min: 0, max: 64 }), // chunk
-        fc.integer({ min: 0, max: 64 }),
-        fc.integer({ min: 0, max: 64 }),
-        (alignment, chunk, a, b) => {
-          const [n1, n2] = a <= b ? [a, b] : [b, a];
-          if (chunk >= n1) return; // only chunks below the ready prefix are judged
+        fc.integer({ min: 1, max: 64 }), // ready chunks
+        (faBlock, swBlock, windowTokens, eagle, chunk, ready) => {
+          if (chunk >= ready) return; // only chunks below the ready prefix are judged
+          const config = resolveConfig({
+            ...SECTION_2_3,
+            groups: [
+              { kind: 'full', tokensPerBlock: faBlock },
+              { kind: 'sliding-window', tokensPerBlock: swBlock, windowTokens, eagle },
+            ],
+            tokensPerHash: 2,
+          });
           const g = config.groups[1]!;
-          if (!storeReachable(g, alignment, chunk, n1))
-            expect(storeReachable(g, alignment, chunk, n2)).toBe(false);
+          if (!storeReachable(g, alignmentChunks(g, config), chunk, ready))
+            expect(specChunkReachable(config, g, chunk)).toBe(false);
         },
       ),
-      { numRuns: 300 },
+      { numRuns: 500 },
     );
   });
 

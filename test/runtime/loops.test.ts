@@ -40,6 +40,25 @@ describe('SpscRing', () => {
     expect(() => ring.push(new Array<number>(40).fill(0))).toThrow(InvalidArgumentError);
   });
 
+  it('says when everything pushed before a mark was popped, across wrap-arounds', () => {
+    const ring = SpscRing.create(64);
+    let next = 0;
+    let popped = 0;
+    for (let round = 0; round < 500; round += 1) {
+      // A mark after some pushes: consumed exactly when those records are popped, whatever follows.
+      while (ring.push(new Array<number>(1 + ((next * 7) % 13)).fill(next))) next += 1;
+      const mark = ring.producedTo();
+      const before = next;
+      if (ring.push([next])) next += 1;
+      while (popped < before) {
+        expect(ring.consumedTo(mark)).toBe(false);
+        ring.pop(() => (popped += 1));
+      }
+      expect(ring.consumedTo(mark)).toBe(true);
+      while (popped < next && round % 2 === 0) ring.pop(() => (popped += 1));
+    }
+  });
+
   it('packs 256-bit keys into eight words and back', () => {
     const out: number[] = [];
     const top = (1n << 256n) - 1n;

@@ -246,7 +246,11 @@ describe('reset({ shared: true }) with a disk tier', () => {
   it('a level that cannot take its new epoch rejects with SharedResetFailedError; the host tier is reset', async () => {
     const rt = await OffloadRuntime.start({
       config: CONFIG,
-      tiers: { redis: { urls: ['redis://127.0.0.1:1'], timeoutMs: 200 } },
+      // Unreachable from the start: run degraded (optional) so the reset is what fails.
+      tiers: {
+        redis: { urls: ['redis://127.0.0.1:1'], timeoutMs: 200, insecure: true },
+        optional: true,
+      },
       simulator: { seed: 5 },
     });
     await rt.submit(PROMPT);

@@ -77,7 +77,11 @@ class StandInRuntime implements EmbeddableRuntime {
       jobsTransferFailed: 0,
       chunksTransferFailed: 0,
       jobsHeld: 0,
-      tiers: { host: zeroCounters(), disk: zeroCounters(), redis: zeroCounters() },
+      tiers: {
+        host: zeroCounters(),
+        disk: { ...zeroCounters(), authenticated: false, state: 'off' },
+        redis: { ...zeroCounters(), authenticated: false, state: 'off' },
+      },
       memory: {
         rssBytes: 100 << 20,
         main: { heapUsedBytes: 8 << 20, externalBytes: 1 << 20 },

@@ -11,10 +11,12 @@ import {
   InvalidArgumentError,
   KeyHashNotShareableError,
   NamespaceRequiredError,
+  TierUnavailableError,
 } from '../../src/errors.js';
 import { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from '../../src/runtime/defaults.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import type { TiersOptions } from '../../src/tier/cascade.js';
+import { TIER_COUNTER_FIELDS } from '../../src/tier/lower.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'kvoff-cascade-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -56,17 +58,20 @@ describe('tier cascade in the runtime', () => {
     });
   }, 120_000);
 
-  it('a disk directory that cannot be written: the runtime runs on host, every disk store dropped and counted', async () => {
+  it('a disk directory that cannot be written: start() refuses it; with tiers.optional the runtime runs on host, every disk store dropped and counted', async () => {
     // A file where the directory's parent should be: mkdir, open and rename all fail, even for root.
     const blocker = join(dir, 'not-a-directory');
     writeFileSync(blocker, 'in the way');
-    const r = await runOnce({ disk: { dir: join(blocker, 'cache') } });
+    await expect(runOnce({ disk: { dir: join(blocker, 'cache') } })).rejects.toBeInstanceOf(
+      TierUnavailableError,
+    );
+    const r = await runOnce({ disk: { dir: join(blocker, 'cache') }, optional: true });
     expect(r.stats.completed).toBeGreaterThan(0);
     expect(r.stats.tiers.host.storedChunks).toBeGreaterThan(0);
     const disk = r.stats.tiers.disk;
     expect(disk.storedChunks).toBe(0);
     expect(disk.droppedChunks).toBeGreaterThan(0);
-    expect(disk.errors).toBe(disk.droppedChunks);
+    expect(disk.state).toBe('degraded');
     expect(r.stats.mismatches).toBe(0);
     expect(r.verify).toMatchObject({ ok: true, mismatches: 0 });
     expect(r.leaks).toMatchObject({ pinsOutstanding: 0, tierEntriesWriting: 0, jobsInFlight: 0 });
@@ -76,7 +81,8 @@ describe('tier cascade in the runtime', () => {
     const { stats } = await runOnce();
     expect(stats.tiers.host.storedChunks).toBeGreaterThan(0);
     for (const level of ['disk', 'redis'] as const) {
-      expect(Object.values(stats.tiers[level]).every((v) => v === 0)).toBe(true);
+      expect(TIER_COUNTER_FIELDS.every((f) => stats.tiers[level][f] === 0)).toBe(true);
+      expect(stats.tiers[level]).toMatchObject({ state: 'off', authenticated: false });
     }
   }, 120_000);
 
@@ -96,6 +102,56 @@ describe('tier cascade in the runtime', () => {
     expect(() => parseTierOptions({ redis: ' , ' })).toThrow(/--redis/);
   });
 
+  it('secrets and credentials come from the environment or files, never argv; TLS files need rediss://', () => {
+    const files = mkdtempSync(join(tmpdir(), 'kvoff-tier-opts-'));
+    try {
+      const secretFile = join(files, 'secret');
+      writeFileSync(secretFile, 'from-a-file-0123456789abcdef\n');
+      const pem = join(files, 'ca.pem');
+      writeFileSync(pem, '-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n');
+      const env = {
+        KVOFF_TIER_SECRET: 'from-the-environment-0123456789',
+        KVOFF_REDIS_USERNAME: 'engine',
+        KVOFF_REDIS_PASSWORD: 'pw-from-env',
+      };
+      expect(parseTierOptions({ redis: 'redis://u:pw@h:1', tierOptional: true }, env)).toEqual({
+        redis: { urls: ['redis://u:pw@h:1'], username: 'engine', password: 'pw-from-env' },
+        secret: 'from-the-environment-0123456789',
+        optional: true,
+      });
+      expect(parseTierOptions({ disk: 'd', tierSecretFile: secretFile }, {})).toEqual({
+        disk: { dir: 'd' },
+        secret: 'from-a-file-0123456789abcdef',
+      });
+      expect(
+        parseTierOptions({ redis: 'rediss://h:1', redisCa: pem }, {})?.redis?.tls?.ca,
+      ).toContain('BEGIN CERTIFICATE');
+      expect(parseTierOptions({ redis: 'redis://h:1', insecureTier: true }, {})?.redis).toEqual({
+        urls: ['redis://h:1'],
+        insecure: true,
+      });
+      const refused: [Parameters<typeof parseTierOptions>[0], Record<string, string>, RegExp][] = [
+        [{ disk: 'd', tierSecretFile: secretFile }, env, /--tier-secret-file: .*set too/],
+        [{ redis: 'redis://h:1', insecureTier: true }, env, /--insecure-tier: contradicts/],
+        [{ redis: 'redis://h:1', redisCa: pem }, {}, /need rediss:\/\//],
+        [
+          { redis: 'rediss://h:1', redisCert: pem },
+          {},
+          /--redis-cert: and --redis-key go together/,
+        ],
+        [{ redis: 'rediss://h:1', redisCa: secretFile }, {}, /--redis-ca: .* is not PEM/],
+        [{ redisCa: pem }, {}, /--redis-ca: needs --redis/],
+        [{ tierOptional: true }, {}, /--tier-optional: needs --disk or --redis/],
+        [{ redis: 'redis://h:1,rediss://h:2' }, {}, /mixes redis:\/\/ and rediss:\/\//],
+      ];
+      for (const [raw, e, message] of refused) {
+        expect(() => parseTierOptions(raw, e)).toThrow(message);
+      }
+    } finally {
+      rmSync(files, { recursive: true, force: true });
+    }
+  });
+
   it('OffloadRuntime.start refuses bad tier options before starting anything', async () => {
     await expect(OffloadRuntime.start({ tiers: { disk: { dir: '' } } })).rejects.toThrow(
       InvalidArgumentError,
@@ -113,6 +169,13 @@ describe('tier cascade in the runtime', () => {
         tiers: { redis: { urls: ['redis://127.0.0.1:1'], storesInFlightMax: 0 } },
       }),
     ).rejects.toThrow(/tiers\.redis\.storesInFlightMax/);
+    // Redis without a secret, unless told it may run unauthenticated; a secret too short.
+    await expect(
+      OffloadRuntime.start({ tiers: { redis: { urls: ['redis://127.0.0.1:1'] } } }),
+    ).rejects.toThrow(/tiers\.redis: values must be authenticated/);
+    await expect(
+      OffloadRuntime.start({ tiers: { disk: { dir: 'd' }, secret: 'short' } }),
+    ).rejects.toThrow(/tiers\.secret: must be at least 16 bytes/);
   });
 
   it('a disk or Redis tier without namespace.model, or with xxHash keys, is refused before anything starts', async () => {
@@ -120,7 +183,10 @@ describe('tier cascade in the runtime', () => {
       ...DEFAULT_RUNTIME_CONFIG,
       groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
     };
-    for (const tiers of [{ disk: { dir } }, { redis: { urls: ['redis://127.0.0.1:1'] } }]) {
+    for (const tiers of [
+      { disk: { dir } },
+      { redis: { urls: ['redis://127.0.0.1:1'], insecure: true } },
+    ]) {
       const tier = Object.keys(tiers)[0];
       const err = await OffloadRuntime.start({ config, tiers }).catch((e: unknown) => e);
       expect(err).toBeInstanceOf(NamespaceRequiredError);

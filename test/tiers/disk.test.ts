@@ -1,7 +1,8 @@
 // The disk tier against a real directory: bytes round-trip, a restart on the
 // same directory rebuilds its index and hits, stale temps go, a truncated or
 // corrupted file is a miss (deleted, never served), the byte cap evicts idle
-// entries only, a full or unwritable directory drops and counts, and a process
+// entries only, a full directory drops and counts (an unwritable one is refused at
+// open, or with `optional` drops and counts), and a process
 // killed with SIGKILL mid-write leaves no entry that is not whole.
 import { spawn } from 'node:child_process';
 import {
@@ -16,6 +17,7 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { TierUnavailableError } from '../../src/errors.js';
 import { DiskTier, scopeDirName } from '../../src/tier/disk-tier.js';
 import { VALUE_HEADER_BYTES, encodeValue } from '../../src/tier/value.js';
 
@@ -163,12 +165,14 @@ describe('disk tier', () => {
     await full.close(1000);
 
     // A file where the layout's directory should be: not writable even for root.
+    // Refused at open; with `optional` it opens degraded and drops what it is offered.
     const dir = freshDir();
     writeFileSync(join(dir, scopeDirName(FP)), 'in the way');
-    const blocked = await open(dir);
+    await expect(open(dir)).rejects.toBeInstanceOf(TierUnavailableError);
+    const blocked = await open(dir, { optional: true });
     for (const k of [1n, 2n, 3n]) blocked.store(k, encodeValue(FP, k, payloadOf(k)));
     await settle(blocked);
-    expect(blocked.counters).toMatchObject({ storedChunks: 0, droppedChunks: 3, errors: 3 });
+    expect(blocked.counters).toMatchObject({ storedChunks: 0, droppedChunks: 3, degraded: 1 });
     expect(await blocked.states([1n])).toEqual(['miss']);
     await blocked.close(1000);
   });

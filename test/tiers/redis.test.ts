@@ -37,7 +37,13 @@ function payloadOf(key: bigint): Buffer {
 /** A fresh layout fingerprint per test, so tests never see each other's keys. */
 async function openTier(extra: Partial<Parameters<typeof RedisTier.open>[0]> = {}) {
   fp += 1n;
-  return RedisTier.open({ urls: [cluster.url], payloadBytes: PAYLOAD, scope: fp, ...extra });
+  return RedisTier.open({
+    urls: [cluster.url],
+    payloadBytes: PAYLOAD,
+    scope: fp,
+    insecure: true,
+    ...extra,
+  });
 }
 
 /** Waits for the SETs in flight, bounded generously (each is bounded by its own timeout too). */
@@ -187,11 +193,11 @@ describe('redis tier', () => {
   });
 
   it('two runtimes in separate processes: the second gets Redis hits with the bytes checked', async () => {
-    const redisOnly = JSON.stringify({ tiers: { redis: { urls: [cluster.url] } } });
+    const redisOnly = JSON.stringify({ tiers: { redis: { urls: [cluster.url], insecure: true } } });
     // The second also has an empty disk level in front: the cascade misses there, then hits Redis.
     const diskDir = mkdtempSync(join(tmpdir(), 'kvoff-redis-disk-'));
     const withDisk = JSON.stringify({
-      tiers: { disk: { dir: diskDir }, redis: { urls: [cluster.url] } },
+      tiers: { disk: { dir: diskDir }, redis: { urls: [cluster.url], insecure: true } },
     });
     const child = async (tiers: string) => {
       const { stdout } = await run(
@@ -259,6 +265,9 @@ describe('redis tier', () => {
       payloadBytes: PAYLOAD,
       scope: 1n,
       timeoutMs: 300,
+      insecure: true,
+      // Unreachable at open: degraded, not refused.
+      optional: true,
     });
     expect(performance.now() - t0).toBeLessThan(3000);
     expect(tier.counters.circuitOpen).toBe(1);
@@ -272,7 +281,7 @@ describe('redis tier', () => {
 
     const runtime = await OffloadRuntime.start({
       config: { ...DEFAULT_RUNTIME_CONFIG, namespace: { model: 'dead-cluster' } },
-      tiers: { redis: { urls: [dead], timeoutMs: 300 } },
+      tiers: { redis: { urls: [dead], timeoutMs: 300, insecure: true }, optional: true },
     });
     const summaries = await Promise.all(
       defaultWorkload({ requests: 3, promptTokens: 4000, prefixes: 1 }).map((r) =>
