@@ -90,7 +90,10 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
     );
     return s === undefined ? [] : rowOf(id, TITLES[id], s);
   }),
-  ...RULE_SWITCHES.flatMap((s) => rowOf(s.name, s.rule, s)),
+  // Rows in id order: the rule variants by name.
+  ...[...RULE_SWITCHES]
+    .sort((a, b) => (a.name < b.name ? -1 : 1))
+    .flatMap((s) => rowOf(s.name, s.rule, s)),
 ];
 
 /** The row of a class (or rule variant) `id` the switch `s` re-creates; none when the fuzzer cannot turn it on. */
