@@ -30,6 +30,13 @@ export interface ConfigInput {
   /** Put each request's hot words on their own 64-byte line (false only to measure false sharing). */
   padHotWords?: boolean;
   /**
+   * vLLM's max_recompute_pending_tokens: when the chunks from the first
+   * pending one to the end of a full-attention hit are worth at most this
+   * many tokens, the lookup loads the ready prefix at once and the request
+   * recomputes the rest instead of waiting; 0 (default) always waits.
+   */
+  maxRecomputePendingTokens?: number;
+  /**
    * Whose KV this is: the model (and revision, adapter, dtype, extra) every
    * key is derived under. Required (at least `model`) once a disk or Redis
    * tier is configured: sharing entries is a deliberate act.
@@ -80,6 +87,7 @@ export interface Config {
   readonly tierChunks: number;
   readonly bytesPerBlock: number;
   readonly padHotWords: boolean;
+  readonly maxRecomputePendingTokens: number;
   /** null: no namespace (host tier only). */
   readonly namespace: Namespace | null;
   readonly keyHash: KeyHash;
@@ -109,6 +117,7 @@ export const CONFIG_DEFAULTS = {
   tierChunks: 4096,
   bytesPerBlock: 256,
   padHotWords: true,
+  maxRecomputePendingTokens: 0,
   keyHash: 'sha256',
 } as const;
 
@@ -173,6 +182,15 @@ export function resolveConfig(input: ConfigInput): Config {
     input.offloadPromptOnly ?? CONFIG_DEFAULTS.offloadPromptOnly,
   );
   const padHotWords = bool('padHotWords', input.padHotWords ?? CONFIG_DEFAULTS.padHotWords);
+  const maxRecomputePendingTokens =
+    input.maxRecomputePendingTokens ?? CONFIG_DEFAULTS.maxRecomputePendingTokens;
+  if (
+    typeof maxRecomputePendingTokens !== 'number' ||
+    !Number.isInteger(maxRecomputePendingTokens) ||
+    maxRecomputePendingTokens < 0
+  ) {
+    throw new ConfigError('maxRecomputePendingTokens', 'must be an integer of at least 0');
+  }
   const namespace = resolveNamespace(input.namespace);
   const keyHash = input.keyHash ?? CONFIG_DEFAULTS.keyHash;
   if (!KEY_HASHES.includes(keyHash)) {
@@ -208,6 +226,7 @@ export function resolveConfig(input: ConfigInput): Config {
     tierChunks,
     bytesPerBlock,
     padHotWords,
+    maxRecomputePendingTokens,
     namespace,
     keyHash,
     keyBits,

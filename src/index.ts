@@ -94,7 +94,7 @@ export type {
 } from './planner.js';
 export type { StoreJob } from './job.js';
 export type { ChunkCopy } from './copy.js';
-export type { LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
+export type { DeferReason, LoadJob, LookupAnswer, LookupOptions } from './load-path.js';
 
 // Hashing, identity and the offload keys of a prompt.
 export { loadHashing, promptKeys, KeyChain } from './hashing.js';
@@ -111,7 +111,7 @@ export type { KeyHash, Namespace, NamespaceInput } from './identity.js';
 // Policies: the store rule (the ready prefix) and the lookup across levels.
 export { STORE_POLICIES, parseStorePolicy, storeWindow, readyPrefix } from './ready.js';
 export type { StorePolicy, StoreWindow, RequestFacts } from './ready.js';
-export { DEFER, combineLevels, lookupHitTokens, loadPlan } from './lookup.js';
+export { DEFER, RETRY, asksAgain, combineLevels, lookupHitTokens, loadPlan } from './lookup.js';
 export type {
   ChunkState,
   ChunkStateOf,

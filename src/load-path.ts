@@ -9,7 +9,7 @@ import type { ChunkCopy } from './copy.js';
 import type { Config } from './config.js';
 import { IllegalTransitionError, InvalidArgumentError, invariant } from './errors.js';
 import type { Hashing } from './hashing.js';
-import { DEFER, loadPlan, lookupHitTokens, touchRanges } from './lookup.js';
+import { asksAgain, loadPlan, lookupHitTokens, touchRanges } from './lookup.js';
 import { KeyChain, promptKeys } from './hashing.js';
 import { DIGEST_BYTES, validateCacheSalt } from './identity.js';
 import type { ChunkState, CursorPolicy } from './lookup.js';
@@ -34,9 +34,16 @@ export interface LookupOptions {
   cacheSalt?: string;
 }
 
-/** A lookup's answer: ask again later, or the hit (possibly 0). */
+/**
+ * Why a lookup asks again later: 'pending' (an entry it needs is being
+ * written or read), 'retry' (a tier could not say whether a key it needs is
+ * there), 'transfers' (the re-admitted request still has store jobs in flight).
+ */
+export type DeferReason = 'pending' | 'retry' | 'transfers';
+
+/** A lookup's answer: ask again later (and why), or the hit (possibly 0). */
 export type LookupAnswer =
-  | { readonly deferred: true }
+  | { readonly deferred: true; readonly reason: DeferReason }
   | {
       readonly deferred: false;
       readonly localHitTokens: number;
@@ -116,7 +123,7 @@ export class LoadPath {
       checkHandle(this.state, handle);
       // vLLM defers a request with jobs in flight before any lookup (no touch either).
       if (this.storesInFlight[handle.slot]! > 0 && !this.loadWhileStoring) {
-        return { deferred: true };
+        return { deferred: true, reason: 'transfers' };
       }
       if (this.loads.has(handle.slot)) {
         throw new IllegalTransitionError('look up', 'loading');
@@ -131,10 +138,11 @@ export class LoadPath {
         localHitTokens: local,
         ...(cap !== undefined ? { maxLoadTokens: cap } : {}),
         skipReadingPrefixCache: options.skipReadingPrefixCache === true,
+        maxRecomputePendingTokens: this.config.maxRecomputePendingTokens,
       },
       (k) => this.chunkState(k),
     );
-    const hit = result === DEFER ? 0 : result;
+    const hit = asksAgain(result) ? 0 : result;
     // One touch per group, in group order, at every lookup (vLLM's §7.4).
     for (const t of touchRanges(
       this.config.groups,
@@ -143,7 +151,8 @@ export class LoadPath {
     )) {
       this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
     }
-    if (result === DEFER) return { deferred: true };
+    if (asksAgain(result))
+      return { deferred: true, reason: result === 'retry' ? 'retry' : 'pending' };
     for (const k of keys) this.tier.recordLookup?.(k);
     const hitChunks = this.config.groups.map((g) => {
       if (this.policy === 'request-level' || hit === 0) return 0;

@@ -9,6 +9,10 @@
 // present but not readable yet (being stored) or being read by another
 // request's load: the request is deferred ("ask again later") rather than
 // missing, so whether a prompt is reused never depends on how fast a copy ran.
+// 'retry' means the tier could not answer now (nothing is known about the
+// key): the request asks again later too, but the answer says which, because
+// a deferral waits for a known entry and a retry for an unknown one (vLLM
+// keeps HIT_PENDING and RETRY apart; a recompute budget never cuts a retry).
 import { invariant } from './errors.js';
 import type { LookupState } from './tier/types.js';
 
@@ -21,8 +25,16 @@ export type ChunkStateOf = (key: bigint) => ChunkState;
 /** Lookup's answer when a pending entry decides the hit: ask again later. */
 export const DEFER = 'defer';
 
-/** Hit tokens beyond the local (GPU) prefix, or DEFER. */
-export type LookupResult = number | typeof DEFER;
+/** Lookup's answer when a tier could not say whether a key the hit needs is there: ask again later. */
+export const RETRY = 'retry';
+
+/** Hit tokens beyond the local (GPU) prefix, DEFER or RETRY. */
+export type LookupResult = number | typeof DEFER | typeof RETRY;
+
+/** The answer is "ask again later" (DEFER or RETRY). */
+export function asksAgain(result: LookupResult): result is typeof DEFER | typeof RETRY {
+  return result === DEFER || result === RETRY;
+}
 
 /** What lookup needs to know about a group (GroupConfig satisfies it). */
 export interface LookupGroup {
@@ -43,6 +55,8 @@ export interface LookupRequest {
   readonly maxLoadTokens?: number;
   /** The request opts out of reading the cache (skip_reading_prefix_cache): always 0. */
   readonly skipReadingPrefixCache?: boolean;
+  /** vLLM's max_recompute_pending_tokens (Config.maxRecomputePendingTokens); 0 by default. */
+  readonly maxRecomputePendingTokens?: number;
 }
 
 /**
@@ -61,16 +75,22 @@ export interface LookupUnsafe {
 
 const SAFE: LookupUnsafe = Object.freeze({});
 
-/** Combines tier levels (fastest first): a hit at any level hits; else pending anywhere defers. */
+/**
+ * Combines tier levels (fastest first): a hit at any level hits; else pending
+ * anywhere is pending (the entry is known to be coming); else a level that
+ * could not answer makes it a retry; else a miss.
+ */
 export function combineLevels(levels: readonly ChunkStateOf[]): ChunkStateOf {
   return (key) => {
     let pending = false;
+    let retry = false;
     for (const level of levels) {
       const s = level(key);
       if (s === 'hit') return 'hit';
       if (s === 'pending') pending = true;
+      else if (s === 'retry') retry = true;
     }
-    return pending ? 'pending' : 'miss';
+    return pending ? 'pending' : retry ? 'retry' : 'miss';
   };
 }
 
@@ -89,45 +109,66 @@ export function lookupOrder(groups: readonly LookupGroup[]): number[] {
 
 /**
  * Full attention: hits counted left to right until the first miss. A pending
- * entry before that miss counts and defers (the hit may grow once it lands).
+ * entry before that miss counts and defers (the hit may grow once it lands),
+ * unless the chunks from the first pending one to the end of the hit, ready
+ * or not, are at most `recomputeBudgetChunks`: then the hit ends before the
+ * first pending chunk and the request recomputes the rest rather than wait.
+ * A retry before the miss makes the answer RETRY whatever the budget
+ * (nothing is known past it).
  */
-export function maximalPrefix(states: readonly ChunkState[]): LookupResult {
+export function maximalPrefix(
+  states: readonly ChunkState[],
+  recomputeBudgetChunks = 0,
+): LookupResult {
   let n = 0;
-  let defer = false;
+  let firstPending = -1;
+  let retry = false;
   for (const s of states) {
     if (s === 'miss') break;
-    if (s === 'pending') defer = true;
+    if (s === 'pending' && firstPending < 0) firstPending = n;
+    else if (s === 'retry') retry = true;
     n += 1;
   }
-  return defer ? DEFER : n;
+  if (retry) return RETRY;
+  if (firstPending < 0) return n;
+  return n - firstPending > recomputeBudgetChunks ? DEFER : firstPending;
 }
 
 /**
  * Sliding window of `w` chunks: scanning right to left, the exclusive end of
  * the rightmost run of `w` hits; without one, the leading run of hits (a
  * prefix shorter than the window needs nothing before it). A pending entry
- * met before the answer counts toward its run and defers.
+ * counts toward its run and defers only if that run is the answer: a miss
+ * ends a run shorter than the window, so a pending entry in it could never
+ * make a window whole, and waiting for it would only delay the same answer
+ * (vLLM's test_pending_chunk_behind_gap_does_not_defer).
  */
 export function slidingWindow(states: readonly ChunkState[], w: number): LookupResult {
   if (!(Number.isInteger(w) && w >= 1)) invariant(false, `window ${w} is a positive chunk count`);
   let run = 0;
-  let defer = false;
+  let pendingInRun = false;
+  // A retry ends a run like a miss (it is not known to be there) but, unlike
+  // a miss, may hide a window further right: any retry met makes the answer RETRY.
+  let retry = false;
   for (let i = states.length - 1; i >= 0; i -= 1) {
     const s = states[i]!;
-    if (s === 'miss') {
+    if (s === 'miss' || s === 'retry') {
+      if (s === 'retry') retry = true;
       run = 0;
+      pendingInRun = false;
       continue;
     }
-    if (s === 'pending') defer = true;
+    if (s === 'pending') pendingInRun = true;
     run += 1;
-    if (run === w) return defer ? DEFER : i + w;
+    if (run === w) return retry ? RETRY : pendingInRun ? DEFER : i + w;
   }
-  return defer ? DEFER : run;
+  return retry ? RETRY : pendingInRun ? DEFER : run;
 }
 
 /**
  * vLLM's lookup: hit tokens beyond `localHitTokens`, a multiple of the
- * deciding groups' chunk size, or DEFER.
+ * deciding groups' chunk size, or DEFER (a pending entry decides it) or
+ * RETRY (a tier could not answer for a key it needs).
  *
  * - With any windowed group the last token is always recomputed (its logits
  *   are needed and a window cannot be rebuilt from a prefix alone).
@@ -147,6 +188,11 @@ export function lookupHitTokens(
 ): LookupResult {
   if (request.skipReadingPrefixCache === true) return 0;
   const computed = request.localHitTokens ?? 0;
+  const budgetTokens = request.maxRecomputePendingTokens ?? 0;
+  invariant(
+    Number.isInteger(budgetTokens) && budgetTokens >= 0,
+    'the recompute budget is validated (Config.maxRecomputePendingTokens)',
+  );
   const order = lookupOrder(groups);
   const windowed = order.filter((g) => groups[g]!.windowChunks !== null);
   let maxHit = request.numTokens;
@@ -154,7 +200,8 @@ export function lookupHitTokens(
   if (request.maxLoadTokens !== undefined)
     maxHit = Math.min(maxHit, computed + request.maxLoadTokens);
   let numHit = 0;
-  let defer = false;
+  // Why the answer would be "ask again later" (RETRY outranks DEFER: less is known).
+  let waiting: typeof DEFER | typeof RETRY | null = null;
   const verified = new Set<number>();
   let todo = order;
   // Every re-run follows a strictly shorter hit, so this ends; the bound is a guard.
@@ -177,10 +224,10 @@ export function lookupHitTokens(
       for (let c = start; c < n; c += 1) states.push(state(keys[c]!));
       let hits =
         group.windowChunks === null
-          ? maximalPrefix(states)
+          ? maximalPrefix(states, Math.floor(budgetTokens / tpc))
           : slidingWindow(states, group.windowChunks + (unverifiedEagle ? 1 : 0));
       if (hits === 0) return 0;
-      if (hits === DEFER) defer = true;
+      if (asksAgain(hits)) waiting = waiting === RETRY ? RETRY : hits;
       else {
         if (unverifiedEagle) {
           if (unsafe.unsafeEagleTailKept !== true) hits -= 1; // the volatile tail
@@ -192,8 +239,8 @@ export function lookupHitTokens(
       if (newHit < tpc) return 0;
       if (newHit < numHit) {
         if (!group.eagle) verified.clear();
-        if (defer) {
-          defer = false; // what deferred may lie beyond the shorter hit: ask everyone again
+        if (waiting !== null) {
+          waiting = null; // what deferred may lie beyond the shorter hit: ask everyone again
           todo = order;
         } else if (lookedUpWindow && todo.length === 0) {
           todo = windowed;
@@ -203,7 +250,21 @@ export function lookupHitTokens(
       numHit = newHit;
     }
   }
-  return defer ? DEFER : numHit;
+  return waiting ?? numHit;
+}
+
+/**
+ * How long a request's lookups may keep asking again before it takes what is
+ * readable then: a base plus a term per 1,000 prompt tokens (SGLang HiCache's
+ * prefetch timeout form), so a long prompt, whose pending entries take longer
+ * to land and whose hit saves more compute, may wait longer than a short one.
+ */
+export function lookupWaitMs(
+  promptTokens: number,
+  baseMs: number,
+  perThousandTokensMs: number,
+): number {
+  return baseMs + (perThousandTokensMs * promptTokens) / 1000;
 }
 
 /** Chunk range [from, to) of one group. */

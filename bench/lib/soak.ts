@@ -11,6 +11,8 @@ import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { JOBS_IN_FLIGHT_MAX } from '../../src/runtime/store-options.js';
 import type { LeakReport, RequestInput } from '../../src/runtime/runtime.js';
 import type { RuntimeMemory } from '../../src/runtime/memory.js';
+import { SampleLog } from './soak-samples.js';
+import type { MemoryPoint } from './soak-samples.js';
 import type { TiersOptions } from '../../src/tier/cascade.js';
 import type { ConfigInput } from '../../src/config.js';
 
@@ -32,13 +34,6 @@ export interface SoakOptions {
 }
 
 /** One sample a second: when, how many lifecycles, every worker's memory. */
-interface MemoryPoint {
-  atS: number;
-  lifecycles: number;
-  /** Store jobs the planner held at that moment (dispatched, not completed). */
-  jobsHeld: number;
-  memory: RuntimeMemory;
-}
 
 interface WorkerVerdict {
   worker: string;
@@ -145,6 +140,9 @@ function tiersOf(o: SoakOptions): TiersOptions | undefined {
   };
 }
 
+/** Copy threads of the soak's runtime (the sample log has a column pair for each). */
+const SOAK_TRANSFER_THREADS = 1;
+
 /** Runs the soak and judges it; never throws for a leak (the report says so), only for a failed runtime. */
 export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const warmupSeconds = o.warmupSeconds ?? Math.min(60, o.seconds / 3);
@@ -153,6 +151,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const tiers = tiersOf(o);
   const runtime = await OffloadRuntime.start({
     config: SOAK_CONFIG,
+    transferThreads: SOAK_TRANSFER_THREADS,
     lag: { seed: o.seed ?? 1 },
     simulator: { seed: o.seed ?? 1, maxRunning: 16, stepTokenBudget: 2048 },
     ...(tiers ? { tiers } : {}),
@@ -161,11 +160,12 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   const endMs = t0 + o.seconds * 1000;
   let done = 0;
   let failure: unknown;
-  const points: MemoryPoint[] = [];
+  // One sample a second, and room for the final one and timer drift.
+  const log = new SampleLog(Math.ceil(o.seconds) + 16, SOAK_TRANSFER_THREADS);
   const sample = () => {
     const atS = (performance.now() - t0) / 1000;
     const stats = runtime.stats();
-    points.push({ atS, lifecycles: done, jobsHeld: stats.jobsHeld, memory: stats.memory });
+    log.add(atS, done, stats.jobsHeld, stats.memory);
     o.onTick?.(done, atS);
   };
   const sampler = setInterval(sample, 1000);
@@ -194,6 +194,7 @@ export async function runSoak(o: SoakOptions): Promise<SoakReport> {
   });
   clearInterval(sampler);
   sample();
+  const points = log.points();
   const elapsedS = (performance.now() - t0) / 1000;
   if (failure !== undefined) {
     await runtime.close().catch(() => undefined);

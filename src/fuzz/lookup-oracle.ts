@@ -33,7 +33,11 @@ export function lookupAnswerViolation(
   if (a.lower) return undefined; // deferred for the levels below host: not a lookup decision
   const { config } = views;
   const { lookup } = a;
-  const why = specLookupMismatch(specLookup(config, lookup, a.state), a.answer);
+  const why = specLookupMismatch(
+    specLookup(config, lookup, a.state),
+    a.answer,
+    config.maxRecomputePendingTokens,
+  );
   if (why !== undefined) {
     return {
       invariant: 'load-decision',

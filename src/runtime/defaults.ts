@@ -54,6 +54,7 @@ const CONFIG_INPUT_KEYS: KnownKeys<ConfigInput> = {
   tierChunks: true,
   bytesPerBlock: true,
   padHotWords: true,
+  maxRecomputePendingTokens: true,
 };
 
 const GROUP_INPUT_KEYS: KnownKeys<GroupInput> = {

@@ -22,7 +22,7 @@ import type { Hashing } from '../hashing.js';
 import { KeyChain } from '../hashing.js';
 import { CACHE_SALT_BYTES_MAX, requestRoot, validateCacheSalt } from '../identity.js';
 import { S_HIT_CHUNKS, T_CURSOR, T_GENERATION } from '../layout.js';
-import { loadPlan } from '../lookup.js';
+import { loadPlan, lookupWaitMs } from '../lookup.js';
 import type { GroupLoad } from '../lookup.js';
 import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
@@ -39,6 +39,7 @@ import {
   OP_ALLOC,
   OP_END,
   LOOKUP_DEFERRED,
+  LOOKUP_RETRY,
   OP_LOAD,
   OP_NULL,
   OP_PREEMPT,
@@ -87,6 +88,10 @@ export interface EngineOptions {
    * chunk before the next step slides it out. 0 in single-thread drivers.
    */
   stepMs: number;
+  /** A request's lookups may ask again for this long (ms) before it takes what is readable ... */
+  lookupWaitBaseMs: number;
+  /** ... plus this much (ms) per 1,000 prompt tokens (lookupWaitMs in src/lookup.ts). */
+  lookupWaitPerThousandTokensMs: number;
   seed: number;
 }
 
@@ -105,6 +110,9 @@ export const DEFAULT_ENGINE_OPTIONS: EngineOptions = {
   offload: true,
   vocab: 32000,
   stepMs: 1,
+  // 2 s + 0.5 s per 1,000 tokens: about 4 s for a 4,096-token prompt, 52 s for 100,000.
+  lookupWaitBaseMs: 2000,
+  lookupWaitPerThousandTokensMs: 500,
   seed: DEFAULT_SEED,
 };
 
@@ -249,8 +257,6 @@ function saltOf(r: Int32Array, at: number): string | undefined {
   }
 }
 
-/** How long a request's lookups may be deferred before it takes what is readable then. */
-const LOOKUP_DEFER_MS_MAX = 5_000;
 /**
  * A deferred lookup is asked again after a back-off that starts at one engine
  * step (at least LOOKUP_RETRY_MS_MIN) and doubles up to LOOKUP_RETRY_MS_MAX:
@@ -841,7 +847,10 @@ export class EngineSimulator implements RoleLoop {
     }
     this.ensureKeys(r, numTokens);
     // A request deferred for too long takes what is readable now (the wait is bounded).
-    const force = r.deferredSinceMs >= 0 && this.now() - r.deferredSinceMs > LOOKUP_DEFER_MS_MAX;
+    const { lookupWaitBaseMs: base, lookupWaitPerThousandTokensMs: perK } = this.options;
+    const force =
+      r.deferredSinceMs >= 0 &&
+      this.now() - r.deferredSinceMs > lookupWaitMs(r.promptLength, base, perK);
     r.phase = 'lookup';
     r.lookupSentMs = this.now();
     this.lookupsPending += 1;
@@ -912,8 +921,9 @@ export class EngineSimulator implements RoleLoop {
       const waitMs = this.now() - r.lookupSentMs;
       r.lookupSentMs = -1;
       if (waitMs > this.counters.lookupWaitMsMax) this.counters.lookupWaitMsMax = waitMs;
-      if (a[2] === LOOKUP_DEFERRED) {
-        // Ask again at a later step (vLLM's "None"): back to the head of the queue, no slot taken,
+      if (a[2] === LOOKUP_DEFERRED || a[2] === LOOKUP_RETRY) {
+        // Ask again at a later step (vLLM's "None" for HIT_PENDING and RETRY alike; the store
+        // counts the two apart): back to the head of the queue, no slot taken,
         // after a back-off on the engine's clock (others behind it are admitted meanwhile).
         const now = this.now();
         if (r.deferredSinceMs < 0) r.deferredSinceMs = now;
@@ -1296,6 +1306,14 @@ function validateEngineOptions(o: EngineOptions, maxRequests: number): void {
   int('eagleDraftTokens', 0, 64);
   int('vocab', 1, 0x7fffffff);
   int('stepMs', 0, 1000);
+  int('lookupWaitBaseMs', 0, 600_000);
+  const perK = o.lookupWaitPerThousandTokensMs;
+  if (typeof perK !== 'number' || !(perK >= 0 && perK <= 60_000)) {
+    throw new InvalidArgumentError(
+      'simulator.lookupWaitPerThousandTokensMs',
+      'must be a number in [0, 60000]',
+    );
+  }
   int('seed', -0x80000000, 0x7fffffff);
   rate('eagleAcceptRate');
   rate('abortQueuedRate');

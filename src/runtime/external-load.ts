@@ -22,12 +22,23 @@ import { encodeLookup, lookupTokensThatFit, validateLookupLimits } from './looku
 import type { LookupLimits } from './lookup-record.js';
 import { checkLoadableGroups } from './request-rules.js';
 import { Outbox } from './outbox.js';
-import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, OP_LOAD, OP_UNLOCK } from './protocol.js';
+import {
+  ANS_LOADED,
+  ANS_LOOKED_UP,
+  LOOKUP_DEFERRED,
+  LOOKUP_RETRY,
+  OP_LOAD,
+  OP_UNLOCK,
+} from './protocol.js';
 import type { SpscRing } from './rings.js';
 
-/** The store role's answer to a host's lookup. */
+/**
+ * The store role's answer to a host's lookup. Deferred (ask again later) for
+ * a `reason`: 'pending' (an entry it needs is being written or read) or
+ * 'retry' (a tier level below the host has not answered yet: nothing known).
+ */
 export type ExternalLookupAnswer =
-  | { readonly deferred: true }
+  | { readonly deferred: true; readonly reason: 'pending' | 'retry' }
   | {
       readonly deferred: false;
       /** Names the hit's protection in the store role until load() or cancel(). */
@@ -108,7 +119,8 @@ export class ExternalLoadPath {
     );
     const answer = await this.ask(tag, record, ANS_LOOKED_UP, options.timeoutMs);
     const hit = answer[2]!;
-    if (hit === LOOKUP_DEFERRED) return { deferred: true };
+    if (hit === LOOKUP_DEFERRED) return { deferred: true, reason: 'pending' };
+    if (hit === LOOKUP_RETRY) return { deferred: true, reason: 'retry' };
     const tpc = this.config.groups[0]!.tokensPerChunk;
     const out = {
       deferred: false as const,

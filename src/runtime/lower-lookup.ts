@@ -103,22 +103,23 @@ export class LowerLookups {
   }
 
   /**
-   * True while the lookup `tag` must wait for the lower levels: the first call
-   * starts a resolution; later calls answer until it is done (a "pending"
-   * answer starts another after PENDING_RETRY_MS).
+   * Why the lookup `tag` must wait for the lower levels, or null once they
+   * answered: 'retry' while a resolution runs (the first call starts one;
+   * nothing is known yet), 'pending' when a level holds a key still being
+   * written (another resolution starts after PENDING_RETRY_MS).
    */
-  mustWait(tag: number, view: LookupView): boolean {
+  mustWait(tag: number, view: LookupView): 'retry' | 'pending' | null {
     const run = this.runs.get(tag);
     if (run === undefined) {
       this.start(tag, view, new Map());
-      return true;
+      return 'retry';
     }
-    if (run.state === 'running') return true;
+    if (run.state === 'running') return 'retry';
     if (run.state === 'pending') {
       if (performance.now() >= run.retryAtMs) this.start(tag, view, run.promoted);
-      return true;
+      return 'pending';
     }
-    return false;
+    return null;
   }
 
   /** At a reset: every resolution under way is forgotten, and promotes nothing when it ends. */

@@ -30,9 +30,14 @@ export const OP_LOAD = 31;
 export const OP_UNLOCK = 32;
 
 // storeAnswer ring (store -> scheduler)
-/** [LOOKED_UP, tag, hitChunks]; hitChunks is LOOKUP_DEFERRED when a pending entry decides it (ask again later). */
+/**
+ * [LOOKED_UP, tag, hitChunks]; hitChunks is LOOKUP_DEFERRED when a pending
+ * entry decides it, LOOKUP_RETRY when a tier level could not answer yet (both:
+ * ask again later).
+ */
 export const ANS_LOOKED_UP = 40;
 export const LOOKUP_DEFERRED = -1;
+export const LOOKUP_RETRY = -2;
 /** [LOADED, tag, ok] */
 export const ANS_LOADED = 41;
 

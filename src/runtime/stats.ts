@@ -52,8 +52,10 @@ export interface RuntimeStats {
   chunksDroppedUnready: number;
   /** Sliding-window chunks never copied because no aligned hit can use them (vLLM's alignment filter; never a hole). */
   chunksUnreachable: number;
-  /** Tier lookups answered "ask again later": an entry they needed was being written or loaded. */
+  /** Tier lookups answered "ask again later" because an entry they needed was being written or loaded (retries apart). */
   lookupsDeferred: number;
+  /** Tier lookups answered "retry": a level below the host had not answered yet for a key they need (nothing known). */
+  lookupsRetried: number;
   /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
   recordsRefused: number;
   /** Longest an admission lookup waited for the store's answer (ms); the engine keeps stepping meanwhile. */
@@ -128,6 +130,7 @@ export function runtimeCounters(
     chunksDroppedUnready: s.chunksDroppedUnready,
     chunksUnreachable: s.chunksUnreachable,
     lookupsDeferred: s.lookupsDeferred,
+    lookupsRetried: s.lookupsRetried,
     storesBelowThreshold: s.storesBelowThreshold,
     lookupCalls: s.lookupCalls,
     lookupCallSeconds: s.lookupCallUs / 1e6,

@@ -6,7 +6,7 @@
 // load xor stores per request: a request loading has nothing to store.
 import { invariant } from '../errors.js';
 import { S_GENERATION } from '../layout.js';
-import { DEFER, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import { DEFER, RETRY, asksAgain, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
 import type {
   ChunkState,
   ChunkStateOf,
@@ -23,7 +23,7 @@ import type { LowerLookups, ReadableEntry } from './lower-lookup.js';
 import { decodeLookup } from './lookup-record.js';
 import type { DecodedLookup } from './lookup-record.js';
 import type { Outbox } from './outbox.js';
-import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED } from './protocol.js';
+import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, LOOKUP_RETRY } from './protocol.js';
 import { encodeLoadTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 
@@ -32,7 +32,7 @@ export interface LookupAnswered {
   readonly lookup: DecodedLookup;
   /** The store's per-key state at that moment (what lookupHitTokens read). */
   readonly state: ChunkStateOf;
-  /** Hit tokens, or DEFER. */
+  /** Hit tokens, DEFER or RETRY. */
   readonly answer: LookupResult;
   /** Deferred while the levels below host resolve (not a lookup decision). */
   readonly lower: boolean;
@@ -103,8 +103,10 @@ export interface StoreLoadsDeps {
 }
 
 export class StoreLoads {
-  /** Lookups answered with LOOKUP_DEFERRED. */
+  /** Lookups answered with LOOKUP_DEFERRED (an entry pending). */
   deferred = 0;
+  /** Lookups answered with LOOKUP_RETRY (a level below host had not answered; nothing known). */
+  retried = 0;
   /** Bytes loads read from the host tier. */
   bytesRead = 0;
   /** Time loads took, in µs (the host tier's load seconds). */
@@ -175,7 +177,8 @@ export class StoreLoads {
    * Answers a lookup with the one lookup decision (src/lookup.ts): the hit in
    * chunks, or LOOKUP_DEFERRED when an entry it depends on is still being
    * written or is being read by another request's load (the scheduler asks
-   * again later, so hits never depend on how fast the copy threads ran). Only
+   * again later, so hits never depend on how fast the copy threads ran), or
+   * LOOKUP_RETRY while a tier level below the host has not answered yet. Only
    * whole chunks count (every block position stored). Every lookup touches
    * the request's keys, group by group; hit entries are protected from
    * eviction until loaded or unlocked. The request's own limits apply: a
@@ -184,7 +187,7 @@ export class StoreLoads {
    * still stores, as in vLLM). The runtime loads whole chunks from a chunk
    * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
    * refuses other configs with the load path on; here they hit 0) and the hit
-   * is a whole number of chunks. True when the answer was LOOKUP_DEFERRED.
+   * is a whole number of chunks. True when the answer was to ask again.
    */
   lookup(r: Int32Array): boolean {
     const decoded = decodeLookup(this.views.config, r);
@@ -198,13 +201,14 @@ export class StoreLoads {
     )) {
       if (t.to > t.from) this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
     }
-    if (result !== DEFER && this.lowerMustWait(decoded, d)) {
-      this.answerDeferred(decoded, state, true);
+    const wait = asksAgain(result) ? null : this.lowerMustWait(decoded, d);
+    if (wait !== null) {
+      this.askAgain(decoded, state, wait === 'retry' ? RETRY : DEFER, true);
       return true;
     }
     const promoted = this.lower?.finish(tag);
-    if (result === DEFER) {
-      this.answerDeferred(decoded, state, false);
+    if (asksAgain(result)) {
+      this.askAgain(decoded, state, result, false);
       return true;
     }
     // One sighting per answered lookup, of every key it carries (the store threshold's count).
@@ -243,16 +247,17 @@ export class StoreLoads {
       keys,
       maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
       skipReadingPrefixCache,
+      maxRecomputePendingTokens: this.views.config.maxRecomputePendingTokens,
     };
     const result = groups.every((g) => g.tokensPerChunk === tpc)
       ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
       : 0;
     invariant(
-      result === DEFER || result % tpc === 0,
+      asksAgain(result) || result % tpc === 0,
       'a runtime lookup hit ends on a chunk boundary',
     );
     invariant(
-      result === DEFER || result <= request.maxLoadTokens,
+      asksAgain(result) || result <= request.maxLoadTokens,
       'a runtime lookup hit is within the cap',
     );
     // What the request asks for, in chunks: up to its cap (and the EAGLE tail
@@ -262,18 +267,22 @@ export class StoreLoads {
         ? Infinity
         : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
     const asked = Math.min(capChunks, ...keys.map((k) => k.length));
-    return { request, result, hitTokens: result === DEFER ? 0 : result, state, tpc, asked };
+    return { request, result, hitTokens: asksAgain(result) ? 0 : result, state, tpc, asked };
   }
 
   /**
    * Below a host prefix shorter than asked: the lower levels resolve (and
-   * promote) first; the request asks again meanwhile. Not for a request that
-   * reads nothing.
+   * promote) first; the request asks again meanwhile ('retry' while a level
+   * has not answered, 'pending' while an entry is on its way up; null: answer
+   * now). Not for a request that reads nothing.
    */
-  private lowerMustWait(decoded: DecodedLookup, d: LookupDecision): boolean {
+  private lowerMustWait(
+    decoded: DecodedLookup,
+    d: LookupDecision,
+  ): ReturnType<LowerLookups['mustWait']> {
     const { force, skipReadingPrefixCache, keys, tag } = decoded;
     if (!this.lower || force || skipReadingPrefixCache || d.hitTokens / d.tpc >= d.asked) {
-      return false;
+      return null;
     }
     const groups = this.views.config.groups;
     const prefixHit = (present: (k: bigint) => boolean) => {
@@ -283,17 +292,26 @@ export class StoreLoads {
         (k) => (present(k) ? 'hit' : 'miss'),
         this.lookupUnsafe,
       );
-      return t === DEFER ? 0 : Math.floor(t / d.tpc);
+      return asksAgain(t) ? 0 : Math.floor(t / d.tpc);
     };
     const view = { count: d.asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
     return this.lower.mustWait(tag, view);
   }
 
-  private answerDeferred(decoded: DecodedLookup, state: ChunkStateOf, lower: boolean): void {
-    this.deferred += 1;
-    this.hostCounters.pendingChunks += 1;
-    this.onLookupAnswered?.({ lookup: decoded, state, answer: DEFER, lower, locked: [] });
-    this.answers.send([ANS_LOOKED_UP, decoded.tag, LOOKUP_DEFERRED]);
+  /** Answers a lookup "ask again later", counting a deferral (pending) apart from a retry (unknown). */
+  private askAgain(
+    decoded: DecodedLookup,
+    state: ChunkStateOf,
+    why: typeof DEFER | typeof RETRY,
+    lower: boolean,
+  ): void {
+    if (why === RETRY) this.retried += 1;
+    else {
+      this.deferred += 1;
+      this.hostCounters.pendingChunks += 1;
+    }
+    this.onLookupAnswered?.({ lookup: decoded, state, answer: why, lower, locked: [] });
+    this.answers.send([ANS_LOOKED_UP, decoded.tag, why === RETRY ? LOOKUP_RETRY : LOOKUP_DEFERRED]);
   }
 
   /** Protects a hit's entries from eviction until its load ran or was given up; the chunks locked, for the oracle. */

@@ -609,6 +609,7 @@ export class StoreLoop implements RoleLoop {
     publishStat(s, 'doubleStores', this.ledger.doubleStores);
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.loads.deferred);
+    publishStat(s, 'lookupsRetried', this.loads.retried);
     publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
     if (this.capture) {
       publishStat(s, 'eventsQueued', this.capture.queue.queued);

@@ -153,6 +153,11 @@ export const STATS = [
     writer: 'store',
     doc: 'lookups answered "ask again later" (an entry they need was being written or read)',
   },
+  {
+    name: 'lookupsRetried',
+    writer: 'store',
+    doc: 'lookups answered "retry" (a tier level below the host had not answered for a key they need)',
+  },
   { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
   {
     name: 'storesBelowThreshold',

@@ -344,7 +344,10 @@ function registerTierMetrics(
 
 /** Lookup delay buckets in seconds, vLLM's: a call (10 us to 1 s) and a deferred wait (0.1 ms to 10 s). */
 const LOOKUP_SYNC_BUCKETS_S = [1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1];
-const LOOKUP_DEFERRED_BUCKETS_S = [1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10];
+// Up to two minutes: the wait bound grows with the prompt (2 s + 0.5 s per 1,000 tokens by default).
+const LOOKUP_DEFERRED_BUCKETS_S = [
+  1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120,
+];
 
 /** Why a store was not made, per tier: the stats fields behind each reason. */
 const HOST_SKIPS = [
@@ -448,6 +451,17 @@ function registerOffloadMetrics(
           advance(this, `${tier}.${reason}`, v, { tier, reason });
         }
       }
+    },
+  });
+  new Counter({
+    name: 'kvoff_lookups_asked_again_total',
+    help: 'lookups answered "ask again later", by reason: pending (an entry they need is being written or read, vLLM\'s HIT_PENDING) or retry (a lower level had not answered, vLLM\'s RETRY)',
+    labelNames: ['reason'],
+    registers: [registry],
+    collect() {
+      const s = take();
+      advance(this, 'asked.pending', s.lookupsDeferred, { reason: 'pending' });
+      advance(this, 'asked.retry', s.lookupsRetried, { reason: 'retry' });
     },
   });
   new Gauge({

@@ -22,7 +22,13 @@ export type PrepareStoreResult =
       readonly evictable: number;
     };
 
-export type LookupState = 'hit' | 'pending' | 'miss';
+/**
+ * A tier's answer for one key: 'hit' (stored, readable), 'miss', 'pending'
+ * (present, not readable yet: being written, or read by another load) or
+ * 'retry' (the tier cannot say now, e.g. a lower level has not answered yet:
+ * nothing is known, ask again later; vLLM's LookupResult.RETRY).
+ */
+export type LookupState = 'hit' | 'pending' | 'miss' | 'retry';
 
 export interface TierEvent {
   readonly kind: 'stored' | 'removed';

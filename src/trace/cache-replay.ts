@@ -17,7 +17,7 @@
 // so both give the same hits at the same capacity and policy (a test).
 import { invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { DEFER, lookupHitTokens, touchRanges } from '../lookup.js';
+import { asksAgain, lookupHitTokens, touchRanges } from '../lookup.js';
 import type { LookupGroup } from '../lookup.js';
 import { HostTier } from '../tier/host-tier.js';
 import type { CachePolicyName } from '../tier/policy/index.js';
@@ -150,7 +150,7 @@ function replayRequest(
     (k) => tier.state(k),
   );
   // Nothing is being written or read between requests: nothing can defer.
-  if (result === DEFER) invariant(false, 'a lone request never defers');
+  if (asksAgain(result)) invariant(false, 'a lone request never defers');
   const hit = result / tpc;
   for (const t of touchRanges(groups, [keys.length], result)) tier.touch(keys.slice(t.from, t.to));
   if (hit > 0) {

@@ -109,7 +109,7 @@ describe('LocalOffload lookup and load', () => {
     storePrompt(lo, PROMPT, 1);
     const { h, answer } = openForLoad(lo, PROMPT, 2, 56);
     const job = lo.load(h, answer);
-    expect(lo.lookup(PROMPT)).toEqual({ deferred: true });
+    expect(lo.lookup(PROMPT)).toEqual({ deferred: true, reason: 'pending' });
     // Another prompt that shares nothing is not held up.
     const other = lo.lookup(tokens(66, 9));
     expect(other.deferred).toBe(false);
@@ -131,7 +131,7 @@ describe('LocalOffload lookup and load', () => {
     expect(jobs.map((j) => j.chunks.length)).toEqual([8]);
     lo.preempt(h);
     // Re-admission while its store jobs are in flight: ask again later.
-    expect(lo.lookup(long, { handle: h })).toEqual({ deferred: true });
+    expect(lo.lookup(long, { handle: h })).toEqual({ deferred: true, reason: 'transfers' });
     const answer = lo.lookup(PROMPT);
     expect(answer.deferred).toBe(false);
     expect(() => lo.load(h, answer)).toThrow(IllegalTransitionError);

@@ -1,11 +1,13 @@
 // The load-path decisions (src/lookup.ts) as a table, in the style of vLLM's
-// own lookup tests: per group a row of chunk states (H hit, M miss, P pending),
+// own lookup tests: per group a row of chunk states (H hit, M miss, P pending,
+// R retry),
 // the window W and EAGLE on or off, and the expected hit in tokens or DEFER.
 // Every table row uses 4 tokens per chunk, so a hit of k chunks is 4k tokens.
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import {
   DEFER,
+  RETRY,
   combineLevels,
   loadPlan,
   lookupHitTokens,
@@ -15,6 +17,8 @@ import {
   touchRanges,
 } from '../../src/lookup.js';
 import type { ChunkState, LookupGroup, LookupResult } from '../../src/lookup.js';
+import { resolveConfig } from '../../src/config.js';
+import { ConfigError } from '../../src/errors.js';
 
 const TPC = 4;
 
@@ -36,7 +40,7 @@ interface Case {
   expected: LookupResult;
 }
 
-const STATE: Record<string, ChunkState> = { H: 'hit', M: 'miss', P: 'pending' };
+const STATE: Record<string, ChunkState> = { H: 'hit', M: 'miss', P: 'pending', R: 'retry' };
 
 function run(c: Case): LookupResult {
   const groups: LookupGroup[] = c.rows.map((r) => ({
@@ -138,6 +142,48 @@ const CASES: Case[] = [
     rows: [FA('HHHHHHHH'), SW(2, 'HHHHHMHP')],
     numTokens: 33,
     expected: DEFER,
+  },
+  {
+    // vLLM's test_swa_load_does_not_wait_for_unusable_pending_suffix: window
+    // of 8 tokens, 17-token prompt, SWA chunk 2 missing and chunk 3 still
+    // being written; the load takes 2 chunks per group at once.
+    name: 'SW pending suffix behind a missing chunk cannot make a window: the hit before the gap, at once',
+    rows: [FA('HHHH'), SW(2, 'HHMP')],
+    numTokens: 17,
+    expected: 8,
+  },
+  {
+    name: 'SW pending behind a gap in a run that is the leading fallback still defers',
+    rows: [FA('HHHHHHHH'), SW(3, 'HPMHHMHH')],
+    numTokens: 33,
+    expected: DEFER,
+  },
+  // RETRY (the tier could not answer): kept apart from DEFER, never a hit.
+  { name: 'FA retry before a miss: RETRY', rows: [FA('HRHM')], numTokens: 16, expected: RETRY },
+  { name: 'FA retry after a miss is moot', rows: [FA('HHMR')], numTokens: 16, expected: 8 },
+  {
+    name: 'FA pending and retry: RETRY (less is known)',
+    rows: [FA('PHRH')],
+    numTokens: 16,
+    expected: RETRY,
+  },
+  {
+    name: 'SW retry right of a whole window: RETRY (it may hide a window further right)',
+    rows: [FA('HHHHHHHH'), SW(2, 'HHHHHHRH')],
+    numTokens: 33,
+    expected: RETRY,
+  },
+  {
+    name: 'SW retry left of the rightmost window is moot',
+    rows: [FA('HHHHHHHH'), SW(2, 'RHHHHHHH')],
+    numTokens: 33,
+    expected: 32,
+  },
+  {
+    name: 'a retry beyond a hit other groups shortened is dropped when everyone is asked again',
+    rows: [FA('HHHHHHHH'), SW(3, 'HHHHHHHR'), SW(2, 'HHHHHHMM')],
+    numTokens: 33,
+    expected: 24,
   },
   {
     name: 'SW pending left of the rightmost window is moot',
@@ -255,6 +301,31 @@ describe('the scans', () => {
     expect(slidingWindow(s('MHHP'), 2)).toBe(DEFER);
     expect(slidingWindow(s('PHHMHH'), 2)).toBe(6);
   });
+  it('slidingWindow: a pending chunk behind a gap does not defer (vLLM test_pending_chunk_behind_gap_does_not_defer)', () => {
+    // vLLM's row: window 2 over [HIT, HIT, MISS, HIT_PENDING] answers 2.
+    expect(slidingWindow(s('HHMP'), 2)).toBe(2);
+    // A pending run to the right of a gap, shorter than the window, never defers ...
+    expect(slidingWindow(s('HHHMPH'), 3)).toBe(3);
+    expect(slidingWindow(s('MHHMP'), 3)).toBe(0);
+    // ... but one as long as the window is the answer, and defers.
+    expect(slidingWindow(s('HHMPH'), 2)).toBe(DEFER);
+  });
+  it("maximalPrefix: RETRY apart from DEFER (vLLM's TestMaximalPrefixLookup retry rows)", () => {
+    expect(maximalPrefix(s('RH'))).toBe(RETRY); // test_retry_defers
+    expect(maximalPrefix(s('HR'))).toBe(RETRY); // test_retry_after_hit_defers
+    expect(maximalPrefix(s('RMH'))).toBe(RETRY); // test_retry_stops_at_miss
+    expect(maximalPrefix(s('PH'))).toBe(DEFER); // test_hit_pending_defers
+    expect(maximalPrefix(s('PMH'))).toBe(DEFER); // test_hit_pending_does_not_stop_scan
+    expect(maximalPrefix(s('HMR'))).toBe(1);
+  });
+  it("slidingWindow: RETRY apart from DEFER (vLLM's TestSlidingWindowLookup retry rows)", () => {
+    expect(slidingWindow(s('HR'), 2)).toBe(RETRY); // test_retry_defers
+    expect(slidingWindow(s('HHRH'), 2)).toBe(RETRY); // test_retry_with_full_window_still_defers
+    expect(slidingWindow(s('HP'), 2)).toBe(DEFER); // test_hit_pending_counts_as_hit
+    expect(slidingWindow(s('HPH'), 3)).toBe(DEFER); // test_hit_pending_does_not_break_streak
+    // A retry does not count toward a run: [R, H] with a window of 2 has no window.
+    expect(slidingWindow(s('RHH'), 2)).toBe(3);
+  });
   it('lookupOrder puts full attention first, then windows widest first', () => {
     const g = (w: number | null): LookupGroup => ({
       tokensPerChunk: 4,
@@ -263,11 +334,82 @@ describe('the scans', () => {
     });
     expect(lookupOrder([g(2), g(null), g(8), g(2), g(null)])).toEqual([1, 4, 2, 0, 3]);
   });
-  it('combineLevels: a hit anywhere hits, else pending anywhere defers', () => {
-    const a = (k: bigint): ChunkState => (k === 1n ? 'hit' : k === 2n ? 'pending' : 'miss');
-    const b = (k: bigint): ChunkState => (k === 2n ? 'hit' : k === 3n ? 'pending' : 'miss');
+  it('combineLevels: a hit anywhere hits, else pending anywhere defers, else a retry anywhere retries', () => {
+    const at =
+      (m: Record<string, ChunkState>) =>
+      (k: bigint): ChunkState =>
+        m[String(k)] ?? 'miss';
+    const a = at({ 1: 'hit', 2: 'pending', 4: 'retry', 5: 'retry', 6: 'hit' });
+    const b = at({ 2: 'hit', 3: 'pending', 4: 'miss', 5: 'pending', 6: 'retry' });
     const both = combineLevels([a, b]);
-    expect([0n, 1n, 2n, 3n].map(both)).toEqual(['miss', 'hit', 'hit', 'pending']);
+    expect([0n, 1n, 2n, 3n, 4n, 5n, 6n].map(both)).toEqual([
+      'miss',
+      'hit',
+      'hit',
+      'pending',
+      'retry',
+      'pending',
+      'hit',
+    ]);
+  });
+});
+
+describe("the recompute budget (vLLM's max_recompute_pending_tokens)", () => {
+  const s = (x: string) => [...x].map((l) => STATE[l]!);
+  it("maximalPrefix replays TestMaximalPrefixLookup's budget rows", () => {
+    // test_short_pending_run_is_cut_before_first_pending: [H, P, H, P], 3 chunks of budget.
+    expect(maximalPrefix(s('HPHP'), 3)).toBe(1);
+    // test_pending_run_over_budget_defers: the run counts ready chunks after the first pending one.
+    expect(maximalPrefix(s('HPHP'), 2)).toBe(DEFER);
+    // test_leading_pending_chunk_within_budget_is_a_miss.
+    expect(maximalPrefix(s('P'), 1)).toBe(0);
+    // test_retry_defers_regardless_of_budget.
+    expect(maximalPrefix(s('HR'), 10)).toBe(RETRY);
+    // No budget: always wait (vLLM's 0).
+    expect(maximalPrefix(s('HHHP'), 0)).toBe(DEFER);
+  });
+  const groups: LookupGroup[] = [{ tokensPerChunk: 4, windowChunks: null, eagle: false }];
+  const ask = (budget: number, states = 'HPH') => {
+    const keys = [[...states].map((_, i) => BigInt(i))];
+    return lookupHitTokens(
+      groups,
+      { numTokens: 4 * states.length + 1, keys, maxRecomputePendingTokens: budget },
+      (k) => STATE[states[Number(k)]!]!,
+    );
+  };
+  it('test_recompute_budget_decides_whether_pending_chunks_are_awaited: [H, P, H] with 4-token chunks', () => {
+    // A budget covering the two chunks waiting would gain loads the ready chunk at once ...
+    expect(ask(8)).toBe(4);
+    // ... a smaller one defers as before; the budget is counted in whole chunks.
+    expect(ask(4)).toBe(DEFER);
+    expect(ask(7)).toBe(DEFER);
+    expect(ask(0)).toBe(DEFER);
+  });
+  it('a sliding-window group is not cut by the budget (vLLM budgets the maximal prefix only)', () => {
+    const hybrid: LookupGroup[] = [...groups, { tokensPerChunk: 4, windowChunks: 2, eagle: false }];
+    const keys = [0, 1].map((g) => [0, 1, 2, 3].map((c) => BigInt(g * 10 + c)));
+    const states: Record<string, ChunkState> = { 13: 'pending' };
+    const answer = lookupHitTokens(
+      hybrid,
+      { numTokens: 17, keys, maxRecomputePendingTokens: 64 },
+      (k) => states[String(k)] ?? 'hit',
+    );
+    expect(answer).toBe(DEFER);
+  });
+  it('test_negative_recompute_budget_is_rejected: resolveConfig refuses it with a ConfigError naming the field', () => {
+    const base = { groups: [{ kind: 'full' as const, tokensPerBlock: 4 }], tokensPerHash: 4 };
+    for (const bad of [-1, 0.5, Number.NaN, '8']) {
+      expect(() => resolveConfig({ ...base, maxRecomputePendingTokens: bad as number })).toThrow(
+        ConfigError,
+      );
+      expect(() => resolveConfig({ ...base, maxRecomputePendingTokens: bad as number })).toThrow(
+        /maxRecomputePendingTokens/,
+      );
+    }
+    expect(resolveConfig(base).maxRecomputePendingTokens).toBe(0);
+    expect(resolveConfig({ ...base, maxRecomputePendingTokens: 8 }).maxRecomputePendingTokens).toBe(
+      8,
+    );
   });
 });
 

@@ -458,7 +458,10 @@ describe('test_request_preemption', () => {
       // Re-admitted before the stores' completions are read: deferred, no lookup, no load.
       const allTokens = [...same(24), ...same(21)];
       e.tier.lookups = 0;
-      expect(lo.lookup(allTokens, { handle: a.h })).toEqual({ deferred: true });
+      expect(lo.lookup(allTokens, { handle: a.h })).toEqual({
+        deferred: true,
+        reason: 'transfers',
+      });
       expect(e.tier.lookups).toBe(0);
       e.completeAll();
       expect(blockOffsets(e.completed)).toEqual(blockOffsets([...jobA, ...jobB]));
@@ -652,7 +655,7 @@ describe('test_concurrent_lookups_of_the_same_prefix', () => {
     const b = e.open(2, same(12), 1 << 20, [...first.hitChunks]);
     lo.appendBlocks(b.h, 0, e.fresh(3));
     const load = lo.load(b.h, first);
-    expect(lo.lookup(same(12))).toEqual({ deferred: true });
+    expect(lo.lookup(same(12))).toEqual({ deferred: true, reason: 'pending' });
     lo.completeLoad(load);
     const second = lo.lookup(same(12));
     expect(second.deferred === false && second.hitTokens).toBe(12);

@@ -9,7 +9,7 @@ import { expandBlock } from '../../src/bytes.js';
 import { resolveConfig } from '../../src/config.js';
 import { tierBlockWords } from '../../src/copy.js';
 import { DEFER } from '../../src/lookup.js';
-import type { ChunkState } from '../../src/lookup.js';
+import type { ChunkState, LookupResult } from '../../src/lookup.js';
 import { RuntimeViews, createRuntimeBuffers } from '../../src/runtime/buffers.js';
 import type { LookupAnswered } from '../../src/runtime/store-loads.js';
 import { lookupAnswerViolation } from '../../src/fuzz/lookup-oracle.js';
@@ -112,7 +112,7 @@ describe('oracle 7: the load decision', () => {
   });
 
   it("the store loop's own answers pass, hits, deferrals and limits alike (one thread)", async () => {
-    const seen: { answer: number | typeof DEFER; violation: string | undefined }[] = [];
+    const seen: { answer: LookupResult; violation: string | undefined }[] = [];
     const loops = await oneThreadLoops({
       config: SMALL_HYBRID,
       engine: UNPACED_ENGINE,

@@ -6,6 +6,8 @@ import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { loadHashing, promptKeys } from '../../src/hashing.js';
+import { lookupWaitMs } from '../../src/lookup.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from '../../src/runtime/engine-sim.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { readStat } from '../../src/runtime/stats.js';
 import {
@@ -189,5 +191,34 @@ describe('the lookup record', () => {
       },
       { tag: 10, numTokens: 57, force: false, ...limited, keys },
     ]);
+  });
+});
+
+describe('the lookup wait bound scales with the prompt', () => {
+  it('is a base plus a term per 1,000 prompt tokens, 2 s + 0.5 s per 1,000 by default', () => {
+    const { lookupWaitBaseMs: base, lookupWaitPerThousandTokensMs: perK } = DEFAULT_ENGINE_OPTIONS;
+    expect(lookupWaitMs(100, base, perK)).toBe(2050);
+    expect(lookupWaitMs(4096, base, perK)).toBe(4048);
+    expect(lookupWaitMs(100_000, base, perK)).toBe(52_000);
+    expect(lookupWaitMs(100_000, 5000, 0)).toBe(5000); // the old fixed bound, as a setting
+  });
+  it('bad settings are InvalidArgumentError naming the option, before any worker starts', async () => {
+    for (const [name, value] of [
+      ['lookupWaitBaseMs', -1],
+      ['lookupWaitBaseMs', 0.5],
+      ['lookupWaitBaseMs', 600_001],
+      ['lookupWaitPerThousandTokensMs', -1],
+      ['lookupWaitPerThousandTokensMs', Number.NaN],
+      ['lookupWaitPerThousandTokensMs', Infinity],
+      ['lookupWaitPerThousandTokensMs', '250'],
+    ] as const) {
+      const err = await OffloadRuntime.start({ simulator: { [name]: value } }).catch(
+        (e: unknown) => e,
+      );
+      expect(err, `${name}=${String(value)}`).toBeInstanceOf(InvalidArgumentError);
+      expect((err as Error).message).toContain(`simulator.${name}`);
+    }
+    const o = resolveEngineOptions({ lookupWaitBaseMs: 0, lookupWaitPerThousandTokensMs: 0.5 }, 4);
+    expect(lookupWaitMs(2000, o.lookupWaitBaseMs, o.lookupWaitPerThousandTokensMs)).toBe(1);
   });
 });

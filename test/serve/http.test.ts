@@ -69,6 +69,7 @@ class StandInRuntime implements EmbeddableRuntime {
       chunksDroppedUnready: 0,
       chunksUnreachable: 0,
       lookupsDeferred: 0,
+      lookupsRetried: 0,
       storesBelowThreshold: 0,
       lookupCalls: 0,
       lookupCallSeconds: 0,

@@ -47,6 +47,8 @@ describe('tier cascade in the runtime', () => {
     expect(first.stats.tiers.disk.errors).toBe(0);
     const second = await runOnce({ disk: { dir } });
     expect(second.stats.tiers.disk.hitChunks).toBeGreaterThan(0);
+    // Lookups that waited for the disk level's answer are retries (nothing was known yet), not deferrals.
+    expect(second.stats.lookupsRetried).toBeGreaterThan(0);
     expect(second.stats.tierHits).toBeGreaterThan(first.stats.tierHits);
     expect(second.stats.mismatches).toBe(0);
     expect(second.verify).toMatchObject({ ok: true, mismatches: 0 });
@@ -83,6 +85,34 @@ describe('tier cascade in the runtime', () => {
     for (const level of ['disk', 'redis'] as const) {
       expect(TIER_COUNTER_FIELDS.every((f) => stats.tiers[level][f] === 0)).toBe(true);
       expect(stats.tiers[level]).toMatchObject({ state: 'off', authenticated: false });
+    }
+    // With no level below host there is nobody to wait for: no retries.
+    expect(stats.lookupsRetried).toBe(0);
+  }, 120_000);
+
+  it("an external host's lookup waiting for the disk level is told 'retry', apart from a pending entry", async () => {
+    const rt = await OffloadRuntime.start({
+      config: {
+        ...DEFAULT_RUNTIME_CONFIG,
+        groups: [{ kind: 'full', tokensPerBlock: 16 }],
+        namespace: { model: 'tier-runtime-external' },
+      },
+      tiers: { disk: { dir: join(dir, 'external') } },
+      external: true,
+    });
+    try {
+      const prompt = Array.from({ length: 256 }, (_, i) => (i * 7 + 3) % 1000);
+      // The host has nothing: the disk level is asked, and until it answers nothing is known.
+      expect(await rt.external.lookup(prompt)).toEqual({ deferred: true, reason: 'retry' });
+      // A lookup forced past its wait takes what is readable now: nothing.
+      expect(await rt.external.lookup(prompt, { force: true })).toMatchObject({
+        deferred: false,
+        hitTokens: 0,
+      });
+      expect(rt.stats()).toMatchObject({ lookupsDeferred: 0 });
+      expect(rt.stats().lookupsRetried).toBeGreaterThan(0);
+    } finally {
+      await rt.close();
     }
   }, 120_000);
 

@@ -19,11 +19,15 @@
 // difference (the longest h counting pending entries as present is not the
 // longest counting them absent), the answer is "ask again later". An answer
 // may also be "later" when a pending entry lies anywhere the lookup reads, but
-// never a number that pending entries would change.
+// never a number that pending entries would change, unless the request's
+// recompute budget covers the difference (vLLM's max_recompute_pending_tokens:
+// the ready hit is then taken at once). A key the tier could not answer for
+// ('retry') may be there or not: it counts as pending, and a "retry" answer
+// is judged as "later".
 import type { Config } from '../../config.js';
 
 /** A tier's state of one key, as the store reports it. */
-export type SpecChunkState = 'hit' | 'miss' | 'pending';
+export type SpecChunkState = 'hit' | 'miss' | 'pending' | 'retry';
 
 /** The lookup as the engine asked it. */
 export interface SpecLookup {
@@ -101,24 +105,29 @@ export function specLookup(
       const keys = lookup.keys[g]!;
       const [, to] = chunksRead(config, g, limit);
       for (let c = 0; c < Math.min(to, keys.length); c += 1) {
-        if (state(keys[c]!) === 'pending') pendingRead = true;
+        const s = state(keys[c]!);
+        if (s === 'pending' || s === 'retry') pendingRead = true;
       }
     }
   }
   return { hitTokens: hit * tpc, hitTokensIfPendingLand: ifLand * tpc, pendingRead };
 }
 
-/** Why `answer` (hit tokens, or 'defer') breaks the verdict; undefined when it keeps it. */
+/**
+ * Why `answer` (hit tokens, 'defer' or 'retry') breaks the verdict; undefined
+ * when it keeps it. `recomputeBudgetTokens`: the config's recompute budget.
+ */
 export function specLookupMismatch(
   verdict: SpecLookupVerdict,
-  answer: number | 'defer',
+  answer: number | 'defer' | 'retry',
+  recomputeBudgetTokens = 0,
 ): string | undefined {
   const { hitTokens, hitTokensIfPendingLand, pendingRead } = verdict;
-  if (answer === 'defer') {
+  if (answer === 'defer' || answer === 'retry') {
     if (hitTokens !== hitTokensIfPendingLand || pendingRead) return undefined;
     return `deferred, but no entry it reads is pending (the hit is ${hitTokens})`;
   }
-  if (hitTokens !== hitTokensIfPendingLand) {
+  if (hitTokensIfPendingLand - hitTokens > recomputeBudgetTokens) {
     return `answered ${answer}, but pending entries decide it (${hitTokens} now, ${hitTokensIfPendingLand} once they land): it must defer`;
   }
   if (answer !== hitTokens) return `answered ${answer}, the specification's hit is ${hitTokens}`;
