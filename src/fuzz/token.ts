@@ -8,8 +8,13 @@
 //   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
 //   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
-//   kvf1.ready-prefix.random.pins.1234.trt              --target runtime
-//   kvf1.ready-prefix.random.pins.1234.trt.uload-while-writing   a runtime test switch on
+//   kvf1.ready-prefix.random.pins.1234.trt2             --target runtime
+//   kvf1.ready-prefix.random.pins.1234.trt2.uload-while-writing  a runtime test switch on
+//
+// The runtime target's part carries the version of its schedules: when the
+// roles came to be driven by one role driver (src/runtime/role-loop.ts) the
+// same seed drew another interleaving, so a `.trt` token (the version before)
+// is refused with a message instead of silently replaying a different schedule.
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
 // hole), which read as "whole schedule"; such tokens still decode. The parts
@@ -51,6 +56,10 @@ const FUZZ_TARGETS = ['roles', 'runtime'] as const;
 export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
+/** The runtime target's part: its schedules' version (see the head of this file). */
+const RUNTIME_TARGET = 'trt2';
+/** Runtime target parts of earlier versions, refused by name. */
+const RUNTIME_TARGETS_OLD: readonly string[] = ['trt'];
 const NO_PINS = switchFlag('no-pins').token;
 const NO_REVALIDATE = switchFlag('no-revalidate').token;
 const NO_SETTLE = switchFlag('no-settle').token;
@@ -72,7 +81,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     String(spec.seed),
   ];
   if (spec.revalidate === false) parts.push(NO_REVALIDATE);
-  if (spec.target === 'runtime') parts.push('trt');
+  if (spec.target === 'runtime') parts.push(RUNTIME_TARGET);
   if (spec.switches !== undefined && spec.switches.length > 0) {
     parts.push(`${SWITCHES_PREFIX}${spec.switches.join(',')}`);
   }
@@ -91,7 +100,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const parts = token.trim().split('.');
   if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.${RUNTIME_TARGET}][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -120,8 +129,12 @@ export function decodeReplayToken(token: string): ReplaySpec {
       revalidate = false;
     } else if (part === NO_SETTLE && settle === undefined) {
       settle = false;
-    } else if (part === 'trt' && target === undefined) {
+    } else if (part === RUNTIME_TARGET && target === undefined) {
       target = 'runtime';
+    } else if (RUNTIME_TARGETS_OLD.includes(part)) {
+      throw bad(
+        `${quoted(part)} is a runtime-target token of an earlier kvoff whose schedules no longer replay (the roles are driven differently since); draw the seed again with --target runtime --seed ${seed} --schedules 1`,
+      );
     } else if (part.startsWith(SWITCHES_PREFIX) && switches === undefined) {
       switches = part
         .slice(1)
