@@ -1166,6 +1166,8 @@ export class EngineSimulator {
     const i = this.queue.indexOf(r);
     if (i >= 0) this.queue.splice(i, 1);
     if (r.handle === undefined) {
+      // Told to ask again and now gone: the store stops reading the lower tiers for it.
+      if (r.deferredSinceMs >= 0) this.toStore.send(unlockRecord(r));
       this.finishSummary(r, false);
       return;
     }
