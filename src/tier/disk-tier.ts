@@ -8,8 +8,9 @@
 // whose key word collides finds the first one's file, reads a different
 // identity and misses (counted in keyCollisions), never served.
 //
-// The scope's epoch is a file beside the entries (`<dir>/v2-<scope>/epoch`,
-// 16 hex digits; absent: 0). Every entry carries the epoch it was written
+// The scope's epoch is a file beside the entries (`<dir>/v2-<scope>/epoch`;
+// absent: 0; with a secret an authenticated, numbered record, see
+// src/tier/epoch-record.ts). Every entry carries the epoch it was written
 // under; a shared reset (retire) writes a new random one, so every entry of
 // the scope written before, by any process on the directory, is retired: a
 // load that finds another epoch deletes the file and misses. Other scopes'
@@ -57,7 +58,8 @@ import {
 import type { LookupState } from './types.js';
 import { keyWord } from '../identity.js';
 import { VALUE_HEADER_BYTES, hex16, keyName } from './value.js';
-import { readEpoch, removeOldFormat, writeEpoch } from './disk-epoch.js';
+import { readEpochRecord, removeOldFormat, writeEpochRecord } from './disk-epoch.js';
+import { EpochBelief } from './epoch-record.js';
 
 export interface DiskTierOptions {
   /** Root directory; made (0700) if missing; must be ours and not group- or world-writable. Several processes of one user may share it. */
@@ -146,7 +148,8 @@ export class DiskTier implements LowerTier {
   private readonly index = new Map<bigint, Entry>();
   /** Key words whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
   private readonly unlinking = new Set<bigint>();
-  private currentEpoch = 0n;
+  /** The scope's epoch record as this level believes it (refused records counted). */
+  private readonly belief: EpochBelief;
   private readonly madeDirs = new Set<string>();
   private readonly writes: Limiter;
   private readonly reads: Limiter;
@@ -170,6 +173,7 @@ export class DiskTier implements LowerTier {
   private constructor(options: Resolved, auth: EntryAuth | undefined, switches: LowerTierSwitches) {
     this.options = options;
     this.auth = auth;
+    this.belief = new EpochBelief(options.scope, auth);
     this.authenticated = auth !== undefined;
     this.switches = switches;
     this.valueBytes = entryBytes(options.payloadBytes, auth);
@@ -240,22 +244,32 @@ export class DiskTier implements LowerTier {
   }
 
   get epoch(): bigint {
-    return this.currentEpoch;
+    return this.belief.current.epoch;
+  }
+
+  private get currentEpoch(): bigint {
+    return this.belief.current.epoch;
   }
 
   async refreshEpoch(): Promise<void> {
     if (this.closed || this.unusable) return;
-    // No file: no shared reset yet (0). Not a readable epoch: keep what we knew.
-    const epoch = await readEpoch(this.root);
-    if (epoch === undefined) this.counters.errors += 1;
-    else this.currentEpoch = epoch;
+    // Not readable as a record (a link, an I/O error), forged, rolled back or
+    // removed: the epoch believed stays, counted.
+    const text = await readEpochRecord(this.root);
+    if (text === undefined || this.belief.observe(text) === 'refused') {
+      this.counters.errors += 1;
+      if (text !== undefined && this.auth !== undefined) this.counters.authFailures += 1;
+    }
   }
 
   async retire(): Promise<void> {
     if (this.unusable) throw new Error(`disk: ${this.lastProblem ?? 'unusable'}`);
-    const epoch = randomBytes(8).readBigUInt64LE(0);
-    await writeEpoch(this.root, epoch, `${process.pid}.${(this.tempSeq += 1)}`);
-    this.currentEpoch = epoch;
+    // The highest sequence first: the new record is numbered past it.
+    await this.refreshEpoch();
+    const record = this.belief.next(randomBytes(8).readBigUInt64LE(0));
+    const text = this.belief.text(record);
+    await writeEpochRecord(this.root, text, `${process.pid}.${(this.tempSeq += 1)}`);
+    this.belief.stored(record);
     // Our own entries are retired at once; a write in flight drops itself when it lands.
     for (const [word, e] of [...this.index]) {
       if (e.writing || e.readers > 0) continue;
@@ -304,6 +318,11 @@ export class DiskTier implements LowerTier {
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
+    if (!this.belief.trusted && keys.length > 0) {
+      // No epoch record here may be believed (a forged one): nothing is served.
+      this.counters.missChunks += 1;
+      return ['miss'];
+    }
     for (const key of keys) {
       const word = keyWord(key);
       let e = this.index.get(word);
@@ -333,7 +352,7 @@ export class DiskTier implements LowerTier {
   store(key: bigint, value: Buffer): void {
     const word = keyWord(key);
     if (this.closed || this.unlinking.has(word)) return;
-    if (this.unusable) {
+    if (this.unusable || !this.belief.trusted) {
       this.counters.droppedChunks += 1;
       return;
     }
@@ -435,7 +454,8 @@ export class DiskTier implements LowerTier {
   async load(key: bigint): Promise<Buffer | undefined> {
     const word = keyWord(key);
     const e = this.index.get(word);
-    if (e === undefined || e.writing || this.closed || (e.key !== undefined && e.key !== key)) {
+    const mine = e !== undefined && !e.writing && (e.key === undefined || e.key === key);
+    if (!mine || this.closed || !this.belief.trusted) {
       this.counters.missChunks += 1;
       return undefined;
     }
