@@ -82,15 +82,19 @@ export class LocalOffload {
     this.loadPath = loadPath;
     // The load path counts each request's chunks in flight from the planner itself,
     // so passes run through `planner.pass()` directly count as well as plan().
+    // The caller's hooks are called as its methods (a ChunkLedger is a class).
     const user = options.observer;
     this.planner = new StorePlanner(state, this.tier, {
       ...options,
       observer: {
-        ...user,
         chunk: (slot, generation, group, chunk, outcome) => {
           if (outcome === 'stored') loadPath.storeDispatched(slot);
           user?.chunk?.(slot, generation, group, chunk, outcome);
         },
+        ...(user?.deferred ? { deferred: user.deferred.bind(user) } : {}),
+        ...(user?.cursorMoved ? { cursorMoved: user.cursorMoved.bind(user) } : {}),
+        ...(user?.draining ? { draining: user.draining.bind(user) } : {}),
+        ...(user?.failed ? { failed: user.failed.bind(user) } : {}),
       },
     });
     this.reader = new StoreRole(state);

@@ -27,209 +27,36 @@ import {
   tokenChunks,
 } from './ready.js';
 import type { RequestFacts, StorePolicy, StoreWindow } from './ready.js';
+import { FINAL_WAIT_MS_MAX, FinalWaits } from './final-waits.js';
+import { IssuedJobs } from './planner-jobs.js';
+import { PassReport } from './planner-report.js';
+import type { PassedOver } from './planner-report.js';
+import { zeroPlannerCounters } from './planner-options.js';
+import type {
+  JobListener,
+  PlannerCounters,
+  PlannerObserver,
+  PlannerOptions,
+  PlanPointListener,
+} from './planner-options.js';
 import { RequestSnapshot, StoreRole } from './roles/store.js';
 import type { SharedState } from './state.js';
-import type { OffloadTier } from './tier/types.js';
+import type { OffloadTier, PrepareStoreResult } from './tier/types.js';
 
-/** Passes an ended request's final offer may fail for lack of tier space before its chunks are dropped. */
-export const FINAL_STORE_ATTEMPTS_MAX = 3;
+type PreparedStore = Extract<PrepareStoreResult, { ok: true }>;
 
-/**
- * The end-of-request protocol, bound of its wait. An ended request whose
- * token-ready chunks are not all ready waits (its blocks are held until it
- * drains) until both sources are settled: the allocator's mark that every
- * block ID of the generation is published (`blocksSettled`), and every key its
- * final tokens yield. Then whatever is still missing can never come and is
- * counted in chunksDroppedUnready. The wait is bounded in time without a
- * publication, not in visits: a store that keeps pace visits a waiting slot on
- * every pass, so a bound in visits was minutes in threads and a fraction of a
- * second in a test. A host that never settles, or a stalled allocator or
- * hasher, holds the blocks at most this long after its last publication;
- * what is missing then is counted the same way. Never silent.
- */
-export const FINAL_WAIT_MS_MAX = 1_000;
-
-/** What happened to a chunk of a store window once the cursor moved over it. */
-export type ChunkOutcome = 'stored' | 'present' | 'null' | 'unreachable' | 'dropped' | 'unready';
-
-/**
- * Optional hooks for drivers that check invariants (runtime, fuzzer, tests).
- * Called on the store role's thread; they must not write shared state.
- */
-export interface PlannerObserver {
-  /**
-   * A chunk the cursor moved over: dispatched, already in the tier, null (slid
-   * out), unreachable (a sliding-window chunk no aligned hit can use, see
-   * storeReachable), or dropped for capacity; or a token-ready chunk of an ended request
-   * counted in chunksDroppedUnready ('unready': its keys or blocks never came).
-   */
-  chunk?(
-    slot: number,
-    generation: number,
-    group: number,
-    chunk: number,
-    outcome: ChunkOutcome,
-  ): void;
-  /** Chunks [from, to) of a group were token-ready but not ready at this pass. */
-  deferred?(slot: number, generation: number, group: number, from: number, to: number): void;
-  /** Just before an ended request is marked drained: its cursors are final, its blocks still held. */
-  draining?(snap: Readonly<RequestSnapshot>): void;
-}
-
-export interface PlannerOptions {
-  policy?: StorePolicy;
-  observer?: PlannerObserver;
-  /**
-   * Test-only: skip pinning source blocks. Exists so a test can show that the
-   * reuse-mid-copy check fails without pins; never turn it off otherwise.
-   */
-  unsafeSkipPins?: boolean;
-  /**
-   * Test-only: skip the re-validation of the snapshot after pinning. Exists so
-   * the fuzzer can show that a torn read (block IDs changed between the
-   * snapshot and the pins) is caught only by it; never turn it off otherwise.
-   */
-  unsafeSkipRevalidate?: boolean;
-  /**
-   * Test-only: turn the end-of-request protocol off. The final pass of an
-   * ended request neither waits for its blocks and keys to settle nor counts
-   * what is missing: it drains at once, and chunks whose block IDs or keys
-   * were still on their way are lost silently (the bug the protocol fixes).
-   * Exists so the fuzzer can show it finds that loss; never turn it off otherwise.
-   */
-  unsafeSkipSettle?: boolean;
-  /**
-   * Test-only (failure class F2, vLLM #46971): apply the EAGLE trailing-chunk
-   * exclusion when choosing the chunks to store but not when moving the
-   * cursor, so the cursor passes the held-back chunk and it is never stored.
-   * Exists so the failure-class tests and `kvoff fuzz --broken f02` can show
-   * the oracle catches it; never turn it on otherwise.
-   */
-  unsafeEagleCursorUnexcluded?: boolean;
-  /**
-   * Test-only (failure class F4, vLLM #54288): count a finished request's last
-   * sampled token as offloadable, so a chunk ending with it (whose KV was never
-   * computed) is stored. Exists so the failure-class tests and
-   * `kvoff fuzz --broken f04` can show it is caught; never turn it on otherwise.
-   */
-  unsafeStoreLastSampledToken?: boolean;
-  /**
-   * Test-only: a chunk of a job completed with success = false keeps its
-   * source blocks pinned (a reference never dropped: failure class F8). Exists
-   * so a test can show that the unpin of failed copies is what frees them;
-   * never turn it on otherwise.
-   */
-  unsafeSkipUnpinOnFailure?: boolean;
-  /**
-   * Test-only: an offer the tier refused (cannot-allocate) is treated as
-   * stored: the cursor moves over its chunks and they count as stored
-   * (failure class F9). Exists so a test can show that a refusal must leave
-   * the cursor where it was; never turn it on otherwise.
-   */
-  unsafeAckOnAllocFailure?: boolean;
-  /**
-   * Test-only: chunks deferred at a pass (token-ready, keys or blocks not yet
-   * published) are acknowledged at deferral: counted as deferred, and the
-   * cursor moves over them, so no later pass stores them (failure class F10).
-   * Exists so a test can show that the cursor must stay below deferred
-   * chunks; never turn it on otherwise.
-   */
-  unsafeDropDeferred?: boolean;
-  /**
-   * Test-only (issue 32's rule-reachability variant): the first reachable
-   * sliding-window chunk of each alignment segment is judged unreachable, so
-   * the cursor passes it and it is never stored. A bug in the rule itself, not
-   * a race: exists so `kvoff fuzz --broken rule-reachability` can show the
-   * fuzzer's independent specification finds it; never turn it on otherwise.
-   */
-  unsafeReachabilityOneShort?: boolean;
-  /**
-   * Test-only: a store job that was in flight at a reset completes as any
-   * other (no job-id threshold): it publishes into the tier the reset
-   * emptied, and its retired slots are never given back. Exists so the
-   * fuzzer can show the threshold is what keeps bytes stored before a reset
-   * from being served after it; never turn it on otherwise.
-   */
-  unsafePublishStaleJobs?: boolean;
-  /**
-   * How long (ms, on `now`) an ended request waits, without a new key or block
-   * ID, for its blocks and keys to settle before what is missing is counted as
-   * dropped; default FINAL_WAIT_MS_MAX. 0 drains at the first visit that finds
-   * a chunk lagging.
-   */
-  finalWaitMsMax?: number;
-  /**
-   * The clock of the final wait, in ms; default performance.now. A
-   * deterministic driver (the fuzzer, a test) passes its virtual clock so a
-   * schedule replays the same whatever the machine's speed.
-   */
-  now?: () => number;
-  /**
-   * The copy releases its own source pins (the threaded transfer role unpins
-   * each block as it finishes, before it reports): complete() then neither
-   * checks nor releases them. Default false: complete() unpins, as the
-   * facade's and the fuzzer's copies do.
-   */
-  transferUnpins?: boolean;
-  /**
-   * Called at the points of planning one slot where another role's write can
-   * land in real threads: after the snapshot's counts are read ('snapshot')
-   * and after the source blocks are pinned, before the snapshot is confirmed
-   * ('pinned'). The deterministic simulator runs other roles' steps here (and
-   * its oracle reads the snapshot); real threads pass nothing.
-   */
-  onPlanPoint?: PlanPointListener;
-}
-
-export type PlanPoint = 'snapshot' | 'pinned';
-export type PlanPointListener = (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
-
-/** Cumulative counters of the store role. */
-export interface PlannerCounters {
-  passes: number;
-  requestsVisited: number;
-  jobs: number;
-  chunksOffered: number;
-  chunksStored: number;
-  chunksAlreadyPresent: number;
-  chunksSkippedNull: number;
-  /** Sliding-window chunks passed without a copy: no hit aligned to the full-attention chunk can use them (vLLM's alignment filter). */
-  chunksUnreachable: number;
-  /**
-   * Chunk-visits where a chunk was token-ready but not ready (its key or blocks
-   * lagged). A pass visits a slot only after a publication (its dirty bit), so
-   * a chunk waiting on an idle slot is counted once per publication, not per pass.
-   */
-  chunksDeferred: number;
-  /**
-   * Token-ready chunks the cursor moved past without storing them, because their
-   * key or blocks lagged: a legacy policy's holes (legacy-zip), never deferrals.
-   * Always 0 under ready-prefix.
-   */
-  chunksSkippedUnready: number;
-  allocationFailures: number;
-  chunksDroppedForCapacity: number;
-  /**
-   * Token-ready chunks of an ended request that were never ready: their keys
-   * or blocks were settled without them, or still missing after the final
-   * wait's bound (or the tier refused the request's final offers).
-   */
-  chunksDroppedUnready: number;
-  /** Chunks of jobs completed with success = false: their cursor moved on, so they are counted, never silent. */
-  chunksTransferFailed: number;
-  /** Resets (vLLM's reset_cache) this planner ran. */
-  resets: number;
-  /**
-   * Chunks of store jobs that were in flight at a reset: their copies end,
-   * nothing is published (the tier they were for is gone), and their
-   * requests store them again from cursor 0.
-   */
-  chunksDiscardedByReset: number;
-  snapshotRetries: number;
-  snapshotsGivenUp: number;
-}
-
-export type JobListener = (job: StoreJob) => void;
+export { FINAL_STORE_ATTEMPTS_MAX, FINAL_WAIT_MS_MAX } from './final-waits.js';
+export { plannerSwitches } from './planner-options.js';
+export type {
+  ChunkOutcome,
+  JobListener,
+  PlannerCounters,
+  PlannerObserver,
+  PlannerOptions,
+  PlannerSwitches,
+  PlanPoint,
+  PlanPointListener,
+} from './planner-options.js';
 
 export class StorePlanner {
   readonly state: SharedState;
@@ -243,48 +70,30 @@ export class StorePlanner {
   private readonly skipSettle: boolean;
   private readonly eagleCursorUnexcluded: boolean;
   private readonly storeLastSampled: boolean;
-  private readonly skipUnpinOnFailure: boolean;
   private readonly ackOnAllocFailure: boolean;
   private readonly dropDeferred: boolean;
   private readonly reachabilityOneShort: boolean;
-  private readonly publishStaleJobs: boolean;
-  private readonly finalWaitMsMax: number;
-  private readonly now: () => number;
-  private readonly transferUnpins: boolean;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
   private readonly windows: StoreWindow[];
+  private readonly tally: Tally = {
+    candidates: 0,
+    deferred: 0,
+    skipped: 0,
+    keysPending: false,
+    advances: false,
+  };
   /** Per group: alignmentChunks (null: every chunk reachable). */
   /** Scratch key list lent to tier.touch (see touchRequest). */
   private readonly touchKeys: bigint[] = [];
   private readonly alignment: (number | null)[];
-  /** Per group: first chunk deferred at this pass (the rest up to tokenChunks). */
-  private readonly deferredFrom: Int32Array;
-  /** Per group: first chunk that waits at this pass (deferredFrom, or past it where the cursor skipped). */
-  private readonly waitingFrom: Int32Array;
-  /** Per slot: failed final offers of the generation in finalAttemptGeneration. */
-  private readonly finalAttempts: Int32Array;
-  private readonly finalAttemptGeneration: Int32Array;
-  /** Per slot: when (on `now`) the ended generation in finalWaitGeneration last saw a publication while waiting. */
-  private readonly finalWaitSinceMs: Float64Array;
-  /** Per slot: keys plus block IDs published at that moment. */
-  private readonly finalWaitPublished: Int32Array;
-  private readonly finalWaitGeneration: Int32Array;
-  private nextJobId = 1;
-  /** Jobs with an id below this were in flight at the last reset: they complete without publishing. */
-  private staleJobThreshold = 0;
-  /**
-   * Jobs handed out and not yet completed, by jobId. A Map keyed by the
-   * number, not a WeakSet of the job: an object key needs an identity hash
-   * (and a WeakSet an ephemeron entry) per job, which was the largest single
-   * cost of planning a one-chunk job. complete() is the one way out, for
-   * every driver (the threaded store once completed jobs around it, and every
-   * job it ever dispatched stayed here: the store worker's heap grew about a
-   * gigabyte a minute under load). `jobsHeld` exposes the count so a leak
-   * shows in stats() and the leak report.
-   */
-  private readonly issued = new Map<number, StoreJob>();
+  /** What a visit reports to the observer and counts for the chunks its cursor passes. */
+  private readonly reporter: PassReport;
+  /** The end-of-request protocol's waits and final offers, per slot. */
+  private readonly finalWaits: FinalWaits;
+  /** Jobs handed out and not completed; complete() is the one way out. */
+  private readonly jobs: IssuedJobs;
   /**
    * The first pass visits every slot: a planner attached to state that
    * already holds requests (or whose bits an earlier planner took) must not
@@ -302,57 +111,34 @@ export class StorePlanner {
     this.skipSettle = options.unsafeSkipSettle ?? false;
     this.eagleCursorUnexcluded = options.unsafeEagleCursorUnexcluded ?? false;
     this.storeLastSampled = options.unsafeStoreLastSampledToken ?? false;
-    this.skipUnpinOnFailure = options.unsafeSkipUnpinOnFailure ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
     this.dropDeferred = options.unsafeDropDeferred ?? false;
     this.reachabilityOneShort = options.unsafeReachabilityOneShort ?? false;
-    this.publishStaleJobs = options.unsafePublishStaleJobs ?? false;
-    this.finalWaitMsMax = options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX;
-    if (
-      typeof this.finalWaitMsMax !== 'number' ||
-      !Number.isFinite(this.finalWaitMsMax) ||
-      this.finalWaitMsMax < 0
-    ) {
-      throw new InvalidArgumentError('finalWaitMsMax', 'must be a finite number of ms, 0 or more');
-    }
-    if (options.now !== undefined && typeof options.now !== 'function') {
-      throw new InvalidArgumentError('now', 'must be a function returning ms');
-    }
-    this.now = options.now ?? (() => performance.now());
-    this.transferUnpins = options.transferUnpins ?? false;
+    this.finalWaits = new FinalWaits(
+      state.config.maxRequests,
+      options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX,
+      options.now,
+    );
     this.observer = options.observer;
     this.onPlanPoint = options.onPlanPoint;
     this.role = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
     this.windows = state.config.groups.map(() => emptyWindow());
     this.alignment = state.config.groups.map((g) => alignmentChunks(g, state.config));
-    this.deferredFrom = new Int32Array(state.groupCount);
-    this.waitingFrom = new Int32Array(state.groupCount);
-    this.finalAttempts = new Int32Array(state.config.maxRequests);
-    this.finalAttemptGeneration = new Int32Array(state.config.maxRequests);
-    this.finalWaitSinceMs = new Float64Array(state.config.maxRequests);
-    this.finalWaitPublished = new Int32Array(state.config.maxRequests);
-    this.finalWaitGeneration = new Int32Array(state.config.maxRequests);
-    this.counters = {
-      passes: 0,
-      requestsVisited: 0,
-      jobs: 0,
-      chunksOffered: 0,
-      chunksStored: 0,
-      chunksAlreadyPresent: 0,
-      chunksSkippedNull: 0,
-      chunksUnreachable: 0,
-      chunksDeferred: 0,
-      chunksSkippedUnready: 0,
-      allocationFailures: 0,
-      chunksDroppedForCapacity: 0,
-      chunksTransferFailed: 0,
-      resets: 0,
-      chunksDiscardedByReset: 0,
-      chunksDroppedUnready: 0,
-      snapshotRetries: 0,
-      snapshotsGivenUp: 0,
-    };
+    this.counters = zeroPlannerCounters();
+    this.reporter = new PassReport(
+      this.observer,
+      this.counters,
+      this.snap,
+      this.windows,
+      this.skipSettle,
+    );
+    this.jobs = new IssuedJobs(state.pins, tier, this.counters, {
+      pinned: !this.skipPins && !(options.transferUnpins ?? false),
+      skipUnpinOnFailure: options.unsafeSkipUnpinOnFailure ?? false,
+      onFailed: (job) => this.observer?.failed?.(job),
+      publishStaleJobs: options.unsafePublishStaleJobs ?? false,
+    });
   }
 
   /**
@@ -407,17 +193,17 @@ export class StorePlanner {
 
   /** Jobs handed out and not completed: the planner's own leak figure (0 once every copy finished). */
   get jobsHeld(): number {
-    return this.issued.size;
+    return this.jobs.held;
   }
 
   /** The job in flight with this id, if any (a driver that learns of completions by id). */
   issuedJob(jobId: number): StoreJob | undefined {
-    return this.issued.get(jobId);
+    return this.jobs.get(jobId);
   }
 
   /** Jobs in flight, oldest first. */
   issuedJobs(): IterableIterator<StoreJob> {
-    return this.issued.values();
+    return this.jobs.values();
   }
 
   /**
@@ -430,52 +216,12 @@ export class StorePlanner {
    * pin count below zero and let the pool hand out a block mid-copy).
    */
   complete(job: StoreJob, success = true): void {
-    if (typeof job !== 'object' || job === null || this.issued.get(job.jobId) !== job) {
-      throw new InvalidArgumentError(
-        'job',
-        'was not issued by this planner, or was already completed',
-      );
-    }
-    if (typeof success !== 'boolean')
-      throw new InvalidArgumentError('success', 'must be a boolean');
-    const planned = !this.skipPins && !this.transferUnpins;
-    if (planned) {
-      for (const c of job.chunks) {
-        for (const b of c.blocks) {
-          if (!(Atomics.load(this.state.pins, b) > 0))
-            invariant(false, `block ${b} of job ${job.jobId} is pinned`);
-        }
-      }
-    }
-    this.issued.delete(job.jobId);
-    if (!success) this.counters.chunksTransferFailed += job.chunks.length;
-    if (this.isStale(job)) this.discardStale(job);
-    else {
-      // A plain loop: Array.prototype.map with a fresh closure was over half of
-      // complete()'s time for the one-chunk jobs a store that keeps pace makes.
-      const keys = new Array<bigint>(job.chunks.length);
-      for (let i = 0; i < keys.length; i += 1) keys[i] = job.chunks[i]!.key;
-      this.tier.completeStore(keys, success);
-    }
-    if (!planned || (!success && this.skipUnpinOnFailure)) return;
-    for (const c of job.chunks) unpinBlocks(this.state.pins, c.blocks);
+    this.jobs.complete(job, success);
   }
 
   /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */
   isStale(job: StoreJob): boolean {
-    return job.jobId < this.staleJobThreshold && !this.publishStaleJobs;
-  }
-
-  /**
-   * The tier side of a stale job's end: nothing is published, its retired
-   * slots go back to the tier, its chunks are counted. (Its pins are
-   * released like any job's.)
-   */
-  discardStale(job: StoreJob): void {
-    const slots = new Array<number>(job.chunks.length);
-    for (let i = 0; i < slots.length; i += 1) slots[i] = job.chunks[i]!.tierSlot;
-    this.tier.releaseRetired!(slots);
-    this.counters.chunksDiscardedByReset += job.chunks.length;
+    return this.jobs.isStale(job);
   }
 
   /**
@@ -494,7 +240,7 @@ export class StorePlanner {
       throw new InvalidArgumentError('tier', 'cannot be reset (it has no reset/releaseRetired)');
     }
     tier.reset();
-    this.staleJobThreshold = this.nextJobId;
+    this.jobs.markStale();
     this.counters.resets += 1;
     for (let slot = 0; slot < this.config.maxRequests; slot += 1) this.restart(slot);
   }
@@ -507,14 +253,19 @@ export class StorePlanner {
   restart(slot: number): boolean {
     if (!this.role.restartEpoch(slot)) return false;
     // Its final pass starts over too: waits and failed final offers count from 0.
-    this.finalWaitGeneration[slot] = 0;
-    this.finalAttemptGeneration[slot] = 0;
+    this.finalWaits.restart(slot);
     this.revisit(slot);
     return true;
   }
 
+  /**
+   * Plans one slot, in the pass's steps: snapshot, decide every group's
+   * window by the one rule, read the chunks to offer, pin their source blocks
+   * and confirm the snapshot, offer them to the tier, and dispatch what it
+   * accepted. RETRY when a writer moved under the snapshot.
+   */
   private tryPlan(slot: number): StoreJob | undefined | typeof RETRY {
-    const { role, snap, config, windows } = this;
+    const { role, snap, tally } = this;
     const taken = role.snapshot(slot, snap);
     if (taken === 'free') return undefined;
     if (taken === 'busy') return RETRY;
@@ -522,16 +273,51 @@ export class StorePlanner {
     const ended = snap.status === Status.finished || snap.status === Status.aborted;
     if (ended && snap.drained) return undefined;
     this.counters.requestsVisited += 1;
+    this.decideWindows(ended);
+    // An ended request is final once nothing token-ready is missing, or once
+    // both its blocks and its keys are settled (what is missing never comes).
+    const settled =
+      tally.deferred === 0 || this.skipSettle || (snap.blocksSettled && !tally.keysPending);
+    if (tally.candidates === 0 && !tally.advances && (!ended || !settled)) {
+      this.waitForMore(slot, ended);
+      return undefined;
+    }
+    const offer = this.readOffer();
+    if (!this.pinAndConfirm(offer)) return RETRY;
+    this.reporter.countDeferred(tally.deferred - tally.skipped);
+    this.reporter.countSkipped(tally.skipped);
+    this.counters.chunksSkippedNull += offer.nulls;
+    const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
+    // Ended, not drained: what it waits for is looked for again at the next passes.
+    if (ended && !drain) this.revisit(slot);
+    if (offer.chunks.length === 0) {
+      this.reporter.passOver(offer);
+      if (drain) this.reporter.dropUnready(tally.deferred);
+      this.advanceAll(drain);
+      return undefined;
+    }
+    const out = this.offerToTier(slot, offer, ended, drain);
+    return out === undefined ? undefined : this.dispatch(slot, offer, out, drain);
+  }
+
+  /**
+   * Every group's store window from the one rule, into `windows`, and the
+   * pass's tally: chunks to offer, token-ready chunks not ready (deferred, of
+   * which a legacy policy's cursor passes some: skipped), keys still to come
+   * for an ended request, and whether any cursor moves.
+   */
+  private decideWindows(ended: boolean): void {
+    const { snap, config, windows, tally } = this;
     const bpc = config.blocksPerChunk;
     const offloadable =
       this.storeLastSampled && snap.status === Status.finished
         ? lastSampledCounted(snap, config)
         : offloadableTokens(snap, config);
-    let candidateCount = 0;
-    let deferred = 0;
-    let skipped = 0;
-    let keysPending = false;
-    let advances = false;
+    tally.candidates = 0;
+    tally.deferred = 0;
+    tally.skipped = 0;
+    tally.keysPending = false;
+    tally.advances = false;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const group = config.groups[g]!;
       const w = storeWindow(
@@ -563,60 +349,70 @@ export class StorePlanner {
       if (w.end !== w.start && w.end * bpc > snap.blockCount[g]!) {
         invariant(false, `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`);
       }
-      candidateCount += w.end - w.start;
-      this.deferredFrom[g] = Math.max(w.ready, w.start);
-      deferred += Math.max(0, w.tokenChunks - this.deferredFrom[g]!);
+      tally.candidates += w.end - w.start;
+      this.reporter.deferredFrom[g] = Math.max(w.ready, w.start);
+      tally.deferred += Math.max(0, w.tokenChunks - this.reporter.deferredFrom[g]!);
       // Of those, the ones below advanceTo are passed by the cursor (skipped, a
       // legacy policy's holes); only the rest wait for a later pass.
-      this.waitingFrom[g] = Math.min(w.tokenChunks, Math.max(this.deferredFrom[g]!, w.advanceTo));
-      skipped += Math.max(0, this.waitingFrom[g]! - this.deferredFrom[g]!);
+      this.reporter.waitingFrom[g] = Math.min(
+        w.tokenChunks,
+        Math.max(this.reporter.deferredFrom[g]!, w.advanceTo),
+      );
+      tally.skipped += Math.max(0, this.reporter.waitingFrom[g]! - this.reporter.deferredFrom[g]!);
       // Keys of token-ready chunks the hasher has yet to publish (it hashes
       // every known token of an occupied slot, so these always come).
       if (
         ended &&
         snap.keyCount[g]! < Math.min(w.tokenChunks, keysExpected(snap.numTokens, group, config))
       )
-        keysPending = true;
+        tally.keysPending = true;
       // The unsafe variant acknowledges deferred chunks: counted above as deferred, passed by the cursor.
       if (this.dropDeferred && w.tokenChunks > w.advanceTo) w.advanceTo = w.tokenChunks;
-      if (w.advanceTo > snap.cursor[g]!) advances = true;
+      if (w.advanceTo > snap.cursor[g]!) tally.advances = true;
     }
-    // An ended request is final once nothing token-ready is missing, or once
-    // both its blocks and its keys are settled (what is missing never comes).
-    const settled = deferred === 0 || this.skipSettle || (snap.blocksSettled && !keysPending);
-    if (candidateCount === 0 && !advances && (!ended || !settled)) {
-      this.countDeferred(deferred - skipped);
-      // An ended request waits (bounded in time) for its last block IDs and keys
-      // instead of draining; it comes back every pass until then.
-      if (ended) {
-        if (this.finalWaitOver(slot, snap.generation)) {
-          this.dropUnready(deferred);
-          this.advanceAll(true);
-        } else this.revisit(slot);
-      }
-      return undefined;
-    }
+  }
 
-    // Read the entries of every window, then pin, then confirm nothing moved.
-    const keys: bigint[] = [];
-    const chunks: Candidate[] = [];
-    const nullChunks: number[] | undefined = this.observer?.chunk ? [] : undefined;
-    const unreachableChunks: number[] | undefined = this.observer?.chunk ? [] : undefined;
-    let nulls = 0;
-    let unreachable = 0;
+  /**
+   * Nothing to offer and no cursor to move: a live request waits for its next
+   * publication; an ended one waits (bounded in time) for its last block IDs
+   * and keys instead of draining, and comes back every pass until then.
+   */
+  private waitForMore(slot: number, ended: boolean): void {
+    const { tally } = this;
+    this.reporter.countDeferred(tally.deferred - tally.skipped);
+    if (!ended) return;
+    if (this.finalWaitOver(slot, this.snap.generation)) {
+      this.reporter.dropUnready(tally.deferred);
+      this.advanceAll(true);
+    } else this.revisit(slot);
+  }
+
+  /** The entries of every window: the chunks to offer, and those passed without a copy (null, unreachable). */
+  private readOffer(): Offer {
+    const { role, snap, config, windows } = this;
+    const bpc = config.blocksPerChunk;
+    const observed = this.reporter.chunks;
+    const offer: Offer = {
+      keys: [],
+      chunks: [],
+      nulls: 0,
+      unreachable: 0,
+      nullChunks: observed ? [] : undefined,
+      unreachableChunks: observed ? [] : undefined,
+    };
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const w = windows[g]!;
       const group = config.groups[g]!;
       const alignment = this.alignment[g]!;
       for (let c = w.start; c < w.end; c += 1) {
         if (role.block(snap, g, c * bpc + bpc - 1) === 0) {
-          nulls += 1; // the deciding block slid out of the window: nothing to store
-          nullChunks?.push(g, c);
+          offer.nulls += 1; // the deciding block slid out of the window: nothing to store
+          offer.nullChunks?.push(g, c);
           continue;
         }
         if (!this.reachable(group, alignment, c, w.ready)) {
-          unreachable += 1; // no aligned hit can use it: passed, never copied
-          unreachableChunks?.push(g, c);
+          offer.unreachable += 1; // no aligned hit can use it: passed, never copied
+          offer.unreachableChunks?.push(g, c);
           continue;
         }
         const blocks: number[] = [];
@@ -628,58 +424,65 @@ export class StorePlanner {
           positions.push(c * bpc + i);
         }
         const key = role.key(snap, g, c);
-        keys.push(key);
-        chunks.push({ group: g, chunk: c, key, tierSlot: -1, blocks, positions });
+        offer.keys.push(key);
+        offer.chunks.push({ group: g, chunk: c, key, tierSlot: -1, blocks, positions });
       }
     }
-    if (!this.skipPins) for (const c of chunks) pinBlocks(this.state.pins, c.blocks);
-    this.onPlanPoint?.('pinned', snap);
-    if (!this.skipRevalidate && !role.stable(snap)) {
-      if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
-      return RETRY;
-    }
+    return offer;
+  }
 
-    this.countDeferred(deferred - skipped);
-    this.counters.chunksSkippedUnready += skipped;
-    this.counters.chunksSkippedNull += nulls;
-    const drain = ended && (settled || this.finalWaitOver(slot, snap.generation));
-    // Ended, not drained: what it waits for is looked for again at the next passes.
-    if (ended && !drain) this.revisit(slot);
-    if (chunks.length === 0) {
-      this.reportNulls(nullChunks);
-      this.passUnreachable(unreachable, unreachableChunks);
-      if (drain) this.dropUnready(deferred);
-      this.advanceAll(drain);
-      return undefined;
-    }
+  /** Pins every source block, then confirms nothing moved since the snapshot; false (pins released): retry. */
+  private pinAndConfirm(offer: Offer): boolean {
+    if (!this.skipPins) for (const c of offer.chunks) pinBlocks(this.state.pins, c.blocks);
+    this.onPlanPoint?.('pinned', this.snap);
+    if (this.skipRevalidate || this.role.stable(this.snap)) return true;
+    if (!this.skipPins) for (const c of offer.chunks) unpinBlocks(this.state.pins, c.blocks);
+    return false;
+  }
 
+  /**
+   * Offers the chunks to the tier. Refused: the cursors stay (the same chunks
+   * are offered next pass), unless an ended request's final offers failed
+   * FINAL_STORE_ATTEMPTS_MAX times: then they are dropped, counted, never
+   * silent. Returns the tier's answer when it took them.
+   */
+  private offerToTier(
+    slot: number,
+    offer: Offer,
+    ended: boolean,
+    drain: boolean,
+  ): PreparedStore | undefined {
+    const { chunks } = offer;
     this.counters.chunksOffered += chunks.length;
-    const out = this.tier.prepareStore(keys);
-    if (!out.ok) {
-      this.counters.allocationFailures += 1;
-      if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
-      if (this.ackOnAllocFailure) {
-        // The unsafe variant: the refused chunks count as stored and the cursor moves on (no copy is dispatched).
-        this.counters.chunksStored += chunks.length;
-        this.reportNulls(nullChunks);
-        this.passUnreachable(unreachable, unreachableChunks);
-        this.advanceAll(drain);
-        return undefined;
-      }
-      if (ended && this.finalAttemptFailed(slot, snap.generation)) {
-        // Visible, counted, never silent: the tier could not take these even after retries.
-        this.counters.chunksDroppedForCapacity += chunks.length;
-        this.dropUnready(deferred);
-        this.reportNulls(nullChunks);
-        this.passUnreachable(unreachable, unreachableChunks);
-        for (const c of chunks) this.report(c.group, c.chunk, 'dropped');
-        this.advanceAll(true);
-      } else {
-        this.revisit(slot); // no publication will say the tier has room again
-      }
-      return undefined; // cursors unchanged: the same chunks are offered next pass
+    const out = this.tier.prepareStore(offer.keys);
+    if (out.ok) return out;
+    this.counters.allocationFailures += 1;
+    if (!this.skipPins) for (const c of chunks) unpinBlocks(this.state.pins, c.blocks);
+    if (this.ackOnAllocFailure) {
+      // The unsafe variant: the refused chunks count as stored and the cursor moves on (no copy is dispatched).
+      this.counters.chunksStored += chunks.length;
+      this.reporter.passOver(offer);
+      this.advanceAll(drain);
+    } else if (ended && this.finalWaits.attemptFailed(slot, this.snap.generation)) {
+      this.counters.chunksDroppedForCapacity += chunks.length;
+      this.reporter.dropUnready(this.tally.deferred);
+      this.reporter.passOver(offer);
+      for (const c of chunks) this.reporter.report(c.group, c.chunk, 'dropped');
+      this.advanceAll(true);
+    } else {
+      this.revisit(slot); // no publication will say the tier has room again
     }
+    return undefined;
+  }
 
+  /** The chunks the tier gave a slot become the job; the rest were present already. */
+  private dispatch(
+    slot: number,
+    offer: Offer,
+    out: PreparedStore,
+    drain: boolean,
+  ): StoreJob | undefined {
+    const { chunks } = offer;
     const stored: ChunkCopy[] = [];
     let next = 0;
     for (const c of chunks) {
@@ -687,11 +490,11 @@ export class StorePlanner {
         c.tierSlot = out.slots[next]!;
         stored.push(c);
         next += 1;
-        this.report(c.group, c.chunk, 'stored');
+        this.reporter.report(c.group, c.chunk, 'stored');
       } else {
         // Already present or in flight: not copied.
         if (!this.skipPins) unpinBlocks(this.state.pins, c.blocks);
-        this.report(c.group, c.chunk, 'present');
+        this.reporter.report(c.group, c.chunk, 'present');
       }
     }
     invariant(
@@ -699,23 +502,14 @@ export class StorePlanner {
       'tier returned an order-preserving subsequence of the offered keys',
     );
     this.counters.chunksAlreadyPresent += chunks.length - stored.length;
-    this.reportNulls(nullChunks);
-    this.passUnreachable(unreachable, unreachableChunks);
+    this.reporter.passOver(offer);
     if (stored.length > 0) this.touchRequest();
-    if (drain) this.dropUnready(deferred);
+    if (drain) this.reporter.dropUnready(this.tally.deferred);
     this.advanceAll(drain);
     if (stored.length === 0) return undefined;
     this.counters.jobs += 1;
     this.counters.chunksStored += stored.length;
-    const job: StoreJob = {
-      jobId: this.nextJobId++,
-      slot,
-      generation: snap.generation,
-      requestId: snap.requestId,
-      chunks: stored,
-    };
-    this.issued.set(job.jobId, job);
-    return job;
+    return this.jobs.issue(slot, this.snap.generation, this.snap.requestId, stored);
   }
 
   /** storeReachable, or its broken variant (unsafeReachabilityOneShort). */
@@ -737,30 +531,18 @@ export class StorePlanner {
   }
 
   private advanceAll(ended: boolean): void {
+    const moved = this.observer?.cursorMoved;
     for (let g = 0; g < this.state.groupCount; g += 1) {
-      const to = this.windows[g]!.advanceTo;
-      if (to > this.snap.cursor[g]!) this.role.advanceCursor(this.snap, g, to);
+      const w = this.windows[g]!;
+      const from = this.snap.cursor[g]!;
+      if (w.advanceTo <= from) continue;
+      this.role.advanceCursor(this.snap, g, w.advanceTo);
+      moved?.call(this.observer, this.snap, g, from, w.ready);
     }
     if (ended) {
       this.observer?.draining?.(this.snap);
       this.role.markDrained(this.snap);
     }
-  }
-
-  /** Counts the chunks that wait for a later pass (from waitingFrom; skipped ones are not deferred). */
-  private countDeferred(deferred: number): void {
-    this.counters.chunksDeferred += deferred;
-    const hook = this.observer?.deferred;
-    if (deferred === 0 || hook === undefined) return;
-    for (let g = 0; g < this.state.groupCount; g += 1) {
-      const from = this.waitingFrom[g]!;
-      const to = this.windows[g]!.tokenChunks;
-      if (to > from) hook(this.snap.slot, this.snap.generation, g, from, to);
-    }
-  }
-
-  private report(group: number, chunk: number, outcome: ChunkOutcome): void {
-    this.observer?.chunk?.(this.snap.slot, this.snap.generation, group, chunk, outcome);
   }
 
   /**
@@ -791,65 +573,14 @@ export class StorePlanner {
     }
   }
 
-  /** Counts (and reports) unreachable chunks, only on the paths where the cursor moves over them. */
-  private passUnreachable(count: number, chunks: number[] | undefined): void {
-    this.counters.chunksUnreachable += count;
-    this.reportNulls(chunks, 'unreachable');
-  }
-
-  private reportNulls(nullChunks: number[] | undefined, outcome: ChunkOutcome = 'null'): void {
-    if (nullChunks === undefined) return;
-    for (let i = 0; i < nullChunks.length; i += 2)
-      this.report(nullChunks[i]!, nullChunks[i + 1]!, outcome);
-  }
-
-  /**
-   * An ended request found chunks lagging again; true once it has waited
-   * finalWaitMsMax without a publication. A key or block ID that arrived
-   * restarts the wait: a hasher still working through a long prompt is
-   * progress, not a stall, while a host that never settles (or a role that
-   * died) publishes nothing and is cut off after the bound.
-   */
+  /** The ended request of this visit waited its bound without a publication (FinalWaits.over). */
   private finalWaitOver(slot: number, generation: number): boolean {
-    const now = this.now();
     const snap = this.snap;
     let published = 0;
     for (let g = 0; g < this.state.groupCount; g += 1) {
       published += snap.keyCount[g]! + snap.blockCount[g]!;
     }
-    if (
-      this.finalWaitGeneration[slot] !== generation ||
-      this.finalWaitPublished[slot] !== published
-    ) {
-      this.finalWaitGeneration[slot] = generation;
-      this.finalWaitPublished[slot] = published;
-      this.finalWaitSinceMs[slot] = now;
-    }
-    return now - this.finalWaitSinceMs[slot]! >= this.finalWaitMsMax;
-  }
-
-  /**
-   * At the final pass: counts (and reports) the token-ready chunks that were
-   * not ready, they never will be. Not in the unsafe variant without the
-   * protocol, whose loss stays silent so the fuzzer can find it.
-   */
-  private dropUnready(deferred: number): void {
-    if (deferred === 0 || this.skipSettle) return;
-    this.counters.chunksDroppedUnready += deferred;
-    if (this.observer?.chunk === undefined) return;
-    for (let g = 0; g < this.state.groupCount; g += 1) {
-      const to = this.windows[g]!.tokenChunks;
-      for (let c = this.deferredFrom[g]!; c < to; c += 1) this.report(g, c, 'unready');
-    }
-  }
-
-  private finalAttemptFailed(slot: number, generation: number): boolean {
-    if (this.finalAttemptGeneration[slot] !== generation) {
-      this.finalAttemptGeneration[slot] = generation;
-      this.finalAttempts[slot] = 0;
-    }
-    this.finalAttempts[slot]! += 1;
-    return this.finalAttempts[slot]! >= FINAL_STORE_ATTEMPTS_MAX;
+    return this.finalWaits.over(slot, generation, published);
   }
 }
 
@@ -882,6 +613,28 @@ function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
 
 const RETRY = Symbol('retry');
 const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
+
+/** What one planning visit reads to offer: the chunks and their keys, and the chunks it passes without a copy. */
+interface Offer extends PassedOver {
+  readonly keys: bigint[];
+  readonly chunks: Candidate[];
+  nulls: number;
+  unreachable: number;
+}
+
+/** A pass's tally over the groups of one slot (one object per planner, refilled per visit). */
+interface Tally {
+  /** Chunks in the windows, to read and offer. */
+  candidates: number;
+  /** Token-ready chunks not ready at this pass. */
+  deferred: number;
+  /** Of those, the ones a legacy policy's cursor passes. */
+  skipped: number;
+  /** An ended request's keys still to come from the hasher. */
+  keysPending: boolean;
+  /** Some cursor moves. */
+  advances: boolean;
+}
 
 /** A chunk offered to the tier; once the tier gives it a slot it is the job's ChunkCopy as it is (one object per chunk). */
 interface Candidate {

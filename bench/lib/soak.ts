@@ -8,7 +8,7 @@
 // preempts (a small GPU pool), shares prefixes (tier hits, loads) and keeps a
 // small host tier full (eviction); the lower tiers join when given.
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
-import { JOBS_IN_FLIGHT_MAX } from '../../src/runtime/store-loop.js';
+import { JOBS_IN_FLIGHT_MAX } from '../../src/runtime/store-options.js';
 import type { LeakReport, RequestInput } from '../../src/runtime/runtime.js';
 import type { RuntimeMemory } from '../../src/runtime/memory.js';
 import { SampleLog } from './soak-samples.js';

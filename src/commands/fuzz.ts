@@ -26,7 +26,12 @@ import {
 import { formatScenario } from '../fuzz/scenario.js';
 import { BROKEN_CLASSES, brokenClass, brokenFuzzOptions } from '../fuzz/broken-classes.js';
 import type { BrokenClass } from '../fuzz/broken-classes.js';
-import { RUNTIME_ONLY_SWITCHES, RUNTIME_SWITCHES } from '../fuzz/switches.js';
+import {
+  RUNTIME_ONLY_SWITCHES,
+  RUNTIME_SWITCHES,
+  faultSwitch,
+  switchFlag,
+} from '../fuzz/switches.js';
 import { formatTrace } from '../fuzz/trace.js';
 import type { TraceLine } from '../fuzz/trace.js';
 
@@ -78,12 +83,9 @@ export function registerFuzz(program: Command): void {
     .option('--seconds <n>', `run for n seconds (default ${FUZZ_DEFAULT_SECONDS})`)
     .option('--schedules <n>', 'run n schedules')
     .option('--seed <s>', 'first seed; schedule i runs with seed s+i (default: random)')
-    .option('--no-pins', 'the unsafe variant: no pins and a pool that reuses pinned blocks')
-    .option('--no-revalidate', 'the unsafe variant: the planner skips its snapshot re-validation')
-    .option(
-      '--no-settle',
-      'the unsafe variant: no end-of-request protocol (an ended request drains before its last block IDs and keys settle)',
-    )
+    .option(switchFlag('no-pins').flag, unsafeVariant('no-pins'))
+    .option(switchFlag('no-revalidate').flag, unsafeVariant('no-revalidate'))
+    .option(switchFlag('no-settle').flag, unsafeVariant('no-settle'))
     .option('--json', 'print exactly one JSON object on stdout')
     .option('--replay <token>', 'run one recorded schedule again (the token a failure prints)')
     .option('--watch <invariants>', 'report only these invariants (comma-separated), e.g. hole')
@@ -101,6 +103,11 @@ export function registerFuzz(program: Command): void {
       if (flags.replay !== undefined) return replay(flags);
       return campaign(flags);
     });
+}
+
+/** A fuzzer flag's help: the switch's own words (src/fuzz/switches.ts). */
+function unsafeVariant(name: 'no-pins' | 'no-revalidate' | 'no-settle'): string {
+  return `the unsafe variant: ${faultSwitch(name).variant}`;
 }
 
 function positive(flag: string, text: string, max: number): number {

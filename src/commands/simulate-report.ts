@@ -89,10 +89,10 @@ function toRequestTrace(t: RequestTrace, config: Config): ReportRequestTrace {
       ready: p.ready,
       cursorBefore: p.cursorBefore,
       cursorAfter: p.cursor,
+      // What the planner reported for the pass (the chunk ledger's feed), not recomputed.
       stored: p.stored,
-      // Chunks past ready are deferred while the cursor waits below them, skipped once it passes them.
-      deferred: Math.max(0, p.tokenChunks - Math.max(p.ready, p.cursor)),
-      skipped: Math.max(0, Math.min(p.tokenChunks, p.cursor) - Math.max(p.ready, p.cursorBefore)),
+      deferred: p.deferred,
+      skipped: p.skipped,
     });
   }
   // A trace still 'running' at the end is a request the store saw until it crashed.

@@ -3,15 +3,17 @@
 // of `npm run bench:fuzz`, and the fuzz campaigns of test/failure-classes/.
 // Each row turns one protection off (a legacy policy, a no-pin, no-settle or
 // no-re-validation variant, or a switch) and names the invariants that show
-// the class. A class without a row is one no fuzzer switch reaches; its test
-// file says how it is shown instead. After the classes, the rule variants:
-// bugs in the rule itself (not races), which only an oracle that does not
-// share the rule's code can find (docs/fuzzing.md). Rows in id order.
+// the class. The rows come from the list of fault switches
+// (src/fuzz/switches.ts). A class without a row is one no fuzzer switch
+// reaches; its test file says how it is shown instead. After the classes, the
+// rule variants: bugs in the rule itself (not races), which only an oracle
+// that does not share the rule's code can find (docs/fuzzing.md).
 import { InvalidArgumentError, quoted } from '../errors.js';
 import type { StorePolicy } from '../ready.js';
 import type { InvariantName } from './oracle.js';
 import type { FuzzOptions } from './run.js';
-import type { RuntimeSwitch } from './switches.js';
+import { FAULT_SWITCHES } from './switches.js';
+import type { FaultSwitch, RuntimeSwitch } from './switches.js';
 import type { FuzzTarget } from './token.js';
 
 /** The twelve classes, F1..F12, as their canonical ids. */
@@ -31,9 +33,29 @@ export const FAILURE_CLASSES = [
 ] as const;
 export type FailureClassId = (typeof FAILURE_CLASSES)[number];
 
-/** Bugs planted in the rule itself (issue 32), fuzzable by name: `--broken rule-reachability`. */
-const RULE_VARIANTS = ['rule-last-token', 'rule-lookup-long', 'rule-reachability'] as const;
-type RuleVariantId = (typeof RULE_VARIANTS)[number];
+/** The title of each class, as docs/failure-classes.md names it. */
+const TITLES: Readonly<Record<FailureClassId, string>> = {
+  f01: 'the store cursor passes a chunk whose key is missing',
+  f02: 'the EAGLE trailing-chunk exclusion applied to the keys but not to the cursor',
+  f03: 'key/block length assertion at the token boundary',
+  f04: "storing a finished request's last sampled token, whose KV was never computed",
+  f05: 'a preempted request re-admitted while its stores are in flight',
+  f06: 'a source block freed and reallocated before its copy finished',
+  f07: 'eviction of entries in use',
+  f08: 'a reference taken and never dropped',
+  f09: 'allocation failure treated as success',
+  f10: 'deferred work acknowledged at deferral and dropped',
+  f11: 'a failed load still reported as a full hit',
+  f12: 'an entry visible to lookups before its copy finished',
+};
+
+/** The switches that plant a bug in the rule itself (issue 32): `--broken rule-reachability`. */
+type RuleSwitch = Extract<(typeof FAULT_SWITCHES)[number], { readonly rule: string }>;
+type RuleVariantId = RuleSwitch['name'];
+const RULE_SWITCHES: readonly RuleSwitch[] = FAULT_SWITCHES.filter(
+  (s): s is RuleSwitch => 'rule' in s,
+);
+const RULE_VARIANTS: readonly RuleVariantId[] = RULE_SWITCHES.map((s) => s.name);
 
 /** How the fuzzer re-creates one class: the unsafe configuration and what must catch it. */
 export interface BrokenClass {
@@ -57,112 +79,46 @@ export interface BrokenClass {
   readonly watch: readonly InvariantName[];
 }
 
+/**
+ * One row per class a fuzzer switch re-creates: the first switch of the list
+ * (src/fuzz/switches.ts) that names the class and that the fuzzer can turn on.
+ */
 export const BROKEN_CLASSES: readonly BrokenClass[] = [
-  {
-    id: 'f01',
-    title: 'the store cursor passes a chunk whose key is missing',
-    variant: 'policy legacy-zip (the cursor moves to the token boundary)',
-    policy: 'legacy-zip',
-    watch: ['hole', 'cursor-within-ready'],
-  },
-  {
-    id: 'f02',
-    title: 'the EAGLE trailing-chunk exclusion applied to the keys but not to the cursor',
-    variant: 'switch eagle-cursor-unexcluded',
-    switches: ['eagle-cursor-unexcluded'],
-    watch: ['hole', 'cursor-within-ready'],
-  },
-  {
-    id: 'f03',
-    title: 'key/block length assertion at the token boundary',
-    variant: 'policy legacy-assert (unequal slices throw: the engine crash)',
-    policy: 'legacy-assert',
-    watch: ['crash'],
-  },
-  {
-    id: 'f04',
-    title: "storing a finished request's last sampled token, whose KV was never computed",
-    variant: 'switch store-last-sampled-token (runtime target: its bytes were never written)',
-    target: 'runtime',
-    switches: ['store-last-sampled-token'],
-    watch: ['mispairing'],
-  },
-  {
-    id: 'f06',
-    title: 'a source block freed and reallocated before its copy finished',
-    variant: 'no pins (--no-pins: the pool hands out blocks still being copied)',
-    pins: false,
-    watch: ['mispairing'],
-  },
-  {
-    id: 'f07',
-    title: 'eviction of entries in use',
-    variant:
-      'switch evict-in-use (runtime target: the host tier evicts entries being written or read)',
-    target: 'runtime',
-    switches: ['evict-in-use'],
-    watch: ['mispairing'],
-  },
-  {
-    id: 'f08',
-    title: 'a reference taken and never dropped',
-    variant:
-      'switch leak-on-load-failure (runtime target: a failed load keeps its tier read references)',
-    target: 'runtime',
-    switches: ['leak-on-load-failure'],
-    watch: ['leak'],
-  },
-  {
-    id: 'f09',
-    title: 'allocation failure treated as success',
-    variant:
-      'switch ack-on-alloc-failure (an offer the tier refused counts as stored; the cursor moves on)',
-    switches: ['ack-on-alloc-failure'],
-    watch: ['hole'],
-  },
-  {
-    id: 'f10',
-    title: 'deferred work acknowledged at deferral and dropped',
-    variant:
-      'switch drop-deferred (the cursor moves over chunks deferred for lagging keys or blocks)',
-    switches: ['drop-deferred'],
-    watch: ['hole'],
-  },
-  {
-    id: 'f12',
-    title: 'an entry visible to lookups before its copy finished',
-    variant: 'switch load-while-writing (runtime target: entries being written count as hits)',
-    target: 'runtime',
-    switches: ['load-while-writing'],
-    watch: ['mispairing'],
-  },
-  {
-    id: 'rule-last-token',
-    title: 'the last prompt token loaded although a windowed group needs it computed',
-    variant:
-      'switch rule-last-token (runtime target: with a windowed group the lookup may hit every prompt token)',
-    target: 'runtime',
-    switches: ['rule-last-token'],
-    watch: ['load-decision'],
-  },
-  {
-    id: 'rule-lookup-long',
-    title: 'a lookup hit one chunk too long',
-    variant:
-      'switch rule-lookup-long (runtime target: an EAGLE group keeps the last chunk of its widened query)',
-    target: 'runtime',
-    switches: ['rule-lookup-long'],
-    watch: ['load-decision'],
-  },
-  {
-    id: 'rule-reachability',
-    title: 'a reachable sliding-window chunk judged unreachable, so never stored',
-    variant:
-      'switch rule-reachability (the first reachable chunk of each alignment segment counts as unreachable)',
-    switches: ['rule-reachability'],
-    watch: ['hole'],
-  },
+  ...FAILURE_CLASSES.flatMap((id) => {
+    const s = (FAULT_SWITCHES as readonly FaultSwitch[]).find(
+      (x) => x.failureClass === id && x.fuzz !== undefined,
+    );
+    return s === undefined ? [] : rowOf(id, TITLES[id], s);
+  }),
+  // Rows in id order: the rule variants by name.
+  ...[...RULE_SWITCHES]
+    .sort((a, b) => (a.name < b.name ? -1 : 1))
+    .flatMap((s) => rowOf(s.name, s.rule, s)),
 ];
+
+/** The row of a class (or rule variant) `id` the switch `s` re-creates; none when the fuzzer cannot turn it on. */
+function rowOf(id: BrokenClass['id'], title: string, s: FaultSwitch): BrokenClass[] {
+  if (s.fuzz === undefined || s.watch === undefined) return [];
+  const f = s.fuzz;
+  const row: BrokenClass = {
+    id,
+    title,
+    variant:
+      f.kind === 'policy'
+        ? `policy ${f.policy} (${s.variant})`
+        : f.kind === 'flag'
+          ? `${f.flag} (${s.variant})`
+          : `switch ${s.name} (${s.variant})`,
+    ...(s.runtimeOnly || s.shownOn === 'runtime' ? { target: 'runtime' as const } : {}),
+    ...(f.kind === 'policy' ? { policy: f.policy } : {}),
+    ...(f.kind === 'flag' && f.flag === '--no-pins' ? { pins: false } : {}),
+    ...(f.kind === 'flag' && f.flag === '--no-revalidate' ? { revalidate: false } : {}),
+    ...(f.kind === 'flag' && f.flag === '--no-settle' ? { settle: false } : {}),
+    ...(f.kind === 'switch' ? { switches: [s.name as RuntimeSwitch] } : {}),
+    watch: s.watch,
+  };
+  return [row];
+}
 
 /** `F1`, `f1`, `F01`, `f01` -> 'f01'; InvalidArgumentError (flag `what`) for anything else. */
 export function parseFailureClass(text: string, what = '--broken'): FailureClassId {

@@ -8,7 +8,7 @@
 import type { Config } from '../config.js';
 import { tierChunkMatches } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
-import type { LookupAnswered } from '../runtime/store-loop.js';
+import type { LookupAnswered } from '../runtime/store-loads.js';
 import type { LookupState } from '../tier/types.js';
 import type { InvariantName } from './oracle.js';
 import { specLookup, specLookupMismatch } from './spec/lookup-spec.js';

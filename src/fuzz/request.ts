@@ -1,8 +1,8 @@
 // A simulated request: the engine's private view of one request (its tokens,
 // the blocks the engine allocated and how many the allocator published, its
-// progress, its faults) and what the oracle remembers about it (chunks
-// dispatched, dropped for capacity, slid out of the window; cursors seen).
-// Also the codes of the steps, which feed the trace hash.
+// progress, its faults). What happened to its chunks is the chunk ledger's
+// (src/ledger.ts), fed by the planner. Also the codes of the steps, which
+// feed the trace hash.
 import type { Config } from '../config.js';
 import { KeyChain } from '../hashing.js';
 import { requestRoot } from '../identity.js';
@@ -70,13 +70,6 @@ export class WorldRequest {
   /** The allocator published that this generation's blocks are settled. */
   settled = false;
   drainChecked = false;
-  /** (group << 16 | chunk) dispatched in a job this generation. */
-  readonly dispatched = new Set<number>();
-  readonly dropped = new Set<number>();
-  readonly nulled = new Set<number>();
-  /** Chunks the planner passed as unreachable (checked against the specification when reported). */
-  readonly unreachable = new Set<number>();
-  readonly cursorSeen: Int32Array;
 
   constructor(index: number, spec: RequestSpec, config: Config, hashing: Hashing) {
     this.index = index;
@@ -87,7 +80,6 @@ export class WorldRequest {
     this.allocated = Array.from({ length: groups }, () => []);
     this.published = new Array<number>(groups).fill(0);
     this.nullScan = new Array<number>(groups).fill(0);
-    this.cursorSeen = new Int32Array(groups);
     const chain = new KeyChain(config, hashing, requestRoot(config));
     chain.extend(this.tokens);
     this.expectedKeys = chain.keys;

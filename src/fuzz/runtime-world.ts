@@ -1,24 +1,27 @@
-// `kvoff fuzz --target runtime`: the runtime's own loop classes, the ones the
-// role workers run (EngineSimulator, HasherLoop, AllocatorLoop, StoreLoop), in
-// one thread over the runtime's real shared buffers, rings and doorbells. Each
-// role's step() is one schedulable step; the transfer backend runs one queued
-// copy per transfer step (StepTransferBackend). What role-main.ts does around
-// a step is mirrored here on a virtual clock: a role whose step did nothing
-// parks on its doorbell (it runs again once another role rings it or its park
-// times out), a role whose step did something rings the others, the hasher
-// pauses after publishing, the store drains in-flight copies at close. Every
-// delay the loops read (allocator publish lag and jitter, the engine's step
-// time, the store's lookup wait) reads the same virtual clock, which advances
-// by each step's virtual cost and, when every role is parked, jumps to the
-// earliest wake-up. main's part (submissions, close(), the settle of a request
-// once both its ended and drained messages arrived) is played by the driver.
+// `kvoff fuzz --target runtime`: the runtime's own role loop objects, the ones
+// the role workers run (EngineSimulator, HasherLoop, AllocatorLoop, StoreLoop:
+// src/runtime/role-loop.ts), in one thread over the runtime's real shared
+// buffers, rings and doorbells. Each role's step() is one schedulable step;
+// the transfer backend runs one queued copy per transfer step
+// (StepTransferBackend). After a step this driver carries out the wait the
+// loop itself returns, as role-main.ts does on the real clock, here on a
+// virtual one: a parked role runs again once its bell moves or its park times
+// out, a paused one once its pause is over; the store drains in-flight copies
+// at close. Every delay the loops read (allocator publish lag and jitter, the
+// engine's step time, the store's lookup wait) reads the same virtual clock,
+// which advances by each step's virtual cost and, when every role is parked,
+// jumps to the earliest wake-up. main's part (submissions, close(), the
+// settle of a request once both its ended and drained messages arrived) is
+// played by the driver.
 //
 // The oracle: a step that throws (crash); no end within the bounds (hang);
 // tier bytes that are not their key's expansion, or a load that brought back
-// other bytes (mispairing); a chunk dispatched twice (double-store); a chunk
-// below the drained cursor never offered, or a token-ready chunk of an ended
-// request neither stored nor counted as dropped (hole); a cursor moving back
-// (cursor-monotonic); anything held after close() (leak).
+// other bytes (mispairing); and, from the store's chunk ledger (the one the
+// runtime's stats() and verify() read): a chunk dispatched twice
+// (double-store), a token-ready chunk of an ended request neither stored nor
+// counted as dropped (hole), a cursor moving back (cursor-monotonic) or past
+// the ready prefix it was read with (cursor-within-ready); and anything held
+// after close() (leak, the runtime's own leak report).
 import { resolveConfig } from '../config.js';
 import { TransferBackendFailedError, invariant } from '../errors.js';
 import type { Config } from '../config.js';
@@ -35,9 +38,8 @@ import {
   S_STATUS,
   Status,
   T_CURSOR,
-  T_EPOCH,
-  T_GENERATION,
 } from '../layout.js';
+import { describeLeak, leakReportOf } from '../leaks.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
@@ -47,13 +49,16 @@ import { EngineSimulator } from '../runtime/engine-sim.js';
 import type { EngineSummary } from '../runtime/engine-sim.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
-import { OP_SUBMIT, UNSET } from '../runtime/protocol.js';
+import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit } from '../runtime/submit-queue.js';
 import { Prng } from '../prng.js';
+import { ringOthers } from '../runtime/role-loop.js';
+import type { RoleLoop, RoleWait } from '../runtime/role-loop.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
-import type { DrainedRequest, LookupAnswered } from '../runtime/store-loop.js';
+import type { DrainedRequest } from '../runtime/store-loop.js';
+import type { LookupAnswered } from '../runtime/store-loads.js';
 import { lookupAnswerViolation } from './lookup-oracle.js';
-import { specTokenChunks } from './spec/ready-spec.js';
+import { specCursorBound, specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -64,6 +69,7 @@ import { StepTransferBackend } from './step-backend.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
+import { switchOptions } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import type { WorldOutcome } from './world.js';
 
@@ -94,13 +100,6 @@ export interface RuntimeWorldOptions {
  * this bound before its virtual budget ran a clock that stopped moving.
  */
 const RUNTIME_DECISIONS_PER_STEP_MS_MAX = 4;
-/** role-main's idle parks (see syncLoop's idleParkMs there). */
-const ENGINE_BUSY_PARK_MS = 2;
-const ALLOCATOR_BUSY_PARK_MS = 1;
-/** role-main's store drain loop: one step, then a 1 ms timer. */
-const STORE_DRAIN_TICK_MS = 1;
-/** main's backlog timer when the submit ring is full. */
-const BACKLOG_RETRY_MS = 1;
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
 const RUNTIME_NESTED_STEPS_MAX = 6;
 /**
@@ -134,6 +133,8 @@ export class RuntimeWorld {
   readonly config: Config;
   violation: Violation | undefined;
   private readonly views: RuntimeViews;
+  /** The first cursor move of the store step past the specification's bound (raised after the step). */
+  private specCursorFinding: string | undefined;
   private readonly engine: EngineSimulator;
   private readonly hasher: HasherLoop;
   private readonly allocator: AllocatorLoop;
@@ -141,7 +142,8 @@ export class RuntimeWorld {
   private readonly backend: StepTransferBackend;
   private readonly bells: Doorbell[];
   private readonly roles: RolePark[];
-  private readonly hasherRandom: Prng;
+  /** The loop object of each role with a doorbell, by actor index. */
+  private readonly loops: RoleLoop[];
   /** Which of the oldest queued copies a transfer step runs (the pool's threads race). */
   private readonly transferRandom: Prng;
   private readonly strategy: Strategy;
@@ -156,8 +158,9 @@ export class RuntimeWorld {
   private closing = false;
   /** Submissions main has not pushed yet, in time order. */
   private readonly toSubmit: { atMs: number; s: RuntimeSubmission }[] = [];
-  private readonly backlog: number[][] = [];
-  private backlogRetryMs = 0;
+  /** main's submit ring queue (OffloadRuntime's), retried every SUBMIT_RETRY_MS while records wait. */
+  private readonly submits: SubmitQueue;
+  private submitRetryMs = 0;
   private closeAtMs = Infinity;
   /** Virtual times at which main calls reset(), ascending. */
   private readonly resetsAtMs: number[] = [];
@@ -166,13 +169,9 @@ export class RuntimeWorld {
   private readonly transferFaults: boolean;
   private draftRewrite: boolean;
   private transferFailed = false;
-  private dropsSeen = 0;
   private jobsSeen = 0;
-  /** Per slot and group: [generation, cursor] last seen. */
-  private readonly cursorSeen: Int32Array;
-  private readonly cursorGen: Int32Array;
-  /** The store epoch (a reset starts a new one) the cursor seen belongs to. */
-  private readonly cursorEpoch: Int32Array;
+  /** Chunks counted as dropped up to the last drained request (the specification's check reads the rest). */
+  private dropsSeen = 0;
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -195,6 +194,7 @@ export class RuntimeWorld {
     const buffers = createRuntimeBuffers(config, scenarioRingWords(scenario));
     const views = new RuntimeViews(config, buffers);
     this.views = views;
+    this.submits = new SubmitQueue(views.ring('submit'), views.doorbell('scheduler'));
     const now = () => this.nowMs;
     this.bells = BELL_ROLES.map((r) => views.doorbell(ACTORS[r] as 'scheduler'));
     this.roles = ACTORS.map(() => ({
@@ -222,13 +222,13 @@ export class RuntimeWorld {
       options.hashing,
       { ended: (summary) => this.onEnded(summary) },
       scenario.engine,
-      () => this.wakeOthers(SCHEDULER),
+      ringOthers(views, 'scheduler'),
       now,
     );
     this.hasher = new HasherLoop(views, options.hashing, {
-      hashesPerWake: scenario.hasher.hashesPerWake,
+      ...scenario.hasher,
+      seed: scenario.engine.seed ?? 1,
     });
-    this.hasherRandom = new Prng(scenario.engine.seed ?? 1, 0x4a54);
     this.transferRandom = new Prng(scenario.engine.seed ?? 1, 0x7a5f);
     this.allocator = new AllocatorLoop(views, {
       lag: { ...scenario.allocator, seed: scenario.engine.seed ?? 1 },
@@ -253,25 +253,13 @@ export class RuntimeWorld {
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
-        ...(switches.has('load-while-writing') ? { unsafeLoadWhileWriting: true } : {}),
-        ...(switches.has('eagle-cursor-unexcluded') ? { unsafeEagleCursorUnexcluded: true } : {}),
-        ...(switches.has('store-last-sampled-token') ? { unsafeStoreLastSampledToken: true } : {}),
-        ...(switches.has('evict-in-use') ? { unsafeEvictInUse: true } : {}),
-        ...(switches.has('leak-on-load-failure') ? { unsafeLeakOnLoadFailure: true } : {}),
-        ...(switches.has('ack-on-alloc-failure') ? { unsafeAckOnAllocFailure: true } : {}),
-        ...(switches.has('drop-deferred') ? { unsafeDropDeferred: true } : {}),
-        ...(switches.has('rule-reachability') ? { unsafeReachabilityOneShort: true } : {}),
-        ...(switches.has('rule-lookup-long') ? { unsafeEagleTailKept: true } : {}),
-        ...(switches.has('rule-last-token') ? { unsafeLastTokenLoaded: true } : {}),
-        ...(switches.has('publish-stale-jobs') ? { unsafePublishStaleJobs: true } : {}),
+        ...switchOptions([...switches], 'StoreLoopOptions'),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
+        onCursorMoved: (snap, group, from) => this.checkCursorMove(snap, group, from),
       },
     );
-    const cells = config.maxRequests * config.groups.length;
-    this.cursorSeen = new Int32Array(cells);
-    this.cursorGen = new Int32Array(cells);
-    this.cursorEpoch = new Int32Array(cells);
+    this.loops = [this.engine, this.hasher, this.allocator, this.store];
     this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
     invariant(
       scenario.stepMs.length === ACTORS.length && scenario.stepMs.every((ms) => ms > 0),
@@ -394,50 +382,36 @@ export class RuntimeWorld {
     while (this.toSubmit.length > 0 && this.toSubmit[0]!.atMs <= this.nowMs) {
       const { s } = this.toSubmit.shift()!;
       this.pending.set(s.requestId, {});
-      this.backlog.push([
-        OP_SUBMIT,
-        s.requestId,
-        s.promptLength,
-        s.prefixId,
-        s.sharedPrefixTokens,
-        s.maxDecodeTokens,
-        s.abortAfterTokens,
-        0,
-        // The load limits, as submit() encodes them (trailing, only when given).
-        ...(s.maxLoadTokens !== undefined || s.skipReadingPrefixCache === true
-          ? [s.maxLoadTokens ?? UNSET, s.skipReadingPrefixCache === true ? 1 : 0]
-          : []),
-      ]);
-      this.backlogRetryMs = this.nowMs;
+      this.submits.enqueue(encodeSubmit(s));
+      this.submitRetryMs = this.nowMs;
     }
-    if (this.backlog.length > 0 && this.nowMs >= this.backlogRetryMs) {
-      const ring = this.views.ring('submit');
-      let n = 0;
-      while (this.backlog.length > 0 && ring.push(this.backlog[0]!)) {
-        this.backlog.shift();
-        n += 1;
-      }
-      this.bells[SCHEDULER]!.ring();
-      if (this.backlog.length > 0) this.backlogRetryMs = this.nowMs + BACKLOG_RETRY_MS;
+    if (this.submits.queued > 0 && this.nowMs >= this.submitRetryMs) {
+      const n = this.submits.flush();
+      if (this.submits.queued > 0) this.submitRetryMs = this.nowMs + SUBMIT_RETRY_MS;
       if (n > 0) this.note(-1, 2, n, () => `main: ${n} submission(s) on the submit ring`);
     }
     if (this.phase === 'running') {
-      const allIn = this.toSubmit.length === 0 && this.backlog.length === 0;
+      const allIn = this.toSubmit.length === 0 && this.submits.queued === 0;
       if (allIn && this.pending.size === 0) {
         // close(): every request settled; stop in the runtime's order.
         this.phase = 'stopping';
         this.roles[SCHEDULER]!.stopped = true;
+        this.engine.stop();
+        // The store's stop word: it leaves its loop and drains its copies in flight.
+        this.store.beginDrain();
         this.note(-1, 3, 0, () => 'main: every request settled; stop scheduler, then drain store');
       }
     }
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.jobsInFlight === 0 && this.backend.pending === 0) {
+      if (!store.stopped && this.store.drained && this.backend.pending === 0) {
         store.stopped = true;
-        // The allocator leaves its loop and steps once more (quarantined blocks go back).
-        this.allocator.step();
-        this.roles[ALLOCATOR]!.stopped = true;
-        this.roles[HASHER]!.stopped = true;
+        this.store.stop();
+        // Then the allocator's and the hasher's stop words, in the runtime's order.
+        for (const a of [ALLOCATOR, HASHER]) {
+          this.roles[a]!.stopped = true;
+          this.loops[a]!.stop();
+        }
         this.phase = 'done';
         this.endChecks();
       }
@@ -482,20 +456,32 @@ export class RuntimeWorld {
     }
     for (const s of this.stalls) later(s.toMs);
     if (this.toSubmit.length > 0) later(this.toSubmit[0]!.atMs);
-    if (this.backlog.length > 0) later(this.backlogRetryMs);
+    if (this.submits.queued > 0) later(this.submitRetryMs);
     if (!this.closing) later(this.closeAtMs);
     if (this.resetsAtMs.length > 0) later(this.resetsAtMs[0]!);
     return next;
   }
 
-  private wakeOthers(self: number): void {
-    for (const a of BELL_ROLES) if (a !== self) this.bells[a]!.ring();
+  /**
+   * One step of a role with a doorbell, then the wait its loop object asks
+   * for, on the virtual clock: a park (runnable again once the bell moved
+   * since `seen`, read before the step, or at its timeout) or a pause.
+   */
+  private stepRole(actor: number): boolean {
+    const seen = this.bells[actor]!.read();
+    const did = this.loops[actor]!.step();
+    this.await(actor, this.loops[actor]!.wait(did), seen);
+    return did;
   }
 
-  private park(actor: number, seen: number, ms: number): void {
+  private await(actor: number, wait: RoleWait, seen: number): void {
     const r = this.roles[actor]!;
-    r.seen = seen;
-    r.untilMs = this.nowMs + Math.min(ms, PARK_MS_MAX);
+    if (wait.kind === 'park') {
+      r.seen = seen;
+      r.untilMs = this.nowMs + Math.min(wait.ms, PARK_MS_MAX);
+    } else if (wait.kind === 'pause') {
+      r.busyUntilMs = this.nowMs + wait.ms;
+    }
   }
 
   private stepActor(a: number): void {
@@ -568,11 +554,7 @@ export class RuntimeWorld {
   }
 
   private schedulerStep(): void {
-    const seen = this.bells[SCHEDULER]!.read();
-    const did = this.engine.step();
-    if (!did) {
-      this.park(SCHEDULER, seen, this.engine.pending > 0 ? ENGINE_BUSY_PARK_MS : PARK_MS_MAX);
-    }
+    const did = this.stepRole(SCHEDULER);
     if (this.draftRewrite) this.rewriteTrailingChunks();
     const s = this.views.stats;
     this.note(
@@ -592,14 +574,7 @@ export class RuntimeWorld {
   }
 
   private hasherStep(): void {
-    const seen = this.bells[HASHER]!.read();
-    const did = this.hasher.step();
-    if (did) {
-      this.wakeOthers(HASHER);
-      // role-main: a random pause after publishing, not cut short by the doorbell.
-      const ms = this.hasherRandom.next() * this.scenario.hasher.jitterMs;
-      if (ms >= 0.05) this.roles[HASHER]!.busyUntilMs = this.nowMs + ms;
-    } else this.park(HASHER, seen, PARK_MS_MAX);
+    const did = this.stepRole(HASHER);
     const n = readStat(this.views.stats, 'hashesPublished');
     this.note(
       HASHER,
@@ -610,10 +585,7 @@ export class RuntimeWorld {
   }
 
   private allocatorStep(): void {
-    const seen = this.bells[ALLOCATOR]!.read();
-    const did = this.allocator.step();
-    if (did) this.wakeOthers(ALLOCATOR);
-    else this.park(ALLOCATOR, seen, this.allocator.busy ? ALLOCATOR_BUSY_PARK_MS : PARK_MS_MAX);
+    const did = this.stepRole(ALLOCATOR);
     const pool = this.allocator.pool;
     this.note(
       ALLOCATOR,
@@ -625,13 +597,7 @@ export class RuntimeWorld {
   }
 
   private storeStep(): void {
-    const seen = this.bells[STORE]!.read();
-    const did = this.store.step();
-    if (this.phase === 'stopping') {
-      // role-main's drain loop: step, then a 1 ms timer.
-      this.roles[STORE]!.busyUntilMs = this.nowMs + STORE_DRAIN_TICK_MS;
-    } else if (did) this.wakeOthers(STORE);
-    else this.park(STORE, seen, PARK_MS_MAX);
+    const did = this.stepRole(STORE);
     const c = this.store.planner.counters;
     this.chunksDispatched = c.chunksStored;
     this.note(
@@ -734,27 +700,35 @@ export class RuntimeWorld {
     if (!summary.opened || p.drained !== undefined) this.pending.delete(summary.requestId);
   }
 
+  /**
+   * The store's drained event, sent in the request's final pass just before
+   * its drained mark (its blocks still held): the chunk ledger's account of it.
+   */
   private onDrained(d: DrainedRequest): void {
     if (d.holes > 0) {
+      const at = d.firstHole
+        ? ` (first: group ${d.firstHole.group} chunk ${d.firstHole.chunk})`
+        : '';
       this.flag(
         'hole',
-        `r${d.requestId}: ${d.holes} chunk(s) below its drained cursor were never offered`,
+        `r${d.requestId} ${d.status}: ${d.holes} token-ready chunk(s) neither stored nor counted as dropped when it drained${at}`,
       );
     }
     if (d.doubleStores > 0) {
       this.flag('double-store', `r${d.requestId}: ${d.doubleStores} chunk(s) dispatched twice`);
     }
+    // Beside the chunk ledger's account, the specification's (it shares no code with the rule).
     this.checkEndedCursor(d);
     const p = this.pending.get(d.requestId);
     if (p === undefined) return;
     p.drained = d;
     if (p.ended !== undefined) this.pending.delete(d.requestId);
   }
-
   /**
-   * Runs just before the store marks the request drained (its blocks still
-   * held): every chunk whose tokens were ready when it ended is below the final
-   * cursor, or counted as dropped (for capacity, or unready after the bound).
+   * The specification's check of an ended request, just before the store
+   * marks it drained (its blocks still held): every chunk whose tokens were
+   * ready when it ended is below the final cursor, or counted as dropped (for
+   * capacity, or unready after the bound).
    */
   private checkEndedCursor(d: DrainedRequest): void {
     const { state, config } = this.views;
@@ -790,62 +764,56 @@ export class RuntimeWorld {
     }
   }
 
-  private checkCursors(): void {
-    const { state, config } = this.views;
-    const c = state.control;
-    const groups = config.groups.length;
-    for (let slot = 0; slot < config.maxRequests; slot += 1) {
-      // The generation the store line (and so its cursors) belongs to.
-      const gen = Atomics.load(c, state.storeWord(slot, T_GENERATION));
-      // Cursors move forward within one (generation, store epoch); a reset starts a new epoch at 0.
-      const epoch = Atomics.load(c, state.storeWord(slot, T_EPOCH));
-      for (let g = 0; g < groups; g += 1) {
-        const i = slot * groups + g;
-        const cursor = Atomics.load(c, state.storeWord(slot, T_CURSOR + g));
-        if (
-          this.cursorGen[i] === gen &&
-          this.cursorEpoch[i] === epoch &&
-          cursor < this.cursorSeen[i]!
-        ) {
-          this.flag(
-            'cursor-monotonic',
-            `slot ${slot} group ${g}: cursor moved back ${this.cursorSeen[i]} -> ${cursor} in generation ${gen}, store epoch ${epoch}`,
-          );
-        }
-        this.cursorGen[i] = gen;
-        this.cursorEpoch[i] = epoch;
-        this.cursorSeen[i] = cursor;
-      }
+  /**
+   * The specification's check of a cursor move (beside the ledger's, which
+   * reads the planner's own ready prefix): never past the ready prefix of the
+   * snapshot the pass read, recomputed from that snapshot's facts by
+   * spec/ready-spec.ts, nor past the token-ready chunks once it ended.
+   */
+  private checkCursorMove(snap: Readonly<RequestSnapshot>, group: number, from: number): void {
+    if (this.specCursorFinding !== undefined) return;
+    const { config } = this.views;
+    const g = config.groups[group]!;
+    const bound = specCursorBound(config, snap, g, snap.keyCount[group]!, snap.blockCount[group]!);
+    const to = snap.cursor[group]!;
+    if (to > from && to > bound) {
+      this.specCursorFinding = `slot ${snap.slot} group ${group}: cursor advanced ${from} -> ${to} past ${bound}, the specification's bound for the snapshot it was read from (keys ${snap.keyCount[group]}, blocks ${snap.blockCount[group]}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens})`;
     }
   }
 
-  /** After close(): what the runtime's leak report checks, all zero. */
+  /** The ledger's and the specification's cursor findings of the store step that just ran. */
+  private checkCursors(): void {
+    const spec = this.specCursorFinding;
+    this.specCursorFinding = undefined;
+    const f = this.store.ledger.takeCursorFindings()[0];
+    if (f === undefined) {
+      if (spec !== undefined) this.flag('cursor-within-ready', spec);
+      return;
+    }
+    if (f.to < f.from) {
+      this.flag(
+        'cursor-monotonic',
+        `slot ${f.slot} group ${f.group}: cursor moved back ${f.from} -> ${f.to} in generation ${f.generation}`,
+      );
+    } else {
+      this.flag(
+        'cursor-within-ready',
+        `slot ${f.slot} group ${f.group}: cursor advanced ${f.from} -> ${f.to} past the ready prefix ${f.ready} it was read with`,
+      );
+    }
+  }
+
+  /** After close(): the runtime's leak report, all zero. */
   private endChecks(): void {
     if (this.transferFailed) return;
-    const { state, config } = this.views;
-    const fail = (msg: string) => this.stopQuiet('leak', msg);
-    if (this.engine.pending !== 0)
-      return fail(`${this.engine.pending} requests still in the engine`);
-    const pool = this.allocator.pool;
-    if (pool.inUse !== 0 || pool.quarantined !== 0) {
-      return fail(
-        `GPU pool: ${pool.inUse} blocks in use, ${pool.quarantined} quarantined after close()`,
-      );
-    }
-    let pins = 0;
-    for (let b = 0; b < state.pins.length; b += 1) pins += Atomics.load(state.pins, b);
-    if (pins !== 0) return fail(`${pins} pins outstanding after close()`);
-    let slots = 0;
-    for (let s = 0; s < config.maxRequests; s += 1) {
-      if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
-    }
-    if (slots !== 0) return fail(`${slots} request slots still held after close()`);
-    const left = this.store.leftovers();
-    if (left.writing !== 0 || left.reading !== 0 || left.locks !== 0) {
-      return fail(
-        `tier: ${left.writing} entries half-written, ${left.reading} being read, ${left.locks} load locks after close()`,
-      );
-    }
+    // What the runtime's leak report says after close(), from the same roles' final figures.
+    const report = leakReportOf(this.views.state, {
+      scheduler: this.engine.final(),
+      allocator: this.allocator.final(),
+      store: this.store.final(),
+    });
+    const leak = describeLeak(report, 'after close()');
+    if (leak !== undefined) return this.stopQuiet('leak', leak);
     const v = this.store.verify();
     if (v.mismatches > 0)
       this.stopQuiet(

@@ -8,18 +8,25 @@
 //   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
 //   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
-//   kvf1.ready-prefix.random.pins.1234.trt              --target runtime
-//   kvf1.ready-prefix.random.pins.1234.trt.uload-while-writing   a runtime test switch on
+//   kvf1.ready-prefix.random.pins.1234.trt2             --target runtime
+//   kvf1.ready-prefix.random.pins.1234.trt2.uload-while-writing  a runtime test switch on
+//
+// The runtime target's part carries the version of its schedules: when the
+// roles came to be driven by one role driver (src/runtime/role-loop.ts) the
+// same seed drew another interleaving, so a `.trt` token (the version before)
+// is refused with a message instead of silently replaying a different schedule.
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
-// hole), which read as "whole schedule"; such tokens still decode.
+// hole), which read as "whole schedule"; such tokens still decode. The parts
+// of the fault switches (`nopins`, `r0`, `s0`, `u<switches>`) come from their
+// list, src/fuzz/switches.ts.
 import { InvalidArgumentError, quoted } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { INVARIANTS } from './oracle.js';
 import type { InvariantName } from './oracle.js';
 import { ACTORS } from './scenario.js';
-import { RUNTIME_SWITCHES } from './switches.js';
+import { RUNTIME_SWITCHES, switchFlag } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import { STRATEGIES } from './strategy.js';
 import type { StrategyName } from './strategy.js';
@@ -49,6 +56,15 @@ const FUZZ_TARGETS = ['roles', 'runtime'] as const;
 export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
+/** The runtime target's part: its schedules' version (see the head of this file). */
+const RUNTIME_TARGET = 'trt2';
+/** Runtime target parts of earlier versions, refused by name. */
+const RUNTIME_TARGETS_OLD: readonly string[] = ['trt'];
+const NO_PINS = switchFlag('no-pins').token;
+const NO_REVALIDATE = switchFlag('no-revalidate').token;
+const NO_SETTLE = switchFlag('no-settle').token;
+/** The part listing runtime switches: `u<names>`. */
+const SWITCHES_PREFIX = 'u';
 /** The part naming watched invariants: `watch-hole,crash`. */
 const WATCH_PREFIX = 'watch-';
 /** The old spelling of that part (`whole` = w + hole), still accepted. */
@@ -61,15 +77,15 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     PREFIX,
     spec.policy,
     spec.strategy,
-    spec.pins ? 'pins' : 'nopins',
+    spec.pins ? 'pins' : NO_PINS,
     String(spec.seed),
   ];
-  if (spec.revalidate === false) parts.push('r0');
-  if (spec.target === 'runtime') parts.push('trt');
+  if (spec.revalidate === false) parts.push(NO_REVALIDATE);
+  if (spec.target === 'runtime') parts.push(RUNTIME_TARGET);
   if (spec.switches !== undefined && spec.switches.length > 0) {
-    parts.push(`u${spec.switches.join(',')}`);
+    parts.push(`${SWITCHES_PREFIX}${spec.switches.join(',')}`);
   }
-  if (spec.settle === false) parts.push('s0');
+  if (spec.settle === false) parts.push(NO_SETTLE);
   if (spec.watch !== undefined) parts.push(`${WATCH_PREFIX}${spec.watch.join(',')}`);
   if (spec.events !== undefined) parts.push(`e${spec.events.join(',')}`);
   if (spec.decisions !== undefined) {
@@ -84,7 +100,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const parts = token.trim().split('.');
   if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.trt][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.${RUNTIME_TARGET}][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -99,7 +115,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
     throw bad(`unknown policy ${quoted(policy)}`);
   if (!(STRATEGIES as readonly string[]).includes(strategy))
     throw bad(`unknown strategy ${quoted(strategy)}`);
-  if (pins !== 'pins' && pins !== 'nopins') throw bad('pins must be "pins" or "nopins"');
+  if (pins !== 'pins' && pins !== NO_PINS) throw bad(`pins must be "pins" or "${NO_PINS}"`);
   const seed = parseSeed(seedText, '--replay');
   let events: number[] | undefined;
   let decisions: number[] | undefined;
@@ -109,13 +125,17 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let switches: RuntimeSwitch[] | undefined;
   let settle: boolean | undefined;
   for (const part of rest) {
-    if (part === 'r0' && revalidate === undefined) {
+    if (part === NO_REVALIDATE && revalidate === undefined) {
       revalidate = false;
-    } else if (part === 's0' && settle === undefined) {
+    } else if (part === NO_SETTLE && settle === undefined) {
       settle = false;
-    } else if (part === 'trt' && target === undefined) {
+    } else if (part === RUNTIME_TARGET && target === undefined) {
       target = 'runtime';
-    } else if (part.startsWith('u') && switches === undefined) {
+    } else if (RUNTIME_TARGETS_OLD.includes(part)) {
+      throw bad(
+        `${quoted(part)} is a runtime-target token of an earlier kvoff whose schedules no longer replay (the roles are driven differently since); draw the seed again with --target runtime --seed ${seed} --schedules 1`,
+      );
+    } else if (part.startsWith(SWITCHES_PREFIX) && switches === undefined) {
       switches = part
         .slice(1)
         .split(',')

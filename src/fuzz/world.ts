@@ -21,7 +21,10 @@ import { InvalidArgumentError, LegacyAssertionError } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
 import type { Hashing } from '../hashing.js';
 import type { StoreJob } from '../job.js';
-import { Status, T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
+import { T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
+import { ChunkLedger, ledgerObserver } from '../ledger.js';
+import type { DrainAccount } from '../ledger.js';
+import { describeLeak, leakReportOf } from '../leaks.js';
 import { StorePlanner } from '../planner.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
@@ -33,7 +36,7 @@ import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
 import { HostTier } from '../tier/host-tier.js';
 import { FaultyTier } from './faulty-tier.js';
-import { specChunkReachable, specReadyChunks, specTokenChunks } from './spec/ready-spec.js';
+import { specChunkReachable, specCursorBound, specReadyChunks } from './spec/ready-spec.js';
 import {
   PENDING,
   LIVE,
@@ -76,7 +79,7 @@ import {
   requestSpecs,
 } from './scenario.js';
 import type { Scenario, ScenarioEvent } from './scenario.js';
-import { RUNTIME_ONLY_SWITCHES } from './switches.js';
+import { RUNTIME_ONLY_SWITCHES, switchOptions } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
@@ -152,8 +155,10 @@ export class World {
   private readonly dirty: Uint8Array;
   private readonly starved: Uint8Array;
   private readonly jobs: InFlight[] = [];
-  /** Keys dispatched by any request (stored, or in flight). */
-  private readonly everDispatched = new Set<bigint>();
+  /** What happened to every chunk: the oracle's holes, double stores and cursor moves. */
+  private readonly ledger: ChunkLedger;
+  /** Per slot: the ledger's account of the generation the last store step drained. */
+  private readonly drainAccounts: (DrainAccount | undefined)[];
   /** Published tier entries and the chunk positions their bytes cover. */
   private readonly published = new Map<bigint, number[]>();
   private readonly stalls: { actor: number; from: number; to: number }[] = [];
@@ -180,14 +185,13 @@ export class World {
   private allocRr = 0;
   private hashRr = 0;
   private storeRr = 0;
+  /** The first cursor move of the store step past the specification's bound. */
+  private specCursorFinding: string | undefined;
   // The specification's view (spec/ready-spec.ts) of the planner's latest snapshot.
   private snapSeen = false;
   /** Per group, the cursor of the planner's latest snapshot. */
   private readonly snapCursor: Int32Array;
   private readonly snapReady: Int32Array;
-  /** Token chunks per group of the planner's latest snapshot (final once it shows the request ended). */
-  private readonly snapTokenChunks: Int32Array;
-  private readonly snapStatus = { value: 0 };
   private jobsDispatched = 0;
   private chunksDispatched = 0;
 
@@ -213,28 +217,25 @@ export class World {
         throw new InvalidArgumentError('switches', `${only} needs --target runtime`);
       }
     }
+    this.drainAccounts = new Array<DrainAccount | undefined>(config.maxRequests).fill(undefined);
+    const ledger = new ChunkLedger(this.state, (a) => (this.drainAccounts[a.slot] = a));
+    this.ledger = ledger;
     this.planner = new StorePlanner(this.state, this.tier, {
       policy: options.policy,
       // The final wait's clock is virtual: one ms per decision, so a schedule replays exactly.
       now: () => this.decision,
-      unsafeEagleCursorUnexcluded: switches.has('eagle-cursor-unexcluded'),
-      unsafeStoreLastSampledToken: switches.has('store-last-sampled-token'),
-      unsafeAckOnAllocFailure: switches.has('ack-on-alloc-failure'),
-      unsafeDropDeferred: switches.has('drop-deferred'),
-      unsafeReachabilityOneShort: switches.has('rule-reachability'),
-      unsafePublishStaleJobs: switches.has('publish-stale-jobs'),
+      ...switchOptions([...switches], 'PlannerOptions'),
       unsafeSkipPins: !options.pins,
       unsafeSkipRevalidate: options.revalidate === false,
       unsafeSkipSettle: options.settle === false,
-      observer: {
+      observer: ledgerObserver(ledger, {
         chunk: (slot, generation, group, chunk, outcome) => {
           const r = this.slotOwner[slot];
           if (r === undefined || r.handle.generation !== generation) return;
-          // Counted, not silent: the oracle's hole check skips these.
-          if (outcome === 'unready') r.dropped.add(group * GROUP_SHIFT + chunk);
           if (outcome === 'unreachable') this.checkUnreachable(r, group, chunk);
         },
-      },
+        cursorMoved: (snap, group, from) => this.checkCursorMove(snap, group, from),
+      }),
       onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
     });
     const wordsPerBlock = config.bytesPerBlock / 4;
@@ -256,7 +257,6 @@ export class World {
     this.starved = new Uint8Array(config.maxRequests);
     this.snapReady = new Int32Array(config.groups.length);
     this.snapCursor = new Int32Array(config.groups.length);
-    this.snapTokenChunks = new Int32Array(config.groups.length);
     this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
   }
 
@@ -442,22 +442,16 @@ export class World {
   /**
    * vLLM's reset_cache: the tier is emptied, jobs in flight become stale,
    * every live request not yet drained stores its chunks again from cursor 0.
-   * The oracle's memory of the epoch that ended goes with it: what the
-   * restarted requests dispatched, dropped or passed, and which keys the tier
-   * held; their hole check then asks the new epoch for every chunk again.
+   * The oracle's memory of the epoch that ended goes with it: which keys the
+   * tier held here, and in the chunk ledger (at each restarted request's new
+   * store epoch) what it dispatched, dropped or passed and where its cursors
+   * were; its hole check then asks the new epoch for every chunk again.
    */
   private reset(): void {
     for (const t of this.jobs) this.staleJobs.add(t.job);
+    // The chunk ledger starts each restarted request's account over at its new store epoch.
     this.planner.reset();
-    this.everDispatched.clear();
     this.published.clear();
-    for (const r of this.requests) {
-      if (r.phase === PENDING || r.phase === RELEASED || this.drained(r)) continue;
-      r.dispatched.clear();
-      r.dropped.clear();
-      r.unreachable.clear();
-      r.cursorSeen.fill(0);
-    }
     for (let s = 0; s < this.dirty.length; s += 1) if (this.slotOwner[s]) this.dirty[s] = 1;
     this.note(
       STORE,
@@ -534,11 +528,31 @@ export class World {
     }
   }
 
+  /**
+   * The specification's check of a cursor move (beside the ledger's, which
+   * reads the planner's own ready prefix): never past the ready prefix of the
+   * snapshot the pass read, recomputed from its facts, nor past the
+   * token-ready chunks once the request ended. Raised after the step.
+   */
+  private checkCursorMove(snap: Readonly<RequestSnapshot>, group: number, from: number): void {
+    if (this.specCursorFinding !== undefined) return;
+    const g = this.config.groups[group]!;
+    const bound = specCursorBound(
+      this.config,
+      snap,
+      g,
+      snap.keyCount[group]!,
+      snap.blockCount[group]!,
+    );
+    const to = snap.cursor[group]!;
+    if (to > from && to > bound) {
+      this.specCursorFinding = `slot ${snap.slot} group ${group}: cursor advanced ${from} -> ${to} past ${bound}, the specification's bound for the snapshot it was read from (keys ${snap.keyCount[group]}, blocks ${snap.blockCount[group]})`;
+    }
+  }
+
   private observeSnapshot(snap: Readonly<RequestSnapshot>): void {
     this.snapSeen = true;
-    this.snapStatus.value = snap.status;
     for (const g of this.config.groups) {
-      this.snapTokenChunks[g.index] = specTokenChunks(this.config, snap, g);
       this.snapReady[g.index] = specReadyChunks(
         this.config,
         snap,
@@ -910,7 +924,6 @@ export class World {
         const [g, p] = this.nullable(r)!;
         const old = this.allocator.nullBlock(r.handle, g, p);
         r.allocated[g]![p] = 0;
-        r.nulled.add(g * GROUP_SHIFT + Math.floor(p / this.config.blocksPerChunk));
         this.pool.release([old]);
         this.markDirty(r);
         this.note(
@@ -969,6 +982,8 @@ export class World {
     const droppedBefore = counters.chunksDroppedForCapacity;
     const failuresBefore = counters.allocationFailures;
     this.snapSeen = false;
+    this.drainAccounts[slot] = undefined;
+    this.ledger.takeCursorFindings(); // another step's (not watched): not this one's
     const job = this.planner.planSlot(slot);
     const gen = r?.handle.generation ?? 0;
     if (r === undefined || r.phase === RELEASED || r.phase === PENDING) {
@@ -981,31 +996,30 @@ export class World {
         `job for generation ${job.generation} while slot ${slot} holds ${gen}`,
       );
     }
-    // Cursor: monotonic, and never above the ready prefix of the snapshot it was advanced from.
-    // A violation is raised once the step is in the trace.
-    let late: [InvariantName, string] | undefined;
+    // Cursor: monotonic, and never above the ready prefix of the snapshot it
+    // was advanced from (the ledger's findings of this step). A violation is
+    // raised once the step is in the trace.
+    const f = this.ledger.takeCursorFindings()[0];
+    const spec = this.specCursorFinding;
+    this.specCursorFinding = undefined;
+    const late: [InvariantName, string] | undefined =
+      f === undefined
+        ? spec === undefined
+          ? undefined
+          : ['cursor-within-ready', `r${r.spec.requestId} ${spec}`]
+        : f.to < f.from
+          ? [
+              'cursor-monotonic',
+              `r${r.spec.requestId} group ${f.group}: cursor moved back ${f.from} -> ${f.to}`,
+            ]
+          : [
+              'cursor-within-ready',
+              `r${r.spec.requestId} group ${f.group}: cursor advanced ${f.from} -> ${f.to} past the ready prefix ${f.ready} it was read with`,
+            ];
     const dropped = counters.chunksDroppedForCapacity > droppedBefore;
     const cursors: number[] = [];
     for (let g = 0; g < this.config.groups.length; g += 1) {
-      const now = Atomics.load(this.state.control, this.state.storeWord(slot, T_CURSOR + g));
-      cursors.push(now);
-      if (!this.snapSeen) continue;
-      const before = r.cursorSeen[g]!;
-      const ready = this.snapReady[g]!;
-      if (now < before) {
-        late ??= [
-          'cursor-monotonic',
-          `r${r.spec.requestId} group ${g}: cursor moved back ${before} -> ${now}`,
-        ];
-      }
-      if (now > before && now > ready) {
-        late ??= [
-          'cursor-within-ready',
-          `r${r.spec.requestId} group ${g}: cursor advanced ${before} -> ${now} past the ready prefix ${ready} it was read with`,
-        ];
-      }
-      if (dropped) for (let c = before; c < now; c += 1) r.dropped.add(g * GROUP_SHIFT + c);
-      r.cursorSeen[g] = now;
+      cursors.push(Atomics.load(this.state.control, this.state.storeWord(slot, T_CURSOR + g)));
     }
     this.starved[slot] = counters.allocationFailures > failuresBefore ? 1 : 0;
     if (job !== undefined) this.dispatch(r, job);
@@ -1021,7 +1035,7 @@ export class World {
     if (r.phase === ENDED && !r.drainChecked) {
       if (this.drained(r)) {
         r.drainChecked = true;
-        this.checkNoHole(r);
+        this.checkNoHole(r, this.drainAccounts[slot]);
       } else if (this.starved[slot] === 1) {
         this.dirty[slot] = 1; // the tier refused the final offer: retried (a bounded number of times)
       }
@@ -1033,7 +1047,6 @@ export class World {
 
   private dispatch(r: WorldRequest, job: StoreJob): void {
     for (const c of job.chunks) {
-      const id = c.group * GROUP_SHIFT + c.chunk;
       // The specification: only chunks past the cursor and ready in the snapshot planned from.
       if (c.chunk < this.snapCursor[c.group]! || c.chunk >= this.snapReady[c.group]!) {
         this.flag(
@@ -1048,14 +1061,12 @@ export class World {
           `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched with key ${c.key.toString(16)}, expected ${expected?.toString(16) ?? 'none (tokens not known)'}`,
         );
       }
-      if (r.dispatched.has(id)) {
+      if (this.ledger.storedTwice(job.slot, job.generation, c.group, c.chunk)) {
         this.flag(
           'double-store',
           `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched twice in generation ${job.generation}`,
         );
       }
-      r.dispatched.add(id);
-      this.everDispatched.add(c.key);
     }
     this.jobs.push({ job, copied: 0 });
     this.jobsDispatched += 1;
@@ -1074,33 +1085,23 @@ export class World {
         `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a load hit aligned to the full-attention chunk reads it`,
       );
     }
-    r.unreachable.add(group * GROUP_SHIFT + chunk);
   }
 
   /**
-   * Invariant 2: every chunk that was token-ready when the request ended
-   * (finished or aborted) was stored, or counted as dropped, or slid out of the
-   * window. Whether its key or block IDs were ever published does not matter:
-   * lag must not hide a hole.
+   * Invariant 2, from the chunk ledger's account of the final pass: every
+   * chunk that was token-ready when the request ended (finished or aborted)
+   * was stored, or counted as dropped, or slid out of the window, or passed as
+   * unreachable. Whether its key or block IDs were ever published does not
+   * matter: lag must not hide a hole.
    */
-  private checkNoHole(r: WorldRequest): void {
-    const status = this.snapStatus.value;
-    if (!this.snapSeen || (status !== Status.finished && status !== Status.aborted)) return;
-    for (const g of this.config.groups) {
-      const tc = this.snapTokenChunks[g.index]!;
-      for (let c = 0; c < tc; c += 1) {
-        const id = g.index * GROUP_SHIFT + c;
-        const key = r.expectedKeys[g.index]![c];
-        if (key !== undefined && this.everDispatched.has(key)) continue;
-        if (r.dropped.has(id)) continue; // dropped for capacity or never ready: counted, not silent
-        if (g.windowChunks !== null && r.nulled.has(id)) continue; // slid out of the window
-        if (r.unreachable.has(id)) continue; // no aligned hit can use it (checked when passed)
-        this.flag(
-          'hole',
-          `r${r.spec.requestId} ${statusName(status)} with ${tc} token-ready chunk${tc === 1 ? '' : 's'} in group ${g.index} (ready prefix ${this.snapReady[g.index]}), but chunk ${c} was never stored (nor counted as dropped)`,
-        );
-      }
-    }
+  private checkNoHole(r: WorldRequest, account: DrainAccount | undefined): void {
+    const hole = account?.firstHole;
+    if (account === undefined || hole === undefined) return;
+    const tc = account.tokenChunksByGroup[hole.group]!;
+    this.flag(
+      'hole',
+      `r${r.spec.requestId} ${statusName(account.status)} with ${tc} token-ready chunk${tc === 1 ? '' : 's'} in group ${hole.group} (ready prefix ${this.snapReady[hole.group]}), but chunk ${hole.chunk} was never stored (nor counted as dropped)`,
+    );
   }
 
   // --------------------------------------------------------------- transfer
@@ -1180,38 +1181,22 @@ export class World {
       return true;
     };
     this.pool.releaseUnpinned();
-    if (this.pool.inUse !== 0 || this.pool.quarantined !== 0) {
-      if (
-        fail(
-          'leak',
-          `GPU pool: ${this.pool.inUse} blocks in use, ${this.pool.quarantined} quarantined after every request ended`,
-        )
-      )
-        return;
-    }
-    for (let b = 0; b < this.config.gpuBlocks; b += 1) {
-      if (Atomics.load(this.state.pins, b) !== 0)
-        if (fail('leak', `block ${b} still pinned`)) return;
-    }
     const stats = this.tier.stats();
-    if (stats.writing !== 0 || stats.reading !== 0 || (stats.retired ?? 0) !== 0) {
-      if (
-        fail(
-          'leak',
-          `tier: ${stats.writing} entries half-written, ${stats.reading} being read, ${stats.retired ?? 0} slots retired by a reset`,
-        )
-      )
-        return;
-    }
-    if (this.scheduler.freeSlotCount !== this.config.maxRequests) {
-      if (
-        fail(
-          'leak',
-          `${this.config.maxRequests - this.scheduler.freeSlotCount} request slots still held`,
-        )
-      )
-        return;
-    }
+    // The runtime's leak report, from what this world's roles hold (no engine queue, no loads).
+    const leak = describeLeak(
+      leakReportOf(this.state, {
+        scheduler: { pending: 0 },
+        allocator: { inUse: this.pool.inUse, quarantined: this.pool.quarantined },
+        store: {
+          // Slots a reset retired count as writes never finished (the runtime's leftovers do the same).
+          tierWriting: stats.writing + (stats.retired ?? 0),
+          tierReading: stats.reading,
+          jobsInFlight: this.planner.jobsHeld,
+          loadLocks: 0,
+        },
+      }),
+    );
+    if (leak !== undefined && fail('leak', leak)) return;
     for (const [key, positions] of this.published) {
       const slot = this.tier.slotOf(key);
       if (slot === undefined) continue;

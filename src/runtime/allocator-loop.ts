@@ -15,6 +15,8 @@ import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
 import { ANS_ALLOCATED, ANS_RELEASED, OP_ALLOC, OP_END, OP_NULL, OP_PREEMPT } from './protocol.js';
 import { Prng } from '../prng.js';
+import { AGAIN, ALLOCATOR_BUSY_PARK_MS, park, ringOthers } from './role-loop.js';
+import type { RoleLoop, RoleWait } from './role-loop.js';
 import type { SpscRing } from './rings.js';
 import { publishStat } from './stats.js';
 
@@ -55,7 +57,7 @@ interface PendingEnd {
 /** Records handled per step: keeps each step bounded. */
 const RECORDS_PER_STEP_MAX = 256;
 
-export class AllocatorLoop {
+export class AllocatorLoop implements RoleLoop {
   readonly pool: GpuBlockPool;
   private readonly views: RuntimeViews;
   private readonly role: AllocatorRole;
@@ -69,6 +71,7 @@ export class AllocatorLoop {
   private readonly ends: PendingEnd[] = [];
   private publishLagMsMax = 0;
   private readonly awaitDrained: boolean;
+  private readonly wakeOthers: () => void;
 
   constructor(views: RuntimeViews, options: AllocatorLoopOptions) {
     this.views = views;
@@ -81,6 +84,23 @@ export class AllocatorLoop {
     this.random = new Prng(options.lag.seed, 0xa11c);
     this.now = options.now ?? (() => performance.now());
     this.awaitDrained = options.awaitDrained ?? true;
+    this.wakeOthers = ringOthers(views, 'allocator');
+  }
+
+  /** Idle with publications still lagging: a short park; otherwise the longest. */
+  wait(did: boolean): RoleWait {
+    if (did) return AGAIN;
+    return park(this.busy ? ALLOCATOR_BUSY_PARK_MS : undefined);
+  }
+
+  /** Copies that finished before main stopped this role: their unpinned quarantined blocks go back. */
+  stop(): void {
+    this.step();
+  }
+
+  final(): Record<string, number> {
+    const { pool } = this;
+    return { inUse: pool.inUse, quarantined: pool.quarantined, available: pool.available };
   }
 
   /** Work left that needs a timely wake-up even with no new records. */
@@ -97,6 +117,7 @@ export class AllocatorLoop {
     if (this.freeDrained()) did = true;
     if (this.pool.quarantined > 0 && this.pool.releaseUnpinned() > 0) did = true;
     this.publishStats();
+    if (did) this.wakeOthers();
     return did;
   }
 

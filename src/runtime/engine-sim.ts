@@ -28,6 +28,8 @@ import type { RequestHandle } from '../roles/handle.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { RuntimeViews } from './buffers.js';
 import { CONTROL_CLOSING } from './thread-words.js';
+import { AGAIN, ENGINE_BUSY_PARK_MS, park } from './role-loop.js';
+import type { RoleLoop, RoleWait } from './role-loop.js';
 import { Outbox } from './outbox.js';
 import {
   ANS_ALLOCATED,
@@ -276,7 +278,7 @@ const ALLOC_RETRY_MS = 1;
 /** Share of the pool kept free at admission. */
 const WATERMARK_FRACTION = 0.02;
 
-export class EngineSimulator {
+export class EngineSimulator implements RoleLoop {
   readonly options: EngineOptions;
   private readonly views: RuntimeViews;
   private readonly scheduler: SchedulerRole;
@@ -372,6 +374,18 @@ export class EngineSimulator {
   /** Requests not yet ended. */
   get pending(): number {
     return this.byId.size;
+  }
+
+  /** Idle with requests in it (a lookup's back-off, pool pressure): a short park; empty: the longest. */
+  wait(did: boolean): RoleWait {
+    if (did) return AGAIN;
+    return park(this.pending > 0 ? ENGINE_BUSY_PARK_MS : undefined);
+  }
+
+  stop(): void {}
+
+  final(): Record<string, number> {
+    return { pending: this.pending };
   }
 
   /** One bounded unit of work; true when anything happened. */

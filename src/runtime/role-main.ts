@@ -1,6 +1,8 @@
 // What each role worker runs: attach to the shared buffers, build the role's
-// loop from src/runtime, step it until main raises the role's stop word, park
-// on the role's doorbell when idle (bounded), then report and return. The
+// loop object from src/runtime (role-loop.ts), step it until main raises the
+// role's stop word, wait after each step as the loop says (a bounded park on
+// the role's doorbell, or a pause) on the real clock, then report and return.
+// The runtime fuzz target runs the same loop objects on a virtual clock. The
 // files in workers/ only call these.
 import type { MessagePort } from 'node:worker_threads';
 import type { Config } from '../config.js';
@@ -16,9 +18,10 @@ import type { Doorbell } from './doorbell.js';
 import { EngineSimulator } from './engine-sim.js';
 import type { EngineOptions } from './engine-sim.js';
 import { HasherLoop } from './hasher-loop.js';
-import { CONTROL_STOP, DOORBELLS, PARK_MS_MAX } from './thread-words.js';
+import { CONTROL_STOP } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
-import { Prng } from '../prng.js';
+import { ringOthers } from './role-loop.js';
+import type { RoleLoop, RoleWait } from './role-loop.js';
 import { MemorySampler, roleMemorySlot, transferMemorySlot } from './memory.js';
 import { asStartRefusal } from './start-refusal.js';
 import type { StartRefusal } from './start-refusal.js';
@@ -31,7 +34,7 @@ import { SharedResetFailedError, TransferBackendFailedError } from '../errors.js
 import { TierCascade } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { LowerTierName, LowerTierSwitches, TierStoreSample } from '../tier/lower.js';
-import type { StoreLoopOptions } from './store-loop.js';
+import type { StoreLoopOptions } from './store-options.js';
 
 export type RoleName = DoorbellName;
 
@@ -98,116 +101,56 @@ export async function runRole(data: RoleWorkerData, port: MessagePort): Promise<
   const views = new RuntimeViews(data.config, data.buffers);
   const stopped = () => Atomics.load(views.control, CONTROL_STOP[data.role]) === 1;
   const bell = views.doorbell(data.role);
-  const others = DOORBELLS.filter((d) => d !== data.role).map((d) => views.doorbell(d));
-  const wakeOthers = () => {
-    for (const b of others) b.ring();
-  };
   const fault = data.fault?.role === data.role ? data.fault.afterSteps : Infinity;
   const post = (m: RoleMessage) => port.postMessage(m);
   const memory = new MemorySampler(data.buffers.memory, roleMemorySlot(data.role));
   memory.sample();
-
-  if (data.role === 'scheduler') {
-    const hashing = await loadHashing(data.config.keyHash);
-    const engine = new EngineSimulator(
-      views,
-      hashing,
-      { ended: (summary) => post({ type: 'ended', summary }) },
-      data.simulator,
-      wakeOthers,
-      undefined,
-      data.gpu ? new GpuEngineKv(data.gpu, bell) : undefined,
-    );
-    post({ type: 'ready', role: data.role });
-    syncLoop(
-      () => engine.step(),
-      bell,
-      stopped,
-      () => (engine.pending > 0 ? 2 : PARK_MS_MAX),
-      fault,
-      data.role,
-      memory,
-    );
-    post({ type: 'final', role: data.role, report: { pending: engine.pending } });
-  } else if (data.role === 'hasher') {
-    const hashing = await loadHashing(data.config.keyHash);
-    const loop = new HasherLoop(views, hashing, { hashesPerWake: data.hasher.hashesPerWake });
-    const random = new Prng(data.hasher.seed, 0x4a54);
-    const lagCell = new Int32Array(new SharedArrayBuffer(4));
-    post({ type: 'ready', role: data.role });
-    syncLoop(
-      () => {
-        const did = loop.step();
-        if (did) {
-          wakeOthers();
-          // Lag on purpose: a random pause after publishing, not cut short by the doorbell.
-          const ms = random.next() * data.hasher.jitterMs;
-          if (ms >= 0.05) Atomics.wait(lagCell, 0, 0, ms);
-        }
-        return did;
-      },
-      bell,
-      stopped,
-      () => PARK_MS_MAX,
-      fault,
-      data.role,
-      memory,
-    );
-    post({ type: 'final', role: data.role, report: {} });
-  } else if (data.role === 'allocator') {
-    const loop = new AllocatorLoop(views, {
-      lag: data.allocator,
-      unsafeIgnorePins: data.allocator.unsafeIgnorePins,
-      awaitDrained: data.allocator.awaitDrained,
-    });
-    post({ type: 'ready', role: data.role });
-    syncLoop(
-      () => {
-        const did = loop.step();
-        if (did) wakeOthers();
-        return did;
-      },
-      bell,
-      stopped,
-      () => (loop.busy ? 1 : PARK_MS_MAX),
-      fault,
-      data.role,
-      memory,
-    );
-    // Copies finished before main stopped us: unpinned quarantined blocks go back.
-    loop.step();
-    post({
-      type: 'final',
-      role: data.role,
-      report: {
-        inUse: loop.pool.inUse,
-        quarantined: loop.pool.quarantined,
-        available: loop.pool.available,
-      },
-    });
-  } else {
-    await runStore(data, views, bell, stopped, wakeOthers, post, port, fault, memory);
+  if (data.role === 'store') {
+    await runStore(data, views, bell, stopped, post, port, fault, memory);
+    return;
   }
-}
-
-function syncLoop(
-  step: () => boolean,
-  bell: Doorbell,
-  stopped: () => boolean,
-  idleParkMs: () => number,
-  fault: number,
-  role: string,
-  memory: MemorySampler,
-): void {
+  const loop = await syncRole(data, views, post);
+  post({ type: 'ready', role: data.role });
   let steps = 0;
+  const pauseCell = new Int32Array(new SharedArrayBuffer(4));
   while (!stopped()) {
     memory.tick();
     const seen = bell.read();
-    const did = step();
+    const did = loop.step();
     if (did) steps += 1;
-    if (steps >= fault) throw new InjectedFault(role, steps);
-    if (!did) bell.park(seen, idleParkMs());
+    if (steps >= fault) throw new InjectedFault(data.role, steps);
+    const wait = loop.wait(did);
+    if (wait.kind === 'park') bell.park(seen, wait.ms);
+    else if (wait.kind === 'pause') Atomics.wait(pauseCell, 0, 0, wait.ms);
   }
+  loop.stop();
+  post({ type: 'final', role: data.role, report: loop.final() });
+}
+
+/** The loop object of a role that runs synchronously on its thread (all but the store). */
+async function syncRole(
+  data: RoleWorkerData,
+  views: RuntimeViews,
+  post: (m: RoleMessage) => void,
+): Promise<RoleLoop> {
+  if (data.role === 'scheduler') {
+    return new EngineSimulator(
+      views,
+      await loadHashing(data.config.keyHash),
+      { ended: (summary) => post({ type: 'ended', summary }) },
+      data.simulator,
+      ringOthers(views, 'scheduler'),
+      undefined,
+      data.gpu ? new GpuEngineKv(data.gpu, views.doorbell('scheduler')) : undefined,
+    );
+  }
+  if (data.role === 'hasher')
+    return new HasherLoop(views, await loadHashing(data.config.keyHash), data.hasher);
+  return new AllocatorLoop(views, {
+    lag: data.allocator,
+    unsafeIgnorePins: data.allocator.unsafeIgnorePins,
+    awaitDrained: data.allocator.awaitDrained,
+  });
 }
 
 /**
@@ -234,7 +177,6 @@ async function runStore(
   views: RuntimeViews,
   bell: Doorbell,
   stopped: () => boolean,
-  wakeOthers: () => void,
   post: (m: RoleMessage) => void,
   port: MessagePort,
   fault: number,
@@ -374,37 +316,27 @@ async function runStore(
       const traces = loop.takeLiveTraces();
       if (traces.length > 0) post({ type: 'traces', traces });
       throw err;
+    } finally {
+      flushJobs();
     }
   };
-  // Step, then park until the bell moves (bounded, and at once if it moved
-  // during the step): the roles' publications, the scheduler's lookups, the
-  // transfer threads' completions and the lower levels' answers all ring it.
-  // After a step that did work, only work no bell announces
-  // (loop.hasWorkLeft(): records past the per-step bound, answers a full ring
-  // refused, slots a pass marked for another visit itself) makes the store
-  // step again after one event-loop turn instead. Parking after every step
-  // without that check was tried and lost all tier hits in 4 of 14 default
-  // simulations on a loaded machine: that leftover work is announced by no
-  // bell, so it waited up to the 20 ms bound, long enough for a preemption
-  // to take the chunks first.
+  // The store's event loop must keep turning (piscina's completions, the
+  // lower levels' answers): it parks with waitAsync and yields a turn where a
+  // synchronous role would step again at once.
   while (!stopped()) {
     memory.tick();
     const seen = bell.read();
     const did = step();
-    flushJobs();
     if (verifies.length > 0) answerVerifies();
     if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
-    if (did) wakeOthers();
-    if (did && loop.hasWorkLeft()) await yieldTurn();
-    else await bell.parkAsync(seen, PARK_MS_MAX);
+    await waitAsync(loop.wait(did), bell, seen);
   }
   // Drain: every dispatched copy completes (and unpins) before we leave.
   const deadline = performance.now() + STORE_DRAIN_MS_MAX;
-  while (loop.jobsInFlight > 0 && performance.now() < deadline) {
-    step();
-    flushJobs();
-    await new Promise<void>((resolve) => setTimeout(resolve, 1));
+  loop.beginDrain();
+  while (!loop.drained && performance.now() < deadline) {
+    await waitAsync(loop.wait(step()), bell, bell.read());
   }
   await backend.close();
   // Lower-level writes still in flight get a bounded time to land; then handles are released.
@@ -415,15 +347,13 @@ async function runStore(
   }
   // A listener keeps the port (and so this thread) alive: drop it so the worker can end.
   port.off('message', onMessage);
-  const left = loop.leftovers();
-  post({
-    type: 'final',
-    role: 'store',
-    report: {
-      jobsInFlight: loop.jobsInFlight,
-      tierWriting: left.writing,
-      tierReading: left.reading,
-      loadLocks: left.locks,
-    },
-  });
+  loop.stop();
+  post({ type: 'final', role: 'store', report: loop.final() });
+}
+
+/** A wait of an async role: one event-loop turn, a park with waitAsync, or a timer. */
+async function waitAsync(wait: RoleWait, bell: Doorbell, seen: number): Promise<void> {
+  if (wait.kind === 'again') await yieldTurn();
+  else if (wait.kind === 'park') await bell.parkAsync(seen, wait.ms);
+  else await new Promise<void>((resolve) => setTimeout(resolve, wait.ms));
 }

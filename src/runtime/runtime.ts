@@ -6,9 +6,8 @@
 // worker messages. Workers are ref'd only while something is pending, so an
 // idle runtime does not keep the process alive, and a pending operation does.
 import { EventEmitter } from 'node:events';
-import type { Worker } from 'node:worker_threads';
 import { resolveConfig } from '../config.js';
-import type { Config, ConfigInput } from '../config.js';
+import type { Config } from '../config.js';
 import {
   ClosedError,
   InvalidArgumentError,
@@ -19,159 +18,53 @@ import {
   TransferBackendFailedError,
   WorkerFailedError,
 } from '../errors.js';
-import { readRuntimeMemory } from './memory.js';
-import { OWNER_ROLES, S_GENERATION } from '../layout.js';
+import { OWNER_ROLES } from '../layout.js';
+import { leakReportOf } from '../leaks.js';
+import type { LeakReport } from '../leaks.js';
 import { closeRoles } from '../roles/claim.js';
-import type { StorePolicy } from '../ready.js';
-import { parseStorePolicy } from '../ready.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_SEED, runtimeConfigInput } from './defaults.js';
-import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from './engine-sim.js';
-import type { EngineOptions, EngineSummary } from './engine-sim.js';
-import { CONTROL_CLOSING, CONTROL_STOP, DOORBELLS, RINGS, STAT_INDEX } from './thread-words.js';
-import type { DoorbellName } from './thread-words.js';
-import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
-import type { FaultInjection, RoleMessage, RoleName, RoleWorkerData } from './role-main.js';
-import { startRefusalError } from './start-refusal.js';
-import { readAllStats } from './stats.js';
+import { runtimeConfigInput } from './defaults.js';
+import { resolveEngineOptions } from './engine-sim.js';
+import type { EngineSummary } from './engine-sim.js';
+import { CONTROL_CLOSING, DOORBELLS, STAT_INDEX } from './thread-words.js';
+import { UNSET } from './protocol.js';
+import type { RoleMessage, RoleName } from './role-main.js';
+import { readAllStats, runtimeCounters } from './stats.js';
 import type { RuntimeStats } from './stats.js';
 import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
-import { spawnWorker, workerUrl } from './worker-files.js';
+import { RoleWorkers } from './role-workers.js';
+import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit, submitRingWords } from './submit-queue.js';
+import {
+  PENDING_SUBMITS_MAX,
+  RUNTIME_OPTION_KEYS,
+  roleWorkerData,
+  validateRuntimeOptions,
+} from './runtime-options.js';
+import type { RuntimeOptions } from './runtime-options.js';
 import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
 import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
-import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
-import type { LowerTierSwitches } from '../tier/lower.js';
-import { refuseUnknownKeys } from '../known-keys.js';
-import type { RedisTlsOptions } from '../tier/redis-access.js';
-import type { KnownKeys } from '../known-keys.js';
-import type { TiersOptions } from '../tier/cascade.js';
-import { validateCacheOptions } from '../tier/policy/index.js';
-import type { CacheOptions } from '../tier/policy/index.js';
 import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
-import { readTierStats } from '../tier/tier-stats.js';
+import { checkShareable } from '../tier/cascade.js';
+import { refuseUnknownKeys } from '../known-keys.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
-import { RuntimeGpu, TRANSFER_BACKENDS } from './runtime-gpu.js';
-import type { TransferBackendName } from './runtime-gpu.js';
+import { RuntimeGpu } from './runtime-gpu.js';
 import type { WebGpuAdapterInfo } from './webgpu-device.js';
 import type { GpuRings } from './webgpu-loop.js';
 import { STREAM_BUFFER_DEFAULT } from '../events/stream.js';
 import type { KvEventStream } from '../events/stream.js';
 import { resolveEventsOptions } from '../events/types.js';
-import type { EventsOptions } from '../events/types.js';
 
 export type { RuntimeStats } from './stats.js';
+export { PENDING_SUBMITS_MAX } from './runtime-options.js';
+export { SUBMIT_RING_WORDS_MAX, submitRingWords } from './submit-queue.js';
+export type { LagOptions, RuntimeOptions } from './runtime-options.js';
 export type { RequestInput } from './request-rules.js';
 export type { VerifyReport, JobEvent } from './store-loop.js';
-
-export interface LagOptions {
-  /** Hash blocks the hasher publishes per slot per wake-up. */
-  hasherHashesPerWake?: number;
-  /** Delay between the allocator answering the scheduler and publishing the block IDs. */
-  allocatorPublishDelayMs?: number;
-  /** Random extra delay in [0, jitterMs) on both. */
-  jitterMs?: number;
-  seed?: number;
-}
-
-export interface RuntimeOptions {
-  /**
-   * Default: DEFAULT_RUNTIME_CONFIG (hybrid: full + sliding-window). A
-   * partial config is merged over it: each field left out takes
-   * DEFAULT_RUNTIME_CONFIG's value (see runtimeConfigInput).
-   */
-  config?: Partial<ConfigInput>;
-  /** Default 'ready-prefix'. */
-  policy?: StorePolicy;
-  /** piscina threads that copy, default 1. */
-  transferThreads?: number;
-  /**
-   * Your own copy backend: a module (a URL, an absolute path or a package name)
-   * exporting `createTransferBackend(arenas, { threads })`, loaded in the store
-   * worker; see docs/embedding.md. Default: kvoff's piscina pool over the arenas.
-   */
-  transferBackendModule?: string | URL;
-  /**
-   * What holds the GPU's KV and copies it: 'shared-memory' (default, host
-   * memory and piscina threads) or 'webgpu' (a WebGPU device on kvoff's GPU
-   * thread through the optional `webgpu` package; with `external`, the
-   * engine's own device, served on its thread with WebGpuCopyServer.serve
-   * over `runtime.webgpuRings`). start() rejects with WebGpuUnavailableError
-   * when the package or an adapter is missing.
-   */
-  transferBackend?: TransferBackendName;
-  lag?: LagOptions;
-  simulator?: Partial<EngineOptions>;
-  /** Record per-pass windows of the first N requests (for the HTML report); 0 by default. */
-  traceSlots?: number;
-  /** Test only: the store does not pin, the pool ignores pins. Shows why pins exist. */
-  unsafeSkipPins?: boolean;
-  /** Test only: each copy sleeps this long first (widens the reuse-mid-copy window). */
-  transferDelayMs?: number;
-  /**
-   * Test only: the lower levels' switches (LowerTierSwitches), e.g.
-   * unsafeKeyWordOnly, which serves an entry whose key word collides. Shows
-   * what each check prevents; never set it otherwise.
-   */
-  unsafeTierSwitches?: LowerTierSwitches;
-  /** Test only: make one role's worker throw after N loop steps. */
-  faultInjection?: FaultInjection;
-  /** Submits pending at once before submit() rejects with QueueFullError; default PENDING_SUBMITS_MAX. */
-  pendingSubmitsMax?: number;
-  /** Bound on every wait of close() (ms), default 60,000. */
-  closeTimeoutMs?: number;
-  /**
-   * How long an ended request waits, with no new key or block ID arriving,
-   * before what is still missing is counted as dropped (chunksDroppedUnready), in ms;
-   * default FINAL_WAIT_MS_MAX (1,000). It matters when a host never calls
-   * settle() (external mode): its requests drain after this wait.
-   */
-  finalWaitMsMax?: number;
-  /**
-   * Store copies that may fail in a row before the backend is taken as
-   * broken and the runtime fails (WorkerFailedError naming 'transfer', cause
-   * TransferBackendFailedError); default TRANSFER_FAILURES_MAX (16). A single
-   * failed copy only fails its job: its chunks are counted in
-   * chunksTransferFailed and the runtime goes on.
-   */
-  transferFailuresMax?: number;
-  /**
-   * The host program feeds scheduler and allocator events itself through
-   * `runtime.external` (or from its own workers via attachExternal); the
-   * runtime runs the hasher, the store and the transfer pool. submit() is then
-   * unavailable.
-   */
-  external?: boolean;
-  /**
-   * Levels below host memory: a disk directory that survives restarts and a
-   * Redis Cluster that engine instances share. Host only by default.
-   */
-  tiers?: TiersOptions;
-  /**
-   * false: offloading off, the baseline an engine without kvoff would be. No
-   * store worker and no transfer pool start; the engine opens every request
-   * with maxOffloadTokens 0 and asks for no tier prefix, and the allocator
-   * frees a request's blocks as soon as it ends (no drained mark to wait for).
-   * verify() is then unavailable. Default true.
-   */
-  offload?: boolean;
-  /**
-   * KV events of every tier change (vLLM's BlockStored, BlockRemoved,
-   * AllBlocksCleared): to `events()` streams, and over ZeroMQ with an
-   * endpoint. Off by default (nothing is captured, zeromq is never loaded).
-   */
-  events?: EventsOptions;
-  /**
-   * The host tier's cache policy ('lru' by default, 'arc', 's3-fifo') and
-   * admission threshold (storeThreshold: store a chunk only once lookups
-   * asked for it that many times, vLLM's store_threshold; 1 by default).
-   */
-  cache?: CacheOptions;
-}
 
 export interface RequestSummary {
   requestId: number;
@@ -192,16 +85,8 @@ export interface RequestSummary {
   reason?: string;
 }
 
-/** What close() found left over; every field is 0 after a clean run. */
-export interface LeakReport {
-  blocksInUse: number;
-  blocksQuarantined: number;
-  pinsOutstanding: number;
-  slotsInUse: number;
-  tierEntriesWriting: number;
-  tierEntriesReading: number;
-  jobsInFlight: number;
-}
+/** What close() found left over (one shape for every driver, src/leaks.ts); every field is 0 after a clean run. */
+export type { LeakReport } from '../leaks.js';
 
 /** Per-pass windows of traced requests (one definition, in the recorder); `trace()` makes `atMs` relative to the start. */
 export type { TracedPass as TracePass, TracedRequest as RequestTrace } from './trace-recorder.js';
@@ -210,25 +95,6 @@ const ROLES: readonly RoleName[] = DOORBELLS;
 
 /** What `OffloadRuntime.start({ external: true })` resolves to: `external` is always there. */
 export type ExternalRuntime = OffloadRuntime & { readonly external: ExternalHost };
-
-/** Submits pending at once; beyond this submit() rejects with QueueFullError (bounds every queue behind it). */
-export const PENDING_SUBMITS_MAX = 1 << 16;
-
-/** Largest submit ring (16 MiB); a bigger explicit prompt is refused by submit(). */
-export const SUBMIT_RING_WORDS_MAX = 1 << 22;
-
-/**
- * Submit ring capacity: room for the largest record submit() can send (an
- * explicit prompt of maxTokensPerRequest - 1 tokens, its 8 header words and
- * the 2 load-limit words) since a ring record holds at most half the ring,
- * but not below the default and not above SUBMIT_RING_WORDS_MAX.
- */
-export function submitRingWords(config: Pick<Config, 'maxTokensPerRequest'>): number {
-  const recordWords = 8 + (config.maxTokensPerRequest - 1) + 2;
-  let words: number = RINGS.submit.words;
-  while (words < SUBMIT_RING_WORDS_MAX && (words >> 1) - 1 < recordWords) words *= 2;
-  return words;
-}
 
 interface Pending {
   resolve: (s: RequestSummary) => void;
@@ -245,22 +111,19 @@ export class OffloadRuntime {
   private readonly roles: readonly RoleName[];
   private readonly views: RuntimeViews;
   private readonly options: RuntimeOptions;
-  private readonly workers = new Map<RoleName, Worker>();
-  private readonly stopping = new Set<RoleName>();
-  private readonly exited = new Map<RoleName, Promise<void>>();
+  private readonly workers: RoleWorkers;
   private readonly finals = new Map<RoleName, Record<string, number>>();
   /** Why each lower level is degraded, as the store last said. */
   private readonly tierProblems = new Map<LowerTierName, string>();
-  /** Called when a role's final report arrives (stop() waits on it). */
-  private readonly onFinal = new Map<RoleName, () => void>();
   private readonly pending = new Map<number, Pending>();
   /** verify() calls the store has not answered yet: each settles exactly once. */
   private readonly verifies = new Map<number, PendingVerify>();
   /** reset() calls the store has not answered yet: each settles exactly once. */
   private readonly resets = new Map<number, PendingReset>();
   private readonly emitter = new EventEmitter();
-  private readonly backlog: number[][] = [];
-  private backlogTimer: NodeJS.Timeout | undefined;
+  /** Submissions the full submit ring refused, retried on a timer. */
+  private readonly submits: SubmitQueue;
+  private submitTimer: NodeJS.Timeout | undefined;
   private nextRequestId = 1;
   private nextVerifyId = 1;
   private failure: WorkerFailedError | undefined;
@@ -287,6 +150,12 @@ export class OffloadRuntime {
       { events: options.events !== undefined && options.offload !== false },
     );
     this.views = new RuntimeViews(config, this.buffers);
+    this.submits = new SubmitQueue(this.views.ring('submit'), this.views.doorbell('scheduler'));
+    this.workers = new RoleWorkers(this.views, {
+      message: (m) => this.onMessage(m),
+      fail: (role, cause) => this.fail(role, cause),
+      failure: () => this.failure,
+    });
     this.external = options.external
       ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
       : undefined;
@@ -306,7 +175,7 @@ export class OffloadRuntime {
     }
     refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
     const config = resolveConfig(runtimeConfigInput(options.config));
-    validateOptions(options);
+    validateRuntimeOptions(options);
     // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
     if (options.tiers !== undefined) checkShareable(options.tiers, config);
     // A bad backend module is refused here, as a typed error, before any worker starts.
@@ -365,7 +234,7 @@ export class OffloadRuntime {
     }
     let record: number[];
     try {
-      record = this.encode(validateRequestInput(req, this.config), this.nextRequestId);
+      record = encodeRequest(validateRequestInput(req, this.config), this.nextRequestId);
     } catch (err) {
       return Promise.reject(err instanceof Error ? err : new Error(String(err)));
     }
@@ -427,49 +296,13 @@ export class OffloadRuntime {
   stats(): RuntimeStats {
     const s = readAllStats(this.views.stats);
     return {
-      requests: s.requests,
-      completed: s.completed,
-      aborted: s.aborted,
-      preemptions: s.preemptions,
-      chunksStored: s.chunksStored,
-      chunksDeferred: s.chunksDeferred,
-      chunksSkippedUnready: s.chunksSkippedUnready,
-      chunksDeferredThenStored: s.chunksDeferredThenStored,
-      allocationRetries: s.allocationRetries,
-      tierHits: s.tierHits,
-      bytesCopied: s.bytesCopied,
-      pinsOutstanding: this.pinsOutstanding(),
-      snapshotRetries: s.snapshotRetries,
-      jobsInFlight: s.jobsInFlight,
-      tierUsed: s.tierUsed,
-      tierCapacity: this.config.tierChunks,
-      holes: s.holes,
-      mismatches: s.loadMismatches + s.verifyMismatches,
-      chunksDroppedForCapacity: s.chunksDroppedForCapacity,
-      chunksDroppedUnready: s.chunksDroppedUnready,
-      chunksUnreachable: s.chunksUnreachable,
-      lookupsDeferred: s.lookupsDeferred,
-      lookupsRetried: s.lookupsRetried,
-      storesBelowThreshold: s.storesBelowThreshold,
-      lookupCalls: s.lookupCalls,
-      lookupCallSeconds: s.lookupCallUs / 1e6,
-      lookupsResolvedAfterDefer: s.lookupsResolvedAfterDefer,
-      lookupDeferredSeconds: s.lookupDeferredUs / 1e6,
-      lookupWaitMsMax: s.lookupWaitMsMax,
-      stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
-      recordsRefused: s.recordsRefused,
-      resets: s.resets,
-      chunksDiscardedByReset: s.chunksDiscardedByReset,
-      jobsTransferFailed: s.jobsTransferFailed,
-      chunksTransferFailed: s.chunksTransferFailed,
-      jobsHeld: s.jobsHeld,
-      tiers: readTierStats(
-        this.views.tierStats,
-        new Set((['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined)),
-        this.options.tiers?.secret !== undefined,
-        this.tierProblems,
-      ),
-      memory: readRuntimeMemory(this.views.memory),
+      ...runtimeCounters(this.views, s, {
+        configured: new Set(
+          (['disk', 'redis'] as const).filter((t) => this.options.tiers?.[t] !== undefined),
+        ),
+        authenticated: this.options.tiers?.secret !== undefined,
+        problems: this.tierProblems,
+      }),
       ...(this.hub ? { events: this.hub.stats(s.eventsQueued, s.eventsDropped) } : {}),
       ...(this.failure
         ? {
@@ -630,102 +463,15 @@ export class OffloadRuntime {
   // --- internals ---
 
   private async spawnAll(): Promise<void> {
-    const lag = this.options.lag ?? {};
-    const seed = lag.seed ?? DEFAULT_SEED;
-    const base: Omit<RoleWorkerData, 'role'> = {
-      config: this.config,
-      buffers: this.buffers,
-      hasher: {
-        hashesPerWake: lag.hasherHashesPerWake ?? 64,
-        jitterMs: lag.jitterMs ?? 1,
-        seed,
-      },
-      allocator: {
-        publishDelayMs: lag.allocatorPublishDelayMs ?? 1,
-        jitterMs: lag.jitterMs ?? 1,
-        seed,
-        unsafeIgnorePins: this.options.unsafeSkipPins ?? false,
-        awaitDrained: this.options.offload !== false,
-      },
-      store: {
-        transferThreads: this.options.transferThreads ?? 1,
-        unsafeSkipPins: this.options.unsafeSkipPins ?? false,
-        transferDelayMs: this.options.transferDelayMs ?? 0,
-        traceRequests: this.options.traceSlots ?? 0,
-        ...(this.options.cache ? { cache: this.options.cache } : {}),
-        ...(this.options.finalWaitMsMax !== undefined
-          ? { finalWaitMsMax: this.options.finalWaitMsMax }
-          : {}),
-        ...(this.options.transferFailuresMax !== undefined
-          ? { transferFailuresMax: this.options.transferFailuresMax }
-          : {}),
-        ...(this.options.transferBackendModule !== undefined
-          ? { transferBackendModule: backendModuleHref(this.options.transferBackendModule) }
-          : {}),
-      },
-      simulator: {
-        seed,
-        ...this.options.simulator,
-        // No store answers lookups or stores chunks: the engine asks for neither.
-        ...(this.options.offload === false ? { offload: false, loadFromTier: false } : {}),
-      },
-      policy: this.options.policy ?? 'ready-prefix',
-      ...(this.options.tiers ? { tiers: this.options.tiers } : {}),
-      ...(this.options.unsafeTierSwitches ? { tierSwitches: this.options.unsafeTierSwitches } : {}),
-      ...(this.options.faultInjection ? { fault: this.options.faultInjection } : {}),
-      ...(this.gpu ? { gpu: this.gpu.rings } : {}),
-    };
-    const ready = this.roles.map((role) => this.spawn(role, { ...base, role }));
+    const base = roleWorkerData(this.config, this.buffers, this.options, this.gpu?.rings);
+    const ready = this.roles.map((role) => this.workers.spawn(role, { ...base, role }));
     try {
       await Promise.all(ready);
     } catch (err) {
-      await this.terminateAll();
+      await this.workers.terminateAll(this.roles);
       throw err;
     }
     this.updateRef();
-  }
-
-  private spawn(role: RoleName, data: RoleWorkerData): Promise<void> {
-    let worker: Worker;
-    try {
-      worker = spawnWorker(workerUrl(role), { workerData: data, name: `kvoff-${role}` });
-    } catch (err) {
-      // new Worker throws synchronously (Node's permission model without
-      // --allow-worker, a refused flag): a rejection, so start() ends the roles
-      // already spawned instead of leaving them running behind the throw.
-      return Promise.reject(new WorkerFailedError(role, spawnRefusal(err)));
-    }
-    this.workers.set(role, worker);
-    let exitResolve!: () => void;
-    this.exited.set(role, new Promise<void>((r) => (exitResolve = r)));
-    return new Promise<void>((resolve, reject) => {
-      let started = false;
-      worker.on('message', (m: RoleMessage) => {
-        if (m.type === 'ready') {
-          started = true;
-          resolve();
-        } else if (m.type === 'startRefused') {
-          // The worker returns after this: its exit is expected, not a failure.
-          this.stopping.add(role);
-          reject(startRefusalError(m.error));
-        } else this.onMessage(m);
-      });
-      worker.on('error', (err) => {
-        this.fail(role, err);
-        if (!started) reject(this.failure ?? new WorkerFailedError(role, err));
-      });
-      worker.on('exit', (code) => {
-        exitResolve();
-        this.workers.delete(role);
-        if (!this.stopping.has(role)) this.fail(role, `exited unexpectedly with code ${code}`);
-        // Ended by the runtime because another role failed first: report that one.
-        if (!started)
-          reject(
-            this.failure ??
-              new WorkerFailedError(role, `exited with code ${code} before it started`),
-          );
-      });
-    });
   }
 
   private onMessage(m: RoleMessage): void {
@@ -781,7 +527,6 @@ export class OffloadRuntime {
       }
       case 'final':
         this.finals.set(m.role, m.report);
-        this.onFinal.get(m.role)?.();
         return;
       case 'traces':
         // Traced requests the store saw before it failed, up to the failure.
@@ -825,7 +570,7 @@ export class OffloadRuntime {
     this.rejectVerifies(this.failure);
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
-    void this.terminateAll();
+    void this.workers.terminateAll(this.roles);
     void this.gpu?.close();
   }
 
@@ -837,58 +582,19 @@ export class OffloadRuntime {
     for (const v of pending) v.reject(err);
   }
 
-  private async terminateAll(): Promise<void> {
-    for (const role of this.roles) this.stopping.add(role);
-    await Promise.all([...this.workers.values()].map((w) => w.terminate()));
-  }
-
-  /** A record for the submit ring; `req` passed validateRequestInput (the one validator). */
-  private encode(req: RequestInput, requestId: number): number[] {
-    const tokens = req.promptTokens;
-    const length = tokens?.length ?? req.promptLength!;
-    const record = [
-      OP_SUBMIT,
-      requestId,
-      length,
-      req.prefixId ?? UNSET,
-      // A prefixId alone shares the whole prompt: the same id and length give the same prompt.
-      req.sharedPrefixTokens ?? (req.prefixId !== undefined ? length : 0),
-      req.maxDecodeTokens ?? UNSET,
-      req.abortAfterTokens ?? UNSET,
-    ];
-    record.push(tokens?.length ?? 0);
-    if (tokens) for (const t of tokens) record.push(t);
-    if (
-      req.maxLoadTokens !== undefined ||
-      req.skipReadingPrefixCache === true ||
-      req.cacheSalt !== undefined
-    ) {
-      record.push(req.maxLoadTokens ?? UNSET, req.skipReadingPrefixCache === true ? 1 : 0);
-    }
-    if (req.cacheSalt !== undefined) pushText(record, req.cacheSalt);
-    return record;
-  }
-
+  /** Onto the submit ring, behind what is queued; a full ring is retried on a timer (main never waits on shared memory). */
   private send(record: number[]): void {
-    const ring = this.views.ring('submit');
-    if (this.backlog.length === 0 && ring.push(record)) {
-      this.views.doorbell('scheduler').ring();
-      return;
-    }
-    this.backlog.push(record);
-    this.flushBacklog();
+    this.submits.enqueue(record);
+    this.flushSubmits();
   }
 
-  /** The submit ring was full: retry on a timer (main never waits on shared memory). */
-  private flushBacklog(): void {
-    const ring = this.views.ring('submit');
-    while (this.backlog.length > 0 && ring.push(this.backlog[0]!)) this.backlog.shift();
-    this.views.doorbell('scheduler').ring();
-    if (this.backlog.length > 0 && this.backlogTimer === undefined && !this.failure) {
-      this.backlogTimer = setTimeout(() => {
-        this.backlogTimer = undefined;
-        this.flushBacklog();
-      }, 1);
+  private flushSubmits(): void {
+    this.submits.flush();
+    if (this.submits.queued > 0 && this.submitTimer === undefined && !this.failure) {
+      this.submitTimer = setTimeout(() => {
+        this.submitTimer = undefined;
+        this.flushSubmits();
+      }, SUBMIT_RETRY_MS);
     }
   }
 
@@ -904,18 +610,7 @@ export class OffloadRuntime {
 
   /** Workers keep the process alive exactly while something is pending. */
   private updateRef(): void {
-    const keep = this.refs > 0 || (this.closing !== undefined && !this.closed);
-    for (const w of this.workers.values()) {
-      if (keep) w.ref();
-      else w.unref();
-    }
-  }
-
-  private pinsOutstanding(): number {
-    const pins = this.views.state.pins;
-    let n = 0;
-    for (let b = 0; b < pins.length; b += 1) n += Atomics.load(pins, b);
-    return n;
+    this.workers.ref(this.refs > 0 || (this.closing !== undefined && !this.closed));
   }
 
   private async doClose(): Promise<void> {
@@ -930,12 +625,12 @@ export class OffloadRuntime {
       // Stop in dependency order: engine, then store (drains copies), then allocator (frees quarantine), hasher.
       for (const role of ['scheduler', 'store', 'allocator', 'hasher'] as const) {
         if (this.failure) break;
-        await this.stop(role, deadline);
+        await this.workers.stop(role, deadline);
         // The store is gone: a verify it did not answer never will be.
         if (role === 'store') this.rejectVerifies(new ClosedError('runtime'));
       }
     }
-    await this.terminateAll();
+    await this.workers.terminateAll(this.roles);
     // The store has stopped: no copy is asked for any more, and none is in flight.
     await this.gpu?.close();
     // The store has stopped: what it queued is published, then the streams end.
@@ -944,7 +639,7 @@ export class OffloadRuntime {
     this.rejectVerifies(this.failure ?? new ClosedError('runtime'));
     // Role views (the host's in external mode) refuse every write from now on.
     closeRoles(this.views.state, OWNER_ROLES);
-    if (this.backlogTimer) clearTimeout(this.backlogTimer);
+    if (this.submitTimer) clearTimeout(this.submitTimer);
     for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
     this.pending.clear();
     this.leaks = this.leakCheck();
@@ -953,30 +648,6 @@ export class OffloadRuntime {
     // only awaited it).
     if (this.failure !== undefined) throw this.failure;
     if (Date.now() > deadline) throw new TimeoutError('OffloadRuntime.close', timeoutMs);
-  }
-
-  private async stop(role: RoleName, deadline: number): Promise<void> {
-    const exited = this.exited.get(role);
-    if (!this.workers.has(role) || exited === undefined) return;
-    this.stopping.add(role);
-    Atomics.store(this.views.control, CONTROL_STOP[role as DoorbellName], 1);
-    this.views.doorbell(role).ring();
-    const ms = Math.max(0, deadline - Date.now());
-    let timer: NodeJS.Timeout | undefined;
-    let grace: NodeJS.Timeout | undefined;
-    // A role that sent its final report has nothing left to do: if a stray
-    // handle (a socket a library left open) keeps its thread alive, it is
-    // ended after a short grace instead of at the close deadline.
-    const reported = new Promise<void>((resolve) => {
-      const after = () => (grace = setTimeout(resolve, FINAL_EXIT_GRACE_MS));
-      if (this.finals.has(role)) after();
-      else this.onFinal.set(role, after);
-    });
-    await Promise.race([exited, reported, new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
-    clearTimeout(timer);
-    clearTimeout(grace);
-    this.onFinal.delete(role);
-    await this.workers.get(role)?.terminate();
   }
 
   private until(done: () => boolean, deadline: number): Promise<void> {
@@ -990,34 +661,24 @@ export class OffloadRuntime {
   }
 
   private leakCheck(): LeakReport {
-    const { state } = this.views;
-    let slots = 0;
-    for (let s = 0; s < this.config.maxRequests; s += 1) {
-      if ((Atomics.load(state.control, state.schedulerWord(s, S_GENERATION)) & 1) === 1) slots += 1;
-    }
     // The host's pool: copies are drained, so quarantined blocks can go back first.
     this.external?.pool.releaseUnpinned();
-    const alloc = this.external
+    const allocator = this.external
       ? { inUse: this.external.pool.inUse, quarantined: this.external.pool.quarantined }
       : this.finals.get('allocator');
     // No store ran (offload: false): it cannot have left tier entries or jobs.
     const store = this.options.offload === false ? noStoreFinal : this.finals.get('store');
-    return {
-      blocksInUse: alloc?.inUse ?? -1,
-      blocksQuarantined: alloc?.quarantined ?? -1,
-      pinsOutstanding: this.pinsOutstanding(),
-      slotsInUse: slots,
-      tierEntriesWriting: store?.tierWriting ?? -1,
-      tierEntriesReading: store?.tierReading ?? -1,
-      jobsInFlight: store?.jobsInFlight ?? -1,
-    };
+    // No engine ran (external): the host holds its own requests.
+    const scheduler = this.external ? { pending: 0 } : this.finals.get('scheduler');
+    return leakReportOf(this.views.state, {
+      ...(scheduler ? { scheduler } : {}),
+      ...(allocator ? { allocator } : {}),
+      ...(store ? { store } : {}),
+    });
   }
 }
 
 const statIndexVerify = STAT_INDEX.verifyMismatches;
-
-/** How long a role may stay alive after its final report before it is terminated. */
-const FINAL_EXIT_GRACE_MS = 1_000;
 
 /** The most specific code: the cause's (TransferBackendFailedError) when it has one. */
 function failureCode(err: WorkerFailedError): string {
@@ -1025,7 +686,12 @@ function failureCode(err: WorkerFailedError): string {
   return typeof code === 'string' && code.startsWith('KVOFF_') ? code : err.code;
 }
 
-const noStoreFinal: Record<string, number> = { tierWriting: 0, tierReading: 0, jobsInFlight: 0 };
+const noStoreFinal: Record<string, number> = {
+  tierWriting: 0,
+  tierReading: 0,
+  jobsInFlight: 0,
+  loadLocks: 0,
+};
 
 interface PendingVerify {
   resolve: (r: VerifyReport) => void;
@@ -1037,196 +703,19 @@ interface PendingReset {
   reject: (e: Error) => void;
 }
 
-/** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
-const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
-  config: true,
-  policy: true,
-  transferThreads: true,
-  transferBackendModule: true,
-  transferBackend: true,
-  lag: true,
-  simulator: true,
-  traceSlots: true,
-  unsafeSkipPins: true,
-  transferDelayMs: true,
-  faultInjection: true,
-  pendingSubmitsMax: true,
-  closeTimeoutMs: true,
-  finalWaitMsMax: true,
-  transferFailuresMax: true,
-  external: true,
-  tiers: true,
-  offload: true,
-  cache: true,
-  events: true,
-  unsafeTierSwitches: true,
-};
-const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
-  hasherHashesPerWake: true,
-  allocatorPublishDelayMs: true,
-  jitterMs: true,
-  seed: true,
-};
-/** The simulator's options are exactly those DEFAULT_ENGINE_OPTIONS gives a value. */
-const ENGINE_OPTION_KEYS = Object.fromEntries(
-  Object.keys(DEFAULT_ENGINE_OPTIONS).map((k) => [k, true as const]),
-) as KnownKeys<EngineOptions>;
-const TIERS_OPTION_KEYS: KnownKeys<TiersOptions> = {
-  disk: true,
-  redis: true,
-  secret: true,
-  optional: true,
-};
-const DISK_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['disk']>> = {
-  dir: true,
-  bytesMax: true,
-  freeBytesMin: true,
-  fdatasync: true,
-  writesQueuedBytesMax: true,
-  openTimeoutMs: true,
-};
-const REDIS_OPTION_KEYS: KnownKeys<NonNullable<TiersOptions['redis']>> = {
-  urls: true,
-  timeoutMs: true,
-  username: true,
-  password: true,
-  tls: true,
-  insecure: true,
-  storesInFlightMax: true,
-  storesQueuedBytesMax: true,
-};
-const REDIS_TLS_OPTION_KEYS: KnownKeys<RedisTlsOptions> = {
-  ca: true,
-  cert: true,
-  key: true,
-  servername: true,
-};
-
-function refuseUnknownTierKeys(tiers: object): void {
-  refuseUnknownKeys(tiers, TIERS_OPTION_KEYS, 'tiers.');
-  const { disk, redis } = tiers as TiersOptions;
-  if (typeof disk === 'object' && disk !== null)
-    refuseUnknownKeys(disk, DISK_OPTION_KEYS, 'tiers.disk.');
-  if (typeof redis === 'object' && redis !== null) {
-    refuseUnknownKeys(redis, REDIS_OPTION_KEYS, 'tiers.redis.');
-    const { tls } = redis;
-    if (typeof tls === 'object' && tls !== null) {
-      refuseUnknownKeys(tls, REDIS_TLS_OPTION_KEYS, 'tiers.redis.tls.');
-    }
-  }
-}
-
-function validateOptions(o: RuntimeOptions): void {
-  if (o.policy !== undefined) parseStorePolicy(o.policy);
-  // Checked here, before any worker starts: a bad one used to start every
-  // worker and then fail one of them (WorkerFailedError), or, for `external`,
-  // any truthy value turned the built-in engine off.
-  const flag = (name: string, v: unknown) => {
-    if (v !== undefined && typeof v !== 'boolean') {
-      throw new InvalidArgumentError(name, 'must be a boolean');
-    }
-  };
-  flag('external', o.external);
-  flag('unsafeSkipPins', o.unsafeSkipPins);
-  const obj = (name: string, v: unknown) => {
-    if (v !== undefined && (typeof v !== 'object' || v === null || Array.isArray(v))) {
-      throw new InvalidArgumentError(name, 'must be an object');
-    }
-  };
-  obj('lag', o.lag);
-  obj('simulator', o.simulator);
-  obj('unsafeTierSwitches', o.unsafeTierSwitches);
-  if (o.lag !== undefined) refuseUnknownKeys(o.lag, LAG_OPTION_KEYS, 'lag.');
-  if (o.simulator !== undefined) refuseUnknownKeys(o.simulator, ENGINE_OPTION_KEYS, 'simulator.');
-  if (o.tiers !== undefined && typeof o.tiers === 'object' && o.tiers !== null) {
-    refuseUnknownTierKeys(o.tiers);
-  }
-  const seed: unknown = o.lag?.seed;
-  if (
-    seed !== undefined &&
-    (typeof seed !== 'number' || !Number.isInteger(seed) || seed < -0x80000000 || seed > 0x7fffffff)
-  ) {
-    throw new InvalidArgumentError('lag.seed', 'must be an integer in [-2^31, 2^31)');
-  }
-  const int = (name: string, v: unknown, min: number, max: number) => {
-    if (v === undefined) return;
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
-      throw new InvalidArgumentError(name, `must be an integer in [${min}, ${max}]`);
-    }
-  };
-  if (o.transferBackend !== undefined && !TRANSFER_BACKENDS.includes(o.transferBackend)) {
-    throw new InvalidArgumentError(
-      'transferBackend',
-      `must be one of ${TRANSFER_BACKENDS.join(', ')}`,
-    );
-  }
-  if (o.transferBackend === 'webgpu' && o.transferBackendModule !== undefined) {
-    throw new InvalidArgumentError(
-      'transferBackend',
-      "'webgpu' cannot be combined with transferBackendModule",
-    );
-  }
-  if (o.tiers !== undefined) validateTiersOptions(o.tiers);
-  if (o.events !== undefined) resolveEventsOptions(o.events);
-  validateCacheOptions(o.cache);
-  if (o.offload !== undefined && typeof o.offload !== 'boolean') {
-    throw new InvalidArgumentError('offload', 'must be a boolean');
-  }
-  if (o.offload === false) {
-    // Each of these needs the store role, which offload: false does not start.
-    if (o.external)
-      throw new InvalidArgumentError('offload', 'false cannot be combined with external: true');
-    if (o.tiers !== undefined)
-      throw new InvalidArgumentError('offload', 'false cannot be combined with tiers');
-    if (o.events !== undefined)
-      throw new InvalidArgumentError(
-        'offload',
-        'false cannot be combined with events (no tier changes)',
-      );
-    if (o.transferBackendModule !== undefined) {
-      throw new InvalidArgumentError(
-        'offload',
-        'false cannot be combined with transferBackendModule',
-      );
-    }
-    if (o.simulator?.offload === true || o.simulator?.loadFromTier === true) {
-      throw new InvalidArgumentError(
-        'offload',
-        'false cannot be combined with simulator.offload or simulator.loadFromTier true',
-      );
-    }
-  }
-  int('transferThreads', o.transferThreads, 1, 64);
-  int('traceSlots', o.traceSlots, 0, 1 << 16);
-  int('transferDelayMs', o.transferDelayMs, 0, 10_000);
-  int('closeTimeoutMs', o.closeTimeoutMs, 1, 3_600_000);
-  int('transferFailuresMax', o.transferFailuresMax, 1, 1 << 20);
-  if (
-    o.finalWaitMsMax !== undefined &&
-    (typeof o.finalWaitMsMax !== 'number' ||
-      !(o.finalWaitMsMax >= 0 && o.finalWaitMsMax <= 3_600_000))
-  ) {
-    throw new InvalidArgumentError('finalWaitMsMax', 'must be a number of ms in [0, 3600000]');
-  }
-  int('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
-  int('lag.hasherHashesPerWake', o.lag?.hasherHashesPerWake, 1, 1 << 20);
-  const num = (name: string, v: unknown) => {
-    if (v === undefined) return;
-    if (typeof v !== 'number' || !(v >= 0 && v <= 10_000)) {
-      throw new InvalidArgumentError(name, 'must be a number in [0, 10000]');
-    }
-  };
-  num('lag.allocatorPublishDelayMs', o.lag?.allocatorPublishDelayMs);
-  num('lag.jitterMs', o.lag?.jitterMs);
-}
-
-/** Names what refused a worker thread when Node says only that access was denied. */
-function spawnRefusal(err: unknown): unknown {
-  if ((err as { code?: unknown } | null)?.code === 'ERR_ACCESS_DENIED') {
-    return new Error(
-      "Node's permission model refuses worker threads (run node with --allow-worker)",
-      { cause: err },
-    );
-  }
-  return err;
+/** A submission's record, with submit()'s defaults: a prefixId alone shares the whole prompt. */
+function encodeRequest(req: RequestInput, requestId: number): number[] {
+  const length = req.promptTokens?.length ?? req.promptLength!;
+  return encodeSubmit({
+    requestId,
+    promptLength: length,
+    prefixId: req.prefixId ?? UNSET,
+    sharedPrefixTokens: req.sharedPrefixTokens ?? (req.prefixId !== undefined ? length : 0),
+    maxDecodeTokens: req.maxDecodeTokens ?? UNSET,
+    abortAfterTokens: req.abortAfterTokens ?? UNSET,
+    ...(req.promptTokens ? { promptTokens: req.promptTokens } : {}),
+    ...(req.maxLoadTokens !== undefined ? { maxLoadTokens: req.maxLoadTokens } : {}),
+    ...(req.skipReadingPrefixCache === true ? { skipReadingPrefixCache: true } : {}),
+    ...(req.cacheSalt !== undefined ? { cacheSalt: req.cacheSalt } : {}),
+  });
 }

@@ -6,6 +6,11 @@ import type { StatName } from './thread-words.js';
 import type { PerTierCounters } from '../tier/tier-stats.js';
 import type { RuntimeMemory } from './memory.js';
 import type { EventStats } from '../events/hub.js';
+import { pinsOutstanding } from '../leaks.js';
+import { readTierStats } from '../tier/tier-stats.js';
+import type { LowerTierName } from '../tier/lower.js';
+import { readRuntimeMemory } from './memory.js';
+import type { RuntimeViews } from './buffers.js';
 
 export function publishStat(stats: BigInt64Array, name: StatName, value: number): void {
   Atomics.store(stats, STAT_INDEX[name], BigInt(Math.trunc(value)));
@@ -83,4 +88,63 @@ export interface RuntimeStats {
   events?: EventStats;
   /** Why the runtime stopped, once a worker failed (also failedWith, /healthz and close()'s rejection). */
   failure?: { code: string; role: string; message: string };
+}
+
+/**
+ * stats() but for what only main knows (KV events, the failure): the
+ * counters `s` read from the stats words, the pins, each level's and each
+ * worker's figures.
+ */
+/** What the tiers' counters are read with: which lower levels were configured, with a secret, and why any is degraded. */
+export interface TierReading {
+  readonly configured?: ReadonlySet<LowerTierName>;
+  readonly authenticated?: boolean;
+  readonly problems?: ReadonlyMap<LowerTierName, string>;
+}
+
+export function runtimeCounters(
+  views: RuntimeViews,
+  s: Readonly<Record<StatName, number>>,
+  tiers: TierReading = {},
+): Omit<RuntimeStats, 'events' | 'failure'> {
+  return {
+    requests: s.requests,
+    completed: s.completed,
+    aborted: s.aborted,
+    preemptions: s.preemptions,
+    chunksStored: s.chunksStored,
+    chunksDeferred: s.chunksDeferred,
+    chunksSkippedUnready: s.chunksSkippedUnready,
+    chunksDeferredThenStored: s.chunksDeferredThenStored,
+    allocationRetries: s.allocationRetries,
+    tierHits: s.tierHits,
+    bytesCopied: s.bytesCopied,
+    pinsOutstanding: pinsOutstanding(views.state),
+    snapshotRetries: s.snapshotRetries,
+    jobsInFlight: s.jobsInFlight,
+    tierUsed: s.tierUsed,
+    tierCapacity: views.config.tierChunks,
+    holes: s.holes,
+    mismatches: s.loadMismatches + s.verifyMismatches,
+    chunksDroppedForCapacity: s.chunksDroppedForCapacity,
+    chunksDroppedUnready: s.chunksDroppedUnready,
+    chunksUnreachable: s.chunksUnreachable,
+    lookupsDeferred: s.lookupsDeferred,
+    lookupsRetried: s.lookupsRetried,
+    storesBelowThreshold: s.storesBelowThreshold,
+    lookupCalls: s.lookupCalls,
+    lookupCallSeconds: s.lookupCallUs / 1e6,
+    lookupsResolvedAfterDefer: s.lookupsResolvedAfterDefer,
+    lookupDeferredSeconds: s.lookupDeferredUs / 1e6,
+    lookupWaitMsMax: s.lookupWaitMsMax,
+    stepsPlannedDuringLookups: s.stepsPlannedDuringLookups,
+    recordsRefused: s.recordsRefused,
+    resets: s.resets,
+    chunksDiscardedByReset: s.chunksDiscardedByReset,
+    jobsTransferFailed: s.jobsTransferFailed,
+    chunksTransferFailed: s.chunksTransferFailed,
+    jobsHeld: s.jobsHeld,
+    tiers: readTierStats(views.tierStats, tiers.configured, tiers.authenticated, tiers.problems),
+    memory: readRuntimeMemory(views.memory),
+  };
 }

@@ -1,147 +1,47 @@
 // The store role's loop body. It owns the host tier and the transfer backend:
-// each step it answers the scheduler's lookups and loads, collects finished
-// copies (publishing a tier entry only after its bytes are there), and runs one
-// StorePlanner pass whose jobs go to the backend. It also keeps what the
-// runtime's checks need, on this thread only: which tier entries are readable
-// and which chunk positions they hold (verify), which chunks each request
-// generation dispatched or covered (double stores, holes).
+// each step it answers the scheduler's lookups and loads (store-loads.ts),
+// collects finished copies (publishing a tier entry only after its bytes are
+// there), and runs one StorePlanner pass whose jobs go to the backend. It also
+// keeps what the runtime's checks need, on this thread only: which tier
+// entries are readable and which chunk positions they hold (verify); what
+// happened to each chunk (double stores, holes) is the chunk ledger's, fed by
+// the planner.
 import { tierChunkMatches } from '../copy.js';
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
-import { S_GENERATION, S_HIT_CHUNKS, S_REQUEST_ID, S_STATUS, Status, T_EPOCH } from '../layout.js';
-import { DEFER, RETRY, asksAgain, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
-import type { LookupUnsafe } from '../lookup.js';
-import type { ChunkState, ChunkStateOf, LookupResult } from '../lookup.js';
+import { Status } from '../layout.js';
+import { ChunkLedger, ledgerObserver } from '../ledger.js';
+import type { DrainAccount } from '../ledger.js';
 import { StorePlanner } from '../planner.js';
-import type { ChunkOutcome, PlannerObserver, PlanPoint } from '../planner.js';
-import { offloadableTokens, tokenChunks } from '../ready.js';
-import type { StorePolicy } from '../ready.js';
-import type { RequestSnapshot } from '../roles/store.js';
 import { HostTier } from '../tier/host-tier.js';
-import type { CacheOptions } from '../tier/policy/index.js';
-import type { TierCascade } from '../tier/cascade.js';
 import { zeroCounters } from '../tier/lower.js';
-import type { TierStoreSample } from '../tier/lower.js';
+import type { TierCounters, TierStoreSample } from '../tier/lower.js';
 import { publishTierCounters } from '../tier/tier-stats.js';
 import { LowerLookups } from './lower-lookup.js';
 import type { ReadableEntry } from './lower-lookup.js';
+import { StoreLoads } from './store-loads.js';
+import type { Writing } from './store-loads.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
-import { decodeLookup } from './lookup-record.js';
-import type { DecodedLookup } from './lookup-record.js';
-import {
-  ANS_LOADED,
-  ANS_LOOKED_UP,
-  LOOKUP_DEFERRED,
-  LOOKUP_RETRY,
-  OP_LOAD,
-  OP_LOOKUP,
-  OP_UNLOCK,
-} from './protocol.js';
+import { OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
 import type { SpscRing } from './rings.js';
+import { AGAIN, STORE_DRAIN_TICK_MS, park, pause, ringOthers } from './role-loop.js';
+import type { RoleLoop, RoleWait } from './role-loop.js';
 import { publishStat } from './stats.js';
-import { TASK_FAULT, encodeLoadTask, encodeStoreTask } from './transfer.js';
-import type { LoadEntry } from './transfer.js';
+import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
+import {
+  TRANSFER_FAILURES_MAX,
+  JOBS_IN_FLIGHT_MAX,
+  hostTierOptions,
+  storePlannerOptions,
+} from './store-options.js';
+import type { StoreLoopOptions } from './store-options.js';
+import type { TracedRequest } from './trace-recorder.js';
 import { EventCapture } from '../events/capture.js';
 import { LookupTiming } from './lookup-timing.js';
 import type { LookupSample } from './lookup-timing.js';
-import type { TierCounters, TierName } from '../tier/lower.js';
-import type { TracedRequest } from './trace-recorder.js';
-
-export interface StoreLoopOptions {
-  policy?: StorePolicy;
-  /** The host tier's cache policy and store threshold (default LRU, every chunk admitted). */
-  cache?: CacheOptions;
-  /** Test-only: the planner does not pin and the transfer does not unpin. */
-  unsafeSkipPins?: boolean;
-  /** Test-only: the planner skips its snapshot re-validation (see PlannerOptions.unsafeSkipRevalidate). */
-  unsafeSkipRevalidate?: boolean;
-  /** Test-only: no end-of-request protocol (see PlannerOptions.unsafeSkipSettle); chunks are lost silently. */
-  unsafeSkipSettle?: boolean;
-  /** Test-only: failure class F2 re-created (see PlannerOptions.unsafeEagleCursorUnexcluded). */
-  unsafeEagleCursorUnexcluded?: boolean;
-  /** Test-only: failure class F4 re-created (see PlannerOptions.unsafeStoreLastSampledToken). */
-  unsafeStoreLastSampledToken?: boolean;
-  /** Test knob: every transfer task sleeps this long before copying. */
-  transferDelayMs?: number;
-  /** Jobs in flight before a pass is skipped (bounds the backend's queue). */
-  jobsInFlightMax?: number;
-  /** Test-only: the store job dispatched after this many becomes a task that throws. */
-  faultAfterTasks?: number;
-  /** Test-only: with faultAfterTasks, this many store tasks from there on throw (default every one). */
-  faultTasks?: number;
-  /**
-   * Consecutive failed store copies after which the backend is taken as
-   * broken and the store stops with TransferBackendFailedError; default
-   * TRANSFER_FAILURES_MAX. One failed copy only fails its job.
-   */
-  transferFailuresMax?: number;
-  /** The clock of the planner's final wait (ms); default performance.now. */
-  now?: () => number;
-  /** How long an ended request waits for its last keys and blocks (PlannerOptions.finalWaitMsMax). */
-  finalWaitMsMax?: number;
-  /** Record per-pass windows of requests with id below this (0: none). */
-  traceRequests?: number;
-  /**
-   * Test-only: a lookup counts tier entries still being written as hits and
-   * loads them at once, so a load overlaps the store writing the same chunks.
-   * Exists so the runtime fuzzer can show what deferring on pending entries
-   * prevents; never turn it on otherwise.
-   */
-  unsafeLoadWhileWriting?: boolean;
-  /** Test-only: the host tier evicts entries being written or read (HostTierOptions.unsafeEvictInUse, class F7). */
-  unsafeEvictInUse?: boolean;
-  /**
-   * Test-only: a failed load keeps its tier read references (and its lock), so
-   * the entries it read are never evictable again (class F8). Exists so the
-   * runtime fuzzer can show the release on failure is load-bearing.
-   */
-  unsafeLeakOnLoadFailure?: boolean;
-  /** Test-only: PlannerOptions.unsafeAckOnAllocFailure (class F9). */
-  unsafeAckOnAllocFailure?: boolean;
-  /** Test-only: PlannerOptions.unsafeDropDeferred (class F10). */
-  unsafeDropDeferred?: boolean;
-  /** Test-only: PlannerOptions.unsafeReachabilityOneShort (rule-reachability). */
-  unsafeReachabilityOneShort?: boolean;
-  /** Test-only: LookupUnsafe.unsafeEagleTailKept (rule-lookup-long). */
-  unsafeEagleTailKept?: boolean;
-  /** Test-only: LookupUnsafe.unsafeLastTokenLoaded, in the lookup and in the store's cap (rule-last-token). */
-  unsafeLastTokenLoaded?: boolean;
-  /** Test-only: PlannerOptions.unsafePublishStaleJobs (no job-id threshold at a reset). */
-  unsafePublishStaleJobs?: boolean;
-  /** Called inside each planning pass where other threads' writes can land (a single-thread driver runs them here). */
-  onPlanPoint?: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => void;
-  /** Levels below the host tier (disk, Redis), opened by the caller; none by default. */
-  cascade?: TierCascade;
-  /** Wakes this loop when a lower-level resolution finished (its own doorbell). */
-  wake?: () => void;
-  /**
-   * Called with every lookup answer at the moment it is given (the runtime
-   * fuzzer's oracle checks it against the lookup decision); never throws
-   * into a real store thread, since only the fuzzer sets it.
-   */
-  onLookupAnswered?: (answered: LookupAnswered) => void;
-}
-
-/** One lookup answer, as the store role gave it, with the tier state it was decided from. */
-export interface LookupAnswered {
-  readonly lookup: DecodedLookup;
-  /** The store's per-key state at that moment (what lookupHitTokens read). */
-  readonly state: ChunkStateOf;
-  /** Hit tokens, DEFER or RETRY. */
-  readonly answer: LookupResult;
-  /** Deferred while the levels below host resolve (not a lookup decision). */
-  readonly lower: boolean;
-  /** The chunks a hit protects for its load, with their tier slots. */
-  readonly locked: readonly {
-    readonly key: bigint;
-    readonly slot: number;
-    readonly group: number;
-    readonly chunk: number;
-  }[];
-}
 
 /** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
 export interface JobEvent {
@@ -167,7 +67,10 @@ export interface DrainedRequest {
    * counted as dropped (for capacity, or never ready).
    */
   chunksCounted: number;
+  /** Token-ready chunks neither stored nor counted (the chunk ledger's holes; must be 0). */
   holes: number;
+  /** The first of them, in group then chunk order. */
+  firstHole?: { group: number; chunk: number };
   doubleStores: number;
   /** Per-pass windows, for a traced request only (options.traceRequests). */
   trace?: TracedRequest;
@@ -196,45 +99,9 @@ export interface StoreLoopEvents {
   drained(request: DrainedRequest): void;
 }
 
-/** An entry whose store copy is in flight: `task` numbers the copies in dispatch order. */
-interface Writing {
-  readonly slot: number;
-  readonly positions: readonly number[];
-  /** The KV group the chunk belongs to (KV events name it). */
-  readonly group: number;
-  readonly task: number;
-}
-
-interface HitLock {
-  readonly keys: bigint[];
-  /** Per loaded (group, chunk), group-major: tier slot. */
-  readonly slots: number[];
-  readonly chunks: { group: number; chunk: number }[];
-  readonly hit: number;
-  /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
-  readonly resets: number;
-}
-
-/**
- * Consecutive failed store copies (no success between them) after which the
- * store gives up on the transfer backend. A copy can fail for a reason of its
- * own (a device error, a bad block); this many in a row means the backend
- * itself is broken, and a store that kept dispatching to it would drop every
- * chunk of every request while reporting a healthy runtime.
- */
-const TRANSFER_FAILURES_MAX = 16;
-
-/** Store jobs in flight before a pass is skipped (bounds the backend's queue), by default. */
-export const JOBS_IN_FLIGHT_MAX = 256;
-
-// Per chunk coverage flags of the current generation of a slot.
-const COVERED = 1;
-const STORED = 2;
-const DEFERRED = 4;
-
 const RECORDS_PER_STEP_MAX = 64;
 
-export class StoreLoop {
+export class StoreLoop implements RoleLoop {
   readonly tier: HostTier;
   readonly planner: StorePlanner;
   private readonly views: RuntimeViews;
@@ -246,64 +113,36 @@ export class StoreLoop {
   private readonly delayMs: number;
   private readonly jobsInFlightMax: number;
   private readonly faultAfterTasks: number;
-  private readonly loadWhileWriting: boolean;
-  private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
-  /** Test-only rule bugs of the lookup (all off in a real runtime). */
-  private readonly lookupUnsafe: LookupUnsafe;
-  private readonly leakOnLoadFailure: boolean;
   private readonly faultTasks: number;
   private readonly transferFailuresMax: number;
   private tasks = 0;
   /** Failed store copies since the last one that succeeded. */
   private transferFailuresInRow = 0;
   private jobsTransferFailed = 0;
-  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
-  private readonly locks = new Map<number, HitLock>();
-  /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
-  private readonly leaked: HitLock[] = [];
-  /** Keys locked by a looked-up hit or read by a load in flight, with how many hold them. */
-  private readonly beingLoaded = new Map<bigint, number>();
-  private lookupsDeferred = 0;
-  private lookupsRetried = 0;
-  private readonly loadingRequests = new Set<number>();
+  /** Lookups and loads: answers, protected hits, loads in flight. */
+  private readonly loads: StoreLoads;
   private readonly readable = new Map<bigint, ReadableEntry>();
-  /** Positions of keys being written, until their job completes. */
+  /** Positions of keys being written, until their job completes (in dispatch order). */
   private readonly writing = new Map<bigint, Writing>();
-  // Per slot bookkeeping of the generation in slotGeneration.
-  private readonly slotGeneration: Int32Array;
-  private readonly coverage: Uint8Array[];
-  private readonly markedTo: Int32Array;
-  private readonly slotStored: Int32Array;
-  private readonly slotDeferred: Int32Array;
-  private readonly slotDoubles: Int32Array;
-  /** Per slot: the store epoch the coverage below belongs to (a reset starts a new one). */
-  private readonly slotEpoch: Int32Array;
-  /** Per slot: a reset came during this generation, so its admission hit is no longer in the tier. */
-  private readonly hitVoid: Uint8Array;
-  /** Resets this loop ran (HitLock.resets compares against it). */
+  /** Resets this loop ran (a hit lock and a readable entry record the count they began at). */
   private resets = 0;
-  private holes = 0;
-  private doubleStores = 0;
-  private deferredThenStored = 0;
+  /** What happened to every chunk (holes, double stores), from the planner's observer. */
+  readonly ledger: ChunkLedger;
   private bytesCopied = 0;
   private jobsCompleted = 0;
-  private nextLoadId = 1;
   private jobEvents: JobEvent[] = [];
   private readonly recorder: TraceRecorder | undefined;
   /** Lookups, write-through and promotion over the levels below host; undefined without them. */
   private readonly lower: LowerLookups | undefined;
   /** The host level's lookup counters (the rest come from the tier and the planner). */
   private readonly hostCounters = zeroCounters();
-  private hostBytesRead = 0;
   /** KV events of every tier change, when the runtime publishes them. */
   private readonly capture: EventCapture | undefined;
   private readonly lookupTiming = new LookupTiming();
   private hostStoreUs = 0;
-  private hostLoadUs = 0;
-  /** Tokens of lookup hits per level that served them (the first full-attention group's chunks). */
-  private readonly hitTokens: Record<TierName, number> = { host: 0, disk: 0, redis: 0 };
-  /** The group whose chunks count hit tokens: the first full-attention one (-1: none). */
-  private readonly tokenGroup: number;
+  private readonly wakeOthers: () => void;
+  /** Closing: every step only completes copies in flight (beginDrain). */
+  private draining = false;
 
   constructor(
     views: RuntimeViews,
@@ -315,14 +154,7 @@ export class StoreLoop {
     this.backend = backend;
     this.events = events;
     const { config } = views;
-    this.tier = new HostTier(config.tierChunks, {
-      ...(options.unsafeEvictInUse ? { unsafeEvictInUse: true } : {}),
-      ...(options.cache?.policy !== undefined ? { policy: options.cache.policy } : {}),
-      ...(options.cache?.storeThreshold !== undefined
-        ? { storeThreshold: options.cache.storeThreshold }
-        : {}),
-    });
-    this.leakOnLoadFailure = options.unsafeLeakOnLoadFailure ?? false;
+    this.tier = new HostTier(config.tierChunks, hostTierOptions(options));
     this.skipPins = options.unsafeSkipPins ?? false;
     this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? JOBS_IN_FLIGHT_MAX;
@@ -332,66 +164,38 @@ export class StoreLoop {
     if (!Number.isInteger(this.transferFailuresMax) || this.transferFailuresMax < 1) {
       throw new InvalidArgumentError('transferFailuresMax', 'must be a positive integer');
     }
-    this.loadWhileWriting = options.unsafeLoadWhileWriting ?? false;
-    this.onLookupAnswered = options.onLookupAnswered;
-    this.lookupUnsafe = {
-      unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
-      unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
-    };
-    const groups = views.state.groupCount;
-    this.slotGeneration = new Int32Array(config.maxRequests);
-    this.coverage = Array.from(
-      { length: config.maxRequests * groups },
-      () => new Uint8Array(config.maxChunksPerRequest),
-    );
-    this.markedTo = new Int32Array(config.maxRequests * groups);
-    this.slotStored = new Int32Array(config.maxRequests);
-    this.slotDeferred = new Int32Array(config.maxRequests);
-    this.slotDoubles = new Int32Array(config.maxRequests);
-    this.slotEpoch = new Int32Array(config.maxRequests);
-    this.hitVoid = new Uint8Array(config.maxRequests);
     const traceRequests = options.traceRequests ?? 0;
     const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
     this.recorder = recorder;
-    const observer: PlannerObserver = {
-      chunk: (slot, generation, group, chunk, outcome) => {
-        if (outcome === 'stored') recorder?.onStored(slot, group);
-        this.onChunk(slot, generation, group, chunk, outcome);
-      },
-      deferred: (slot, generation, group, from, to) =>
-        this.onDeferred(slot, generation, group, from, to),
-      draining: (snap) => this.onDraining(snap),
-    };
-    this.planner = new StorePlanner(views.state, this.tier, {
-      policy: options.policy ?? 'ready-prefix',
-      // The transfer thread unpins each source block as its copy finishes.
-      transferUnpins: true,
-      ...(options.now ? { now: options.now } : {}),
-      ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
-      unsafeSkipPins: this.skipPins,
-      unsafeSkipSettle: options.unsafeSkipSettle ?? false,
-      ...(options.unsafeSkipRevalidate ? { unsafeSkipRevalidate: true } : {}),
-      ...(options.unsafeEagleCursorUnexcluded ? { unsafeEagleCursorUnexcluded: true } : {}),
-      ...(options.unsafeStoreLastSampledToken ? { unsafeStoreLastSampledToken: true } : {}),
-      ...(options.unsafeAckOnAllocFailure ? { unsafeAckOnAllocFailure: true } : {}),
-      ...(options.unsafeDropDeferred ? { unsafeDropDeferred: true } : {}),
-      ...(options.unsafeReachabilityOneShort ? { unsafeReachabilityOneShort: true } : {}),
-      ...(options.unsafePublishStaleJobs ? { unsafePublishStaleJobs: true } : {}),
-      observer,
-      ...(recorder || options.onPlanPoint
+    const ledger = new ChunkLedger(views.state, (account) => this.onDrained(account));
+    this.ledger = ledger;
+    // The ledger is the observer; a traced run's recorder and the fuzzer's
+    // oracle read the same feed.
+    const onCursorMoved = options.onCursorMoved;
+    const observer = ledgerObserver(
+      ledger,
+      recorder || onCursorMoved
         ? {
-            onPlanPoint: (point: PlanPoint, snap: Readonly<RequestSnapshot>) => {
-              if (point === 'snapshot') recorder?.onSnapshot(snap);
-              options.onPlanPoint?.(point, snap);
-            },
+            ...(recorder && {
+              chunk: (slot, _generation, group, _chunk, outcome) =>
+                recorder.onChunk(slot, group, outcome),
+              deferred: (slot, _generation, group, from, to) =>
+                recorder.onDeferred(slot, group, to - from),
+            }),
+            ...(onCursorMoved && { cursorMoved: onCursorMoved }),
           }
-        : {}),
-    });
+        : undefined,
+    );
+    this.planner = new StorePlanner(
+      views.state,
+      this.tier,
+      storePlannerOptions(options, observer, recorder),
+    );
     this.requests = views.ring('storeRequest');
     this.answers = new Outbox(views.ring('storeAnswer'));
-    this.tokenGroup = config.groups.findIndex((g) => g.windowChunks === null);
+    this.wakeOthers = ringOthers(views, 'store');
     const queue = views.buffers.events;
-    this.capture = queue ? new EventCapture(queue, views.state, config) : undefined;
+    this.capture = queue ? new EventCapture(queue, views.state, views.config) : undefined;
     const capture = this.capture;
     this.lower = options.cascade
       ? new LowerLookups(
@@ -406,11 +210,30 @@ export class StoreLoop {
         )
       : undefined;
     if (capture) for (const level of options.cascade?.levels ?? []) level.events.enabled = true;
+    this.loads = new StoreLoads({
+      views,
+      tier: this.tier,
+      answers: this.answers,
+      backend,
+      planner: this.planner,
+      readable: this.readable,
+      writing: this.writing,
+      lower: this.lower,
+      resets: () => this.resets,
+      hostCounters: this.hostCounters,
+      loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
+      leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
+      lookupUnsafe: {
+        unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
+        unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
+      },
+      onLookupAnswered: options.onLookupAnswered,
+    });
   }
 
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
   get jobsInFlight(): number {
-    return this.planner.jobsHeld + this.loads.size;
+    return this.planner.jobsHeld + this.loads.inFlight;
   }
 
   /** Lookup timings since the last call (bounded), for the /metrics histograms. */
@@ -443,8 +266,52 @@ export class StoreLoop {
     return false;
   }
 
+  /**
+   * After a step that did work, only work no bell announces (hasWorkLeft)
+   * makes the store step again at once; otherwise it parks until its bell
+   * moves (bounded), and at once if it moved during the step: the roles'
+   * publications, the scheduler's lookups, the copies' completions and the
+   * lower levels' answers all ring it. Parking after every step without that
+   * check was tried and lost all tier hits in 4 of 14 default simulations on a
+   * loaded machine: leftover work waited up to the park's bound, long enough
+   * for a preemption to take the chunks first. While draining: a step, then a
+   * short timer.
+   */
+  wait(did: boolean): RoleWait {
+    if (this.draining) return pause(STORE_DRAIN_TICK_MS);
+    return did && this.hasWorkLeft() ? AGAIN : park();
+  }
+
+  /** Closing: from now on a step completes copies in flight and rings no other role. */
+  beginDrain(): void {
+    this.draining = true;
+  }
+
+  /** Every dispatched copy completed (and unpinned). */
+  get drained(): boolean {
+    return this.jobsInFlight === 0;
+  }
+
+  stop(): void {}
+
+  final(): Record<string, number> {
+    const left = this.leftovers();
+    return {
+      jobsInFlight: this.jobsInFlight,
+      tierWriting: left.writing,
+      tierReading: left.reading,
+      loadLocks: left.locks,
+    };
+  }
+
   /** One bounded unit of work; true when anything happened. */
   step(): boolean {
+    const did = this.work();
+    if (did && !this.draining) this.wakeOthers();
+    return did;
+  }
+
+  private work(): boolean {
     let did = this.answers.flush() > 0;
     if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
     if (this.collect()) did = true;
@@ -490,14 +357,15 @@ export class StoreLoop {
         if (mismatchKeys.length < 8) mismatchKeys.push(key.toString(16));
       }
     }
+    const { holes, doubleStores } = this.ledger;
     return {
-      ok: mismatches === 0 && this.holes === 0 && this.doubleStores === 0,
+      ok: mismatches === 0 && holes === 0 && doubleStores === 0,
       entriesChecked: this.readable.size,
       entriesInFlight: this.writing.size,
       blocksChecked: blocks,
       mismatches,
-      holes: this.holes,
-      doubleStores: this.doubleStores,
+      holes,
+      doubleStores,
       mismatchKeys,
     };
   }
@@ -522,21 +390,22 @@ export class StoreLoop {
     return {
       writing: s.writing + (s.retired ?? 0),
       reading: s.reading,
-      locks: this.locks.size + this.loads.size,
+      locks: this.loads.lockCount,
     };
   }
 
   /**
    * vLLM's reset_cache, run between two steps on this thread: the host tier
    * is emptied (the planner's reset: stores in flight become stale by job id,
-   * live requests start a new store epoch at cursor 0); a load in flight, or
-   * a hit answered and not loaded yet, goes on reading the slots the reset
-   * retired and publishes nothing; a lower-level resolution under way
-   * promotes nothing. With `shared`, the levels below first move their
-   * scope's epoch, which retires this namespace's entries for every instance
-   * (rejects with SharedResetFailedError when a level could not store it;
-   * the host tier is reset either way), and the host tier is reset after
-   * that, so nothing promoted from below while the epoch moved survives.
+   * live requests start a new store epoch at cursor 0, and the chunk ledger
+   * starts their accounts over); a load in flight, or a hit answered and not
+   * loaded yet, goes on reading the slots the reset retired and publishes
+   * nothing; a lower-level resolution under way promotes nothing. With
+   * `shared`, the levels below first move their scope's epoch, which retires
+   * this namespace's entries for every instance (rejects with
+   * SharedResetFailedError when a level could not store it; the host tier is
+   * reset either way), and the host tier is reset after that, so nothing
+   * promoted from below while the epoch moved survives.
    */
   async reset(shared: boolean): Promise<void> {
     let failure: unknown;
@@ -555,7 +424,7 @@ export class StoreLoop {
     this.capture?.cleared();
     this.readable.clear();
     this.writing.clear();
-    this.beingLoaded.clear();
+    this.loads.reset();
     this.lower?.reset();
     // Before the caller hears of it: stats() after reset() sees it.
     this.publishStats();
@@ -564,7 +433,7 @@ export class StoreLoop {
 
   private dispatch(job: StoreJob): void {
     // One load xor stores per request (vLLM's §7.6): a loading request has computed nothing to store.
-    if (this.loadingRequests.has(job.requestId))
+    if (this.loads.loading(job.requestId))
       invariant(false, `request ${job.requestId} stores while it loads`);
     const bpc = this.views.config.blocksPerChunk;
     this.tasks += 1;
@@ -589,7 +458,7 @@ export class StoreLoop {
     const done = this.backend.takeCompletions();
     for (const c of done) {
       if (c.kind === 'store') this.completeStore(c);
-      else this.completeLoad(c);
+      else this.loads.complete(c);
     }
     return done.length > 0;
   }
@@ -625,7 +494,12 @@ export class StoreLoop {
       const w = this.writing.get(k);
       if (w === undefined) continue;
       this.writing.delete(k);
-      this.readable.set(k, { ...w, resets: this.resets });
+      this.readable.set(k, {
+        slot: w.slot,
+        positions: w.positions,
+        group: w.group,
+        resets: this.resets,
+      });
       // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
       if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
     }
@@ -647,20 +521,11 @@ export class StoreLoop {
   }
 
   private storeFailed(job: StoreJob, error: unknown, stale: boolean): void {
-    // A stale job's keys may name entries of the new epoch: only its failure counts.
+    // A stale job's keys may name entries of the new epoch: only its failure counts
+    // (nor does the chunk ledger hear of it: the planner tells it of fresh jobs only).
     if (!stale) for (const chunk of job.chunks) this.writing.delete(chunk.key);
     this.jobsTransferFailed += 1;
     this.transferFailuresInRow += 1;
-    // The request's summary counts these as dropped, not stored, if it has not drained yet.
-    if (!stale && this.slotGeneration[job.slot] === job.generation) {
-      const groups = this.views.state.groupCount;
-      for (const chunk of job.chunks) {
-        const cov = this.coverage[job.slot * groups + chunk.group]!;
-        if ((cov[chunk.chunk]! & STORED) === 0) continue;
-        cov[chunk.chunk] = cov[chunk.chunk]! & ~STORED;
-        this.slotStored[job.slot]! -= 1;
-      }
-    }
     if (this.transferFailuresInRow >= this.transferFailuresMax) {
       throw new TransferBackendFailedError(this.transferFailuresInRow, error);
     }
@@ -689,384 +554,34 @@ export class StoreLoop {
     const op = r[0];
     if (op === OP_LOOKUP) {
       const t0 = performance.now();
-      this.lookupTiming.answered(r[1]!, t0, this.lookup(r));
-    } else if (op === OP_LOAD) this.load(r);
-    else if (op === OP_UNLOCK) this.unlock(r[1]!, r[2]!, r[3]!);
+      this.lookupTiming.answered(r[1]!, t0, this.loads.lookup(r));
+    } else if (op === OP_LOAD) this.loads.load(r);
+    else if (op === OP_UNLOCK) this.loads.unlock(r[1]!, r[2]!, r[3]!);
     else invariant(false, `store opcode ${op} is known`);
   }
 
   /**
-   * Answers a lookup with the one lookup decision (src/lookup.ts): the hit in
-   * chunks, or LOOKUP_DEFERRED when an entry it depends on is still being
-   * written or is being read by another request's load (the scheduler asks
-   * again later, so hits never depend on how fast the copy threads ran), or
-   * LOOKUP_RETRY while a tier level below the host has not answered yet. Only
-   * whole chunks count (every block position stored). Every lookup touches
-   * the request's keys, group by group; hit entries are protected from
-   * eviction until loaded or unlocked. The request's own limits apply: a
-   * maxLoadTokens cap (rounded down to whole chunks) and skipReadingPrefixCache
-   * (a hit of 0 that never defers; the keys are still touched, and the request
-   * still stores, as in vLLM). The runtime loads whole chunks from a chunk
-   * boundary, so groups must share tokensPerChunk (OffloadRuntime.start
-   * refuses other configs with the load path on; here they hit 0) and the hit
-   * is a whole number of chunks.
+   * The ledger's account of an ended request, taken in its final pass before
+   * the drained mark (the allocator cannot free, nor the slot be reused, yet).
    */
-  private lookup(r: Int32Array): boolean {
-    const { config } = this.views;
-    const groups = config.groups;
-    const decoded = decodeLookup(config, r);
-    const { tag, numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decoded;
-    const state = (k: bigint) => this.chunkState(k, force);
-    const tpc = groups[0]!.tokensPerChunk;
-    // The runtime loads whole chunks, so the lookup itself must only consider
-    // hits that end on a chunk boundary: rounding an unaligned hit down after
-    // the fact would move a sliding-window group's window onto chunks that
-    // were never checked (the store then threw on a key it could not load).
-    const anyWindow =
-      !this.lookupUnsafe.unsafeLastTokenLoaded && groups.some((g) => g.windowChunks !== null);
-    const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
-    const request = {
-      numTokens,
-      keys,
-      maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
-      skipReadingPrefixCache,
-      maxRecomputePendingTokens: config.maxRecomputePendingTokens,
-    };
-    const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
-      : 0;
-    invariant(
-      asksAgain(result) || result % tpc === 0,
-      'a runtime lookup hit ends on a chunk boundary',
-    );
-    invariant(
-      asksAgain(result) || result <= request.maxLoadTokens,
-      'a runtime lookup hit is within the cap',
-    );
-    const hitTokens = asksAgain(result) ? 0 : result;
-    for (const t of touchRanges(
-      groups,
-      keys.map((k) => k.length),
-      hitTokens,
-    )) {
-      if (t.to > t.from) this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
-    }
-    // Below a host prefix shorter than asked: the lower levels resolve (and
-    // promote) first; ask again meanwhile. Not for a request that reads
-    // nothing; a capped request asks up to its cap (and the EAGLE tail chunk
-    // a widened query reads).
-    const capChunks =
-      maxLoadTokens === undefined
-        ? Infinity
-        : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
-    const asked = Math.min(capChunks, ...keys.map((k) => k.length));
-    if (
-      !asksAgain(result) &&
-      this.lower &&
-      !force &&
-      !skipReadingPrefixCache &&
-      hitTokens / tpc < asked
-    ) {
-      const prefixHit = (present: (k: bigint) => boolean) => {
-        const t = lookupHitTokens(
-          groups,
-          request,
-          (k) => (present(k) ? 'hit' : 'miss'),
-          this.lookupUnsafe,
-        );
-        return asksAgain(t) ? 0 : Math.floor(t / tpc);
-      };
-      const view = { count: asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
-      const wait = this.lower.mustWait(tag, view);
-      if (wait !== null) {
-        this.askAgain(wait === 'retry' ? RETRY : DEFER, tag);
-        this.onLookupAnswered?.({
-          lookup: decoded,
-          state,
-          answer: wait === 'retry' ? RETRY : DEFER,
-          lower: true,
-          locked: [],
-        });
-        return true;
-      }
-    }
-    const promoted = this.lower?.finish(tag);
-    if (asksAgain(result)) {
-      this.askAgain(result, tag);
-      this.onLookupAnswered?.({ lookup: decoded, state, answer: result, lower: false, locked: [] });
-      return true;
-    }
-    // One sighting per answered lookup, of every key it carries (the store threshold's count).
-    for (const k of keys) this.tier.recordLookup(k);
-    const hit = hitTokens / tpc;
-    if (hit < asked) this.hostCounters.missChunks += 1;
-    const lockedChunks: LookupAnswered['locked'][number][] = [];
-    // The state the decision read, before this hit's lock makes its keys 'being read'.
-    const decidedFrom = this.onLookupAnswered ? snapshotState(keys, state) : state;
-    if (hit > 0) {
-      const locked: bigint[] = [];
-      const chunks: { group: number; chunk: number }[] = [];
-      for (const plan of loadPlan(groups, 0, hitTokens)) {
-        for (let c = plan.firstChunk; c < plan.endChunk; c += 1) {
-          locked.push(keys[plan.group]![c]!);
-          chunks.push({ group: plan.group, chunk: c });
-        }
-      }
-      const { keys: prepared, slots } = this.protect(locked);
-      for (const k of prepared) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-      this.locks.set(tag, { keys: prepared, slots, chunks, hit, resets: this.resets });
-      for (const k of prepared) if (promoted?.has(k) !== true) this.hostCounters.hitChunks += 1;
-      for (let i = 0; i < chunks.length; i += 1) {
-        const g = chunks[i]!.group;
-        if (g !== this.tokenGroup) continue;
-        const level = promoted?.get(locked[i]!) ?? 'host';
-        this.hitTokens[level] += groups[g]!.tokensPerChunk;
-      }
-      if (this.onLookupAnswered) {
-        chunks.forEach((c, i) =>
-          lockedChunks.push({ key: keys[c.group]![c.chunk]!, slot: slots[i]!, ...c }),
-        );
-      }
-    }
-    this.onLookupAnswered?.({
-      lookup: decoded,
-      state: decidedFrom,
-      answer: hitTokens,
-      lower: false,
-      locked: lockedChunks,
-    });
-    this.answers.send([ANS_LOOKED_UP, tag, hit]);
-    return false;
-  }
-
-  /** Answers a lookup "ask again later", counting a deferral (pending) apart from a retry (unknown). */
-  private askAgain(why: typeof DEFER | typeof RETRY, tag: number): void {
-    if (why === RETRY) this.lookupsRetried += 1;
-    else {
-      this.lookupsDeferred += 1;
-      this.hostCounters.pendingChunks += 1;
-    }
-    this.answers.send([ANS_LOOKED_UP, tag, why === RETRY ? LOOKUP_RETRY : LOOKUP_DEFERRED]);
-  }
-
-  /** Tier slots of a hit's keys, each protected from eviction (entries being written only under the unsafe switch: unprotected). */
-  private protect(keys: bigint[]): { keys: bigint[]; slots: number[] } {
-    if (!this.loadWhileWriting) return { keys, slots: this.tier.prepareLoad(keys) };
-    const prepared: bigint[] = [];
-    const slots: number[] = [];
-    for (const k of keys) {
-      const w = this.writing.get(k);
-      if (w !== undefined) slots.push(w.slot);
-      else {
-        prepared.push(k);
-        slots.push(this.tier.prepareLoad([k])[0]!);
-      }
-    }
-    return { keys: prepared, slots };
-  }
-
-  /** A key's state for lookups: whole and readable, being written or read (pending), or missing. */
-  private chunkState(k: bigint, force: boolean): ChunkState {
-    const bpc = this.views.config.blocksPerChunk;
-    if (this.loadWhileWriting && this.writing.get(k)?.positions.length === bpc) return 'hit';
-    if (this.readable.get(k)?.positions.length === bpc) {
-      return !force && this.beingLoaded.has(k) ? 'pending' : 'hit';
-    }
-    if (this.writing.get(k)?.positions.length === bpc) return force ? 'miss' : 'pending';
-    return 'miss';
-  }
-
-  /** [LOAD, tag, slot, generation, ...block IDs for each locked (group, chunk) in order, bpc per chunk]. */
-  private load(r: Int32Array): void {
-    const tag = r[1]!;
-    const lock = this.locks.get(tag);
-    if (lock === undefined) invariant(false, `load ${tag} follows a lookup hit`);
-    this.locks.delete(tag);
-    const bpc = this.views.config.blocksPerChunk;
-    invariant(r.length === 4 + lock.chunks.length * bpc, 'a block per loaded position');
-    const entries: LoadEntry[] = [];
-    for (let i = 0; i < lock.chunks.length; i += 1) {
-      for (let p = 0; p < bpc; p += 1) {
-        const block = r[4 + i * bpc + p]!;
-        // 0: a window's leading null block the engine left out of the load (and never a
-        // copy into the null block, whatever a host sends).
-        if (block === 0) continue;
-        entries.push({ tierSlot: lock.slots[i]!, chunkPosition: p, block });
-      }
-    }
-    for (const job of this.planner.issuedJobs()) {
-      if (job.requestId === tag)
-        invariant(false, `request ${tag} loads while its stores are in flight`);
-    }
-    // A hit answered before a reset loads from its retired slots; the request's
-    // cursor started after that hit, which the tier no longer holds: from 0 again.
-    if (lock.resets !== this.resets) this.restartRequest(r[2]!, r[3]!);
-    const jobId = -this.nextLoadId++;
-    this.loads.set(jobId, { lock, tag });
-    this.loadingRequests.add(tag);
-    this.backend.submit(encodeLoadTask(jobId, entries, 0));
-  }
-
-  private completeLoad(c: TransferCompletion): void {
-    const load = this.loads.get(c.jobId);
-    if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
-    this.loads.delete(c.jobId);
-    this.loadingRequests.delete(load.tag);
-    // The unsafe variant parks the failed load's lock where nothing ever releases it.
-    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
-    else this.release(load.lock);
-    this.hostBytesRead += c.bytes;
-    this.hostLoadUs += c.latencyMs * 1000;
-    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
-  }
-
-  private unlock(tag: number, slot: number, generation: number): void {
-    const lock = this.locks.get(tag);
-    if (lock === undefined) {
-      // A request that ended while it waited to ask again: its resolution reads nothing more.
-      this.lower?.forget(tag);
-      return;
-    }
-    this.locks.delete(tag);
-    // Given up: the request recomputes from its cursor, which a stale hit placed past chunks the tier lost.
-    if (lock.resets !== this.resets) this.restartRequest(slot, generation);
-    this.release(lock);
-  }
-
-  /** The request in `slot` (if it is still `generation`) starts a new store epoch from cursor 0. */
-  private restartRequest(slot: number, generation: number): void {
-    const { state, config } = this.views;
-    if (!(Number.isInteger(slot) && slot >= 0 && slot < config.maxRequests)) return;
-    const now = Atomics.load(state.control, state.schedulerWord(slot, S_GENERATION));
-    if (now === generation) this.planner.restart(slot);
-  }
-
-  private release(lock: HitLock): void {
-    if (lock.resets !== this.resets) {
-      // Read from slots a reset retired: they go back; the entries are gone.
-      this.tier.releaseRetired(lock.slots);
-      return;
-    }
-    this.tier.completeLoad(lock.keys);
-    for (const k of lock.keys) {
-      const n = this.beingLoaded.get(k)!;
-      if (n <= 1) this.beingLoaded.delete(k);
-      else this.beingLoaded.set(k, n - 1);
-    }
-  }
-
-  // --- planner observer: this thread only ---
-
-  private adopt(slot: number, generation: number): void {
-    const { state } = this.views;
-    // The store line is this thread's own: a plain read of the epoch.
-    const epoch = state.control[state.storeWord(slot, T_EPOCH)]!;
-    const fresh = this.slotGeneration[slot] !== generation;
-    if (!fresh && this.slotEpoch[slot] === epoch) return;
-    this.slotGeneration[slot] = generation;
-    // A new epoch (a reset) starts the coverage over: its chunks are stored again.
-    this.hitVoid[slot] = fresh ? 0 : 1;
-    this.slotEpoch[slot] = epoch;
-    const groups = state.groupCount;
-    for (let g = 0; g < groups; g += 1) {
-      this.coverage[slot * groups + g]!.fill(0);
-      this.markedTo[slot * groups + g] = 0;
-    }
-    if (!fresh) return;
-    this.slotStored[slot] = 0;
-    this.slotDeferred[slot] = 0;
-    this.slotDoubles[slot] = 0;
-  }
-
-  private onChunk(
-    slot: number,
-    generation: number,
-    group: number,
-    chunk: number,
-    outcome: ChunkOutcome,
-  ): void {
-    this.adopt(slot, generation);
-    const cov = this.coverage[slot * this.views.state.groupCount + group]!;
-    const was = cov[chunk]!;
-    if (outcome === 'stored') {
-      if ((was & STORED) !== 0) {
-        this.doubleStores += 1;
-        this.slotDoubles[slot]! += 1;
-      }
-      if ((was & DEFERRED) !== 0) this.deferredThenStored += 1;
-      this.slotStored[slot]! += 1;
-      cov[chunk] = was | STORED | COVERED;
-    } else {
-      cov[chunk] = was | COVERED;
-    }
-  }
-
-  private onDeferred(
-    slot: number,
-    generation: number,
-    group: number,
-    from: number,
-    to: number,
-  ): void {
-    this.adopt(slot, generation);
-    const i = slot * this.views.state.groupCount + group;
-    const cov = this.coverage[i]!;
-    this.slotDeferred[slot]! += to - from;
-    const end = Math.min(to, cov.length);
-    for (let c = Math.max(from, this.markedTo[i]!); c < end; c += 1) cov[c] = cov[c]! | DEFERRED;
-    this.markedTo[i] = Math.max(this.markedTo[i]!, end);
-  }
-
-  /**
-   * Runs before the drained mark: the allocator cannot free (or the slot be
-   * reused) yet. A hole is a chunk that was token-ready when the request ended
-   * and was neither stored (or present, or slid out) nor counted as dropped,
-   * whether or not its keys or block IDs were ever published.
-   */
-  private onDraining(snap: Readonly<RequestSnapshot>): void {
-    const { state, config } = this.views;
-    const slot = snap.slot;
-    this.adopt(slot, snap.generation);
-    let holes = 0;
-    let tokenReady = 0;
-    let counted = 0;
-    const offloadable = offloadableTokens(snap, config);
-    for (let g = 0; g < state.groupCount; g += 1) {
-      // After a reset the admission hit is gone from the tier: those chunks count as anything else.
-      const hit =
-        this.hitVoid[slot] === 1
-          ? 0
-          : Atomics.load(state.control, state.schedulerWord(slot, S_HIT_CHUNKS + g));
-      const cov = this.coverage[slot * state.groupCount + g]!;
-      const end = Math.min(tokenChunks(snap, config.groups[g]!, offloadable), cov.length);
-      tokenReady += Math.max(end, 0);
-      counted += Math.min(hit, end); // loaded from the tier at admission
-      for (let c = hit; c < end; c += 1) {
-        const was = cov[c]!;
-        if ((was & COVERED) === 0) holes += 1;
-        else if ((was & STORED) === 0) counted += 1;
-      }
-      // Passed by the cursor beyond the end's token chunks (an abort's horizon shrank): still checked.
-      for (let c = Math.max(hit, end); c < Math.min(snap.cursor[g]!, cov.length); c += 1)
-        if ((cov[c]! & COVERED) === 0) holes += 1;
-    }
-    this.holes += holes;
+  private onDrained(account: DrainAccount): void {
     this.publishStats(); // before the drained event: main may read stats as soon as it arrives
-    const status = Atomics.load(state.control, state.schedulerWord(slot, S_STATUS));
-    const requestId = Atomics.load(state.control, state.schedulerWord(slot, S_REQUEST_ID));
-    const ended = status === Status.finished ? 'finished' : 'aborted';
-    const trace = this.recorder?.take(requestId, slot, ended);
+    const ended = account.status === Status.finished ? 'finished' : 'aborted';
+    const trace = this.recorder?.take(account.requestId, account.slot, ended);
     this.events.drained({
-      requestId,
-      slot,
-      generation: snap.generation,
+      requestId: account.requestId,
+      slot: account.slot,
+      generation: account.generation,
       status: ended,
-      chunksStored: this.slotStored[slot]!,
-      chunksDeferred: this.slotDeferred[slot]!,
-      tokenChunks: tokenReady,
-      chunksCounted: counted,
-      holes,
-      doubleStores: this.slotDoubles[slot]!,
+      chunksStored: account.chunksStored,
+      chunksDeferred: account.chunksDeferred,
+      tokenChunks: account.tokenChunks,
+      chunksCounted: account.chunksCounted,
+      holes: account.holes,
+      ...(account.firstHole
+        ? { firstHole: { group: account.firstHole.group, chunk: account.firstHole.chunk } }
+        : {}),
+      doubleStores: account.doubleStores,
       ...(trace ? { trace } : {}),
     });
   }
@@ -1084,7 +599,7 @@ export class StoreLoop {
     publishStat(s, 'chunksDiscardedByReset', c.chunksDiscardedByReset);
     publishStat(s, 'chunksDeferred', c.chunksDeferred);
     publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
-    publishStat(s, 'chunksDeferredThenStored', this.deferredThenStored);
+    publishStat(s, 'chunksDeferredThenStored', this.ledger.deferredThenStored);
     publishStat(s, 'allocationRetries', c.allocationFailures);
     publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
     publishStat(s, 'chunksDroppedUnready', c.chunksDroppedUnready);
@@ -1097,11 +612,11 @@ export class StoreLoop {
     publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
     publishStat(s, 'jobsHeld', this.planner.jobsHeld);
     publishStat(s, 'tierUsed', this.tier.stats().used);
-    publishStat(s, 'holes', this.holes);
-    publishStat(s, 'doubleStores', this.doubleStores);
+    publishStat(s, 'holes', this.ledger.holes);
+    publishStat(s, 'doubleStores', this.ledger.doubleStores);
     publishStat(s, 'storePasses', c.passes);
-    publishStat(s, 'lookupsDeferred', this.lookupsDeferred);
-    publishStat(s, 'lookupsRetried', this.lookupsRetried);
+    publishStat(s, 'lookupsDeferred', this.loads.deferred);
+    publishStat(s, 'lookupsRetried', this.loads.retried);
     publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
     if (this.capture) {
       publishStat(s, 'eventsQueued', this.capture.queue.queued);
@@ -1112,12 +627,12 @@ export class StoreLoop {
     host.storedChunks = t.stores;
     host.evictions = t.evictions;
     host.bytesWritten = this.bytesCopied;
-    host.bytesRead = this.hostBytesRead;
+    host.bytesRead = this.loads.bytesRead;
     host.droppedChunks = c.chunksDroppedForCapacity;
     host.fullChunks = c.allocationFailures;
     host.storeUs = this.hostStoreUs;
-    host.loadUs = this.hostLoadUs;
-    host.hitTokens = this.hitTokens.host;
+    host.loadUs = this.loads.loadUs;
+    host.hitTokens = this.loads.hitTokens.host;
     const chunkBytes = this.views.config.blocksPerChunk * this.views.config.bytesPerBlock;
     host.entries = t.used;
     host.bytesUsed = t.used * chunkBytes;
@@ -1127,7 +642,7 @@ export class StoreLoop {
     for (const level of this.lower?.cascade.levels ?? []) {
       const counters: TierCounters = {
         ...level.counters,
-        hitTokens: this.hitTokens[level.name],
+        hitTokens: this.loads.hitTokens[level.name],
         storesPending: level.storesInFlight,
         ...level.usage?.(),
       };
@@ -1139,11 +654,4 @@ export class StoreLoop {
     publishStat(s, 'lookupsResolvedAfterDefer', lt.resolvedCount);
     publishStat(s, 'lookupDeferredUs', lt.resolvedSeconds * 1e6);
   }
-}
-
-/** Every key's state now, frozen (for a hook that runs after the state moved on). */
-function snapshotState(keys: readonly (readonly bigint[])[], state: ChunkStateOf): ChunkStateOf {
-  const frozen = new Map<bigint, ChunkState>();
-  for (const ks of keys) for (const k of ks) frozen.set(k, state(k));
-  return (k) => frozen.get(k) ?? state(k);
 }

@@ -2,11 +2,14 @@
 // the HTML report (`kvoff simulate --report`). For each planning pass that
 // snapshots a traced request, and for each group, it keeps what the rule saw —
 // token chunks, keys, complete block chunks, ready, the cursor before and
-// after — and how many chunks the pass dispatched. A pass identical to the
+// after — and what the pass did with its chunks (dispatched, deferred,
+// skipped), counted from the planner's observer feed the chunk ledger reads
+// (src/ledger.ts), not recomputed from the counts. A pass identical to the
 // previous one of the same group is not kept, and every request's list is
 // capped, so tracing stays bounded however long the run.
 import type { Config } from '../config.js';
 import { Status, T_CURSOR } from '../layout.js';
+import type { ChunkOutcome } from '../planner.js';
 import { offloadableTokens, readyPrefix, tokenChunks } from '../ready.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import type { SharedState } from '../state.js';
@@ -29,7 +32,12 @@ export interface TracedPass {
   ready: number;
   cursorBefore: number;
   cursor: number;
+  /** Chunks this pass dispatched. */
   stored: number;
+  /** Token-ready chunks this pass left for a later one (their keys or blocks lagged). */
+  deferred: number;
+  /** Token-ready, not ready chunks this pass moved the cursor past without a copy (a legacy policy's holes). */
+  skipped: number;
 }
 
 export interface TracedRequest {
@@ -44,8 +52,11 @@ interface Pending {
   requestId: number;
   generation: number;
   atMs: number;
-  groups: Omit<TracedPass, 'cursor' | 'stored' | 'atMs' | 'generation'>[];
+  groups: Omit<TracedPass, 'cursor' | 'stored' | 'deferred' | 'skipped' | 'atMs' | 'generation'>[];
+  /** Per group, from the observer: dispatched, deferred, skipped. */
   stored: Int32Array;
+  deferred: Int32Array;
+  skipped: Int32Array;
 }
 
 interface Live {
@@ -108,13 +119,23 @@ export class TraceRecorder {
       atMs: this.clock(),
       groups,
       stored: new Int32Array(this.config.groups.length),
+      deferred: new Int32Array(this.config.groups.length),
+      skipped: new Int32Array(this.config.groups.length),
     };
   }
 
-  /** The planner observer's 'stored' chunk outcome. */
-  onStored(slot: number, group: number): void {
+  /** The planner observer's chunk outcome (the same feed as the ledger's). */
+  onChunk(slot: number, group: number, outcome: ChunkOutcome): void {
     const p = this.pending[slot];
-    if (p !== undefined) p.stored[group]! += 1;
+    if (p === undefined) return;
+    if (outcome === 'stored') p.stored[group]! += 1;
+    else if (outcome === 'skipped') p.skipped[group]! += 1;
+  }
+
+  /** The planner observer's deferred chunks of one group at this pass. */
+  onDeferred(slot: number, group: number, chunks: number): void {
+    const p = this.pending[slot];
+    if (p !== undefined) p.deferred[group]! += chunks;
   }
 
   /** After a planning pass: read the cursors the pass left and keep what changed. */
@@ -163,6 +184,8 @@ export class TraceRecorder {
         generation: p.generation,
         cursor,
         stored: p.stored[g.group]!,
+        deferred: p.deferred[g.group]!,
+        skipped: p.skipped[g.group]!,
       };
       if (sameAs(live.last[g.group], pass)) continue;
       live.last[g.group] = pass;

@@ -22,9 +22,10 @@ async function race(traceRequests: number) {
         if (point === 'snapshot') box.rec!.onSnapshot(snap);
       },
       observer: {
-        chunk: (slot, _generation, group, _chunk, outcome) => {
-          if (outcome === 'stored') box.rec!.onStored(slot, group);
-        },
+        chunk: (slot, _generation, group, _chunk, outcome) =>
+          box.rec!.onChunk(slot, group, outcome),
+        deferred: (slot, _generation, group, from, to) =>
+          box.rec!.onDeferred(slot, group, to - from),
       },
     },
   );
@@ -51,6 +52,7 @@ async function race(traceRequests: number) {
 
 describe('TraceRecorder', () => {
   it('keeps each pass that changed something: the deferral, then the retry that stores it', async () => {
+    // deferred and skipped come from the planner's observer (the chunk ledger's feed), not from the counts.
     const { trace, again } = await race(1);
     expect(trace).toBeDefined();
     expect(trace!.status).toBe('finished');
@@ -67,6 +69,8 @@ describe('TraceRecorder', () => {
         cursorBefore: 0,
         cursor: 2,
         stored: 2,
+        deferred: 1,
+        skipped: 0,
       },
       {
         atMs: 110,
@@ -79,6 +83,8 @@ describe('TraceRecorder', () => {
         cursorBefore: 2,
         cursor: 3,
         stored: 1,
+        deferred: 0,
+        skipped: 0,
       },
     ]);
     expect(again).toBeUndefined();

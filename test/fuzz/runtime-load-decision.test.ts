@@ -11,7 +11,7 @@ import { tierBlockWords } from '../../src/copy.js';
 import { DEFER } from '../../src/lookup.js';
 import type { ChunkState, LookupResult } from '../../src/lookup.js';
 import { RuntimeViews, createRuntimeBuffers } from '../../src/runtime/buffers.js';
-import type { LookupAnswered } from '../../src/runtime/store-loop.js';
+import type { LookupAnswered } from '../../src/runtime/store-loads.js';
 import { lookupAnswerViolation } from '../../src/fuzz/lookup-oracle.js';
 import { specLookup } from '../../src/fuzz/spec/lookup-spec.js';
 import { UNPACED_ENGINE, oneThreadLoops, repeatedPrompt } from '../helpers/one-thread-loops.js';

@@ -2,6 +2,7 @@
 // fuzzer's strategies, faults, oracle, replay tokens and shrinking.
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
+import { InvalidArgumentError } from '../../src/errors.js';
 import { loadHashing } from '../../src/hashing.js';
 import { UNSET } from '../../src/runtime/protocol.js';
 import { fuzz } from '../../src/fuzz/run.js';
@@ -105,7 +106,7 @@ describe('fuzz --target runtime', () => {
   it('tokens carry the target and the switches', () => {
     const s = spec(5, { switches: ['load-while-writing'], pins: false });
     const token = encodeReplayToken(s);
-    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt.uload-while-writing');
+    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt2.uload-while-writing');
     expect(decodeReplayToken(token)).toEqual(s);
   });
 
@@ -180,7 +181,7 @@ describe('fuzz --target runtime', () => {
       shrink: false,
     });
     expect(r.violations).toBe(1);
-    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt$/);
+    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt2$/);
   });
 
   it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
@@ -272,7 +273,7 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
     expect(r.code).toBe(1);
     const out = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(out).toMatchObject({ target: 'runtime', pins: false, invariant: 'mispairing' });
-    expect(out.replayToken).toMatch(/\.trt(\.|$)/);
+    expect(out.replayToken).toMatch(/\.trt2(\.|$)/);
     const again = kvoff('--replay', out.shrunkToken as string, '--json');
     expect(again.code).toBe(1);
     const replay = JSON.parse(again.stdout) as Record<string, unknown>;
@@ -306,11 +307,27 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
 // are the two schedules that crashed on the committed code, drawn when the
 // engine simulator had its own generator (mulberry32): since it draws from the
 // one PRNG (src/prng.ts) the first still names the same trace, the second
-// another.
+// another; since the one role driver (the `.trt2` tokens) both seeds draw
+// other interleavings, and the lookup's alignment is pinned down by the
+// hybrid rows of test/core/lookup.test.ts.
+describe('replay tokens of the runtime target carry the version of its schedules', () => {
+  it('a `.trt` token of the version before the one role driver is refused, naming the seed to draw again', () => {
+    let thrown: unknown;
+    try {
+      decodeReplayToken('kvf1.ready-prefix.random.pins.20030415.trt');
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(InvalidArgumentError);
+    expect((thrown as InvalidArgumentError).code).toBe('KVOFF_INVALID_ARGUMENT');
+    expect(String((thrown as Error).message)).toContain('--seed 20030415');
+  });
+});
+
 describe('regression: a hybrid lookup rounded down to whole chunks after the fact loaded an unchecked window', () => {
   for (const token of [
-    'kvf1.ready-prefix.random.pins.20030415.trt',
-    'kvf1.ready-prefix.pct.pins.30005772.trt',
+    'kvf1.ready-prefix.random.pins.20030415.trt2',
+    'kvf1.ready-prefix.pct.pins.30005772.trt2',
   ]) {
     it(`${token} runs with nothing violated`, () => {
       const spec = decodeReplayToken(token);
@@ -321,7 +338,7 @@ describe('regression: a hybrid lookup rounded down to whole chunks after the fac
   }
 });
 
-// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt, drawn
+// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt2, drawn
 // with the engine's former generator; the token now names another trace, and
 // the stalled-copies scenarios below pin the case down) was reported as a hang. The copy threads were stalled for 200 virtual ms while a
 // second request's tier lookup was deferred on the first one's entries, still
@@ -341,8 +358,8 @@ describe('regression: a copy stall of 200 virtual ms under a deferred lookup, re
       events: [request(1, 0), request(2, 3), { kind: 'stall', actor: TRANSFER, atMs: 0, forMs }],
     });
 
-  it('kvf1.ready-prefix.pct.pins.1028744.trt runs to its end with nothing violated', () => {
-    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt'));
+  it('kvf1.ready-prefix.pct.pins.1028744.trt2 runs to its end with nothing violated', () => {
+    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt2'));
     expect(out.violation).toBeUndefined();
   });
 

@@ -1,7 +1,11 @@
-// Every role loop of the runtime driven round-robin from one thread over the
-// same shared memory, on a virtual clock: engine simulator, hasher, allocator
-// and store step in turn, so a test can place an ordering deterministically
-// (hold the store back, let the finish overtake a publication) without threads.
+// Every role loop object of the runtime (src/runtime/role-loop.ts: the ones
+// role-main.ts runs on threads and the runtime fuzz target on its virtual
+// clock) driven round-robin from one thread over the same shared memory, on a
+// virtual clock: engine simulator, hasher, allocator and store step in turn,
+// so a test can place an ordering deterministically (hold the store back, let
+// the finish overtake a publication) without threads. A round steps every
+// role whatever wait its loop asked for: a park only spares a thread's CPU,
+// and stepping an idle role does nothing.
 import { resolveConfig } from '../../src/config.js';
 import type { ConfigInput } from '../../src/config.js';
 import { loadHashing } from '../../src/hashing.js';
@@ -19,8 +23,10 @@ import type {
 } from '../../src/runtime/engine-sim.js';
 import { HasherLoop } from '../../src/runtime/hasher-loop.js';
 import { UNSET } from '../../src/runtime/protocol.js';
+import { ringOthers } from '../../src/runtime/role-loop.js';
 import { StoreLoop } from '../../src/runtime/store-loop.js';
-import type { DrainedRequest, StoreLoopOptions } from '../../src/runtime/store-loop.js';
+import type { DrainedRequest } from '../../src/runtime/store-loop.js';
+import type { StoreLoopOptions } from '../../src/runtime/store-options.js';
 import type { TransferArenas } from '../../src/runtime/transfer.js';
 
 export interface OneThreadLoopsOptions<B extends TransferBackend> {
@@ -102,7 +108,7 @@ export async function oneThreadLoops<B extends TransferBackend = InlineTransferB
     hashing,
     { ended: (s) => ended.push(s) },
     options.engine,
-    () => {},
+    ringOthers(views, 'scheduler'),
     options.engineClock === 'wall' ? undefined : () => now,
   );
   const hasher = new HasherLoop(views, hashing, { hashesPerWake: options.hashesPerWake ?? 16 });
@@ -160,6 +166,7 @@ export async function oneThreadLoops<B extends TransferBackend = InlineTransferB
       return done();
     },
     drainLeftovers: (times = 10) => {
+      store.beginDrain();
       for (let i = 0; i < times; i += 1) {
         store.step();
         allocator.step();

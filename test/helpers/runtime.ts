@@ -12,6 +12,7 @@ import type {
 
 /** The leak report of a runtime closed with nothing held. */
 export const NO_LEAKS: LeakReport = {
+  requestsInEngine: 0,
   blocksInUse: 0,
   blocksQuarantined: 0,
   pinsOutstanding: 0,
@@ -19,6 +20,7 @@ export const NO_LEAKS: LeakReport = {
   tierEntriesWriting: 0,
   tierEntriesReading: 0,
   jobsInFlight: 0,
+  loadLocks: 0,
 };
 
 /** Longer runs with KVOFF_STRESS=1. */

@@ -9,6 +9,7 @@
 // bound on jobs in flight, and the leak report is not clean.
 import { describe, expect, it } from 'vitest';
 import { runSoak } from '../../bench/lib/soak.js';
+import { NO_LEAKS } from '../helpers/runtime.js';
 
 describe('the store worker under load (short soak)', () => {
   it('holds no more jobs than can be in flight, leaks nothing, and every worker reports its own memory', async () => {
@@ -19,15 +20,7 @@ describe('the store worker under load (short soak)', () => {
     expect(report.tierEvictions).toBeGreaterThan(0);
     expect(report.jobsHeldMax).toBeGreaterThan(0);
     expect(report.jobsHeldMax).toBeLessThanOrEqual(256);
-    expect(report.leaks).toEqual({
-      blocksInUse: 0,
-      blocksQuarantined: 0,
-      pinsOutstanding: 0,
-      slotsInUse: 0,
-      tierEntriesWriting: 0,
-      tierEntriesReading: 0,
-      jobsInFlight: 0,
-    });
+    expect(report.leaks).toEqual(NO_LEAKS);
     expect(report.verifyOk).toBe(true);
     // Sampled by each worker itself: every role and the copy thread has a figure.
     const last = report.points.at(-1)!.memory;
