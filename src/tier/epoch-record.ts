@@ -36,17 +36,13 @@ function tagOf(auth: EntryAuth, scope: bigint, r: EpochRecord): Buffer {
 }
 
 /** The record's text for `scope` (authenticated when `auth` is given). */
-export function sealEpochRecord(
-  r: EpochRecord,
-  scope: bigint,
-  auth: EntryAuth | undefined,
-): string {
+function sealEpochRecord(r: EpochRecord, scope: bigint, auth: EntryAuth | undefined): string {
   if (auth === undefined) return hex16(r.epoch);
   return `${hex16(r.epoch)}.${r.sequence}.${tagOf(auth, scope, r).toString('hex')}`;
 }
 
 /** The record `text` holds, or undefined when it is not one this level may believe. */
-export function openEpochRecord(
+function openEpochRecord(
   text: string,
   scope: bigint,
   auth: EntryAuth | undefined,
