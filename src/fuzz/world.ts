@@ -15,13 +15,13 @@
 // shows up as a byte mismatch.
 import { resolveConfig } from '../config.js';
 import type { Config } from '../config.js';
-import { copyChunkToTier, tierChunkMatches, writeComputedBlock } from '../copy.js';
+import { copyChunkToTier, tierChunkMatches } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { InvalidArgumentError, LegacyAssertionError } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
 import type { Hashing } from '../hashing.js';
 import type { StoreJob } from '../job.js';
-import { T_CURSOR, T_DRAINED_GENERATION } from '../layout.js';
+import { T_CURSOR } from '../layout.js';
 import { ChunkLedger, ledgerObserver } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
 import { describeLeak, leakReportOf } from '../leaks.js';
@@ -39,22 +39,8 @@ import { FaultyTier } from './faulty-tier.js';
 import { specChunkReachable, specCursorBound, specReadyChunks } from './spec/ready-spec.js';
 import {
   PENDING,
-  LIVE,
   ENDED,
   RELEASED,
-  A_NONE,
-  A_OPEN,
-  A_ABORT,
-  A_PREEMPT,
-  A_PREFILL,
-  A_DECODE,
-  A_FINISH,
-  A_RELEASE,
-  A_CLEAR,
-  A_FREE,
-  A_NULL,
-  A_PUBLISH,
-  A_HASH,
   A_PLAN,
   A_COPY,
   A_COMPLETE,
@@ -62,7 +48,6 @@ import {
   A_TICK,
   A_SNAPSHOT,
   A_PINNED,
-  A_SETTLE,
   GROUP_SHIFT,
   WorldRequest,
 } from './request.js';
@@ -83,6 +68,7 @@ import { RUNTIME_ONLY_SWITCHES, switchOptions } from './switches.js';
 import type { RuntimeSwitch } from './switches.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
+import { WorldEngine } from './world-engine.js';
 import type { TraceLine } from './trace.js';
 
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
@@ -141,17 +127,15 @@ export class World {
   private readonly strategy: Strategy | undefined;
   private readonly record: boolean;
   private readonly watched: ReadonlySet<InvariantName> | undefined;
-  private readonly scheduler: SchedulerRole;
-  private readonly hasher: HasherRole;
-  private readonly allocator: AllocatorRole;
   private readonly planner: StorePlanner;
   private readonly pool: GpuBlockPool;
   private readonly tier: FaultyTier;
   private readonly geo: ArenaGeometry;
   private readonly gpu: Uint32Array;
+  /** The simulated engine: the scheduler, hasher and allocator roles and their requests. */
+  private readonly engine: WorldEngine;
+  private readonly requests: readonly WorldRequest[];
   private readonly tierArena: Uint32Array;
-  private readonly requests: WorldRequest[];
-  private readonly slotOwner: (WorldRequest | undefined)[];
   private readonly dirty: Uint8Array;
   private readonly starved: Uint8Array;
   private readonly jobs: InFlight[] = [];
@@ -170,9 +154,6 @@ export class World {
   private readonly resetsAt: number[] = [];
   /** Jobs in flight at a reset (the oracle's own record: the planner's threshold is what it checks). */
   private readonly staleJobs = new Set<StoreJob>();
-  private readonly finishStallSteps: number;
-  private transferStallUntil = -1;
-  private reservedBlocks = 0;
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -181,9 +162,6 @@ export class World {
   private nestedDepth = 0;
   /** Decision index of the step being run (the trace line's number). */
   private stepDecision = 0;
-  private schedRr = 0;
-  private allocRr = 0;
-  private hashRr = 0;
   private storeRr = 0;
   /** The first cursor move of the store step past the specification's bound. */
   private specCursorFinding: string | undefined;
@@ -204,9 +182,6 @@ export class World {
     const config = resolveConfig(scenario.config);
     this.config = config;
     this.state = SharedState.create(config);
-    this.scheduler = new SchedulerRole(this.state);
-    this.hasher = new HasherRole(this.state, options.hashing);
-    this.allocator = new AllocatorRole(this.state);
     this.tier = new FaultyTier(new HostTier(config.tierChunks));
     this.pool = new GpuBlockPool(config.gpuBlocks, this.state.pins, {
       unsafeIgnorePins: !options.pins,
@@ -230,7 +205,7 @@ export class World {
       unsafeSkipSettle: options.settle === false,
       observer: ledgerObserver(ledger, {
         chunk: (slot, generation, group, chunk, outcome) => {
-          const r = this.slotOwner[slot];
+          const r = this.engine.slotOwner[slot];
           if (r === undefined || r.handle.generation !== generation) return;
           if (outcome === 'unreachable') this.checkUnreachable(r, group, chunk);
         },
@@ -243,16 +218,38 @@ export class World {
     this.gpu = new Uint32Array(config.gpuBlocks * wordsPerBlock);
     this.tierArena = new Uint32Array(config.tierChunks * config.blocksPerChunk * wordsPerBlock);
     const specs = requestSpecs(scenario);
-    this.requests = specs.map((s, i) => new WorldRequest(i, s, config, options.hashing));
-    const byId = new Map(this.requests.map((r) => [r.spec.requestId, r]));
+    const requests = specs.map((s, i) => new WorldRequest(i, s, config, options.hashing));
+    this.requests = requests;
+    const byId = new Map(requests.map((r) => [r.spec.requestId, r]));
     let finishStall = 0;
     for (const e of scenario.events) this.addEvent(e, byId, (n) => (finishStall = n));
-    this.finishStallSteps = finishStall;
-    for (const r of this.requests) r.preemptAt.sort((a, b) => a - b);
+    for (const r of requests) r.preemptAt.sort((a, b) => a - b);
     this.tierFails.sort((a, b) => a.at - b.at);
     this.copyFails.sort((a, b) => a.at - b.at);
     this.resetsAt.sort((a, b) => a - b);
-    this.slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
+    this.engine = new WorldEngine(
+      {
+        config,
+        state: this.state,
+        scheduler: new SchedulerRole(this.state),
+        hasher: new HasherRole(this.state, options.hashing),
+        allocator: new AllocatorRole(this.state),
+        pool: this.pool,
+        gpu: this.gpu,
+        geo: this.geo,
+        requests,
+        finishStallSteps: finishStall,
+      },
+      {
+        note: (actor, action, request, arg, text) => this.note(actor, action, request, arg, text),
+        markDirty: (r) => this.markDirty(r),
+        decision: () => this.decision,
+        released: (slot) => {
+          this.dirty[slot] = 0;
+          this.starved[slot] = 0;
+        },
+      },
+    );
     this.dirty = new Uint8Array(config.maxRequests);
     this.starved = new Uint8Array(config.maxRequests);
     this.snapReady = new Int32Array(config.groups.length);
@@ -394,13 +391,13 @@ export class World {
     try {
       switch (a) {
         case SCHEDULER:
-          this.schedulerStep();
+          this.engine.schedulerStep();
           break;
         case HASHER:
-          this.hasherStep();
+          this.engine.hasherStep();
           break;
         case ALLOCATOR:
-          this.allocatorStep();
+          this.engine.allocatorStep();
           break;
         case STORE:
           this.storeStep();
@@ -452,7 +449,7 @@ export class World {
     // The chunk ledger starts each restarted request's account over at its new store epoch.
     this.planner.reset();
     this.published.clear();
-    for (let s = 0; s < this.dirty.length; s += 1) if (this.slotOwner[s]) this.dirty[s] = 1;
+    for (let s = 0; s < this.dirty.length; s += 1) if (this.engine.slotOwner[s]) this.dirty[s] = 1;
     this.note(
       STORE,
       A_RESET,
@@ -464,13 +461,13 @@ export class World {
   }
 
   private anyStallActive(): boolean {
-    if (this.transferStallUntil > this.decision) return true;
+    if (this.engine.transferStallUntil > this.decision) return true;
     for (const s of this.stalls) if (s.from <= this.decision && this.decision < s.to) return true;
     return false;
   }
 
   private stalled(actor: number): boolean {
-    if (actor === TRANSFER && this.transferStallUntil > this.decision) return true;
+    if (actor === TRANSFER && this.engine.transferStallUntil > this.decision) return true;
     for (const s of this.stalls) {
       if (s.actor === actor && s.from <= this.decision && this.decision < s.to) return true;
     }
@@ -479,9 +476,9 @@ export class World {
 
   private enabledInto(out: number[], nested: boolean): void {
     out.length = 0;
-    if (!this.stalled(SCHEDULER) && this.findSchedulerWork() !== undefined) out.push(SCHEDULER);
-    if (!this.stalled(HASHER) && this.findHasherWork() !== undefined) out.push(HASHER);
-    if (!this.stalled(ALLOCATOR) && this.findAllocatorWork() !== undefined) out.push(ALLOCATOR);
+    if (!this.stalled(SCHEDULER) && this.engine.findSchedulerWork() !== undefined) out.push(SCHEDULER);
+    if (!this.stalled(HASHER) && this.engine.findHasherWork() !== undefined) out.push(HASHER);
+    if (!this.stalled(ALLOCATOR) && this.engine.findAllocatorWork() !== undefined) out.push(ALLOCATOR);
     // Inside a planning pass, "store" means: go on with the pass.
     if (nested || this.findDirtySlot() !== -1) out.push(STORE);
     if (!this.stalled(TRANSFER) && this.jobs.length > 0) out.push(TRANSFER);
@@ -564,403 +561,10 @@ export class World {
     }
   }
 
-  // -------------------------------------------------------------- scheduler
-
-  private findSchedulerWork(): WorldRequest | undefined {
-    const n = this.requests.length;
-    for (let i = 0; i < n; i += 1) {
-      const r = this.requests[(this.schedRr + i) % n]!;
-      if (this.schedulerAction(r) !== A_NONE) return r;
-    }
-    return undefined;
-  }
-
-  private schedulerAction(r: WorldRequest): number {
-    switch (r.phase) {
-      case PENDING: {
-        // Admission in arrival order, only when a slot is free and the request's blocks are reserved.
-        for (const o of this.requests) {
-          if (o === r) break;
-          if (o.phase === PENDING) return A_NONE;
-        }
-        if (this.scheduler.freeSlotCount === 0) return A_NONE;
-        if (this.reservedBlocks + r.need > this.config.gpuBlocks - 1) return A_NONE;
-        return A_OPEN;
-      }
-      case LIVE: {
-        if (r.clearPending) return A_NONE;
-        if (r.abortAt !== undefined && r.steps >= r.abortAt) return A_ABORT;
-        if (r.preemptAt.length > 0 && r.preemptAt[0]! <= r.steps && r.steps > 0) return A_PREEMPT;
-        const prefillDone = r.computed + r.scheduled >= r.numTokens;
-        if (!prefillDone) {
-          const c = r.computed + r.scheduled;
-          const s = Math.min(r.spec.batchTokens, r.numTokens - c);
-          return this.canCover(r, c + s) ? A_PREFILL : A_NONE;
-        }
-        if (r.decoded < r.spec.decode.length) {
-          return this.canCover(r, r.numTokens + 1 + r.spec.drafts) ? A_DECODE : A_NONE;
-        }
-        return A_FINISH;
-      }
-      case ENDED:
-        return r.freed ? A_RELEASE : A_NONE;
-      default:
-        return A_NONE;
-    }
-  }
-
-  private blocksShort(r: WorldRequest, tokens: number): number {
-    let n = 0;
-    for (const g of this.config.groups) {
-      const want = Math.min(Math.ceil(tokens / g.tokensPerBlock), this.config.maxBlocksPerRequest);
-      n += Math.max(0, want - r.allocated[g.index]!.length);
-    }
-    return n;
-  }
-
-  private canCover(r: WorldRequest, tokens: number): boolean {
-    const n = this.blocksShort(r, tokens);
-    if (n <= this.pool.available) return true;
-    this.pool.releaseUnpinned(); // the allocator's own housekeeping: copies may have finished
-    return n <= this.pool.available;
-  }
-
-  /** Engine-side allocation plus the forward pass: the new blocks get their chunk's bytes now. */
-  private allocateFor(r: WorldRequest, tokens: number): boolean {
-    const n = this.blocksShort(r, tokens);
-    if (n === 0) return true;
-    // canCover counted the free list; inside a planning pass a free block may be
-    // pinned for a moment (a torn read about to be retried), and the pool skips it.
-    const blocks = this.pool.allocate(n);
-    if (blocks === undefined) return false;
-    let next = 0;
-    const bpc = this.config.blocksPerChunk;
-    for (const g of this.config.groups) {
-      const list = r.allocated[g.index]!;
-      const want = Math.min(Math.ceil(tokens / g.tokensPerBlock), this.config.maxBlocksPerRequest);
-      while (list.length < want) {
-        const block = blocks[next++]!;
-        const position = list.length;
-        const key = r.expectedKeys[g.index]![Math.floor(position / bpc)] ?? 0n;
-        writeComputedBlock(this.gpu, this.geo, block, key, position);
-        list.push(block);
-      }
-    }
-    return true;
-  }
-
-  private waitForBlocks(r: WorldRequest): void {
-    this.note(
-      SCHEDULER,
-      A_NONE,
-      r.index,
-      0,
-      () => `r${r.spec.requestId} waits: the pool cannot supply its blocks right now`,
-    );
-  }
-
-  private schedulerStep(): void {
-    const r = this.findSchedulerWork();
-    if (r === undefined) return;
-    this.schedRr = (r.index + 1) % this.requests.length;
-    const action = this.schedulerAction(r);
-    const s = this.scheduler;
-    switch (action) {
-      case A_OPEN: {
-        r.handle = s.open({ requestId: r.spec.requestId, promptTokens: r.spec.prompt });
-        r.phase = LIVE;
-        r.numTokens = r.spec.prompt.length;
-        this.reservedBlocks += r.need;
-        this.slotOwner[r.handle.slot] = r;
-        this.markDirty(r);
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          r.handle.slot,
-          () =>
-            `open r${r.spec.requestId} in slot ${r.handle.slot} (gen ${r.handle.generation}), prompt ${r.numTokens} tokens`,
-        );
-        return;
-      }
-      case A_ABORT: {
-        s.abort(r.handle);
-        r.phase = ENDED;
-        this.markDirty(r);
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          r.steps,
-          () =>
-            `abort r${r.spec.requestId} (computed ${r.computed}${r.steps === 0 ? ', queued' : ''})`,
-        );
-        return;
-      }
-      case A_PREEMPT: {
-        s.preempt(r.handle);
-        r.preemptAt.shift();
-        r.computed = 0;
-        r.scheduled = 0;
-        r.clearPending = true;
-        this.markDirty(r);
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          r.steps,
-          () => `preempt r${r.spec.requestId}: progress back to 0, blocks to be cleared`,
-        );
-        return;
-      }
-      case A_PREFILL: {
-        const c = r.computed + r.scheduled;
-        const sc = Math.min(r.spec.batchTokens, r.numTokens - c);
-        if (!this.allocateFor(r, c + sc)) return this.waitForBlocks(r);
-        s.progress(r.handle, c, sc);
-        r.computed = c;
-        r.scheduled = sc;
-        r.steps += 1;
-        this.markDirty(r);
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          c + sc,
-          () => `prefill r${r.spec.requestId}: computed ${c} + scheduled ${sc}`,
-        );
-        return;
-      }
-      case A_DECODE: {
-        // Every known token is computed now; drafts of the last step were rejected.
-        const c = r.numTokens;
-        const sc = 1 + r.spec.drafts;
-        if (!this.allocateFor(r, c + sc)) return this.waitForBlocks(r);
-        const tok = r.spec.decode[r.decoded]!;
-        s.appendTokens(r.handle, [tok]);
-        r.numTokens += 1;
-        r.decoded += 1;
-        s.progress(r.handle, c, sc);
-        r.computed = c;
-        r.scheduled = sc;
-        r.steps += 1;
-        this.markDirty(r);
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          r.numTokens,
-          () =>
-            `decode r${r.spec.requestId}: token ${r.numTokens}, computed ${c} + scheduled ${sc}${r.spec.drafts ? ` (${r.spec.drafts} drafts)` : ''}`,
-        );
-        return;
-      }
-      case A_FINISH: {
-        s.finish(r.handle);
-        r.phase = ENDED;
-        r.finished = true;
-        if (this.finishStallSteps > 0) {
-          this.transferStallUntil = Math.max(
-            this.transferStallUntil,
-            this.decision + this.finishStallSteps,
-          );
-        }
-        this.markDirty(r);
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          r.numTokens,
-          () => `finish r${r.spec.requestId} (${r.numTokens} tokens)`,
-        );
-        return;
-      }
-      case A_RELEASE: {
-        const slot = r.handle.slot;
-        s.release(r.handle);
-        r.phase = RELEASED;
-        this.reservedBlocks -= r.need;
-        this.slotOwner[slot] = undefined;
-        this.dirty[slot] = 0;
-        this.starved[slot] = 0;
-        this.note(
-          SCHEDULER,
-          action,
-          r.index,
-          slot,
-          () => `release r${r.spec.requestId}: slot ${slot} free`,
-        );
-        return;
-      }
-    }
-  }
-
-  // ----------------------------------------------------------------- hasher
-
-  private hashesWanted(r: WorldRequest): number {
-    if (r.phase !== LIVE && r.phase !== ENDED) return 0;
-    if (r.freed) return 0;
-    return Math.floor(r.numTokens / this.config.tokensPerHash) - r.hashed;
-  }
-
-  private findHasherWork(): WorldRequest | undefined {
-    const n = this.requests.length;
-    for (let i = 0; i < n; i += 1) {
-      const r = this.requests[(this.hashRr + i) % n]!;
-      if (this.hashesWanted(r) > 0) return r;
-    }
-    return undefined;
-  }
-
-  private hasherStep(): void {
-    const r = this.findHasherWork();
-    if (r === undefined) return;
-    this.hashRr = (r.index + 1) % this.requests.length;
-    r.hashed += this.hasher.hash(r.handle, 1);
-    this.markDirty(r);
-    this.note(
-      HASHER,
-      A_HASH,
-      r.index,
-      r.hashed,
-      () => `hash r${r.spec.requestId}: ${r.hashed} block hashes`,
-    );
-  }
-
-  // -------------------------------------------------------------- allocator
-
-  private drained(r: WorldRequest): boolean {
-    const w = this.state.storeWord(r.handle.slot, T_DRAINED_GENERATION);
-    return Atomics.load(this.state.control, w) === r.handle.generation;
-  }
-
-  private allocatorAction(r: WorldRequest): number {
-    if (r.phase === LIVE && r.clearPending) return A_CLEAR;
-    if (r.phase === ENDED && !r.freed) {
-      if (this.drained(r)) return A_FREE;
-    }
-    if ((r.phase !== LIVE && r.phase !== ENDED) || r.freed) return A_NONE;
-    if (r.phase === LIVE && this.nullable(r) !== undefined) return A_NULL;
-    for (let g = 0; g < this.config.groups.length; g += 1) {
-      if (r.published[g]! < r.allocated[g]!.length) return A_PUBLISH;
-    }
-    // The end handled: every block ID of the request is published, settle them.
-    if (r.phase === ENDED && !r.settled) return A_SETTLE;
-    return A_NONE;
-  }
-
-  /** [group, position] of a sliding-window block that slid out of the window, if any. */
-  private nullable(r: WorldRequest): [number, number] | undefined {
-    for (const g of this.config.groups) {
-      if (g.kind !== 'sliding-window') continue;
-      const windowTokens = (g.windowChunks ?? 0) * g.tokensPerChunk;
-      const list = r.allocated[g.index]!;
-      let p = r.nullScan[g.index]!;
-      while (p < r.published[g.index]! && list[p] === 0) p += 1;
-      r.nullScan[g.index] = p;
-      if (p < r.published[g.index]! && (p + 1) * g.tokensPerBlock + windowTokens <= r.computed) {
-        return [g.index, p];
-      }
-    }
-    return undefined;
-  }
-
-  private findAllocatorWork(): WorldRequest | undefined {
-    const n = this.requests.length;
-    for (let i = 0; i < n; i += 1) {
-      const r = this.requests[(this.allocRr + i) % n]!;
-      if (this.allocatorAction(r) !== A_NONE) return r;
-    }
-    return undefined;
-  }
-
-  private allocatorStep(): void {
-    const r = this.findAllocatorWork();
-    if (r === undefined) return;
-    this.allocRr = (r.index + 1) % this.requests.length;
-    const action = this.allocatorAction(r);
-    switch (action) {
-      case A_SETTLE: {
-        this.allocator.settle(r.handle);
-        r.settled = true;
-        this.markDirty(r);
-        this.note(
-          ALLOCATOR,
-          action,
-          r.index,
-          0,
-          () => `settle r${r.spec.requestId}: every block ID published, none will follow`,
-        );
-        return;
-      }
-      case A_CLEAR:
-      case A_FREE: {
-        const freed = this.allocator.clear(r.handle);
-        const unpublished: number[] = [];
-        for (let g = 0; g < this.config.groups.length; g += 1) {
-          const list = r.allocated[g]!;
-          for (let p = r.published[g]!; p < list.length; p += 1)
-            if (list[p] !== 0) unpublished.push(list[p]!);
-          r.allocated[g] = [];
-          r.published[g] = 0;
-          r.nullScan[g] = 0;
-        }
-        this.pool.release(freed);
-        this.pool.release(unpublished);
-        if (action === A_CLEAR) r.clearPending = false;
-        else r.freed = true;
-        this.markDirty(r);
-        this.note(
-          ALLOCATOR,
-          action,
-          r.index,
-          freed.length,
-          () =>
-            `${action === A_CLEAR ? 'clear (preempted)' : 'free (drained)'} r${r.spec.requestId}: blocks [${freed.join(',')}]${unpublished.length ? ` + unpublished [${unpublished.join(',')}]` : ''} back to the pool`,
-        );
-        return;
-      }
-      case A_NULL: {
-        const [g, p] = this.nullable(r)!;
-        const old = this.allocator.nullBlock(r.handle, g, p);
-        r.allocated[g]![p] = 0;
-        this.pool.release([old]);
-        this.markDirty(r);
-        this.note(
-          ALLOCATOR,
-          action,
-          r.index,
-          p,
-          () =>
-            `null r${r.spec.requestId} group ${g} position ${p} (block ${old} slid out of the window)`,
-        );
-        return;
-      }
-      case A_PUBLISH: {
-        for (let g = 0; g < this.config.groups.length; g += 1) {
-          const p = r.published[g]!;
-          if (p >= r.allocated[g]!.length) continue;
-          const block = r.allocated[g]![p]!;
-          this.allocator.appendBlocks(r.handle, g, [block]);
-          r.published[g] = p + 1;
-          this.markDirty(r);
-          this.note(
-            ALLOCATOR,
-            action,
-            r.index,
-            g * GROUP_SHIFT + p,
-            () => `append r${r.spec.requestId} group ${g} block ${block} at position ${p}`,
-          );
-          return;
-        }
-      }
-    }
-  }
-
   // ------------------------------------------------------------------ store
 
   private markDirty(r: WorldRequest): void {
-    if (r.handle.slot >= 0 && this.slotOwner[r.handle.slot] === r) this.dirty[r.handle.slot] = 1;
+    if (r.handle.slot >= 0 && this.engine.slotOwner[r.handle.slot] === r) this.dirty[r.handle.slot] = 1;
   }
 
   private findDirtySlot(): number {
@@ -977,7 +581,7 @@ export class World {
     if (slot === -1) return;
     this.storeRr = (slot + 1) % this.config.maxRequests;
     this.dirty[slot] = 0;
-    const r = this.slotOwner[slot];
+    const r = this.engine.slotOwner[slot];
     const counters = this.planner.counters;
     const droppedBefore = counters.chunksDroppedForCapacity;
     const failuresBefore = counters.allocationFailures;
@@ -1033,7 +637,7 @@ export class World {
     );
     if (late !== undefined) this.flag(late[0], late[1]);
     if (r.phase === ENDED && !r.drainChecked) {
-      if (this.drained(r)) {
+      if (this.engine.drained(r)) {
         r.drainChecked = true;
         this.checkNoHole(r, this.drainAccounts[slot]);
       } else if (this.starved[slot] === 1) {
@@ -1167,7 +771,7 @@ export class World {
       );
     }
     for (let s = 0; s < this.starved.length; s += 1) {
-      if (this.starved[s] === 1 && this.slotOwner[s] !== undefined) this.dirty[s] = 1;
+      if (this.starved[s] === 1 && this.engine.slotOwner[s] !== undefined) this.dirty[s] = 1;
     }
   }
 
@@ -1234,7 +838,7 @@ export class World {
     return this.requests
       .map(
         (r) =>
-          `r${r.spec.requestId}:${['pending', 'live', 'ended', 'released'][r.phase]}${r.phase === ENDED && !this.drained(r) ? '(not drained)' : ''}`,
+          `r${r.spec.requestId}:${['pending', 'live', 'ended', 'released'][r.phase]}${r.phase === ENDED && !this.engine.drained(r) ? '(not drained)' : ''}`,
       )
       .join(' ');
   }
