@@ -476,9 +476,11 @@ export class World {
 
   private enabledInto(out: number[], nested: boolean): void {
     out.length = 0;
-    if (!this.stalled(SCHEDULER) && this.engine.findSchedulerWork() !== undefined) out.push(SCHEDULER);
+    if (!this.stalled(SCHEDULER) && this.engine.findSchedulerWork() !== undefined)
+      out.push(SCHEDULER);
     if (!this.stalled(HASHER) && this.engine.findHasherWork() !== undefined) out.push(HASHER);
-    if (!this.stalled(ALLOCATOR) && this.engine.findAllocatorWork() !== undefined) out.push(ALLOCATOR);
+    if (!this.stalled(ALLOCATOR) && this.engine.findAllocatorWork() !== undefined)
+      out.push(ALLOCATOR);
     // Inside a planning pass, "store" means: go on with the pass.
     if (nested || this.findDirtySlot() !== -1) out.push(STORE);
     if (!this.stalled(TRANSFER) && this.jobs.length > 0) out.push(TRANSFER);
@@ -564,7 +566,8 @@ export class World {
   // ------------------------------------------------------------------ store
 
   private markDirty(r: WorldRequest): void {
-    if (r.handle.slot >= 0 && this.engine.slotOwner[r.handle.slot] === r) this.dirty[r.handle.slot] = 1;
+    if (r.handle.slot >= 0 && this.engine.slotOwner[r.handle.slot] === r)
+      this.dirty[r.handle.slot] = 1;
   }
 
   private findDirtySlot(): number {
