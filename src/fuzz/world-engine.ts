@@ -62,6 +62,8 @@ export interface WorldEngineParts {
   readonly gpu: Uint32Array;
   readonly geo: ArenaGeometry;
   readonly requests: readonly WorldRequest[];
+  /** Per slot, the request that holds it (the store reads it too). */
+  readonly slotOwner: (WorldRequest | undefined)[];
   /** Steps the transfer role stalls after a finish (the finish-mid-store fault); 0: none. */
   readonly finishStallSteps: number;
 }
@@ -100,7 +102,7 @@ export class WorldEngine {
     this.geo = parts.geo;
     this.requests = parts.requests;
     this.finishStallSteps = parts.finishStallSteps;
-    this.slotOwner = new Array<WorldRequest | undefined>(parts.config.maxRequests).fill(undefined);
+    this.slotOwner = parts.slotOwner;
   }
 
   // -------------------------------------------------------------- scheduler

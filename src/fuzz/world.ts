@@ -15,17 +15,10 @@
 // shows up as a byte mismatch.
 import { resolveConfig } from '../config.js';
 import type { Config } from '../config.js';
-import { copyChunkToTier, tierChunkMatches } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { InvalidArgumentError, LegacyAssertionError } from '../errors.js';
 import { GpuBlockPool } from '../gpu-pool.js';
 import type { Hashing } from '../hashing.js';
-import type { StoreJob } from '../job.js';
-import { T_CURSOR } from '../layout.js';
-import { ChunkLedger, ledgerObserver } from '../ledger.js';
-import type { DrainAccount } from '../ledger.js';
-import { describeLeak, leakReportOf } from '../leaks.js';
-import { StorePlanner } from '../planner.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorRole } from '../roles/allocator.js';
@@ -34,23 +27,7 @@ import { HasherRole } from '../roles/hasher.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
-import { HostTier } from '../tier/host-tier.js';
-import { FaultyTier } from './faulty-tier.js';
-import { specChunkReachable, specCursorBound, specReadyChunks } from './spec/ready-spec.js';
-import {
-  PENDING,
-  ENDED,
-  RELEASED,
-  A_PLAN,
-  A_COPY,
-  A_COMPLETE,
-  A_RESET,
-  A_TICK,
-  A_SNAPSHOT,
-  A_PINNED,
-  GROUP_SHIFT,
-  WorldRequest,
-} from './request.js';
+import { ENDED, RELEASED, A_TICK, A_SNAPSHOT, A_PINNED, WorldRequest } from './request.js';
 import type { Violation, InvariantName } from './oracle.js';
 import { ViolationSignal } from './oracle.js';
 import {
@@ -69,6 +46,7 @@ import type { RuntimeSwitch } from './switches.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import { WorldEngine } from './world-engine.js';
+import { WorldStore } from './world-store.js';
 import type { TraceLine } from './trace.js';
 
 /** Other roles' steps a strategy may run at one point inside a store-planning pass. */
@@ -99,11 +77,6 @@ export interface WorldOptions {
   readonly watch?: ReadonlySet<InvariantName>;
 }
 
-interface InFlight {
-  readonly job: StoreJob;
-  copied: number;
-}
-
 export interface WorldOutcome {
   readonly violation: Violation | undefined;
   /** Decisions taken (the trace length). */
@@ -127,33 +100,19 @@ export class World {
   private readonly strategy: Strategy | undefined;
   private readonly record: boolean;
   private readonly watched: ReadonlySet<InvariantName> | undefined;
-  private readonly planner: StorePlanner;
   private readonly pool: GpuBlockPool;
-  private readonly tier: FaultyTier;
   private readonly geo: ArenaGeometry;
   private readonly gpu: Uint32Array;
   /** The simulated engine: the scheduler, hasher and allocator roles and their requests. */
   private readonly engine: WorldEngine;
+  /** The store and transfer roles over the planner and the tier, and their checks. */
+  private readonly store: WorldStore;
   private readonly requests: readonly WorldRequest[];
-  private readonly tierArena: Uint32Array;
-  private readonly dirty: Uint8Array;
-  private readonly starved: Uint8Array;
-  private readonly jobs: InFlight[] = [];
-  /** What happened to every chunk: the oracle's holes, double stores and cursor moves. */
-  private readonly ledger: ChunkLedger;
-  /** Per slot: the ledger's account of the generation the last store step drained. */
-  private readonly drainAccounts: (DrainAccount | undefined)[];
-  /** Published tier entries and the chunk positions their bytes cover. */
-  private readonly published = new Map<bigint, number[]>();
   private readonly stalls: { actor: number; from: number; to: number }[] = [];
   private readonly tierFails: { at: number; count: number }[] = [];
   private readonly copyFails: { at: number; count: number }[] = [];
-  /** Job completions still to report a failed copy. */
-  private copyFailNext = 0;
   /** Decisions at which the store resets (vLLM's reset_cache), ascending. */
   private readonly resetsAt: number[] = [];
-  /** Jobs in flight at a reset (the oracle's own record: the planner's threshold is what it checks). */
-  private readonly staleJobs = new Set<StoreJob>();
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -162,16 +121,6 @@ export class World {
   private nestedDepth = 0;
   /** Decision index of the step being run (the trace line's number). */
   private stepDecision = 0;
-  private storeRr = 0;
-  /** The first cursor move of the store step past the specification's bound. */
-  private specCursorFinding: string | undefined;
-  // The specification's view (spec/ready-spec.ts) of the planner's latest snapshot.
-  private snapSeen = false;
-  /** Per group, the cursor of the planner's latest snapshot. */
-  private readonly snapCursor: Int32Array;
-  private readonly snapReady: Int32Array;
-  private jobsDispatched = 0;
-  private chunksDispatched = 0;
 
   constructor(scenario: Scenario, options: WorldOptions) {
     this.scenario = scenario;
@@ -182,7 +131,6 @@ export class World {
     const config = resolveConfig(scenario.config);
     this.config = config;
     this.state = SharedState.create(config);
-    this.tier = new FaultyTier(new HostTier(config.tierChunks));
     this.pool = new GpuBlockPool(config.gpuBlocks, this.state.pins, {
       unsafeIgnorePins: !options.pins,
     });
@@ -192,31 +140,9 @@ export class World {
         throw new InvalidArgumentError('switches', `${only} needs --target runtime`);
       }
     }
-    this.drainAccounts = new Array<DrainAccount | undefined>(config.maxRequests).fill(undefined);
-    const ledger = new ChunkLedger(this.state, (a) => (this.drainAccounts[a.slot] = a));
-    this.ledger = ledger;
-    this.planner = new StorePlanner(this.state, this.tier, {
-      policy: options.policy,
-      // The final wait's clock is virtual: one ms per decision, so a schedule replays exactly.
-      now: () => this.decision,
-      ...switchOptions([...switches], 'PlannerOptions'),
-      unsafeSkipPins: !options.pins,
-      unsafeSkipRevalidate: options.revalidate === false,
-      unsafeSkipSettle: options.settle === false,
-      observer: ledgerObserver(ledger, {
-        chunk: (slot, generation, group, chunk, outcome) => {
-          const r = this.engine.slotOwner[slot];
-          if (r === undefined || r.handle.generation !== generation) return;
-          if (outcome === 'unreachable') this.checkUnreachable(r, group, chunk);
-        },
-        cursorMoved: (snap, group, from) => this.checkCursorMove(snap, group, from),
-      }),
-      onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
-    });
     const wordsPerBlock = config.bytesPerBlock / 4;
     this.geo = { wordsPerBlock, blocksPerChunk: config.blocksPerChunk };
     this.gpu = new Uint32Array(config.gpuBlocks * wordsPerBlock);
-    this.tierArena = new Uint32Array(config.tierChunks * config.blocksPerChunk * wordsPerBlock);
     const specs = requestSpecs(scenario);
     const requests = specs.map((s, i) => new WorldRequest(i, s, config, options.hashing));
     this.requests = requests;
@@ -227,6 +153,31 @@ export class World {
     this.tierFails.sort((a, b) => a.at - b.at);
     this.copyFails.sort((a, b) => a.at - b.at);
     this.resetsAt.sort((a, b) => a - b);
+    const slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
+    this.store = new WorldStore(
+      {
+        config,
+        state: this.state,
+        pool: this.pool,
+        gpu: this.gpu,
+        geo: this.geo,
+        slotOwner,
+        plannerOptions: {
+          policy: options.policy,
+          ...switchOptions([...switches], 'PlannerOptions'),
+          unsafeSkipPins: !options.pins,
+          unsafeSkipRevalidate: options.revalidate === false,
+          unsafeSkipSettle: options.settle === false,
+        },
+      },
+      {
+        note: (actor, action, request, arg, text) => this.note(actor, action, request, arg, text),
+        flag: (inv, message) => this.flag(inv, message),
+        decision: () => this.decision,
+        drained: (r) => this.engine.drained(r),
+        onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
+      },
+    );
     this.engine = new WorldEngine(
       {
         config,
@@ -238,22 +189,19 @@ export class World {
         gpu: this.gpu,
         geo: this.geo,
         requests,
+        slotOwner,
         finishStallSteps: finishStall,
       },
       {
         note: (actor, action, request, arg, text) => this.note(actor, action, request, arg, text),
-        markDirty: (r) => this.markDirty(r),
+        markDirty: (r) => this.store.markDirty(r),
         decision: () => this.decision,
         released: (slot) => {
-          this.dirty[slot] = 0;
-          this.starved[slot] = 0;
+          this.store.dirty[slot] = 0;
+          this.store.starved[slot] = 0;
         },
       },
     );
-    this.dirty = new Uint8Array(config.maxRequests);
-    this.starved = new Uint8Array(config.maxRequests);
-    this.snapReady = new Int32Array(config.groups.length);
-    this.snapCursor = new Int32Array(config.groups.length);
     this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
   }
 
@@ -363,14 +311,14 @@ export class World {
 
   done(): boolean {
     if (this.stopped) return true;
-    if (this.jobs.length > 0) return false;
+    if (this.store.jobs.length > 0) return false;
     for (const r of this.requests) if (r.phase !== RELEASED) return false;
     return true;
   }
 
   /** The store planner's counters (what a run stored, dropped, failed). */
   get storeCounters(): Readonly<PlannerCounters> {
-    return this.planner.counters;
+    return this.store.planner.counters;
   }
 
   outcome(): WorldOutcome {
@@ -380,8 +328,8 @@ export class World {
       traceHash: this.hash.hex(),
       decisions: this.decisions,
       lines: this.lines,
-      jobs: this.jobsDispatched,
-      chunksStored: this.chunksDispatched,
+      jobs: this.store.jobsDispatched,
+      chunksStored: this.store.chunksDispatched,
     };
   }
 
@@ -400,10 +348,10 @@ export class World {
           this.engine.allocatorStep();
           break;
         case STORE:
-          this.storeStep();
+          this.store.storeStep();
           break;
         case TRANSFER:
-          this.transferStep();
+          this.store.transferStep();
           break;
       }
     } catch (err) {
@@ -424,40 +372,16 @@ export class World {
   /** `betweenSteps`: not inside a planning pass (the steps nested in one run from onPlanPoint). */
   private applyTimedEvents(betweenSteps = true): void {
     while (this.tierFails.length > 0 && this.tierFails[0]!.at <= this.decision) {
-      this.tier.failNext += this.tierFails.shift()!.count;
+      this.store.tier.failNext += this.tierFails.shift()!.count;
     }
     while (this.copyFails.length > 0 && this.copyFails[0]!.at <= this.decision) {
-      this.copyFailNext += this.copyFails.shift()!.count;
+      this.store.copyFailNext += this.copyFails.shift()!.count;
     }
     // Between two steps, never inside a planning pass (vLLM resets between steps).
     while (betweenSteps && this.resetsAt.length > 0 && this.resetsAt[0]! <= this.decision) {
       this.resetsAt.shift();
-      this.reset();
+      this.store.reset();
     }
-  }
-
-  /**
-   * vLLM's reset_cache: the tier is emptied, jobs in flight become stale,
-   * every live request not yet drained stores its chunks again from cursor 0.
-   * The oracle's memory of the epoch that ended goes with it: which keys the
-   * tier held here, and in the chunk ledger (at each restarted request's new
-   * store epoch) what it dispatched, dropped or passed and where its cursors
-   * were; its hole check then asks the new epoch for every chunk again.
-   */
-  private reset(): void {
-    for (const t of this.jobs) this.staleJobs.add(t.job);
-    // The chunk ledger starts each restarted request's account over at its new store epoch.
-    this.planner.reset();
-    this.published.clear();
-    for (let s = 0; s < this.dirty.length; s += 1) if (this.engine.slotOwner[s]) this.dirty[s] = 1;
-    this.note(
-      STORE,
-      A_RESET,
-      this.planner.counters.resets,
-      this.jobs.length,
-      () =>
-        `reset: tier emptied, ${this.jobs.length} job(s) in flight become stale, live requests store from cursor 0`,
-    );
   }
 
   private anyStallActive(): boolean {
@@ -482,21 +406,21 @@ export class World {
     if (!this.stalled(ALLOCATOR) && this.engine.findAllocatorWork() !== undefined)
       out.push(ALLOCATOR);
     // Inside a planning pass, "store" means: go on with the pass.
-    if (nested || this.findDirtySlot() !== -1) out.push(STORE);
-    if (!this.stalled(TRANSFER) && this.jobs.length > 0) out.push(TRANSFER);
+    if (nested || this.store.findDirtySlot() !== -1) out.push(STORE);
+    if (!this.stalled(TRANSFER) && this.store.jobs.length > 0) out.push(TRANSFER);
   }
 
   /** Inside the planner: the strategy may run other roles before the pass goes on. */
   private onPlanPoint(point: PlanPoint, snap: Readonly<RequestSnapshot>): void {
     if (point === 'snapshot') {
-      this.observeSnapshot(snap);
+      this.store.observeSnapshot(snap);
       this.note(
         STORE,
         A_SNAPSHOT,
         snap.slot,
         snap.generation,
         () =>
-          `plan slot ${snap.slot}: snapshot gen ${snap.generation} ${statusName(snap.status)}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens}, keys [${Array.from(snap.keyCount).join(',')}] blocks [${Array.from(snap.blockCount).join(',')}] cursors [${Array.from(snap.cursor).join(',')}] -> ready [${Array.from(this.snapReady).join(',')}]`,
+          `plan slot ${snap.slot}: snapshot gen ${snap.generation} ${statusName(snap.status)}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens}, keys [${Array.from(snap.keyCount).join(',')}] blocks [${Array.from(snap.blockCount).join(',')}] cursors [${Array.from(snap.cursor).join(',')}] -> ready [${Array.from(this.store.snapReady).join(',')}]`,
       );
     } else {
       this.note(
@@ -527,296 +451,13 @@ export class World {
     }
   }
 
-  /**
-   * The specification's check of a cursor move (beside the ledger's, which
-   * reads the planner's own ready prefix): never past the ready prefix of the
-   * snapshot the pass read, recomputed from its facts, nor past the
-   * token-ready chunks once the request ended. Raised after the step.
-   */
-  private checkCursorMove(snap: Readonly<RequestSnapshot>, group: number, from: number): void {
-    if (this.specCursorFinding !== undefined) return;
-    const g = this.config.groups[group]!;
-    const bound = specCursorBound(
-      this.config,
-      snap,
-      g,
-      snap.keyCount[group]!,
-      snap.blockCount[group]!,
-    );
-    const to = snap.cursor[group]!;
-    if (to > from && to > bound) {
-      this.specCursorFinding = `slot ${snap.slot} group ${group}: cursor advanced ${from} -> ${to} past ${bound}, the specification's bound for the snapshot it was read from (keys ${snap.keyCount[group]}, blocks ${snap.blockCount[group]})`;
-    }
-  }
-
-  private observeSnapshot(snap: Readonly<RequestSnapshot>): void {
-    this.snapSeen = true;
-    for (const g of this.config.groups) {
-      this.snapReady[g.index] = specReadyChunks(
-        this.config,
-        snap,
-        g,
-        snap.keyCount[g.index]!,
-        snap.blockCount[g.index]!,
-      );
-      this.snapCursor[g.index] = snap.cursor[g.index]!;
-    }
-  }
-
-  // ------------------------------------------------------------------ store
-
-  private markDirty(r: WorldRequest): void {
-    if (r.handle.slot >= 0 && this.engine.slotOwner[r.handle.slot] === r)
-      this.dirty[r.handle.slot] = 1;
-  }
-
-  private findDirtySlot(): number {
-    const n = this.config.maxRequests;
-    for (let i = 0; i < n; i += 1) {
-      const slot = (this.storeRr + i) % n;
-      if (this.dirty[slot] === 1) return slot;
-    }
-    return -1;
-  }
-
-  private storeStep(): void {
-    const slot = this.findDirtySlot();
-    if (slot === -1) return;
-    this.storeRr = (slot + 1) % this.config.maxRequests;
-    this.dirty[slot] = 0;
-    const r = this.engine.slotOwner[slot];
-    const counters = this.planner.counters;
-    const droppedBefore = counters.chunksDroppedForCapacity;
-    const failuresBefore = counters.allocationFailures;
-    this.snapSeen = false;
-    this.drainAccounts[slot] = undefined;
-    this.ledger.takeCursorFindings(); // another step's (not watched): not this one's
-    const job = this.planner.planSlot(slot);
-    const gen = r?.handle.generation ?? 0;
-    if (r === undefined || r.phase === RELEASED || r.phase === PENDING) {
-      this.note(STORE, A_PLAN, -1, slot, () => `plan slot ${slot}: free`);
-      return;
-    }
-    if (job !== undefined && job.generation !== gen) {
-      this.flag(
-        'mispairing',
-        `job for generation ${job.generation} while slot ${slot} holds ${gen}`,
-      );
-    }
-    // Cursor: monotonic, and never above the ready prefix of the snapshot it
-    // was advanced from (the ledger's findings of this step). A violation is
-    // raised once the step is in the trace.
-    const f = this.ledger.takeCursorFindings()[0];
-    const spec = this.specCursorFinding;
-    this.specCursorFinding = undefined;
-    const late: [InvariantName, string] | undefined =
-      f === undefined
-        ? spec === undefined
-          ? undefined
-          : ['cursor-within-ready', `r${r.spec.requestId} ${spec}`]
-        : f.to < f.from
-          ? [
-              'cursor-monotonic',
-              `r${r.spec.requestId} group ${f.group}: cursor moved back ${f.from} -> ${f.to}`,
-            ]
-          : [
-              'cursor-within-ready',
-              `r${r.spec.requestId} group ${f.group}: cursor advanced ${f.from} -> ${f.to} past the ready prefix ${f.ready} it was read with`,
-            ];
-    const dropped = counters.chunksDroppedForCapacity > droppedBefore;
-    const cursors: number[] = [];
-    for (let g = 0; g < this.config.groups.length; g += 1) {
-      cursors.push(Atomics.load(this.state.control, this.state.storeWord(slot, T_CURSOR + g)));
-    }
-    this.starved[slot] = counters.allocationFailures > failuresBefore ? 1 : 0;
-    if (job !== undefined) this.dispatch(r, job);
-    this.note(
-      STORE,
-      A_PLAN,
-      r.index,
-      job ? job.chunks.length : 0,
-      () =>
-        `plan slot ${slot} (r${r.spec.requestId}) done ${job ? `-> job ${job.jobId} chunks ${job.chunks.map((c) => `${c.group}:${c.chunk}`).join(',')}` : 'no job'}; cursors [${cursors.join(',')}]${this.starved[slot] ? ' (tier could not allocate)' : ''}${dropped ? ' (dropped for capacity)' : ''}`,
-    );
-    if (late !== undefined) this.flag(late[0], late[1]);
-    if (r.phase === ENDED && !r.drainChecked) {
-      if (this.engine.drained(r)) {
-        r.drainChecked = true;
-        this.checkNoHole(r, this.drainAccounts[slot]);
-      } else if (this.starved[slot] === 1) {
-        this.dirty[slot] = 1; // the tier refused the final offer: retried (a bounded number of times)
-      }
-      // Otherwise its keys lag and the hasher marks the slot dirty when it
-      // hashes; marking it dirty here would keep the store enabled forever and
-      // starve the hasher under PCT.
-    }
-  }
-
-  private dispatch(r: WorldRequest, job: StoreJob): void {
-    for (const c of job.chunks) {
-      // The specification: only chunks past the cursor and ready in the snapshot planned from.
-      if (c.chunk < this.snapCursor[c.group]! || c.chunk >= this.snapReady[c.group]!) {
-        this.flag(
-          'cursor-within-ready',
-          `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched outside [cursor ${this.snapCursor[c.group]}, ready ${this.snapReady[c.group]}) of the snapshot it was planned from`,
-        );
-      }
-      const expected = r.expectedKeys[c.group]![c.chunk];
-      if (expected !== c.key) {
-        this.flag(
-          'mispairing',
-          `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched with key ${c.key.toString(16)}, expected ${expected?.toString(16) ?? 'none (tokens not known)'}`,
-        );
-      }
-      if (this.ledger.storedTwice(job.slot, job.generation, c.group, c.chunk)) {
-        this.flag(
-          'double-store',
-          `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched twice in generation ${job.generation}`,
-        );
-      }
-    }
-    this.jobs.push({ job, copied: 0 });
-    this.jobsDispatched += 1;
-    this.chunksDispatched += job.chunks.length;
-  }
-
-  /**
-   * A chunk the planner passed as unreachable must be one by the
-   * specification (no load hit can ever read it); else it would be a chunk
-   * lost silently.
-   */
-  private checkUnreachable(r: WorldRequest, group: number, chunk: number): void {
-    if (specChunkReachable(this.config, this.config.groups[group]!, chunk)) {
-      this.flag(
-        'hole',
-        `r${r.spec.requestId} chunk ${group}:${chunk} passed as unreachable, but a load hit aligned to the full-attention chunk reads it`,
-      );
-    }
-  }
-
-  /**
-   * Invariant 2, from the chunk ledger's account of the final pass: every
-   * chunk that was token-ready when the request ended (finished or aborted)
-   * was stored, or counted as dropped, or slid out of the window, or passed as
-   * unreachable. Whether its key or block IDs were ever published does not
-   * matter: lag must not hide a hole.
-   */
-  private checkNoHole(r: WorldRequest, account: DrainAccount | undefined): void {
-    const hole = account?.firstHole;
-    if (account === undefined || hole === undefined) return;
-    const tc = account.tokenChunksByGroup[hole.group]!;
-    this.flag(
-      'hole',
-      `r${r.spec.requestId} ${statusName(account.status)} with ${tc} token-ready chunk${tc === 1 ? '' : 's'} in group ${hole.group} (ready prefix ${this.snapReady[hole.group]}), but chunk ${hole.chunk} was never stored (nor counted as dropped)`,
-    );
-  }
-
-  // --------------------------------------------------------------- transfer
-
-  private transferStep(): void {
-    const t = this.jobs[0];
-    if (t === undefined) return;
-    const job = t.job;
-    if (t.copied < job.chunks.length) {
-      const c = job.chunks[t.copied]!;
-      copyChunkToTier(this.gpu, this.tierArena, this.geo, c);
-      t.copied += 1;
-      this.note(
-        TRANSFER,
-        A_COPY,
-        job.slot,
-        c.group * GROUP_SHIFT + c.chunk,
-        () =>
-          `copy job ${job.jobId} chunk ${c.group}:${c.chunk} from blocks [${c.blocks.join(',')}] to tier slot ${c.tierSlot}`,
-      );
-      return;
-    }
-    const failed = this.copyFailNext > 0;
-    if (failed) this.copyFailNext -= 1;
-    this.note(TRANSFER, A_COMPLETE, job.slot, job.jobId, () =>
-      failed
-        ? `complete job ${job.jobId}: the copy failed, entries discarded, blocks unpinned`
-        : `complete job ${job.jobId}: bytes checked, entries published, blocks unpinned`,
-    );
-    // Invariant 3: the bytes about to be published are the expansion of their key.
-    const stale = this.staleJobs.delete(job);
-    for (const c of failed ? [] : job.chunks) {
-      const positions = c.positions.map((p) => p % this.config.blocksPerChunk);
-      if (!tierChunkMatches(this.tierArena, this.geo, c.tierSlot, c.key, positions)) {
-        this.flag(
-          'mispairing',
-          `job ${job.jobId} chunk ${c.group}:${c.chunk} (key ${c.key.toString(16)}): tier bytes are not the expansion of its key (a source block held other bytes when it was copied)`,
-        );
-      }
-      if (!stale) this.published.set(c.key, positions);
-    }
-    const failedBefore = this.planner.counters.chunksTransferFailed;
-    // Invariant 8: a job from before a reset makes nothing readable after it.
-    const before = stale ? job.chunks.map((c) => this.tier.state(c.key)) : [];
-    this.planner.complete(job, !failed);
-    if (stale) {
-      job.chunks.forEach((c, i) => {
-        if (before[i] !== 'hit' && this.tier.state(c.key) === 'hit') {
-          this.flag(
-            'reset',
-            `job ${job.jobId} was in flight at a reset, and its completion published chunk ${c.group}:${c.chunk} (key ${c.key.toString(16)}) after it`,
-          );
-        }
-      });
-    }
-    this.jobs.shift();
-    // A failed copy's chunks are lost to the tier: counted, never silent.
-    const counted = this.planner.counters.chunksTransferFailed - failedBefore;
-    if (counted !== (failed ? job.chunks.length : 0)) {
-      this.flag(
-        'hole',
-        `job ${job.jobId} completed ${failed ? 'with a failed copy' : 'successfully'}: ${counted} of its ${job.chunks.length} chunks counted as failed`,
-      );
-    }
-    for (let s = 0; s < this.starved.length; s += 1) {
-      if (this.starved[s] === 1 && this.engine.slotOwner[s] !== undefined) this.dirty[s] = 1;
-    }
-  }
-
-  // ------------------------------------------------------------------ oracle
-
-  /** Invariant 6 (and 3 once more): nothing leaked, every published entry still verifies. */
-  endChecks(): void {
-    const fail = (inv: InvariantName, msg: string): boolean => {
+  /** Invariant 6 (and 3 once more), at the end: the store's checks, as watched. */
+  private endChecks(): void {
+    this.store.endChecks((inv, message) => {
       if (this.watched !== undefined && !this.watched.has(inv)) return false;
-      this.violation = this.violationOf(inv, msg);
+      this.violation = this.violationOf(inv, message);
       return true;
-    };
-    this.pool.releaseUnpinned();
-    const stats = this.tier.stats();
-    // The runtime's leak report, from what this world's roles hold (no engine queue, no loads).
-    const leak = describeLeak(
-      leakReportOf(this.state, {
-        scheduler: { pending: 0 },
-        allocator: { inUse: this.pool.inUse, quarantined: this.pool.quarantined },
-        store: {
-          // Slots a reset retired count as writes never finished (the runtime's leftovers do the same).
-          tierWriting: stats.writing + (stats.retired ?? 0),
-          tierReading: stats.reading,
-          jobsInFlight: this.planner.jobsHeld,
-          loadLocks: 0,
-        },
-      }),
-    );
-    if (leak !== undefined && fail('leak', leak)) return;
-    for (const [key, positions] of this.published) {
-      const slot = this.tier.slotOf(key);
-      if (slot === undefined) continue;
-      if (!tierChunkMatches(this.tierArena, this.geo, slot, key, positions)) {
-        if (
-          fail(
-            'mispairing',
-            `tier entry ${key.toString(16)} in slot ${slot} does not hold its key's bytes`,
-          )
-        )
-          return;
-      }
-    }
+    });
   }
 
   /** Ends the schedule (a throw or a hang); a violation unless other invariants are watched. */
