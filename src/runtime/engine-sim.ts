@@ -39,6 +39,7 @@ import {
   OP_ALLOC,
   OP_END,
   LOOKUP_DEFERRED,
+  LOOKUP_FAILED,
   LOOKUP_RETRY,
   OP_LOAD,
   OP_NULL,
@@ -144,6 +145,8 @@ export interface EngineSummary {
   preemptions: number;
   /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
   reason?: string;
+  /** A chunk of its tier hit failed to load and loadFailurePolicy is 'fail' (submit() rejects with LoadFailedError). */
+  loadFailed?: { firstFailedChunk: number; hitChunks: number };
 }
 
 export interface EngineEvents {
@@ -199,6 +202,8 @@ class EngineRequest {
   /** Why the engine ended it early (e.g. it can never fit the GPU pool). */
   reason: string | undefined;
   ending: 'finished' | 'aborted' = 'finished';
+  /** Set when a load failure failed it (loadFailurePolicy 'fail'). */
+  loadFailed: { firstFailedChunk: number; hitChunks: number } | undefined;
   awaiting = false;
   /** Per group, what the tier hit loads (set when the hit is known). */
   load: readonly GroupLoad[] = [];
@@ -937,41 +942,56 @@ export class EngineSimulator implements RoleLoop {
         this.queue.unshift(r);
         return;
       }
+      if (a[2] === LOOKUP_FAILED) {
+        // A lower level refused a chunk of the hit and the policy is 'fail'.
+        this.failByLoad(r, a[3]!, a[4]!);
+        return;
+      }
       this.open(r, a[2]!);
     } else {
       invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
       this.outstanding -= 1;
-      if (a[2] !== 1) {
-        // The copy failed: its blocks hold whatever they held. Never serve them
-        // as a hit (F11): recompute from zero into the same blocks.
-        r.phase = 'running';
+      if (a[4] === 1) {
+        this.failByLoad(r, a[3]!, r.hit);
         return;
       }
-      this.verifyLoad(r);
+      // A failed copy leaves its blocks holding whatever they held: never
+      // serve them as a hit (F11). Only the sound prefix the store reports
+      // counts as loaded; the rest is recomputed into the same blocks.
+      const loaded = a[2] === 1 ? r.hit : a[3]!;
+      this.verifyLoad(r, loaded);
       const tpc = this.views.config.groups[0]!.tokensPerChunk;
-      r.computed = r.hit * tpc;
-      r.bytesChunks.fill(r.hit);
-      this.counters.tierHits += r.hit;
+      r.computed = loaded * tpc;
+      r.bytesChunks.fill(loaded);
+      this.counters.tierHits += loaded;
       this.setRunning(r);
     }
   }
 
-  /** Every loaded block must hold the expansion of its chunk's key. */
-  private verifyLoad(r: EngineRequest): void {
+  /** loadFailurePolicy 'fail': the request ends with LoadFailedError's code as its reason. */
+  private failByLoad(r: EngineRequest, firstFailedChunk: number, hitChunks: number): void {
+    r.loadFailed = { firstFailedChunk, hitChunks };
+    // Failed at its lookup it holds no slot: nothing releases it from the live list later.
+    if (r.handle === undefined) this.live.splice(this.live.indexOf(r), 1);
+    this.end(r, 'aborted', `KVOFF_LOAD_FAILED: chunk ${firstFailedChunk} of ${hitChunks}`);
+  }
+
+  /** Every block loaded below chunk `loaded` must hold the expansion of its chunk's key. */
+  private verifyLoad(r: EngineRequest, upTo: number): void {
     const bpc = this.views.config.blocksPerChunk;
-    const loaded: KvEntry[] = [];
+    const entries: KvEntry[] = [];
     for (const g of this.views.config.groups) {
       const blocks = r.blocks[g.index]!;
       const lo = r.load[g.index]!.firstChunk;
-      for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
-        loaded.push({
+      for (let p = lo * bpc; p < upTo * bpc; p += 1) {
+        entries.push({
           block: blocks[p]!,
           key: r.keys[g.index]![Math.floor(p / bpc)]!,
           position: p % bpc,
         });
       }
     }
-    if (loaded.length > 0) this.counters.loadMismatches += this.kv.mismatches(loaded);
+    if (entries.length > 0) this.counters.loadMismatches += this.kv.mismatches(entries);
   }
 
   // --- allocation answers: commit a step ---
@@ -1221,6 +1241,7 @@ export class EngineSimulator implements RoleLoop {
       hitChunks: r.hit,
       preemptions: r.preemptions,
       ...(r.reason === undefined ? {} : { reason: r.reason }),
+      ...(r.loadFailed === undefined ? {} : { loadFailed: r.loadFailed }),
     });
   }
 
