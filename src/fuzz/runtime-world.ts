@@ -57,7 +57,7 @@ import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { LookupAnswered } from '../runtime/store-loads.js';
-import { lookupAnswerViolation } from './lookup-oracle.js';
+import { budgetWasUsed, lookupAnswerViolation } from './lookup-oracle.js';
 import { specCursorBound, specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
@@ -270,6 +270,12 @@ export class RuntimeWorld {
       (RUNTIME_DECISIONS_PER_STEP_MS_MAX * this.hangAfterMs) / stepMsMin + 1000,
     );
   }
+
+  /**
+   * Lookups the recompute budget answered with a hit where a budget of 0
+   * would have asked again (the independent specification judged each).
+   */
+  budgetedHits = 0;
 
   /** The store planner's counters (what a run stored, deferred, dropped). */
   get storeCounters(): Readonly<PlannerCounters> {
@@ -681,6 +687,7 @@ export class RuntimeWorld {
   private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
     const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
     if (v !== undefined) this.flag(v.invariant, v.message);
+    if (budgetWasUsed(this.views.config, a)) this.budgetedHits += 1;
     // Oracle 8: what a hit serves became readable after the last reset.
     for (const l of a.locked) {
       const since = this.store.readableSince(l.key);
