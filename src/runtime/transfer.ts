@@ -182,7 +182,7 @@ export function storeTaskBlocks(task: Int32Array): number[] {
  * task order, before it (the store keeps the chunks wholly before the first
  * failed entry, see loadedPrefixChunks). Any other throw counts as 0 bytes.
  */
-export class LoadCopyError extends Error {
+class LoadCopyError extends Error {
   constructor(readonly bytes: number) {
     super('injected fault in a load copy (test switch)');
   }

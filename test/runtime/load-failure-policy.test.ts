@@ -201,3 +201,81 @@ describe('loadFailurePolicy on a disk tier: an entry in the middle of the hit re
     await closeClean(rt);
   }, 60_000);
 });
+
+describe('loadFailurePolicy through the external host API (the copy of its load fails at the middle chunk)', () => {
+  const config = {
+    groups: [{ kind: 'full' as const, tokensPerBlock: 4 }],
+    blocksPerChunk: 2,
+    tokensPerHash: 4,
+    maxRequests: 8,
+    maxBlocksPerRequest: 128,
+    gpuBlocks: 512,
+    tierChunks: 256,
+    bytesPerBlock: 64,
+  };
+  const prompt = Array.from({ length: 66 }, (_, i) => (i * 13 + 5) % 997);
+
+  async function storedThenLoaded(policy: LoadFailurePolicy) {
+    const rt = await OffloadRuntime.start({
+      external: true,
+      config,
+      loadFailurePolicy: policy,
+      faultInjection: { role: 'transfer', target: 'load', afterSteps: 0, count: 1 },
+    });
+    const host = rt.external;
+    const keys = promptKeys(rt.config, await loadHashing(rt.config.keyHash), prompt)[0]!;
+    const a = host.scheduler.open({ requestId: 1, promptTokens: prompt });
+    const blocks = host.pool.allocate(17)!;
+    for (let p = 0; p < 16; p += 1) host.roles.writeBlock(blocks[p]!, keys[p >> 1]!, p);
+    host.allocator.appendBlocks(a, 0, blocks);
+    host.scheduler.progress(a, prompt.length, 0);
+    host.scheduler.finish(a);
+    await host.whenDrained(a);
+    host.release(a);
+    let answer = await host.lookup(prompt);
+    for (let tries = 0; answer.deferred && tries < 1000; tries += 1) {
+      await new Promise((r) => setTimeout(r, 5));
+      answer = await host.lookup(prompt);
+    }
+    if (answer.deferred) throw new Error('still deferred');
+    expect(answer.hitTokens).toBe(64);
+    const b = host.scheduler.open({
+      requestId: 2,
+      promptTokens: prompt,
+      hitChunks: answer.hitChunks,
+    });
+    host.allocator.appendBlocks(b, 0, host.pool.allocate(16)!);
+    const loaded = await host.load(b, answer).then(
+      (r) => r,
+      (e: unknown) => e,
+    );
+    host.scheduler.abort(b);
+    await host.whenDrained(b);
+    host.release(b);
+    const stats = rt.stats();
+    await rt.close();
+    expect(rt.leakReport()).toMatchObject({
+      pinsOutstanding: 0,
+      tierEntriesReading: 0,
+      loadLocks: 0,
+    });
+    return { loaded, stats };
+  }
+
+  it("'recompute': load() says the copy failed and the first 4 of 8 chunks count as loaded (32 tokens), each verified", async () => {
+    const { loaded, stats } = await storedThenLoaded('recompute');
+    expect(loaded).toEqual({ ok: false, blocksLoaded: 16, mismatches: 0, loadedTokens: 32 });
+    expect(stats).toMatchObject({
+      loadFailures: 1,
+      loadFailureTokensRecomputed: 32,
+      mismatches: 0,
+    });
+  }, 60_000);
+
+  it("'fail': load() throws LoadFailedError at chunk 4 of 8", async () => {
+    const { loaded, stats } = await storedThenLoaded('fail');
+    expect(loaded).toBeInstanceOf(LoadFailedError);
+    expect(loaded).toMatchObject({ firstFailedChunk: 4, hitChunks: 8 });
+    expect(stats).toMatchObject({ loadFailures: 1, requestsFailedByLoad: 1 });
+  }, 60_000);
+});
