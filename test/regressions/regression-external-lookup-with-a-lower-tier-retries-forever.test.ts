@@ -59,5 +59,5 @@ describe('an external host over a disk tier', () => {
     rt.external.cancel(answer);
     await rt.close();
     expect(rt.leakReport()).toMatchObject({ tierEntriesReading: 0, loadLocks: 0 });
-  }, 60_000);
+  }, 120_000);
 });
