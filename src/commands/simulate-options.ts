@@ -1,6 +1,8 @@
 // `kvoff simulate` options: from commander's strings to a validated plan
 // (config, lag, engine and workload). Pure, so every rule is unit-tested
 // without starting a runtime.
+import { parseLoadOptions } from './load-options.js';
+import type { LoadFailurePolicy } from '../lookup.js';
 import { totalmem } from 'node:os';
 import { DEFAULT_SEED } from '../runtime/defaults.js';
 import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
@@ -109,6 +111,8 @@ export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   blockBytes?: string;
   cachePolicy?: string;
   storeThreshold?: string;
+  loadFailurePolicy?: string;
+  maxRecomputePendingTokens?: string;
   json?: boolean;
 }
 
@@ -159,6 +163,8 @@ export interface SimulatePlan {
   events?: EventsOptions;
   /** The host tier's cache policy and store threshold (--cache-policy, --store-threshold); LRU, 1 when absent. */
   cache?: CacheOptions;
+  /** --load-failure-policy (RuntimeOptions.loadFailurePolicy); recompute when absent. */
+  loadFailurePolicy?: LoadFailurePolicy;
 }
 
 export function parseGroups(spec: string): GroupInput[] {
@@ -332,6 +338,10 @@ export function parseSimulateOptions(
     bytesPerBlock: blockBytes,
     namespace: parseNamespaceOptions(raw),
   };
+  const load = parseLoadOptions(raw);
+  if (load.maxRecomputePendingTokens !== undefined) {
+    config.maxRecomputePendingTokens = load.maxRecomputePendingTokens;
+  }
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);
   const arenaBytes = (gpuBlocks + tierChunks * blocksPerChunk) * blockBytes;
@@ -368,6 +378,7 @@ export function parseSimulateOptions(
     json: raw.json === true,
   };
   if (raw.report !== undefined) plan.report = raw.report;
+  if (load.loadFailurePolicy !== undefined) plan.loadFailurePolicy = load.loadFailurePolicy;
   const tiers = parseTierOptions(raw);
   if (tiers) plan.tiers = tiers;
   const events = parseEventOptions(raw);

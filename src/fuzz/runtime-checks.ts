@@ -24,7 +24,7 @@ import type { RuntimeViews } from '../runtime/buffers.js';
 import type { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { LookupAnswered } from '../runtime/store-loads.js';
-import { lookupAnswerViolation } from './lookup-oracle.js';
+import { budgetWasUsed, lookupAnswerViolation } from './lookup-oracle.js';
 import type { InvariantName } from './oracle.js';
 import { specCursorBound, specTokenChunks } from './spec/ready-spec.js';
 
@@ -33,6 +33,8 @@ export class RuntimeChecks {
   private specCursorFinding: string | undefined;
   /** Chunks counted as dropped up to the last drained request (the specification's check reads the rest). */
   private dropsSeen = 0;
+  /** Hits the recompute budget allowed where a budget of 0 would have asked again. */
+  budgetedHits = 0;
 
   constructor(
     private readonly views: RuntimeViews,
@@ -46,6 +48,7 @@ export class RuntimeChecks {
   lookup(a: LookupAnswered, loadWhileWriting: boolean): void {
     const v = lookupAnswerViolation(this.views, a, this.store().tier, loadWhileWriting);
     if (v !== undefined) this.flag(v.invariant, v.message);
+    if (budgetWasUsed(this.views.config, a)) this.budgetedHits += 1;
     // Oracle 8: what a hit serves became readable after the last reset.
     for (const l of a.locked) {
       const since = this.store().readableSince(l.key);

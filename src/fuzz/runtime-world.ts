@@ -258,6 +258,14 @@ export class RuntimeWorld {
     );
   }
 
+  /**
+   * Lookups the recompute budget answered with a hit where a budget of 0
+   * would have asked again (the independent specification judged each).
+   */
+  get budgetedHits(): number {
+    return this.checks.budgetedHits;
+  }
+
   /** The store planner's counters (what a run stored, deferred, dropped). */
   get storeCounters(): Readonly<PlannerCounters> {
     return this.store.planner.counters;

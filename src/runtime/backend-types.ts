@@ -6,6 +6,7 @@ export interface TransferCompletion {
   readonly jobId: number;
   readonly kind: 'store' | 'load';
   readonly ok: boolean;
+  /** Bytes copied; for a failed load, those copied (entry by entry, in task order) before it failed. */
   readonly bytes: number;
   readonly latencyMs: number;
   readonly error?: unknown;

@@ -21,6 +21,7 @@ import {
   taskJobId,
   taskKind,
   TASK_LOAD,
+  bytesBeforeFailure,
 } from './transfer.js';
 import type { AttachedArenas, TransferArenas, TransferRingSpec } from './transfer.js';
 import { piscinaExecArgv, workerUrl } from './worker-files.js';
@@ -51,7 +52,8 @@ export class InlineTransferBackend implements TransferBackend {
         latencyMs: performance.now() - t0,
       });
     } catch (error) {
-      this.done.push({ jobId: taskJobId(task), kind, ok: false, bytes: 0, latencyMs: 0, error });
+      const bytes = bytesBeforeFailure(error);
+      this.done.push({ jobId: taskJobId(task), kind, ok: false, bytes, latencyMs: 0, error });
     }
   }
   takeCompletions(): TransferCompletion[] {

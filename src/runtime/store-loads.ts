@@ -6,12 +6,21 @@
 // load xor stores per request: a request loading has nothing to store.
 import { invariant } from '../errors.js';
 import { S_GENERATION } from '../layout.js';
-import { DEFER, RETRY, asksAgain, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import {
+  DEFER,
+  RETRY,
+  asksAgain,
+  loadPlan,
+  loadedPrefixChunks,
+  lookupHitTokens,
+  touchRanges,
+} from '../lookup.js';
 import type {
   ChunkState,
   ChunkStateOf,
   LookupRequest,
   LookupResult,
+  LoadFailurePolicy,
   LookupUnsafe,
 } from '../lookup.js';
 import type { StorePlanner } from '../planner.js';
@@ -19,11 +28,17 @@ import type { HostTier } from '../tier/host-tier.js';
 import type { TierCounters, TierName } from '../tier/lower.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
-import type { LowerLookups, ReadableEntry } from './lower-lookup.js';
+import type { LowerLoadFailure, LowerLookups, ReadableEntry } from './lower-lookup.js';
 import { decodeLookup } from './lookup-record.js';
 import type { DecodedLookup } from './lookup-record.js';
 import type { Outbox } from './outbox.js';
-import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, LOOKUP_RETRY } from './protocol.js';
+import {
+  ANS_LOADED,
+  ANS_LOOKED_UP,
+  LOOKUP_DEFERRED,
+  LOOKUP_FAILED,
+  LOOKUP_RETRY,
+} from './protocol.js';
 import { encodeLoadTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 
@@ -61,6 +76,8 @@ interface HitLock {
   readonly slots: number[];
   readonly chunks: { group: number; chunk: number }[];
   readonly hit: number;
+  /** The load entry each chunk's blocks start at, and past the last (filled by load()). */
+  readonly entryStarts: number[];
   /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
   readonly resets: number;
 }
@@ -97,6 +114,11 @@ export interface StoreLoadsDeps {
   readonly loadWhileWriting: boolean;
   /** StoreLoopOptions.unsafeLeakOnLoadFailure. */
   readonly leakOnLoadFailure: boolean;
+  /** What a request does when a chunk of its hit cannot be loaded (counted here by outcome). */
+  readonly loadFailurePolicy: LoadFailurePolicy;
+  /** Test-only: loads dispatched before the middle chunk of one fails its copy, and how many do (StoreLoopOptions). */
+  readonly faultLoadsAfter: number;
+  readonly faultLoads: number;
   /** Test-only rule bugs of the lookup (all off in a real runtime). */
   readonly lookupUnsafe: LookupUnsafe;
   readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
@@ -111,6 +133,12 @@ export class StoreLoads {
   bytesRead = 0;
   /** Time loads took, in µs (the host tier's load seconds). */
   loadUs = 0;
+  /** Loads with a chunk that could not be loaded: a failed copy, or a lower level refused it on its way up. */
+  loadFailures = 0;
+  /** Tokens of those hits from the first failed chunk on, recomputed (loadFailurePolicy 'recompute'). */
+  loadFailureTokensRecomputed = 0;
+  /** Requests failed by a load failure (loadFailurePolicy 'fail'). */
+  requestsFailedByLoad = 0;
   /** Tokens of lookup hits per level that served them (the first full-attention group's chunks). */
   readonly hitTokens: Record<TierName, number> = { host: 0, disk: 0, redis: 0 };
   private readonly views: RuntimeViews;
@@ -125,6 +153,10 @@ export class StoreLoads {
   private readonly hostCounters: TierCounters;
   private readonly loadWhileWriting: boolean;
   private readonly leakOnLoadFailure: boolean;
+  private readonly loadFailurePolicy: LoadFailurePolicy;
+  private readonly faultLoadsAfter: number;
+  private readonly faultLoads: number;
+  private loadsDispatched = 0;
   private readonly lookupUnsafe: LookupUnsafe;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
   private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
@@ -152,6 +184,9 @@ export class StoreLoads {
     this.hostCounters = deps.hostCounters;
     this.loadWhileWriting = deps.loadWhileWriting;
     this.leakOnLoadFailure = deps.leakOnLoadFailure;
+    this.loadFailurePolicy = deps.loadFailurePolicy;
+    this.faultLoadsAfter = deps.faultLoadsAfter;
+    this.faultLoads = deps.faultLoads;
     this.lookupUnsafe = deps.lookupUnsafe;
     this.onLookupAnswered = deps.onLookupAnswered;
     this.tpc = deps.views.config.groups[0]!.tokensPerChunk;
@@ -206,11 +241,25 @@ export class StoreLoads {
       this.askAgain(decoded, state, wait === 'retry' ? RETRY : DEFER, true);
       return true;
     }
-    const promoted = this.lower?.finish(tag);
+    const resolved = this.lower?.finish(tag);
     if (asksAgain(result)) {
       this.askAgain(decoded, state, result, false);
       return true;
     }
+    const failure = resolved?.failure;
+    if (failure !== undefined && this.loadFailed(failure, d.tpc)) {
+      // 'fail': the request fails; nothing is locked, no sighting recorded.
+      this.onLookupAnswered?.({ lookup: decoded, state, answer: 0, lower: true, locked: [] });
+      this.answers.send([
+        ANS_LOOKED_UP,
+        tag,
+        LOOKUP_FAILED,
+        failure.firstFailedChunk,
+        failure.hitChunks,
+      ]);
+      return false;
+    }
+    const promoted = resolved?.promoted;
     // One sighting per answered lookup, of every key it carries (the store threshold's count).
     for (const k of keys) this.tier.recordLookup(k);
     const hit = hitTokens / d.tpc;
@@ -226,6 +275,20 @@ export class StoreLoads {
       locked,
     });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return false;
+  }
+
+  /**
+   * Counts a load failure by the policy's outcome: true when the request
+   * fails ('fail'), false when it recomputes from the first failed chunk.
+   */
+  private loadFailed(f: LowerLoadFailure, tpc: number): boolean {
+    this.loadFailures += 1;
+    if (this.loadFailurePolicy === 'fail') {
+      this.requestsFailedByLoad += 1;
+      return true;
+    }
+    this.loadFailureTokensRecomputed += (f.hitChunks - f.firstFailedChunk) * tpc;
     return false;
   }
 
@@ -335,6 +398,7 @@ export class StoreLoads {
       keys: prepared,
       slots,
       chunks,
+      entryStarts: [],
       hit: hitTokens / this.tpc,
       resets: this.resets(),
     });
@@ -386,6 +450,7 @@ export class StoreLoads {
     invariant(r.length === 4 + lock.chunks.length * bpc, 'a block per loaded position');
     const entries: LoadEntry[] = [];
     for (let i = 0; i < lock.chunks.length; i += 1) {
+      lock.entryStarts.push(entries.length);
       for (let p = 0; p < bpc; p += 1) {
         const block = r[4 + i * bpc + p]!;
         // 0: a window's leading null block the engine left out of the load (and never a
@@ -401,10 +466,39 @@ export class StoreLoads {
     // A hit answered before a reset loads from its retired slots; the request's
     // cursor started after that hit, which the tier no longer holds: from 0 again.
     if (lock.resets !== this.resets()) this.restartRequest(r[2]!, r[3]!);
+    lock.entryStarts.push(entries.length);
     const jobId = -this.nextLoadId++;
     this.loads.set(jobId, { lock, tag });
     this.loadingRequests.add(tag);
-    this.backend.submit(encodeLoadTask(jobId, entries, 0));
+    this.backend.submit(encodeLoadTask(jobId, entries, 0, this.faultEntry(lock)));
+  }
+
+  /** Test-only: the entry of the middle chunk at which this load's copy throws (-1: none). */
+  private faultEntry(lock: HitLock): number {
+    const n = this.loadsDispatched++;
+    if (n < this.faultLoadsAfter || n >= this.faultLoadsAfter + this.faultLoads) return -1;
+    return lock.entryStarts[Math.floor(lock.chunks.length / 2)]!;
+  }
+
+  /**
+   * The prefix of a completed load's hit, in chunks, that every group holds
+   * soundly: the whole hit when the copy succeeded; else the chunks wholly
+   * copied before the first entry that was not (the copy stops there).
+   */
+  private loadedChunks(lock: HitLock, c: TransferCompletion): number {
+    if (c.ok) return lock.hit;
+    const groups = this.views.config.groups;
+    const copied = Math.floor(c.bytes / this.views.config.bytesPerBlock);
+    const plans = loadPlan(groups, 0, lock.hit * this.tpc);
+    const failedAt = plans.map((p) => p.endChunk);
+    let i = 0;
+    while (i < lock.chunks.length && lock.entryStarts[i + 1]! <= copied) i += 1;
+    // Chunk i is the first not wholly copied; in its group and every later one nothing from there on.
+    for (let j = i; j < lock.chunks.length; j += 1) {
+      const { group, chunk } = lock.chunks[j]!;
+      failedAt[group] = Math.min(failedAt[group]!, chunk);
+    }
+    return loadedPrefixChunks(groups, plans, failedAt);
   }
 
   complete(c: TransferCompletion): void {
@@ -417,7 +511,10 @@ export class StoreLoads {
     else this.release(load.lock);
     this.bytesRead += c.bytes;
     this.loadUs += c.latencyMs * 1000;
-    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
+    const loaded = this.loadedChunks(load.lock, c);
+    const fails =
+      !c.ok && this.loadFailed({ firstFailedChunk: loaded, hitChunks: load.lock.hit }, this.tpc);
+    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0, loaded, fails ? 1 : 0]);
   }
 
   /** [UNLOCK, tag, slot, generation]: the hit will not be loaded after all. */

@@ -4,7 +4,8 @@
 //
 // A task travels as a small Int32Array (no bigints, no objects):
 //   store: [STORE, jobId, unpin, delayMs, chunkCount, (tierSlot, blockCount, (block, chunkPos)*)*]
-//   load:  [LOAD,  jobId, 0,     delayMs, entryCount, (tierSlot, chunkPos, block)*]
+//   load:  [LOAD,  jobId, fault, delayMs, entryCount, (tierSlot, chunkPos, block)*]
+//   (fault: test-only, 0 or 1 + the entry at which the copy throws, see LoadCopyError)
 // A store copies GPU -> tier and then unpins every source block exactly once
 // (in `finally`, so a failed copy never leaks a pin); a load copies tier -> GPU.
 import type { Config } from '../config.js';
@@ -83,10 +84,13 @@ export function encodeLoadTask(
   jobId: number,
   entries: readonly LoadEntry[],
   delayMs: number,
+  /** Test-only: the copy throws at this entry (see RuntimeOptions.faultInjection, target 'load'). */
+  faultAtEntry = -1,
 ): Int32Array {
   const t = new Int32Array(5 + 3 * entries.length);
   t[0] = TASK_LOAD;
   t[1] = jobId;
+  t[2] = faultAtEntry + 1;
   t[3] = delayMs;
   t[4] = entries.length;
   let at = 5;
@@ -173,11 +177,29 @@ export function storeTaskBlocks(task: Int32Array): number[] {
   return blocks;
 }
 
+/**
+ * A load copy that failed part-way: `bytes` were copied, entry by entry in
+ * task order, before it (the store keeps the chunks wholly before the first
+ * failed entry, see loadedPrefixChunks). Any other throw counts as 0 bytes.
+ */
+class LoadCopyError extends Error {
+  constructor(readonly bytes: number) {
+    super('injected fault in a load copy (test switch)');
+  }
+}
+
+/** Bytes a failed task copied before it failed (0 unless it says, as a load does). */
+export function bytesBeforeFailure(err: unknown): number {
+  return err instanceof LoadCopyError ? err.bytes : 0;
+}
+
 function runLoad(arenas: AttachedArenas, task: Int32Array): number {
   const count = task[4]!;
   const { gpu, tier, geometry } = arenas;
+  const faultAt = task[2]! - 1;
   let at = 5;
   for (let i = 0; i < count; i += 1) {
+    if (i === faultAt) throw new LoadCopyError(i * geometry.wordsPerBlock * 4);
     const tierSlot = task[at++]!;
     const chunkPosition = task[at++]!;
     const block = task[at++]!;
@@ -246,7 +268,7 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
       ok = 1;
     } catch (err) {
       ok = 0;
-      bytes = 0;
+      bytes = bytesBeforeFailure(err);
       error = err instanceof Error ? err.message : String(err);
     }
   };
