@@ -19,6 +19,7 @@ import {
   attachArenas,
   runTransferTask,
   taskJobId,
+  taskRank,
   taskKind,
   TASK_LOAD,
 } from './transfer.js';
@@ -46,12 +47,21 @@ export class InlineTransferBackend implements TransferBackend {
       this.done.push({
         jobId: taskJobId(task),
         kind,
+        rank: taskRank(task),
         ok: true,
         bytes,
         latencyMs: performance.now() - t0,
       });
     } catch (error) {
-      this.done.push({ jobId: taskJobId(task), kind, ok: false, bytes: 0, latencyMs: 0, error });
+      this.done.push({
+        jobId: taskJobId(task),
+        kind,
+        rank: taskRank(task),
+        ok: false,
+        bytes: 0,
+        latencyMs: 0,
+        error,
+      });
     }
   }
   takeCompletions(): TransferCompletion[] {

@@ -127,7 +127,11 @@ export class StoreLoads {
   private readonly leakOnLoadFailure: boolean;
   private readonly lookupUnsafe: LookupUnsafe;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
-  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
+  /** Loads in flight by job id; with ranks, each waits for every rank's restore (`acked`). */
+  private readonly loads = new Map<
+    number,
+    { lock: HitLock; tag: number; acked: Uint8Array | undefined; count: number; ok: boolean }
+  >();
   private readonly locks = new Map<number, HitLock>();
   /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
   private readonly leaked: HitLock[] = [];
@@ -402,22 +406,50 @@ export class StoreLoads {
     // cursor started after that hit, which the tier no longer holds: from 0 again.
     if (lock.resets !== this.resets()) this.restartRequest(r[2]!, r[3]!);
     const jobId = -this.nextLoadId++;
-    this.loads.set(jobId, { lock, tag });
+    const { ranks, rankLayout } = this.views.config;
+    this.loads.set(jobId, {
+      lock,
+      tag,
+      acked: ranks > 1 ? new Uint8Array(ranks) : undefined,
+      count: 0,
+      ok: true,
+    });
     this.loadingRequests.add(tag);
-    this.backend.submit(encodeLoadTask(jobId, entries, 0));
+    if (ranks === 1) {
+      this.backend.submit(encodeLoadTask(jobId, entries, 0));
+      return;
+    }
+    // Every rank restores its own shard of every block (a replicated layout's
+    // non-writing ranks too in vLLM; here they share rank 0's words, so they
+    // report without copying). No bound: a load's late copy writes GPU blocks,
+    // so its blocks are released only once every rank has reported.
+    const replicated = rankLayout === 'replicated';
+    for (let rank = 0; rank < ranks; rank += 1) {
+      this.backend.submit(encodeLoadTask(jobId, entries, 0, { rank, ranks, replicated }));
+    }
   }
 
   complete(c: TransferCompletion): void {
     const load = this.loads.get(c.jobId);
     if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
+    this.bytesRead += c.bytes;
+    if (load.acked !== undefined) {
+      const rank = c.rank ?? 0;
+      if (!(rank >= 0 && rank < load.acked.length && load.acked[rank] === 0))
+        invariant(false, `rank ${rank} reports load ${c.jobId} once`);
+      load.acked[rank] = 1;
+      load.count += 1;
+      if (!c.ok) load.ok = false;
+      if (load.count < load.acked.length) return;
+    }
+    const ok = c.ok && load.ok;
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
     // The unsafe variant parks the failed load's lock where nothing ever releases it.
-    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    if (!ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
-    this.bytesRead += c.bytes;
     this.loadUs += c.latencyMs * 1000;
-    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
+    this.answers.send([ANS_LOADED, load.tag, ok ? 1 : 0]);
   }
 
   /** [UNLOCK, tag, slot, generation]: the hit will not be loaded after all. */

@@ -3,12 +3,16 @@
 // the simulator and tests all run the same code.
 //
 // A task travels as a small Int32Array (no bigints, no objects):
-//   store: [STORE, jobId, unpin, delayMs, chunkCount, (tierSlot, blockCount, (block, chunkPos)*)*]
-//   load:  [LOAD,  jobId, 0,     delayMs, entryCount, (tierSlot, chunkPos, block)*]
+//   store: [STORE, jobId, flags, delayMs, chunkCount, (tierSlot, blockCount, (block, chunkPos)*)*]
+//   load:  [LOAD,  jobId, flags, delayMs, entryCount, (tierSlot, chunkPos, block)*]
+// flags: bit 0 unpin (stores), bit 1 replicated rank layout, bits 8-15 the
+// rank, bits 16-23 the rank count less one. flags 0 or 1 is a one-rank task
+// that copies whole blocks, as every task did before ranks existed; a rank's
+// task copies only its shard of each block (rankShard in copy.ts).
 // A store copies GPU -> tier and then unpins every source block exactly once
 // (in `finally`, so a failed copy never leaks a pin); a load copies tier -> GPU.
 import type { Config } from '../config.js';
-import { gpuBlockWords, tierBlockWords } from '../copy.js';
+import { gpuBlockWords, rankShard, tierBlockWords } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
@@ -58,13 +62,55 @@ export interface LoadEntry {
   readonly block: number;
 }
 
-export function encodeStoreTask(job: StoreJob, unpin: boolean, delayMs: number): Int32Array {
+/** Which rank a task copies for (a one-rank task: rank 0 of 1). */
+export interface TaskRank {
+  readonly rank: number;
+  readonly ranks: number;
+  readonly replicated: boolean;
+}
+
+const ONE_RANK: TaskRank = { rank: 0, ranks: 1, replicated: false };
+const FLAG_UNPIN = 1;
+const FLAG_REPLICATED = 2;
+
+function taskFlags(unpin: boolean, r: TaskRank): number {
+  return (
+    (unpin ? FLAG_UNPIN : 0) |
+    (r.replicated ? FLAG_REPLICATED : 0) |
+    (r.rank << 8) |
+    ((r.ranks - 1) << 16)
+  );
+}
+
+/** True when a store task releases its source pins itself. */
+export function taskUnpins(task: Int32Array): boolean {
+  return (task[2]! & FLAG_UNPIN) !== 0;
+}
+
+/** The rank a task copies for. */
+export function taskRank(task: Int32Array): number {
+  return (task[2]! >> 8) & 0xff;
+}
+
+/** The words of each block a task copies: its rank's shard, or the whole block for a one-rank task. */
+export function taskShard(task: Int32Array, wordsPerBlock: number): { from: number; to: number } {
+  const ranks = ((task[2]! >> 16) & 0xff) + 1;
+  const layout = (task[2]! & FLAG_REPLICATED) !== 0 ? 'replicated' : 'sharded';
+  return rankShard(wordsPerBlock, ranks, layout, taskRank(task));
+}
+
+export function encodeStoreTask(
+  job: StoreJob,
+  unpin: boolean,
+  delayMs: number,
+  rank: TaskRank = ONE_RANK,
+): Int32Array {
   let n = 5;
   for (const c of job.chunks) n += 2 + 2 * c.blocks.length;
   const t = new Int32Array(n);
   t[0] = TASK_STORE;
   t[1] = job.jobId;
-  t[2] = unpin ? 1 : 0;
+  t[2] = taskFlags(unpin, rank);
   t[3] = delayMs;
   t[4] = job.chunks.length;
   let at = 5;
@@ -83,10 +129,12 @@ export function encodeLoadTask(
   jobId: number,
   entries: readonly LoadEntry[],
   delayMs: number,
+  rank: TaskRank = ONE_RANK,
 ): Int32Array {
   const t = new Int32Array(5 + 3 * entries.length);
   t[0] = TASK_LOAD;
   t[1] = jobId;
+  t[2] = taskFlags(false, rank);
   t[3] = delayMs;
   t[4] = entries.length;
   let at = 5;
@@ -126,11 +174,12 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
   if (kind === TASK_LOAD) return runLoad(arenas, task);
   if (kind !== TASK_STORE && kind !== TASK_FAULT)
     invariant(false, `transfer task kind ${kind} is known`);
-  const unpin = task[2] === 1;
+  const unpin = taskUnpins(task);
   const { gpu, tier, geometry } = arenas;
   const w = geometry.wordsPerBlock;
   const bpc = geometry.blocksPerChunk;
   const count = task[4]!;
+  const { from, to } = taskShard(task, w);
   let bytes = 0;
   try {
     // Straight from the task's words, one subarray per block (as a memcpy loop
@@ -145,10 +194,15 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
       for (let i = 0; i < n; i += 1) {
         const block = task[at++]!;
         const position = task[at++]!;
+        // A rank's shard only: a non-writing rank (an empty shard) copies nothing.
+        if (to === from) continue;
         const src = block * w;
-        tier.set(gpu.subarray(src, src + w), (tierSlot * bpc + (position % bpc)) * w);
+        tier.set(
+          gpu.subarray(src + from, src + to),
+          (tierSlot * bpc + (position % bpc)) * w + from,
+        );
       }
-      bytes += n * w * 4;
+      bytes += n * (to - from) * 4;
     }
   } finally {
     // Every block of the task, also after a failed copy: nothing copies them any more.
@@ -176,16 +230,20 @@ export function storeTaskBlocks(task: Int32Array): number[] {
 function runLoad(arenas: AttachedArenas, task: Int32Array): number {
   const count = task[4]!;
   const { gpu, tier, geometry } = arenas;
+  const { from, to } = taskShard(task, geometry.wordsPerBlock);
+  if (to === from) return 0;
   let at = 5;
   for (let i = 0; i < count; i += 1) {
     const tierSlot = task[at++]!;
     const chunkPosition = task[at++]!;
     const block = task[at++]!;
+    // Each rank restores its own shard of the block from the whole entry.
     gpuBlockWords(gpu, geometry, block).set(
-      tierBlockWords(tier, geometry, tierSlot, chunkPosition),
+      tierBlockWords(tier, geometry, tierSlot, chunkPosition).subarray(from, to),
+      from,
     );
   }
-  return count * geometry.wordsPerBlock * 4;
+  return count * (to - from) * 4;
 }
 
 // ---------------------------------------------------------------------------

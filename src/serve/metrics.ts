@@ -76,6 +76,11 @@ const COUNTERS = [
     'kvoff_chunks_transfer_failed_total',
     'chunks of store jobs whose copy failed: not stored, counted',
   ],
+  [
+    'rankAckTimeouts',
+    'kvoff_rank_ack_timeouts_total',
+    'store jobs failed as a whole because a rank did not acknowledge its copy in time',
+  ],
 ] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
 
 /** Levels exported as Prometheus gauges. */
