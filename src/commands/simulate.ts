@@ -122,6 +122,8 @@ export async function runSimulate(
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
       backend: plan.backend,
+      ranks: plan.config.ranks ?? 1,
+      rankLayout: plan.config.rankLayout ?? 'sharded',
       abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
