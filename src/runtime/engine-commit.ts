@@ -138,6 +138,8 @@ export function end(
   const i = e.queue.indexOf(r);
   if (i >= 0) e.queue.splice(i, 1);
   if (r.handle === undefined) {
+    // Told to ask again and now gone: the store stops reading the lower tiers for it.
+    if (r.deferredSinceMs >= 0) e.toStore.send(unlockRecord(r));
     finishSummary(e, r, false);
     return;
   }
