@@ -54,7 +54,7 @@ export type { AckOutcome } from './planner-jobs.js';
  * 1) before it fails as a whole: far above any copy's time, so only a rank
  * that stopped (its report lost, its thread gone) reaches it.
  */
-export const RANK_ACK_WAIT_MS_MAX = 10_000;
+const RANK_ACK_WAIT_MS_MAX = 10_000;
 export { plannerSwitches } from './planner-options.js';
 export type {
   ChunkOutcome,
