@@ -121,6 +121,8 @@ export class StoreLoop implements RoleLoop {
   private jobsTransferFailed = 0;
   /** Per job waiting for other ranks: the error of a rank whose copy failed. */
   private readonly rankErrors = new Map<number, unknown>();
+  /** Per job waiting for other ranks: the bytes its ranks copied so far (the job event's figure). */
+  private readonly rankBytes = new Map<number, number>();
   /** Lookups and loads: answers, protected hits, loads in flight. */
   private readonly loads: StoreLoads;
   private readonly readable = new Map<bigint, ReadableEntry>();
@@ -502,12 +504,17 @@ export class StoreLoop implements RoleLoop {
     const outcome = this.planner.acknowledge(c.jobId, c.rank ?? 0, c.ok);
     // Other ranks still copying, or a job the bound already failed: nothing to publish.
     if (outcome.state !== 'completed') {
-      if (!c.ok && outcome.state === 'waiting') this.rankErrors.set(c.jobId, c.error);
+      if (outcome.state === 'waiting') {
+        if (!c.ok) this.rankErrors.set(c.jobId, c.error);
+        this.rankBytes.set(c.jobId, (this.rankBytes.get(c.jobId) ?? 0) + c.bytes);
+      }
       return;
     }
     if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
     const error = c.ok ? this.rankErrors.get(c.jobId) : c.error;
+    const bytes = (this.rankBytes.get(c.jobId) ?? 0) + c.bytes;
     this.rankErrors.delete(c.jobId);
+    this.rankBytes.delete(c.jobId);
     if (!outcome.ok) {
       this.capture?.settled(job);
       this.storeFailed(job, error, stale);
@@ -544,7 +551,7 @@ export class StoreLoop implements RoleLoop {
     this.jobEvents.push({
       jobId: c.jobId,
       chunks: job.chunks.length,
-      bytes: c.bytes,
+      bytes,
       latencyMs: c.latencyMs,
     });
   }
@@ -556,6 +563,7 @@ export class StoreLoop implements RoleLoop {
    */
   private rankAcksTimedOut(job: StoreJob): void {
     this.rankErrors.delete(job.jobId);
+    this.rankBytes.delete(job.jobId);
     this.capture?.settled(job);
     if (!this.planner.isStale(job)) for (const chunk of job.chunks) this.writing.delete(chunk.key);
     this.jobsTransferFailed += 1;
