@@ -1,6 +1,8 @@
 // `kvoff simulate` options: from commander's strings to a validated plan
 // (config, lag, engine and workload). Pure, so every rule is unit-tested
 // without starting a runtime.
+import { parseLoadOptions } from './load-options.js';
+import type { LoadFailurePolicy } from '../lookup.js';
 import { totalmem } from 'node:os';
 import { DEFAULT_SEED } from '../runtime/defaults.js';
 import type { ConfigInput, GroupInput, GroupKind, RankLayout } from '../config.js';
@@ -111,6 +113,8 @@ export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   blockBytes?: string;
   cachePolicy?: string;
   storeThreshold?: string;
+  loadFailurePolicy?: string;
+  maxRecomputePendingTokens?: string;
   json?: boolean;
 }
 
@@ -161,6 +165,8 @@ export interface SimulatePlan {
   events?: EventsOptions;
   /** The host tier's cache policy and store threshold (--cache-policy, --store-threshold); LRU, 1 when absent. */
   cache?: CacheOptions;
+  /** --load-failure-policy (RuntimeOptions.loadFailurePolicy); recompute when absent. */
+  loadFailurePolicy?: LoadFailurePolicy;
 }
 
 export function parseGroups(spec: string): GroupInput[] {
@@ -346,6 +352,10 @@ export function parseSimulateOptions(
     namespace: parseNamespaceOptions(raw),
     ...(ranks > 1 ? { ranks, rankLayout: rankLayout as RankLayout } : {}),
   };
+  const load = parseLoadOptions(raw);
+  if (load.maxRecomputePendingTokens !== undefined) {
+    config.maxRecomputePendingTokens = load.maxRecomputePendingTokens;
+  }
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);
   const arenaBytes = (gpuBlocks + tierChunks * blocksPerChunk) * blockBytes;
@@ -382,6 +392,7 @@ export function parseSimulateOptions(
     json: raw.json === true,
   };
   if (raw.report !== undefined) plan.report = raw.report;
+  if (load.loadFailurePolicy !== undefined) plan.loadFailurePolicy = load.loadFailurePolicy;
   const tiers = parseTierOptions(raw);
   if (tiers) plan.tiers = tiers;
   const events = parseEventOptions(raw);

@@ -25,6 +25,9 @@ type ReportedStats = Pick<
   | 'snapshotRetries'
   | 'bytesCopied'
   | 'tierCapacity'
+  | 'loadFailures'
+  | 'loadFailureTokensRecomputed'
+  | 'requestsFailedByLoad'
 >;
 
 export interface SimulateResult extends ReportedStats {

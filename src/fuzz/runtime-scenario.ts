@@ -219,7 +219,7 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
       else limited.push({ kind: 'ack-late', task, forMs: tp.pick([0.5, 5, 50, 400]) });
     }
   }
-  return {
+  const scenario = {
     seed,
     geometry: geo.name,
     config: ranked,
@@ -234,7 +234,18 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     completionBell,
     gpuMaps,
   };
+  // The recompute budget (vLLM's max_recompute_pending_tokens), after every
+  // other draw: a seed that draws none runs the scenario it ran before; one in
+  // three loads a ready prefix past a pending suffix of up to this many tokens
+  // (the independent lookup specification judges every budgeted answer).
+  if (rng.chance(1 / 3)) {
+    ranked.maxRecomputePendingTokens = rng.pick(RECOMPUTE_BUDGETS_TOKENS);
+  }
+  return scenario;
 }
+
+/** Budgets drawn: under a chunk, about a chunk, several, and more than any prompt. */
+const RECOMPUTE_BUDGETS_TOKENS = [1, 4, 8, 16, 4 * PROMPT_TOKENS_MAX];
 
 function runtimeRequestEvents(s: RuntimeScenario): RuntimeSubmission[] {
   const out: RuntimeSubmission[] = [];

@@ -16,8 +16,8 @@
 // same seed drew another interleaving, so a `.trt` token (the version before)
 // is refused with a message instead of silently replaying a different schedule.
 // `.trt3`: the runtime scenarios gained tensor-parallel ranks, drawn after
-// every other draw, so a seed that draws one rank replays as under `.trt3`
-// and a seed that draws more replays another schedule: `.trt3` is refused too.
+// every other draw, so a seed that draws one rank replays as under `.trt2`
+// and a seed that draws more replays another schedule: `.trt2` is refused too.
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
 // hole), which read as "whole schedule"; such tokens still decode. The parts

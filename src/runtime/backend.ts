@@ -22,6 +22,7 @@ import {
   taskRank,
   taskKind,
   TASK_LOAD,
+  bytesBeforeFailure,
 } from './transfer.js';
 import type { AttachedArenas, TransferArenas, TransferRingSpec } from './transfer.js';
 import { piscinaExecArgv, workerUrl } from './worker-files.js';
@@ -58,7 +59,7 @@ export class InlineTransferBackend implements TransferBackend {
         kind,
         rank: taskRank(task),
         ok: false,
-        bytes: 0,
+        bytes: bytesBeforeFailure(error),
         latencyMs: 0,
         error,
       });

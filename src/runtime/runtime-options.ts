@@ -2,6 +2,8 @@
 // one before a worker starts, and what each role worker is given from them.
 import type { Config, ConfigInput } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
+import { LOAD_FAILURE_POLICIES } from '../lookup.js';
+import type { LoadFailurePolicy } from '../lookup.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
 import { validateTiersOptions } from '../tier/cascade.js';
@@ -137,6 +139,16 @@ export interface RuntimeOptions {
    * asked for it that many times, vLLM's store_threshold; 1 by default).
    */
   cache?: CacheOptions;
+  /**
+   * What a request does when a chunk of its tier hit cannot be loaded (a
+   * failed copy, or a level below the host refusing it on its way up), as
+   * vLLM's kv_load_failure_policy: 'recompute' (default) keeps the chunks
+   * before the first failed one and recomputes from there; 'fail' fails the
+   * request with LoadFailedError (submit()'s promise, the external host's
+   * lookup() or load()) and serves the others. Counted in stats()
+   * (loadFailures, loadFailureTokensRecomputed, requestsFailedByLoad).
+   */
+  loadFailurePolicy?: LoadFailurePolicy;
 }
 
 /**
@@ -183,6 +195,12 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);
+  if (o.loadFailurePolicy !== undefined && !LOAD_FAILURE_POLICIES.includes(o.loadFailurePolicy)) {
+    throw new InvalidArgumentError(
+      'loadFailurePolicy',
+      `must be one of ${LOAD_FAILURE_POLICIES.join(', ')}`,
+    );
+  }
   if (o.offload !== undefined && typeof o.offload !== 'boolean') {
     throw new InvalidArgumentError('offload', 'must be a boolean');
   }
@@ -238,6 +256,7 @@ export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   cache: true,
   events: true,
   unsafeTierSwitches: true,
+  loadFailurePolicy: true,
 };
 const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
   hasherHashesPerWake: true,
@@ -379,6 +398,7 @@ export function roleWorkerData(
       unsafeSkipPins: options.unsafeSkipPins ?? false,
       transferDelayMs: options.transferDelayMs ?? 0,
       traceRequests: options.traceSlots ?? 0,
+      loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
       ...(options.cache ? { cache: options.cache } : {}),
       ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
       ...(options.rankAckWaitMsMax !== undefined

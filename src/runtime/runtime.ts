@@ -14,6 +14,7 @@ import {
   QueueFullError,
   RequestCapacityError,
   SharedResetFailedError,
+  LoadFailedError,
   TimeoutError,
   TransferBackendFailedError,
   WorkerFailedError,
@@ -158,7 +159,12 @@ export class OffloadRuntime {
       failure: () => this.failure,
     });
     this.external = options.external
-      ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
+      ? new ExternalHost(
+          config,
+          this.buffers,
+          (o) => this.reset(o),
+          options.loadFailurePolicy ?? 'recompute',
+        )
       : undefined;
     this.roles = options.external
       ? ['hasher', 'store']
@@ -560,6 +566,11 @@ export class OffloadRuntime {
     this.pending.delete(requestId);
     this.release();
     const e = p.engine!;
+    if (e.loadFailed !== undefined) {
+      const { firstFailedChunk, hitChunks } = e.loadFailed;
+      p.reject(new LoadFailedError(firstFailedChunk, hitChunks, `request ${requestId}`));
+      return;
+    }
     p.resolve({
       requestId,
       status: e.status,

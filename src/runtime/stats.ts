@@ -56,6 +56,12 @@ export interface RuntimeStats {
   lookupsDeferred: number;
   /** Tier lookups answered "retry": a level below the host had not answered yet for a key they need (nothing known). */
   lookupsRetried: number;
+  /** Loads with a chunk that could not be loaded: a failed copy, or a level below the host refused it on its way up. */
+  loadFailures: number;
+  /** Tokens of those hits from the first failed chunk on, recomputed (loadFailurePolicy 'recompute'; never from token 0 unless a window needs it). */
+  loadFailureTokensRecomputed: number;
+  /** Requests failed with LoadFailedError by a load failure (loadFailurePolicy 'fail'). */
+  requestsFailedByLoad: number;
   /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
   recordsRefused: number;
   /** Longest an admission lookup waited for the store's answer (ms); the engine keeps stepping meanwhile. */
@@ -135,6 +141,9 @@ export function runtimeCounters(
     chunksUnreachable: s.chunksUnreachable,
     lookupsDeferred: s.lookupsDeferred,
     lookupsRetried: s.lookupsRetried,
+    loadFailures: s.loadFailures,
+    loadFailureTokensRecomputed: s.loadFailureTokensRecomputed,
+    requestsFailedByLoad: s.requestsFailedByLoad,
     storesBelowThreshold: s.storesBelowThreshold,
     lookupCalls: s.lookupCalls,
     lookupCallSeconds: s.lookupCallUs / 1e6,

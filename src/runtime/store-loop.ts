@@ -227,6 +227,9 @@ export class StoreLoop implements RoleLoop {
       hostCounters: this.hostCounters,
       loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
       leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
+      loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
+      faultLoadsAfter: options.faultLoadsAfter ?? Infinity,
+      faultLoads: options.faultLoads ?? Infinity,
       lookupUnsafe: {
         unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
         unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
@@ -668,6 +671,9 @@ export class StoreLoop implements RoleLoop {
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.loads.deferred);
     publishStat(s, 'lookupsRetried', this.loads.retried);
+    publishStat(s, 'loadFailures', this.loads.loadFailures);
+    publishStat(s, 'loadFailureTokensRecomputed', this.loads.loadFailureTokensRecomputed);
+    publishStat(s, 'requestsFailedByLoad', this.loads.requestsFailedByLoad);
     publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
     if (this.capture) {
       publishStat(s, 'eventsQueued', this.capture.queue.queued);

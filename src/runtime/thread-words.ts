@@ -168,6 +168,21 @@ export const STATS = [
     writer: 'store',
     doc: 'lookups answered "retry" (a tier level below the host had not answered for a key they need)',
   },
+  {
+    name: 'loadFailures',
+    writer: 'store',
+    doc: 'loads with a chunk that could not be loaded (a failed copy, or a lower level refused it)',
+  },
+  {
+    name: 'loadFailureTokensRecomputed',
+    writer: 'store',
+    doc: 'tokens of failed loads from the first failed chunk on, recomputed (loadFailurePolicy recompute)',
+  },
+  {
+    name: 'requestsFailedByLoad',
+    writer: 'store',
+    doc: 'requests failed by a load failure (loadFailurePolicy fail)',
+  },
   { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
   {
     name: 'storesBelowThreshold',

@@ -4,11 +4,13 @@
 //
 // A task travels as a small Int32Array (no bigints, no objects):
 //   store: [STORE, jobId, flags, delayMs, chunkCount, (tierSlot, blockCount, (block, chunkPos)*)*]
-//   load:  [LOAD,  jobId, flags, delayMs, entryCount, (tierSlot, chunkPos, block)*]
+//   load:  [LOAD,  jobId, flags, delayMs, entryCount, (tierSlot, chunkPos, block)*, fault?]
 // flags: bit 0 unpin (stores), bit 1 replicated rank layout, bits 8-15 the
 // rank, bits 16-23 the rank count less one. flags 0 or 1 is a one-rank task
 // that copies whole blocks, as every task did before ranks existed; a rank's
 // task copies only its shard of each block (rankShard in copy.ts).
+// fault: test-only, present only when set: 1 + the entry at which the load
+// copy throws (see LoadCopyError); a task without it is what it was before.
 // A store copies GPU -> tier and then unpins every source block exactly once
 // (in `finally`, so a failed copy never leaks a pin); a load copies tier -> GPU.
 import type { Config } from '../config.js';
@@ -130,8 +132,10 @@ export function encodeLoadTask(
   entries: readonly LoadEntry[],
   delayMs: number,
   rank: TaskRank = ONE_RANK,
+  /** Test-only: the copy throws at this entry (see RuntimeOptions.faultInjection, target 'load'). */
+  faultAtEntry = -1,
 ): Int32Array {
-  const t = new Int32Array(5 + 3 * entries.length);
+  const t = new Int32Array(5 + 3 * entries.length + (faultAtEntry >= 0 ? 1 : 0));
   t[0] = TASK_LOAD;
   t[1] = jobId;
   t[2] = taskFlags(false, rank);
@@ -143,6 +147,7 @@ export function encodeLoadTask(
     t[at++] = e.chunkPosition;
     t[at++] = e.block;
   }
+  if (faultAtEntry >= 0) t[at] = faultAtEntry + 1;
   return t;
 }
 
@@ -152,7 +157,8 @@ export function transferTaskWordsMax(
 ): number {
   const chunks = config.groups.length * config.maxChunksPerRequest;
   const bpc = config.blocksPerChunk;
-  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
+  // A load's test-only fault word is one more.
+  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc + 1);
 }
 
 export function taskJobId(task: Int32Array): number {
@@ -227,13 +233,31 @@ export function storeTaskBlocks(task: Int32Array): number[] {
   return blocks;
 }
 
+/**
+ * A load copy that failed part-way: `bytes` were copied, entry by entry in
+ * task order, before it (the store keeps the chunks wholly before the first
+ * failed entry, see loadedPrefixChunks). Any other throw counts as 0 bytes.
+ */
+class LoadCopyError extends Error {
+  constructor(readonly bytes: number) {
+    super('injected fault in a load copy (test switch)');
+  }
+}
+
+/** Bytes a failed task copied before it failed (0 unless it says, as a load does). */
+export function bytesBeforeFailure(err: unknown): number {
+  return err instanceof LoadCopyError ? err.bytes : 0;
+}
+
 function runLoad(arenas: AttachedArenas, task: Int32Array): number {
   const count = task[4]!;
   const { gpu, tier, geometry } = arenas;
   const { from, to } = taskShard(task, geometry.wordsPerBlock);
   if (to === from) return 0;
+  const faultAt = task.length > 5 + 3 * count ? task[5 + 3 * count]! - 1 : -1;
   let at = 5;
   for (let i = 0; i < count; i += 1) {
+    if (i === faultAt) throw new LoadCopyError(i * (to - from) * 4);
     const tierSlot = task[at++]!;
     const chunkPosition = task[at++]!;
     const block = task[at++]!;
@@ -304,7 +328,7 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
       ok = 1;
     } catch (err) {
       ok = 0;
-      bytes = 0;
+      bytes = bytesBeforeFailure(err);
       error = err instanceof Error ? err.message : String(err);
     }
   };

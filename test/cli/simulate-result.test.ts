@@ -57,6 +57,9 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
       redis: { ...zeroCounters(), authenticated: false, state: 'off' },
     },
     chunksTransferFailed: 0,
+    loadFailures: 0,
+    loadFailureTokensRecomputed: 0,
+    requestsFailedByLoad: 0,
     memory: {
       rssBytes: 0,
       main: { heapUsedBytes: 0, externalBytes: 0 },

@@ -7,11 +7,15 @@ import { loadHashing } from '../../src/hashing.js';
 import { UNSET } from '../../src/runtime/protocol.js';
 import { fuzz } from '../../src/fuzz/run.js';
 import { runSchedule } from '../../src/fuzz/schedule.js';
-import { runtimeHangAfterMs } from '../../src/fuzz/runtime-scenario.js';
+import {
+  estimateRuntimeSteps,
+  runtimeHangAfterMs,
+  runtimeScenarioFromSeed,
+} from '../../src/fuzz/runtime-scenario.js';
 import type { RuntimeScenario, RuntimeSubmission } from '../../src/fuzz/runtime-scenario.js';
 import { RuntimeWorld } from '../../src/fuzz/runtime-world.js';
 import { TRANSFER } from '../../src/fuzz/scenario.js';
-import { DecisionListStrategy, RandomStrategy } from '../../src/fuzz/strategy.js';
+import { DecisionListStrategy, RandomStrategy, makeStrategy } from '../../src/fuzz/strategy.js';
 import { decodeReplayToken, encodeReplayToken } from '../../src/fuzz/token.js';
 import type { ReplaySpec } from '../../src/fuzz/token.js';
 
@@ -477,5 +481,31 @@ describe('copy completions as a WebGPU device makes them (late, out of order)', 
       if (out.violation?.invariant === 'mispairing') caught = out.violation.message;
     }
     expect(caught).toMatch(/do not hold their key's bytes/);
+  });
+});
+
+describe('the recompute budget in the runtime target', () => {
+  it('a third of the scenarios draw one, and some lookups are hits only the budget allows, each judged by the specification', () => {
+    let drawn = 0;
+    let budgetedHits = 0;
+    for (let seed = 101; seed <= 160; seed += 1) {
+      const s = runtimeScenarioFromSeed(seed);
+      const budget = s.config.maxRecomputePendingTokens;
+      if (budget === undefined) continue;
+      drawn += 1;
+      expect(budget).toBeGreaterThan(0);
+      const world = new RuntimeWorld(s, {
+        policy: 'ready-prefix',
+        pins: true,
+        hashing,
+        strategy: makeStrategy('random', seed, estimateRuntimeSteps(s)),
+        record: false,
+      });
+      const out = world.run();
+      expect(out.violation).toBeUndefined();
+      budgetedHits += world.budgetedHits;
+    }
+    expect(drawn).toBeGreaterThanOrEqual(10);
+    expect(budgetedHits).toBeGreaterThan(0);
   });
 });
