@@ -134,12 +134,7 @@ export class World {
     this.pool = new GpuBlockPool(config.gpuBlocks, this.state.pins, {
       unsafeIgnorePins: !options.pins,
     });
-    const switches = new Set(options.switches ?? []);
-    for (const only of RUNTIME_ONLY_SWITCHES) {
-      if (switches.has(only)) {
-        throw new InvalidArgumentError('switches', `${only} needs --target runtime`);
-      }
-    }
+    const switches = rolesSwitches(options.switches ?? []);
     const wordsPerBlock = config.bytesPerBlock / 4;
     this.geo = { wordsPerBlock, blocksPerChunk: config.blocksPerChunk };
     this.gpu = new Uint32Array(config.gpuBlocks * wordsPerBlock);
@@ -154,9 +149,20 @@ export class World {
     this.copyFails.sort((a, b) => a.at - b.at);
     this.resetsAt.sort((a, b) => a - b);
     const slotOwner = new Array<WorldRequest | undefined>(config.maxRequests).fill(undefined);
-    this.store = new WorldStore(
+    this.store = this.newStore(options, switches, slotOwner);
+    this.engine = this.newEngine(options, slotOwner, finishStall);
+    this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
+  }
+
+  /** The store side: the planner over the faulty tier, with the planner switches drawn for this run. */
+  private newStore(
+    options: WorldOptions,
+    switches: readonly RuntimeSwitch[],
+    slotOwner: (WorldRequest | undefined)[],
+  ): WorldStore {
+    return new WorldStore(
       {
-        config,
+        config: this.config,
         state: this.state,
         pool: this.pool,
         gpu: this.gpu,
@@ -164,7 +170,7 @@ export class World {
         slotOwner,
         plannerOptions: {
           policy: options.policy,
-          ...switchOptions([...switches], 'PlannerOptions'),
+          ...switchOptions(switches, 'PlannerOptions'),
           unsafeSkipPins: !options.pins,
           unsafeSkipRevalidate: options.revalidate === false,
           unsafeSkipSettle: options.settle === false,
@@ -178,9 +184,17 @@ export class World {
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
       },
     );
-    this.engine = new WorldEngine(
+  }
+
+  /** The engine side: the scheduler, hasher and allocator roles over the scenario's requests. */
+  private newEngine(
+    options: WorldOptions,
+    slotOwner: (WorldRequest | undefined)[],
+    finishStallSteps: number,
+  ): WorldEngine {
+    return new WorldEngine(
       {
-        config,
+        config: this.config,
         state: this.state,
         scheduler: new SchedulerRole(this.state),
         hasher: new HasherRole(this.state, options.hashing),
@@ -188,9 +202,9 @@ export class World {
         pool: this.pool,
         gpu: this.gpu,
         geo: this.geo,
-        requests,
+        requests: this.requests,
         slotOwner,
-        finishStallSteps: finishStall,
+        finishStallSteps,
       },
       {
         note: (actor, action, request, arg, text) => this.note(actor, action, request, arg, text),
@@ -202,7 +216,6 @@ export class World {
         },
       },
     );
-    this.stepsMax = STEPS_FACTOR_MAX * estimateSteps(specs) + 200;
   }
 
   private addEvent(
@@ -510,4 +523,15 @@ export class World {
 
 function errName(err: unknown): string {
   return err instanceof Error ? err.name : typeof err;
+}
+
+/** The switches asked for, refused when one needs the runtime target. */
+function rolesSwitches(asked: readonly RuntimeSwitch[]): RuntimeSwitch[] {
+  const switches = new Set(asked);
+  for (const only of RUNTIME_ONLY_SWITCHES) {
+    if (switches.has(only)) {
+      throw new InvalidArgumentError('switches', `${only} needs --target runtime`);
+    }
+  }
+  return [...switches];
 }

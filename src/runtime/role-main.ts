@@ -84,10 +84,10 @@ export type RoleMessage =
   | { type: 'ready'; role: RoleName }
   | { type: 'ended'; summary: import('./engine-request.js').EngineSummary }
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
-  | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
+  | { type: 'jobs'; events: import('./store-messages.js').JobEvent[] }
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
-  | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  | { type: 'verified'; id: number; report: import('./store-messages.js').VerifyReport }
   /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
   | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }

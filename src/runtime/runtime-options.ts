@@ -1,12 +1,13 @@
 // The options of OffloadRuntime.start(): what each means, the check of every
 // one before a worker starts, and what each role worker is given from them.
+import { resolveConfig } from '../config.js';
 import type { Config, ConfigInput } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
 import { LOAD_FAILURE_POLICIES } from '../lookup.js';
 import type { LoadFailurePolicy } from '../lookup.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
-import { validateTiersOptions } from '../tier/cascade.js';
+import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
 import type { RedisTlsOptions } from '../tier/redis-access.js';
@@ -16,11 +17,12 @@ import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
 import { resolveEventsOptions } from '../events/types.js';
 import type { EventsOptions } from '../events/types.js';
-import { backendModuleHref } from './backend.js';
+import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_SEED } from './defaults.js';
-import { DEFAULT_ENGINE_OPTIONS } from './engine-options.js';
+import { DEFAULT_SEED, runtimeConfigInput } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from './engine-options.js';
 import type { EngineOptions } from './engine-options.js';
+import { checkLoadableGroups } from './request-rules.js';
 import type { FaultInjection, RoleWorkerData } from './role-main.js';
 import { TRANSFER_BACKENDS } from './runtime-gpu.js';
 import type { TransferBackendName } from './runtime-gpu.js';
@@ -152,12 +154,37 @@ export interface RuntimeOptions {
 }
 
 /**
+ * Every check start() makes before it lays out memory or starts a worker
+ * (each failure a typed error that changes nothing); resolves to the config.
+ */
+export async function checkStartOptions(options: RuntimeOptions): Promise<Config> {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
+  const config = resolveConfig(runtimeConfigInput(options.config));
+  validateRuntimeOptions(options);
+  // A shared tier without a named model (or with xxHash keys).
+  if (options.tiers !== undefined) checkShareable(options.tiers, config);
+  // A bad backend module is refused here, not in a worker.
+  if (options.transferBackendModule !== undefined) {
+    await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
+  }
+  if (!options.external) {
+    const engine = resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
+    // Only where the built-in engine would load (offload: false loads nothing).
+    if (engine.loadFromTier && options.offload !== false) checkLoadableGroups(config);
+  }
+  return config;
+}
+
+/**
  * Every option checked before any worker starts: a bad one used to start
  * every worker and then fail one of them (WorkerFailedError), or, for
  * `external`, any truthy value turned the built-in engine off. Throws
  * InvalidArgumentError (or UnknownPolicyError) naming the option.
  */
-export function validateRuntimeOptions(o: RuntimeOptions): void {
+function validateRuntimeOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
   const flag = (name: string, v: unknown) => {
     if (v !== undefined && typeof v !== 'boolean') {
@@ -233,7 +260,7 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
 }
 
 /** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
-export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
+const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   config: true,
   policy: true,
   transferThreads: true,

@@ -15,8 +15,7 @@ import type { DrainAccount } from '../ledger.js';
 import { StorePlanner } from '../planner.js';
 import { HostTier } from '../tier/host-tier.js';
 import { zeroCounters } from '../tier/lower.js';
-import type { TierCounters, TierStoreSample } from '../tier/lower.js';
-import { publishTierCounters } from '../tier/tier-stats.js';
+import type { TierStoreSample } from '../tier/lower.js';
 import { LowerLookups } from './lower-lookup.js';
 import type { ReadableEntry } from './lower-lookup.js';
 import { StoreLoads } from './store-loads.js';
@@ -28,7 +27,7 @@ import { OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
 import type { SpscRing } from './rings.js';
 import { AGAIN, STORE_DRAIN_TICK_MS, park, pause, ringOthers } from './role-loop.js';
 import type { RoleLoop, RoleWait } from './role-loop.js';
-import { publishStat } from './stats.js';
+import { publishStoreStats } from './store-stats.js';
 import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import {
@@ -39,65 +38,12 @@ import {
 } from './store-options.js';
 import type { StoreLoopOptions } from './store-options.js';
 import type { TracedRequest } from './trace-recorder.js';
+import type { JobEvent, StoreLoopEvents, VerifyReport } from './store-messages.js';
 import { EventCapture } from '../events/capture.js';
 import { LookupTiming } from './lookup-timing.js';
 import type { LookupSample } from './lookup-timing.js';
 
-/** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
-export interface JobEvent {
-  jobId: number;
-  chunks: number;
-  bytes: number;
-  latencyMs: number;
-}
-
-/** Sent to main once per request generation, just before it is marked drained. */
-export interface DrainedRequest {
-  requestId: number;
-  slot: number;
-  generation: number;
-  status: 'finished' | 'aborted';
-  chunksStored: number;
-  chunksDeferred: number;
-  /** Chunks token-ready when the request ended, summed over groups. */
-  tokenChunks: number;
-  /**
-   * Of those, chunks accounted for without this generation storing them:
-   * loaded at admission, already in the tier, slid out of the window, or
-   * counted as dropped (for capacity, or never ready).
-   */
-  chunksCounted: number;
-  /** Token-ready chunks neither stored nor counted (the chunk ledger's holes; must be 0). */
-  holes: number;
-  /** The first of them, in group then chunk order. */
-  firstHole?: { group: number; chunk: number };
-  doubleStores: number;
-  /** Per-pass windows, for a traced request only (options.traceRequests). */
-  trace?: TracedRequest;
-}
-
-export interface VerifyReport {
-  ok: boolean;
-  entriesChecked: number;
-  /**
-   * Entries whose store copy was still in flight when the check ran, so not
-   * checked: verify() waits (bounded) for the copies dispatched before it was
-   * called, so this is 0 unless a copy took longer than that wait or new
-   * copies were dispatched meanwhile.
-   */
-  entriesInFlight: number;
-  blocksChecked: number;
-  mismatches: number;
-  holes: number;
-  doubleStores: number;
-  /** The first few mismatching keys, as hex. */
-  mismatchKeys: string[];
-}
-
-export interface StoreLoopEvents {
-  jobs(events: JobEvent[]): void;
-  drained(request: DrainedRequest): void;
-}
+export type { DrainedRequest } from './store-messages.js';
 
 const RECORDS_PER_STEP_MAX = 64;
 
@@ -644,71 +590,21 @@ export class StoreLoop implements RoleLoop {
   }
 
   private publishStats(): void {
-    const s = this.views.stats;
-    const c = this.planner.counters;
-    publishStat(s, 'chunksStored', c.chunksStored);
-    publishStat(s, 'resets', c.resets);
-    publishStat(s, 'chunksDiscardedByReset', c.chunksDiscardedByReset);
-    publishStat(s, 'chunksDeferred', c.chunksDeferred);
-    publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
-    publishStat(s, 'chunksDeferredThenStored', this.ledger.deferredThenStored);
-    publishStat(s, 'allocationRetries', c.allocationFailures);
-    publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
-    publishStat(s, 'chunksDroppedUnready', c.chunksDroppedUnready);
-    publishStat(s, 'chunksUnreachable', c.chunksUnreachable);
-    publishStat(s, 'snapshotRetries', c.snapshotRetries);
-    publishStat(s, 'bytesCopied', this.bytesCopied);
-    publishStat(s, 'jobsInFlight', this.jobsInFlight);
-    publishStat(s, 'jobsCompleted', this.jobsCompleted);
-    publishStat(s, 'jobsTransferFailed', this.jobsTransferFailed);
-    publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
-    publishStat(s, 'rankAckTimeouts', c.rankAckTimeouts);
-    publishStat(s, 'rankAcksLate', c.rankAcksLate);
-    publishStat(s, 'jobsHeld', this.planner.jobsHeld);
-    publishStat(s, 'tierUsed', this.tier.stats().used);
-    publishStat(s, 'holes', this.ledger.holes);
-    publishStat(s, 'doubleStores', this.ledger.doubleStores);
-    publishStat(s, 'storePasses', c.passes);
-    publishStat(s, 'lookupsDeferred', this.loads.deferred);
-    publishStat(s, 'lookupsRetried', this.loads.retried);
-    publishStat(s, 'loadFailures', this.loads.loadFailures);
-    publishStat(s, 'loadFailureTokensRecomputed', this.loads.loadFailureTokensRecomputed);
-    publishStat(s, 'requestsFailedByLoad', this.loads.requestsFailedByLoad);
-    publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
-    if (this.capture) {
-      publishStat(s, 'eventsQueued', this.capture.queue.queued);
-      publishStat(s, 'eventsDropped', this.capture.queue.dropped);
-    }
-    const t = this.tier.stats();
-    const host = this.hostCounters;
-    host.storedChunks = t.stores;
-    host.evictions = t.evictions;
-    host.bytesWritten = this.bytesCopied;
-    host.bytesRead = this.loads.bytesRead;
-    host.droppedChunks = c.chunksDroppedForCapacity;
-    host.fullChunks = c.allocationFailures;
-    host.storeUs = this.hostStoreUs;
-    host.loadUs = this.loads.loadUs;
-    host.hitTokens = this.loads.hitTokens.host;
-    const chunkBytes = this.views.config.blocksPerChunk * this.views.config.bytesPerBlock;
-    host.entries = t.used;
-    host.bytesUsed = t.used * chunkBytes;
-    host.capacityBytes = t.capacityChunks * chunkBytes;
-    host.storesPending = t.writing;
-    publishTierCounters(this.views.tierStats, 'host', host);
-    for (const level of this.lower?.cascade.levels ?? []) {
-      const counters: TierCounters = {
-        ...level.counters,
-        hitTokens: this.loads.hitTokens[level.name],
-        storesPending: level.storesInFlight,
-        ...level.usage?.(),
-      };
-      publishTierCounters(this.views.tierStats, level.name, counters);
-    }
-    const lt = this.lookupTiming;
-    publishStat(s, 'lookupCalls', lt.syncCount);
-    publishStat(s, 'lookupCallUs', lt.syncSeconds * 1e6);
-    publishStat(s, 'lookupsResolvedAfterDefer', lt.resolvedCount);
-    publishStat(s, 'lookupDeferredUs', lt.resolvedSeconds * 1e6);
+    publishStoreStats({
+      views: this.views,
+      planner: this.planner,
+      ledger: this.ledger,
+      tier: this.tier,
+      loads: this.loads,
+      lower: this.lower,
+      capture: this.capture,
+      lookupTiming: this.lookupTiming,
+      host: this.hostCounters,
+      jobsInFlight: this.jobsInFlight,
+      bytesCopied: this.bytesCopied,
+      jobsCompleted: this.jobsCompleted,
+      jobsTransferFailed: this.jobsTransferFailed,
+      hostStoreUs: this.hostStoreUs,
+    });
   }
 }
