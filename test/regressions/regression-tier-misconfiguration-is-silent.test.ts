@@ -19,7 +19,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { TierWatch } from '../../src/commands/tier-watch.js';
 import { zeroCounters } from '../../src/tier/lower.js';
 import type { PerTierCounters } from '../../src/tier/tier-stats.js';
-import { ROOT, runBuiltCli } from '../helpers/cli.js';
+import { ROOT, runCli } from '../helpers/cli.js';
 
 const SECRET = 'tier-secret-for-tests-0123456789';
 const TINY = [
@@ -88,7 +88,7 @@ describe('a tier that cannot be used at start fails loudly', () => {
       [['--disk', join(blocker, 'cache')], /disk tier cannot be used: .*ENOTDIR/, env],
     ];
     for (const [args, message, e] of cases) {
-      const r = await runBuiltCli(['simulate', ...TINY, ...args], { env: e });
+      const r = await runCli(['simulate', ...TINY, ...args], { env: e });
       expect(r.code, r.stderr).toBe(2);
       expect(r.stdout).toBe('');
       expect(r.stderr.trim().split('\n')).toHaveLength(1);
@@ -108,10 +108,9 @@ describe('a tier that cannot be used at start fails loudly', () => {
 
   it('--tier-optional: the run goes on without the tier, exit 0, and stderr says why it is degraded', async () => {
     const seed = `redis://127.0.0.1:${await closedPort()}`;
-    const r = await runBuiltCli(
-      ['simulate', ...TINY, '--redis', seed, '--tier-optional', '--json'],
-      { env: { KVOFF_TIER_SECRET: SECRET } },
-    );
+    const r = await runCli(['simulate', ...TINY, '--redis', seed, '--tier-optional', '--json'], {
+      env: { KVOFF_TIER_SECRET: SECRET },
+    });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(
       /^kvoff: warning: redis tier degraded: unusable at start: .*ECONNREFUSED.*\(\d+ stores dropped/m,
