@@ -21,8 +21,14 @@ const FROM_SOURCE = import.meta.url.endsWith('.ts');
  */
 const WORKERS_FROM_BUILD = FROM_SOURCE && process.env['KVOFF_TEST_WORKERS_FROM_BUILD'] === '1';
 
-export function workerUrl(name: string): URL {
-  if (WORKERS_FROM_BUILD) return new URL(`../../dist/workers/${name}.js`, import.meta.url);
+/**
+ * The worker file of a role. `hostModule`: a module of the host's the worker
+ * imports (transferBackendModule); one written in TypeScript needs the worker
+ * from source, where tsx is registered.
+ */
+export function workerUrl(name: string, hostModule?: string): URL {
+  if (WORKERS_FROM_BUILD && hostModule?.endsWith('.ts') !== true)
+    return new URL(`../../dist/workers/${name}.js`, import.meta.url);
   return new URL(`../../workers/${name}${FROM_SOURCE ? '.ts' : '.js'}`, import.meta.url);
 }
 
