@@ -80,7 +80,15 @@ export async function startServeChild(
 
 export interface LoadOptions {
   connections: number;
+  /** How long the load runs (the benchmark's form). */
   durationS: number;
+  /**
+   * Instead of a duration, how many requests complete before the load ends
+   * (a test's form: a fixed window finished no request on a starved machine).
+   */
+  requestsMax?: number;
+  /** How long one request may take before autocannon counts a timeout (its default is 10 s). */
+  requestTimeoutS?: number;
   /** Bodies cycled through by the connections. */
   bodies: readonly string[];
 }
@@ -123,6 +131,8 @@ export async function runServeLoad(
     url: `${server.url}/v1/requests`,
     connections: options.connections,
     duration: options.durationS,
+    ...(options.requestsMax !== undefined ? { amount: options.requestsMax } : {}),
+    ...(options.requestTimeoutS !== undefined ? { timeout: options.requestTimeoutS } : {}),
     method: 'POST',
     headers: { 'content-type': 'application/json' },
     requests: [
@@ -144,7 +154,8 @@ export async function runServeLoad(
   };
   return {
     connections: options.connections,
-    durationS: options.durationS,
+    // autocannon's own measure: the window asked for, or how long the requests took.
+    durationS: result.duration,
     requests: result.requests.total,
     requestsPerSecond: result.requests.average,
     latencyMsP50: result.latency.p50,
