@@ -51,6 +51,8 @@ export function publishStoreStats(f: StoreFigures): void {
   publishStat(s, 'jobsCompleted', f.jobsCompleted);
   publishStat(s, 'jobsTransferFailed', f.jobsTransferFailed);
   publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
+  publishStat(s, 'rankAckTimeouts', c.rankAckTimeouts);
+  publishStat(s, 'rankAcksLate', c.rankAcksLate);
   publishStat(s, 'jobsHeld', f.planner.jobsHeld);
   publishStat(s, 'tierUsed', f.tier.stats().used);
   publishStat(s, 'holes', f.ledger.holes);
