@@ -1,21 +1,20 @@
-// A simulated request: the engine's private view of one request (its tokens,
-// the blocks the engine allocated and how many the allocator published, its
-// progress, its faults). What happened to its chunks is the chunk ledger's
-// (src/ledger.ts), fed by the planner. Also the codes of the steps, which
-// feed the trace hash.
+// A request of the roles world: the engine model's request state
+// (EngineRequest, src/runtime/engine-request.ts: phase, tokens, blocks,
+// progress, key chain, and its life's transitions) plus what driving the core
+// roles one publication at a time needs (the scenario's spec and faults, the
+// block IDs the allocator published, hashes published, the settle and drain
+// marks). What happened to its chunks is the chunk ledger's (src/ledger.ts),
+// fed by the planner. Also the codes of the steps, which feed the trace hash.
 import type { Config } from '../config.js';
 import { KeyChain } from '../hashing.js';
 import { requestRoot } from '../identity.js';
 import type { Hashing } from '../hashing.js';
 import type { RequestHandle } from '../roles/handle.js';
+import { EngineRequest } from '../runtime/engine-request.js';
+import type { EnginePhase } from '../runtime/engine-request.js';
+import { UNSET } from '../runtime/protocol.js';
 import { blocksNeeded } from './scenario.js';
 import type { RequestSpec } from './scenario.js';
-
-// Phases of a simulated request.
-export const PENDING = 0;
-export const LIVE = 1;
-export const ENDED = 2;
-export const RELEASED = 3;
 
 // Scheduler actions.
 export const A_NONE = 0;
@@ -44,44 +43,72 @@ export const A_RESET = 20;
 
 export const GROUP_SHIFT = 65536;
 
-export class WorldRequest {
+/** The names the roles world's messages give the phases (its traces predate the shared model). */
+const PHASE_NAMES: Readonly<Record<EnginePhase, string>> = {
+  queued: 'pending',
+  lookup: 'pending',
+  'hit-alloc': 'live',
+  loading: 'live',
+  running: 'live',
+  preempted: 'live',
+  ending: 'ended',
+  done: 'released',
+};
+
+export function phaseName(phase: EnginePhase): string {
+  return PHASE_NAMES[phase];
+}
+
+/**
+ * The roles world's request. Its phases are the engine model's: queued until
+ * opened, running, preempted from the preemption until the allocator cleared
+ * its blocks, ending from finish or abort until released, done. Its tokens
+ * are known up front (the scenario's prompt and decode), so its key chain is
+ * hashed whole at construction: `keys` are the keys every store must carry.
+ */
+export class WorldRequest extends EngineRequest {
   readonly index: number;
   readonly spec: RequestSpec;
+  /** GPU blocks reserved for it at admission (the world's admission rule). */
   readonly need: number;
-  readonly tokens: Int32Array;
-  /** Expected offload keys per group, from the engine's own hashing of the tokens. */
-  readonly expectedKeys: bigint[][];
+  override handle: RequestHandle = { slot: -1, generation: 0 };
   preemptAt: number[] = [];
   abortAt: number | undefined;
-  phase = PENDING;
-  finished = false;
-  handle: RequestHandle = { slot: -1, generation: 0 };
-  computed = 0;
+  /** Tokens scheduled by its last progress (computed + scheduled is the published horizon). */
   scheduled = 0;
-  numTokens = 0;
+  /** Progress steps taken (the scenario's faults come at step counts). */
   steps = 0;
-  decoded = 0;
+  /** Block hashes the hasher published. */
   hashed = 0;
-  allocated: number[][];
+  /** Per group: block IDs the allocator published (of `blocks`, the engine's). */
   published: number[];
+  /** Per group: positions below were scanned for sliding-window nulling. */
   nullScan: number[];
-  clearPending = false;
+  /** The allocator freed its blocks after the drain. */
   freed = false;
   /** The allocator published that this generation's blocks are settled. */
   settled = false;
   drainChecked = false;
 
   constructor(index: number, spec: RequestSpec, config: Config, hashing: Hashing) {
+    const prompt = Int32Array.from(spec.prompt);
+    super(
+      spec.requestId,
+      prompt,
+      spec.prompt.length + spec.decode.length,
+      spec.decode.length,
+      UNSET,
+      new KeyChain(config, hashing, requestRoot(config)),
+      undefined,
+    );
     this.index = index;
     this.spec = spec;
     this.need = blocksNeeded(config, spec);
-    this.tokens = Int32Array.from([...spec.prompt, ...spec.decode]);
+    this.tokens.set(spec.decode, prompt.length);
+    this.numTokens = 0;
     const groups = config.groups.length;
-    this.allocated = Array.from({ length: groups }, () => []);
     this.published = new Array<number>(groups).fill(0);
     this.nullScan = new Array<number>(groups).fill(0);
-    const chain = new KeyChain(config, hashing, requestRoot(config));
-    chain.extend(this.tokens);
-    this.expectedKeys = chain.keys;
+    this.chain.extend(this.tokens);
   }
 }

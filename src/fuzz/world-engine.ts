@@ -15,11 +15,8 @@ import type { AllocatorRole } from '../roles/allocator.js';
 import type { HasherRole } from '../roles/hasher.js';
 import type { SchedulerRole } from '../roles/scheduler.js';
 import type { SharedState } from '../state.js';
+import { blocksCleared, endedLife, preemptedLife } from '../runtime/engine-request.js';
 import {
-  PENDING,
-  LIVE,
-  ENDED,
-  RELEASED,
   A_NONE,
   A_OPEN,
   A_ABORT,
@@ -118,18 +115,20 @@ export class WorldEngine {
 
   private schedulerAction(r: WorldRequest): number {
     switch (r.phase) {
-      case PENDING: {
+      case 'queued': {
         // Admission in arrival order, only when a slot is free and the request's blocks are reserved.
         for (const o of this.requests) {
           if (o === r) break;
-          if (o.phase === PENDING) return A_NONE;
+          if (o.phase === 'queued') return A_NONE;
         }
         if (this.scheduler.freeSlotCount === 0) return A_NONE;
         if (this.reservedBlocks + r.need > this.config.gpuBlocks - 1) return A_NONE;
         return A_OPEN;
       }
-      case LIVE: {
-        if (r.clearPending) return A_NONE;
+      case 'preempted':
+        // Its blocks are still to be cleared by the allocator; it resumes after that.
+        return A_NONE;
+      case 'running': {
         if (r.abortAt !== undefined && r.steps >= r.abortAt) return A_ABORT;
         if (r.preemptAt.length > 0 && r.preemptAt[0]! <= r.steps && r.steps > 0) return A_PREEMPT;
         const prefillDone = r.computed + r.scheduled >= r.numTokens;
@@ -143,7 +142,7 @@ export class WorldEngine {
         }
         return A_FINISH;
       }
-      case ENDED:
+      case 'ending':
         return r.freed ? A_RELEASE : A_NONE;
       default:
         return A_NONE;
@@ -154,7 +153,7 @@ export class WorldEngine {
     let n = 0;
     for (const g of this.config.groups) {
       const want = Math.min(Math.ceil(tokens / g.tokensPerBlock), this.config.maxBlocksPerRequest);
-      n += Math.max(0, want - r.allocated[g.index]!.length);
+      n += Math.max(0, want - r.blocks[g.index]!.length);
     }
     return n;
   }
@@ -177,12 +176,12 @@ export class WorldEngine {
     let next = 0;
     const bpc = this.config.blocksPerChunk;
     for (const g of this.config.groups) {
-      const list = r.allocated[g.index]!;
+      const list = r.blocks[g.index]!;
       const want = Math.min(Math.ceil(tokens / g.tokensPerBlock), this.config.maxBlocksPerRequest);
       while (list.length < want) {
         const block = blocks[next++]!;
         const position = list.length;
-        const key = r.expectedKeys[g.index]![Math.floor(position / bpc)] ?? 0n;
+        const key = r.keys[g.index]![Math.floor(position / bpc)] ?? 0n;
         writeComputedBlock(this.gpu, this.geo, block, key, position);
         list.push(block);
       }
@@ -226,7 +225,7 @@ export class WorldEngine {
   private open(r: WorldRequest, action: number): void {
     const s = this.scheduler;
     r.handle = s.open({ requestId: r.spec.requestId, promptTokens: r.spec.prompt });
-    r.phase = LIVE;
+    r.phase = 'running';
     r.numTokens = r.spec.prompt.length;
     this.reservedBlocks += r.need;
     this.slotOwner[r.handle.slot] = r;
@@ -244,7 +243,7 @@ export class WorldEngine {
   private abort(r: WorldRequest, action: number): void {
     const s = this.scheduler;
     s.abort(r.handle);
-    r.phase = ENDED;
+    endedLife(r, 'aborted');
     this.hooks.markDirty(r);
     this.hooks.note(
       SCHEDULER,
@@ -259,9 +258,8 @@ export class WorldEngine {
     const s = this.scheduler;
     s.preempt(r.handle);
     r.preemptAt.shift();
-    r.computed = 0;
+    preemptedLife(r);
     r.scheduled = 0;
-    r.clearPending = true;
     this.hooks.markDirty(r);
     this.hooks.note(
       SCHEDULER,
@@ -319,8 +317,7 @@ export class WorldEngine {
   private finish(r: WorldRequest, action: number): void {
     const s = this.scheduler;
     s.finish(r.handle);
-    r.phase = ENDED;
-    r.finished = true;
+    endedLife(r, 'finished');
     if (this.finishStallSteps > 0) {
       this.transferStallUntil = Math.max(
         this.transferStallUntil,
@@ -341,7 +338,7 @@ export class WorldEngine {
     const s = this.scheduler;
     const slot = r.handle.slot;
     s.release(r.handle);
-    r.phase = RELEASED;
+    r.phase = 'done';
     this.reservedBlocks -= r.need;
     this.slotOwner[slot] = undefined;
     this.hooks.released(slot);
@@ -357,7 +354,7 @@ export class WorldEngine {
   // ----------------------------------------------------------------- hasher
 
   private hashesWanted(r: WorldRequest): number {
-    if (r.phase !== LIVE && r.phase !== ENDED) return 0;
+    if (r.phase !== 'running' && r.phase !== 'preempted' && r.phase !== 'ending') return 0;
     if (r.freed) return 0;
     return Math.floor(r.numTokens / this.config.tokensPerHash) - r.hashed;
   }
@@ -394,17 +391,17 @@ export class WorldEngine {
   }
 
   private allocatorAction(r: WorldRequest): number {
-    if (r.phase === LIVE && r.clearPending) return A_CLEAR;
-    if (r.phase === ENDED && !r.freed) {
+    if (r.phase === 'preempted') return A_CLEAR;
+    if (r.phase === 'ending' && !r.freed) {
       if (this.drained(r)) return A_FREE;
     }
-    if ((r.phase !== LIVE && r.phase !== ENDED) || r.freed) return A_NONE;
-    if (r.phase === LIVE && this.nullable(r) !== undefined) return A_NULL;
+    if ((r.phase !== 'running' && r.phase !== 'ending') || r.freed) return A_NONE;
+    if (r.phase === 'running' && this.nullable(r) !== undefined) return A_NULL;
     for (let g = 0; g < this.config.groups.length; g += 1) {
-      if (r.published[g]! < r.allocated[g]!.length) return A_PUBLISH;
+      if (r.published[g]! < r.blocks[g]!.length) return A_PUBLISH;
     }
     // The end handled: every block ID of the request is published, settle them.
-    if (r.phase === ENDED && !r.settled) return A_SETTLE;
+    if (r.phase === 'ending' && !r.settled) return A_SETTLE;
     return A_NONE;
   }
 
@@ -413,7 +410,7 @@ export class WorldEngine {
     for (const g of this.config.groups) {
       if (g.kind !== 'sliding-window') continue;
       const windowTokens = (g.windowChunks ?? 0) * g.tokensPerChunk;
-      const list = r.allocated[g.index]!;
+      const list = r.blocks[g.index]!;
       let p = r.nullScan[g.index]!;
       while (p < r.published[g.index]! && list[p] === 0) p += 1;
       r.nullScan[g.index] = p;
@@ -468,16 +465,17 @@ export class WorldEngine {
     const freed = this.allocator.clear(r.handle);
     const unpublished: number[] = [];
     for (let g = 0; g < this.config.groups.length; g += 1) {
-      const list = r.allocated[g]!;
+      const list = r.blocks[g]!;
       for (let p = r.published[g]!; p < list.length; p += 1)
         if (list[p] !== 0) unpublished.push(list[p]!);
-      r.allocated[g] = [];
       r.published[g] = 0;
       r.nullScan[g] = 0;
     }
+    blocksCleared(r);
     this.pool.release(freed);
     this.pool.release(unpublished);
-    if (action === A_CLEAR) r.clearPending = false;
+    // Preempted: its blocks are back, so it runs again (from zero).
+    if (action === A_CLEAR) r.phase = 'running';
     else r.freed = true;
     this.hooks.markDirty(r);
     this.hooks.note(
@@ -493,7 +491,7 @@ export class WorldEngine {
   private nullOut(r: WorldRequest, action: number): void {
     const [g, p] = this.nullable(r)!;
     const old = this.allocator.nullBlock(r.handle, g, p);
-    r.allocated[g]![p] = 0;
+    r.blocks[g]![p] = 0;
     this.pool.release([old]);
     this.hooks.markDirty(r);
     this.hooks.note(
@@ -509,8 +507,8 @@ export class WorldEngine {
   private publish(r: WorldRequest, action: number): void {
     for (let g = 0; g < this.config.groups.length; g += 1) {
       const p = r.published[g]!;
-      if (p >= r.allocated[g]!.length) continue;
-      const block = r.allocated[g]![p]!;
+      if (p >= r.blocks[g]!.length) continue;
+      const block = r.blocks[g]![p]!;
       this.allocator.appendBlocks(r.handle, g, [block]);
       r.published[g] = p + 1;
       this.hooks.markDirty(r);

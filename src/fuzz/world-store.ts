@@ -24,16 +24,7 @@ import type { SharedState } from '../state.js';
 import { HostTier } from '../tier/host-tier.js';
 import { FaultyTier } from './faulty-tier.js';
 import type { InvariantName } from './oracle.js';
-import {
-  A_COMPLETE,
-  A_COPY,
-  A_PLAN,
-  A_RESET,
-  ENDED,
-  GROUP_SHIFT,
-  PENDING,
-  RELEASED,
-} from './request.js';
+import { A_COMPLETE, A_COPY, A_PLAN, A_RESET, GROUP_SHIFT } from './request.js';
 import type { WorldRequest } from './request.js';
 import { STORE, TRANSFER } from './scenario.js';
 import { specChunkReachable, specCursorBound, specReadyChunks } from './spec/ready-spec.js';
@@ -233,7 +224,7 @@ export class WorldStore {
     this.ledger.takeCursorFindings(); // another step's (not watched): not this one's
     const job = this.planner.planSlot(slot);
     const gen = r?.handle.generation ?? 0;
-    if (r === undefined || r.phase === RELEASED || r.phase === PENDING) {
+    if (r === undefined || r.phase === 'done' || r.phase === 'queued') {
       this.hooks.note(STORE, A_PLAN, -1, slot, () => `plan slot ${slot}: free`);
       return;
     }
@@ -279,7 +270,7 @@ export class WorldStore {
         `plan slot ${slot} (r${r.spec.requestId}) done ${job ? `-> job ${job.jobId} chunks ${job.chunks.map((c) => `${c.group}:${c.chunk}`).join(',')}` : 'no job'}; cursors [${cursors.join(',')}]${this.starved[slot] ? ' (tier could not allocate)' : ''}${dropped ? ' (dropped for capacity)' : ''}`,
     );
     if (late !== undefined) this.hooks.flag(late[0], late[1]);
-    if (r.phase === ENDED && !r.drainChecked) {
+    if (r.phase === 'ending' && !r.drainChecked) {
       if (this.hooks.drained(r)) {
         r.drainChecked = true;
         this.checkNoHole(r, this.drainAccounts[slot]);
@@ -301,7 +292,7 @@ export class WorldStore {
           `r${r.spec.requestId} chunk ${c.group}:${c.chunk} dispatched outside [cursor ${this.snapCursor[c.group]}, ready ${this.snapReady[c.group]}) of the snapshot it was planned from`,
         );
       }
-      const expected = r.expectedKeys[c.group]![c.chunk];
+      const expected = r.keys[c.group]![c.chunk];
       if (expected !== c.key) {
         this.hooks.flag(
           'mispairing',

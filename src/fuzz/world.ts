@@ -27,7 +27,7 @@ import { HasherRole } from '../roles/hasher.js';
 import { SchedulerRole } from '../roles/scheduler.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
-import { ENDED, RELEASED, A_TICK, A_SNAPSHOT, A_PINNED, WorldRequest } from './request.js';
+import { A_TICK, A_SNAPSHOT, A_PINNED, WorldRequest, phaseName } from './request.js';
 import type { Violation, InvariantName } from './oracle.js';
 import { ViolationSignal } from './oracle.js';
 import {
@@ -325,7 +325,7 @@ export class World {
   done(): boolean {
     if (this.stopped) return true;
     if (this.store.jobs.length > 0) return false;
-    for (const r of this.requests) if (r.phase !== RELEASED) return false;
+    for (const r of this.requests) if (r.phase !== 'done') return false;
     return true;
   }
 
@@ -495,7 +495,7 @@ export class World {
     return this.requests
       .map(
         (r) =>
-          `r${r.spec.requestId}:${['pending', 'live', 'ended', 'released'][r.phase]}${r.phase === ENDED && !this.engine.drained(r) ? '(not drained)' : ''}`,
+          `r${r.spec.requestId}:${phaseName(r.phase)}${r.phase === 'ending' && !this.engine.drained(r) ? '(not drained)' : ''}`,
       )
       .join(' ');
   }

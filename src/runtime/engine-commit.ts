@@ -7,7 +7,7 @@ import { invariant } from '../errors.js';
 import { S_HIT_CHUNKS, T_CURSOR, T_GENERATION } from '../layout.js';
 import type { RequestHandle } from '../roles/handle.js';
 import type { KvEntry } from './engine-kv.js';
-import { ensureKeys, unlockRecord } from './engine-request.js';
+import { endedLife, ensureKeys, unlockRecord } from './engine-request.js';
 import type { EngineRequest } from './engine-request.js';
 import type { EngineState } from './engine-state.js';
 import { OP_END, OP_NULL, UNSET } from './protocol.js';
@@ -132,12 +132,12 @@ export function end(
   reason?: string,
 ): void {
   if (r.phase === 'ending' || r.phase === 'done') return;
-  r.ending = status;
   r.reason = reason;
   if (!r.awaiting) e.unreserve(r);
   const i = e.queue.indexOf(r);
   if (i >= 0) e.queue.splice(i, 1);
   if (r.handle === undefined) {
+    r.ending = status;
     // Told to ask again and now gone: the store stops reading the lower tiers for it.
     if (r.deferredSinceMs >= 0) e.toStore.send(unlockRecord(r));
     finishSummary(e, r, false);
@@ -152,7 +152,7 @@ export function end(
     e.scheduler.abort(h);
   }
   if (r.phase === 'hit-alloc' && !r.awaiting) e.toStore.send(unlockRecord(r));
-  r.phase = 'ending';
+  endedLife(r, status);
   e.toAllocator.send([OP_END, r.id, h.slot, h.generation]);
 }
 

@@ -142,6 +142,34 @@ export class EngineRequest {
   }
 }
 
+// A request's life, one definition for both engine models (the simulator's
+// here and the roles fuzz target's, src/fuzz/request.ts): queued, then (with
+// a tier hit: lookup, hit-alloc, loading) running, preempted and running
+// again any number of times, ending once finished or aborted, done once
+// released. These change the request's own state only; each engine tells
+// its roles itself.
+
+/** Preempted: its progress goes back to zero (recomputed later); its slot and store cursor stay. */
+export function preemptedLife(r: EngineRequest): void {
+  r.phase = 'preempted';
+  r.computed = 0;
+  r.publishedHorizon = 0;
+  r.preemptions += 1;
+}
+
+/** Its blocks went back to the pool (preempted, or released): none held, none nulled, no bytes written. */
+export function blocksCleared(r: EngineRequest): void {
+  r.blocks = r.blocks.map(() => []);
+  r.nulledTo.fill(0);
+  r.bytesChunks.fill(0);
+}
+
+/** Finished or aborted: it ends, and is released once the store drained it. */
+export function endedLife(r: EngineRequest, status: 'finished' | 'aborted'): void {
+  r.ending = status;
+  r.phase = 'ending';
+}
+
 /** [UNLOCK, tag, slot, generation] of a request's hit (slot -1 before it holds one). */
 export function unlockRecord(r: EngineRequest): number[] {
   return [OP_UNLOCK, r.id, r.handle?.slot ?? -1, r.handle?.generation ?? 0];

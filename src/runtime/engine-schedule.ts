@@ -12,6 +12,7 @@
 // how fast the copies run changes when a step commits, not what it decides.
 import { commit, end, randomAborts } from './engine-commit.js';
 import { admit, giveUpHit, hitBlocks, requestHitBlocks } from './engine-loads.js';
+import { blocksCleared, preemptedLife } from './engine-request.js';
 import type { EngineRequest } from './engine-request.js';
 import { ALLOC_FAILURES_MAX } from './engine-state.js';
 import type { EngineState } from './engine-state.js';
@@ -264,13 +265,9 @@ function preempt(e: EngineState, r: EngineRequest): void {
   e.toAllocator.send([OP_PREEMPT, h.slot, h.generation]);
   e.heldBlocks -= r.held;
   r.held = 0;
-  r.phase = 'preempted';
-  r.computed = 0;
-  r.publishedHorizon = 0;
-  r.blocks = r.blocks.map(() => []);
-  r.nulledTo.fill(0);
-  r.bytesChunks.fill(0);
-  r.preemptions += 1;
+  preemptedLife(r);
+  // The allocator clears its blocks at once (OP_PREEMPT above).
+  blocksCleared(r);
   e.counters.preemptions += 1;
 }
 
