@@ -114,6 +114,8 @@ export class LowerLookups {
   private readonly reading = new Map<bigint, Reading>();
   /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
   cutShort = 0;
+  /** Resolutions that ended (settled): every read each started has come back. */
+  ended = 0;
   /**
    * When a level last answered a call of any resolution (an EXISTS round, a
    * read): the budget measures the levels' silence, not the time a
@@ -212,13 +214,18 @@ export class LowerLookups {
     this.resolve(view, run).then(
       (pending) => {
         clearTimeout(budget.timer);
-        if (this.runs.get(tag) !== run || run.state !== 'running') return; // answered meanwhile
+        this.ended += 1;
+        if (this.runs.get(tag) !== run || run.state !== 'running') {
+          this.wake(); // answered meanwhile: nothing to decide; a pass publishes the count
+          return;
+        }
         run.state = pending ? 'pending' : 'done';
         run.retryAtMs = performance.now() + PENDING_RETRY_MS;
         this.wake();
       },
       () => {
         clearTimeout(budget.timer);
+        this.ended += 1;
         // A level broke its never-reject contract: answer from the host tier alone.
         if (this.runs.get(tag) === run) run.state = 'done';
         this.wake();

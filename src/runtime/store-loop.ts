@@ -620,6 +620,7 @@ export class StoreLoop implements RoleLoop {
     publishStat(s, 'storePasses', c.passes);
     publishStat(s, 'lookupsDeferred', this.loads.deferred);
     publishStat(s, 'lookupsRetried', this.loads.retried);
+    publishStat(s, 'lowerResolutionsEnded', this.lower?.ended ?? 0);
     publishStat(s, 'loadFailures', this.loads.loadFailures);
     publishStat(s, 'loadFailureTokensRecomputed', this.loads.loadFailureTokensRecomputed);
     publishStat(s, 'requestsFailedByLoad', this.loads.requestsFailedByLoad);
