@@ -29,6 +29,7 @@ import {
 import type { RequestFacts, StorePolicy, StoreWindow } from './ready.js';
 import { FINAL_WAIT_MS_MAX, FinalWaits } from './final-waits.js';
 import { IssuedJobs } from './planner-jobs.js';
+import type { AckOutcome } from './planner-jobs.js';
 import { PassReport } from './planner-report.js';
 import type { PassedOver } from './planner-report.js';
 import { zeroPlannerCounters } from './planner-options.js';
@@ -46,6 +47,14 @@ import type { OffloadTier, PrepareStoreResult } from './tier/types.js';
 type PreparedStore = Extract<PrepareStoreResult, { ok: true }>;
 
 export { FINAL_STORE_ATTEMPTS_MAX, FINAL_WAIT_MS_MAX } from './final-waits.js';
+export type { AckOutcome } from './planner-jobs.js';
+
+/**
+ * How long a store job waits for every rank's acknowledgement (Config.ranks >
+ * 1) before it fails as a whole: far above any copy's time, so only a rank
+ * that stopped (its report lost, its thread gone) reaches it.
+ */
+const RANK_ACK_WAIT_MS_MAX = 10_000;
 export { plannerSwitches } from './planner-options.js';
 export type {
   ChunkOutcome,
@@ -133,11 +142,27 @@ export class StorePlanner {
       this.windows,
       this.skipSettle,
     );
+    const { ranks } = state.config;
+    if (ranks > 1 && (tier.abandonStore === undefined || tier.releaseRetired === undefined)) {
+      throw new InvalidArgumentError(
+        'tier',
+        'cannot hold the slots of a job whose ranks are late (it has no abandonStore/releaseRetired)',
+      );
+    }
+    const rankAckWaitMsMax = options.rankAckWaitMsMax ?? RANK_ACK_WAIT_MS_MAX;
+    if (typeof rankAckWaitMsMax !== 'number' || !(rankAckWaitMsMax >= 0)) {
+      throw new InvalidArgumentError('rankAckWaitMsMax', 'must be a number of ms, 0 or more');
+    }
     this.jobs = new IssuedJobs(state.pins, tier, this.counters, {
-      pinned: !this.skipPins && !(options.transferUnpins ?? false),
+      // With ranks the job's last acknowledgement releases the pins: each rank's copy reads them until then.
+      pinned: !this.skipPins && (ranks > 1 || !(options.transferUnpins ?? false)),
       skipUnpinOnFailure: options.unsafeSkipUnpinOnFailure ?? false,
       onFailed: (job) => this.observer?.failed?.(job),
       publishStaleJobs: options.unsafePublishStaleJobs ?? false,
+      ranks,
+      rankAckWaitMsMax,
+      now: options.now ?? (() => performance.now()),
+      publishOnFirstAck: options.unsafePublishOnFirstAck ?? false,
     });
   }
 
@@ -217,6 +242,31 @@ export class StorePlanner {
    */
   complete(job: StoreJob, success = true): void {
     this.jobs.complete(job, success);
+  }
+
+  /**
+   * Rank `rank`'s report of its copy of job `jobId` (Config.ranks): the job
+   * completes (through complete()) once every rank reported, failed as a
+   * whole if any copy failed. With one rank it is complete(job, ok). See
+   * IssuedJobs.acknowledge.
+   */
+  acknowledge(jobId: number, rank: number, ok: boolean): AckOutcome {
+    return this.jobs.acknowledge(jobId, rank, ok);
+  }
+
+  /** Fails the jobs whose ranks did not all acknowledge within rankAckWaitMsMax; returns them. */
+  expireAcks(): StoreJob[] {
+    return this.jobs.expire();
+  }
+
+  /** Jobs failed by the acknowledgement bound whose missing ranks never reported (their slots stay retired). */
+  get jobsAwaitingLateAcks(): number {
+    return this.jobs.expiredHeld;
+  }
+
+  /** Tier slots those jobs keep retired (a rank that never reports may still write into them). */
+  get slotsAwaitingLateAcks(): number {
+    return this.jobs.expiredSlots;
   }
 
   /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */

@@ -131,6 +131,8 @@ export async function runSimulate(
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
       backend: plan.backend,
+      ranks: plan.config.ranks ?? 1,
+      rankLayout: plan.config.rankLayout ?? 'sharded',
       abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
@@ -265,6 +267,16 @@ export function registerSimulate(program: Command): void {
       'shared-memory',
     )
     .option('--block-bytes <n>', BLOCK_BYTES_MEANING, String(d.blockBytes))
+    .option(
+      '--ranks <n>',
+      'tensor-parallel ranks: each copies its shard of every block; a store completes on every rank',
+      '1',
+    )
+    .option(
+      '--rank-layout <name>',
+      'sharded (each rank holds a slice of each block) or replicated (rank 0 writes, the others acknowledge)',
+      'sharded',
+    )
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))
     .option(
       '--report <file.html>',

@@ -3,7 +3,8 @@
 // request (its holes and double stores, and the specification's count of its
 // token-ready chunks), each cursor move (the specification's bound beside the
 // ledger's), and after close() the runtime's leak report and every tier
-// entry's bytes. Also the draft-rewrite fault. RuntimeWorld (runtime-world.ts)
+// entry's bytes; with ranks, that no entry is readable before every rank's
+// acknowledgement. Also the draft-rewrite fault. RuntimeWorld (runtime-world.ts)
 // raises what they find.
 import {
   A_BLOCK_COUNT,
@@ -26,6 +27,7 @@ import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { LookupAnswered } from '../runtime/store-loads.js';
 import { budgetWasUsed, lookupAnswerViolation } from './lookup-oracle.js';
 import type { InvariantName } from './oracle.js';
+import type { RankAckRelay } from './rank-acks.js';
 import { specCursorBound, specTokenChunks } from './spec/ready-spec.js';
 
 export class RuntimeChecks {
@@ -159,6 +161,16 @@ export class RuntimeChecks {
         `slot ${f.slot} group ${f.group}: cursor advanced ${f.from} -> ${f.to} past the ready prefix ${f.ready} it was read with`,
       );
     }
+  }
+
+  /** Oracle 9: no entry of a store job readable before the store had every rank's acknowledgement. */
+  rankAcks(acks: RankAckRelay): void {
+    const early = acks.publishedEarly(this.store().tier);
+    if (early === undefined) return;
+    this.flag(
+      'rank-ack',
+      `store job ${early.job.jobId}: key ${early.key.toString(16)} readable after ${early.delivered} of ${this.views.config.ranks} rank acknowledgements`,
+    );
   }
 
   /**

@@ -50,6 +50,8 @@ import type { RuntimeScenario, RuntimeSubmission } from './runtime-scenario.js';
 import { ACTORS, ALLOCATOR, HASHER, SCHEDULER, STORE, TRANSFER } from './scenario.js';
 import { RuntimeChecks, rewriteTrailingChunks } from './runtime-checks.js';
 import { StepTransferBackend } from './step-backend.js';
+import { RankAckRelay } from './rank-acks.js';
+import type { AckFault } from './rank-acks.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
@@ -124,6 +126,8 @@ export class RuntimeWorld {
   private readonly allocator: AllocatorLoop;
   private readonly store: StoreLoop;
   private readonly backend: StepTransferBackend;
+  /** Between the copies and the store: each rank's acknowledgement, some late or lost (ranks > 1). */
+  private readonly acks: RankAckRelay;
   private readonly bells: Doorbell[];
   private readonly roles: RolePark[];
   /** The loop object of each role with a doorbell, by actor index. */
@@ -224,14 +228,25 @@ export class RuntimeWorld {
       scenario.completionBell === false ? undefined : this.bells[STORE],
       scenario.gpuMaps === true,
     );
+    const ackFaults = new Map<number, AckFault>();
+    for (const e of scenario.events) {
+      if (e.kind === 'ack-late') ackFaults.set(e.task, { kind: 'late', forMs: e.forMs });
+      else if (e.kind === 'ack-lost') ackFaults.set(e.task, { kind: 'lost' });
+    }
+    this.acks = new RankAckRelay(this.backend, config.ranks, ackFaults, now, (jobId) =>
+      this.store.planner.issuedJob(jobId),
+    );
     this.store = new StoreLoop(
       views,
-      this.backend,
+      this.acks,
       { jobs: () => {}, drained: (r) => this.onDrained(r) },
       {
         policy: options.policy,
         // The final wait runs on the virtual clock, as every other wait here.
         now: () => this.nowMs,
+        ...(scenario.rankAckWaitMsMax !== undefined
+          ? { rankAckWaitMsMax: scenario.rankAckWaitMsMax }
+          : {}),
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
@@ -397,9 +412,16 @@ export class RuntimeWorld {
         this.note(-1, 3, 0, () => 'main: every request settled; stop scheduler, then drain store');
       }
     }
+    // A late acknowledgement arrives: as a copy ring's completion does, it rings the store.
+    if (this.acks.nextDueMs <= this.nowMs) this.bells[STORE]!.ring();
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.drained && this.backend.pending === 0) {
+      if (
+        !store.stopped &&
+        this.store.drained &&
+        this.backend.pending === 0 &&
+        this.acks.heldCount === 0
+      ) {
         store.stopped = true;
         this.store.stop();
         // Then the allocator's and the hasher's stop words, in the runtime's order.
@@ -457,6 +479,7 @@ export class RuntimeWorld {
     if (this.submits.queued > 0) later(this.submitRetryMs);
     if (!this.closing) later(this.closeAtMs);
     if (this.resetsAtMs.length > 0) later(this.resetsAtMs[0]!);
+    later(this.acks.nextDueMs);
     return next;
   }
 
@@ -606,6 +629,7 @@ export class RuntimeWorld {
         `store step ${did ? 'did work' : 'idle, parks'}: passes ${c.passes}, chunks stored ${c.chunksStored}, deferred ${c.chunksDeferred}, jobs in flight ${this.store.jobsInFlight}`,
     );
     this.checks.cursors();
+    if (this.config.ranks > 1) this.checks.rankAcks(this.acks);
     const completed = readStat(this.views.stats, 'jobsCompleted');
     if (completed !== this.jobsSeen) {
       this.jobsSeen = completed;
@@ -639,7 +663,7 @@ export class RuntimeWorld {
     this.note(TRANSFER, t.kind === 'store' ? 1 : 2, t.jobId, () =>
       this.scenario.gpuMaps === true
         ? `transfer ${t.kind} job ${t.jobId} (task ${t.index}): GPU copy made, map pending`
-        : `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
+        : `transfer ${t.kind} job ${t.jobId}${this.config.ranks > 1 ? ` rank ${t.rank}` : ''} (task ${t.index}) ran${t.kind === 'store' && this.config.ranks === 1 ? ' and unpinned its blocks' : ''}`,
     );
   }
 

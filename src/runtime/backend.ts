@@ -19,6 +19,7 @@ import {
   attachArenas,
   runTransferTask,
   taskJobId,
+  taskRank,
   taskKind,
   TASK_LOAD,
   bytesBeforeFailure,
@@ -47,13 +48,21 @@ export class InlineTransferBackend implements TransferBackend {
       this.done.push({
         jobId: taskJobId(task),
         kind,
+        rank: taskRank(task),
         ok: true,
         bytes,
         latencyMs: performance.now() - t0,
       });
     } catch (error) {
-      const bytes = bytesBeforeFailure(error);
-      this.done.push({ jobId: taskJobId(task), kind, ok: false, bytes, latencyMs: 0, error });
+      this.done.push({
+        jobId: taskJobId(task),
+        kind,
+        rank: taskRank(task),
+        ok: false,
+        bytes: bytesBeforeFailure(error),
+        latencyMs: 0,
+        error,
+      });
     }
   }
   takeCompletions(): TransferCompletion[] {

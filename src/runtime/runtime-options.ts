@@ -93,6 +93,13 @@ export interface RuntimeOptions {
    */
   finalWaitMsMax?: number;
   /**
+   * With tensor-parallel ranks (config.ranks > 1): how long a store job waits
+   * for every rank's acknowledgement before it fails as a whole (its chunks
+   * dropped and counted in rankAckTimeouts and chunksTransferFailed), in ms;
+   * default RANK_ACK_WAIT_MS_MAX (10,000).
+   */
+  rankAckWaitMsMax?: number;
+  /**
    * Store copies that may fail in a row before the backend is taken as
    * broken and the runtime fails (WorkerFailedError naming 'transfer', cause
    * TransferBackendFailedError); default TRANSFER_FAILURES_MAX (16). A single
@@ -210,6 +217,17 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   ) {
     throw new InvalidArgumentError('finalWaitMsMax', 'must be a number of ms in [0, 3600000]');
   }
+  if (
+    o.rankAckWaitMsMax !== undefined &&
+    (typeof o.rankAckWaitMsMax !== 'number' ||
+      !(o.rankAckWaitMsMax >= 0 && o.rankAckWaitMsMax <= 3_600_000))
+  ) {
+    throw new InvalidArgumentError('rankAckWaitMsMax', 'must be a number of ms in [0, 3600000]');
+  }
+  // The WebGPU backend copies whole blocks on one device: it has no ranks.
+  if (o.transferBackend === 'webgpu' && (o.config?.ranks ?? 1) !== 1) {
+    throw new InvalidArgumentError('transferBackend', "'webgpu' copies for one rank: set ranks 1");
+  }
   checkInt('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
   checkLag(o.lag);
 }
@@ -230,6 +248,7 @@ export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   pendingSubmitsMax: true,
   closeTimeoutMs: true,
   finalWaitMsMax: true,
+  rankAckWaitMsMax: true,
   transferFailuresMax: true,
   external: true,
   tiers: true,
@@ -382,6 +401,9 @@ export function roleWorkerData(
       loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
       ...(options.cache ? { cache: options.cache } : {}),
       ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
+      ...(options.rankAckWaitMsMax !== undefined
+        ? { rankAckWaitMsMax: options.rankAckWaitMsMax }
+        : {}),
       ...(options.transferFailuresMax !== undefined
         ? { transferFailuresMax: options.transferFailuresMax }
         : {}),

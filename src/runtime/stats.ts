@@ -90,6 +90,10 @@ export interface RuntimeStats {
   jobsTransferFailed: number;
   /** Chunks of those jobs: not stored, counted, never silent. */
   chunksTransferFailed: number;
+  /** Store jobs failed as a whole because a tensor-parallel rank did not acknowledge within rankAckWaitMsMax. */
+  rankAckTimeouts: number;
+  /** Rank acknowledgements that came after their job was failed by that bound. */
+  rankAcksLate: number;
   /** Store jobs the planner holds (dispatched, not completed): 0 at rest, else a leak. */
   jobsHeld: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
@@ -159,6 +163,8 @@ export function runtimeCounters(
     chunksDiscardedByReset: s.chunksDiscardedByReset,
     jobsTransferFailed: s.jobsTransferFailed,
     chunksTransferFailed: s.chunksTransferFailed,
+    rankAckTimeouts: s.rankAckTimeouts,
+    rankAcksLate: s.rankAcksLate,
     jobsHeld: s.jobsHeld,
     tiers: readTierStats(views.tierStats, tiers.configured, tiers.authenticated, tiers.problems),
     memory: readRuntimeMemory(views.memory),

@@ -4,6 +4,7 @@
 // protected from eviction until its load ran or was given up, each load sent
 // to the transfer backend and its entries released when it completes. One
 // load xor stores per request: a request loading has nothing to store.
+import { rankShard } from '../copy.js';
 import { invariant } from '../errors.js';
 import { S_GENERATION } from '../layout.js';
 import {
@@ -159,7 +160,19 @@ export class StoreLoads {
   private loadsDispatched = 0;
   private readonly lookupUnsafe: LookupUnsafe;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
-  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
+  /** Loads in flight by job id; with ranks, each waits for every rank's restore (`acked`). */
+  private readonly loads = new Map<
+    number,
+    {
+      lock: HitLock;
+      tag: number;
+      acked: Uint8Array | undefined;
+      count: number;
+      ok: boolean;
+      /** Entries every failed rank copied wholly before it stopped (the least of them). */
+      copied: number;
+    }
+  >();
   private readonly locks = new Map<number, HitLock>();
   /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
   private readonly leaked: HitLock[] = [];
@@ -468,9 +481,29 @@ export class StoreLoads {
     if (lock.resets !== this.resets()) this.restartRequest(r[2]!, r[3]!);
     lock.entryStarts.push(entries.length);
     const jobId = -this.nextLoadId++;
-    this.loads.set(jobId, { lock, tag });
+    const { ranks, rankLayout } = this.views.config;
+    this.loads.set(jobId, {
+      lock,
+      tag,
+      acked: ranks > 1 ? new Uint8Array(ranks) : undefined,
+      count: 0,
+      ok: true,
+      copied: Number.MAX_SAFE_INTEGER,
+    });
     this.loadingRequests.add(tag);
-    this.backend.submit(encodeLoadTask(jobId, entries, 0, this.faultEntry(lock)));
+    // Every rank restores its own shard of every block (one rank: the whole
+    // block; a replicated layout's non-writing ranks too in vLLM; here they
+    // share rank 0's words, so they report without copying). No bound: a
+    // load's late copy writes GPU blocks, so its blocks are released only once
+    // every rank has reported. The test-only fault fails the last writing
+    // rank's shard: a shard other than the first, which one rank cannot show.
+    const fault = this.faultEntry(lock);
+    const replicated = rankLayout === 'replicated';
+    const faultRank = replicated ? 0 : ranks - 1;
+    for (let rank = 0; rank < ranks; rank += 1) {
+      const at = rank === faultRank ? fault : -1;
+      this.backend.submit(encodeLoadTask(jobId, entries, 0, { rank, ranks, replicated }, at));
+    }
   }
 
   /** Test-only: the entry of the middle chunk at which this load's copy throws (-1: none). */
@@ -481,14 +514,24 @@ export class StoreLoads {
   }
 
   /**
-   * The prefix of a completed load's hit, in chunks, that every group holds
-   * soundly: the whole hit when the copy succeeded; else the chunks wholly
-   * copied before the first entry that was not (the copy stops there).
+   * Entries (blocks, in task order) a failed rank copied wholly before its
+   * copy stopped: its bytes over its shard's bytes per block. A rank with an
+   * empty shard copies nothing and never fails part-way.
    */
-  private loadedChunks(lock: HitLock, c: TransferCompletion): number {
-    if (c.ok) return lock.hit;
+  private copiedEntries(c: TransferCompletion): number {
+    const { ranks, rankLayout, bytesPerBlock } = this.views.config;
+    if (ranks === 1) return Math.floor(c.bytes / bytesPerBlock);
+    const { from, to } = rankShard(bytesPerBlock / 4, ranks, rankLayout, c.rank ?? 0);
+    return to === from ? 0 : Math.floor(c.bytes / ((to - from) * 4));
+  }
+
+  /**
+   * The prefix of a completed load's hit, in chunks, that every group holds
+   * soundly: the whole hit when every rank's copy succeeded; else the chunks
+   * wholly copied (by every rank) before the first entry that was not.
+   */
+  private loadedChunks(lock: HitLock, copied: number): number {
     const groups = this.views.config.groups;
-    const copied = Math.floor(c.bytes / this.views.config.bytesPerBlock);
     const plans = loadPlan(groups, 0, lock.hit * this.tpc);
     const failedAt = plans.map((p) => p.endChunk);
     let i = 0;
@@ -504,17 +547,31 @@ export class StoreLoads {
   complete(c: TransferCompletion): void {
     const load = this.loads.get(c.jobId);
     if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
+    this.bytesRead += c.bytes;
+    if (load.acked !== undefined) {
+      const rank = c.rank ?? 0;
+      if (!(rank >= 0 && rank < load.acked.length && load.acked[rank] === 0))
+        invariant(false, `rank ${rank} reports load ${c.jobId} once`);
+      load.acked[rank] = 1;
+      load.count += 1;
+    }
+    // A failed shard fails its chunk: the load holds what every rank copied.
+    if (!c.ok) {
+      load.ok = false;
+      load.copied = Math.min(load.copied, this.copiedEntries(c));
+    }
+    if (load.acked !== undefined && load.count < load.acked.length) return;
+    const ok = load.ok;
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
     // The unsafe variant parks the failed load's lock where nothing ever releases it.
-    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    if (!ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
-    this.bytesRead += c.bytes;
     this.loadUs += c.latencyMs * 1000;
-    const loaded = this.loadedChunks(load.lock, c);
+    const loaded = load.ok ? load.lock.hit : this.loadedChunks(load.lock, load.copied);
     const fails =
-      !c.ok && this.loadFailed({ firstFailedChunk: loaded, hitChunks: load.lock.hit }, this.tpc);
-    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0, loaded, fails ? 1 : 0]);
+      !load.ok && this.loadFailed({ firstFailedChunk: loaded, hitChunks: load.lock.hit }, this.tpc);
+    this.answers.send([ANS_LOADED, load.tag, load.ok ? 1 : 0, loaded, fails ? 1 : 0]);
   }
 
   /** [UNLOCK, tag, slot, generation]: the hit will not be loaded after all. */

@@ -119,6 +119,10 @@ export class StoreLoop implements RoleLoop {
   /** Failed store copies since the last one that succeeded. */
   private transferFailuresInRow = 0;
   private jobsTransferFailed = 0;
+  /** Per job waiting for other ranks: the error of a rank whose copy failed. */
+  private readonly rankErrors = new Map<number, unknown>();
+  /** Per job waiting for other ranks: the bytes its ranks copied so far (the job event's figure). */
+  private readonly rankBytes = new Map<number, number>();
   /** Lookups and loads: answers, protected hits, loads in flight. */
   private readonly loads: StoreLoads;
   private readonly readable = new Map<bigint, ReadableEntry>();
@@ -391,7 +395,9 @@ export class StoreLoop implements RoleLoop {
   leftovers(): { writing: number; reading: number; locks: number } {
     const s = this.tier.stats();
     return {
-      writing: s.writing + (s.retired ?? 0),
+      // Slots kept for a rank that never reported are no leak: it may still write into
+      // them, so they stay retired by design (counted in rankAckTimeouts).
+      writing: s.writing + (s.retired ?? 0) - this.planner.slotsAwaitingLateAcks,
       reading: s.reading,
       locks: this.loads.lockCount,
     };
@@ -451,10 +457,24 @@ export class StoreLoop implements RoleLoop {
       });
     }
     this.capture?.dispatched(job);
-    const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-    if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
-      task[0] = TASK_FAULT;
-    this.backend.submit(task);
+    const fault =
+      this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks;
+    const { ranks, rankLayout } = this.views.config;
+    if (ranks === 1) {
+      const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
+      if (fault) task[0] = TASK_FAULT;
+      this.backend.submit(task);
+      return;
+    }
+    // One copy per rank, each of its own shard; the planner releases the pins
+    // at the last acknowledgement (a rank's copy reads them until it reports).
+    const replicated = rankLayout === 'replicated';
+    for (let rank = 0; rank < ranks; rank += 1) {
+      const task = encodeStoreTask(job, false, this.delayMs, { rank, ranks, replicated });
+      // The injected fault fails the last rank's copy: its job fails as a whole.
+      if (fault && rank === ranks - 1) task[0] = TASK_FAULT;
+      this.backend.submit(task);
+    }
   }
 
   private collect(): boolean {
@@ -463,7 +483,10 @@ export class StoreLoop implements RoleLoop {
       if (c.kind === 'store') this.completeStore(c);
       else this.loads.complete(c);
     }
-    return done.length > 0;
+    // Jobs whose ranks did not all report within the bound fail as a whole.
+    const expired = this.planner.expireAcks();
+    for (const job of expired) this.rankAcksTimedOut(job);
+    return done.length > 0 || expired.length > 0;
   }
 
   /**
@@ -476,18 +499,32 @@ export class StoreLoop implements RoleLoop {
    */
   private completeStore(c: TransferCompletion): void {
     const job = this.planner.issuedJob(c.jobId);
-    if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    const ranks = this.views.config.ranks;
+    if (job === undefined && ranks === 1) invariant(false, `store job ${c.jobId} was in flight`);
     // In flight at a reset: the planner publishes nothing and gives its retired slots back.
-    const stale = this.planner.isStale(job);
-    this.planner.complete(job, c.ok);
-    if (!c.ok) {
+    const stale = job !== undefined && this.planner.isStale(job);
+    this.bytesCopied += c.bytes;
+    const outcome = this.planner.acknowledge(c.jobId, c.rank ?? 0, c.ok);
+    // Other ranks still copying, or a job the bound already failed: nothing to publish.
+    if (outcome.state !== 'completed') {
+      if (outcome.state === 'waiting') {
+        if (!c.ok) this.rankErrors.set(c.jobId, c.error);
+        this.rankBytes.set(c.jobId, (this.rankBytes.get(c.jobId) ?? 0) + c.bytes);
+      }
+      return;
+    }
+    if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    const error = c.ok ? this.rankErrors.get(c.jobId) : c.error;
+    const bytes = (this.rankBytes.get(c.jobId) ?? 0) + c.bytes;
+    this.rankErrors.delete(c.jobId);
+    this.rankBytes.delete(c.jobId);
+    if (!outcome.ok) {
       this.capture?.settled(job);
-      this.storeFailed(job, c.error, stale);
+      this.storeFailed(job, error, stale);
       return;
     }
     this.transferFailuresInRow = 0;
     if (stale) {
-      this.bytesCopied += c.bytes;
       this.jobsCompleted += 1;
       return;
     }
@@ -512,15 +549,27 @@ export class StoreLoop implements RoleLoop {
       this.capture.settled(job);
     }
 
-    this.bytesCopied += c.bytes;
     this.hostStoreUs += c.latencyMs * 1000;
     this.jobsCompleted += 1;
     this.jobEvents.push({
       jobId: c.jobId,
       chunks: job.chunks.length,
-      bytes: c.bytes,
+      bytes,
       latencyMs: c.latencyMs,
     });
+  }
+
+  /**
+   * A job the acknowledgement bound failed (a rank never reported): like a
+   * failed copy, its chunks are dropped and counted and its entries never
+   * published, but it is no copy failure: the store goes on.
+   */
+  private rankAcksTimedOut(job: StoreJob): void {
+    this.rankErrors.delete(job.jobId);
+    this.rankBytes.delete(job.jobId);
+    this.capture?.settled(job);
+    if (!this.planner.isStale(job)) for (const chunk of job.chunks) this.writing.delete(chunk.key);
+    this.jobsTransferFailed += 1;
   }
 
   private storeFailed(job: StoreJob, error: unknown, stale: boolean): void {
@@ -613,6 +662,8 @@ export class StoreLoop implements RoleLoop {
     publishStat(s, 'jobsCompleted', this.jobsCompleted);
     publishStat(s, 'jobsTransferFailed', this.jobsTransferFailed);
     publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
+    publishStat(s, 'rankAckTimeouts', c.rankAckTimeouts);
+    publishStat(s, 'rankAcksLate', c.rankAcksLate);
     publishStat(s, 'jobsHeld', this.planner.jobsHeld);
     publishStat(s, 'tierUsed', this.tier.stats().used);
     publishStat(s, 'holes', this.ledger.holes);

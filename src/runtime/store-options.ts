@@ -44,6 +44,8 @@ export interface StoreLoopOptions extends PlannerSwitches {
   now?: () => number;
   /** How long an ended request waits for its last keys and blocks (PlannerOptions.finalWaitMsMax). */
   finalWaitMsMax?: number;
+  /** How long a store job waits for every rank's acknowledgement (PlannerOptions.rankAckWaitMsMax). */
+  rankAckWaitMsMax?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
   /**
@@ -120,6 +122,9 @@ export function storePlannerOptions(
     transferUnpins: true,
     ...(options.now ? { now: options.now } : {}),
     ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
+    ...(options.rankAckWaitMsMax !== undefined
+      ? { rankAckWaitMsMax: options.rankAckWaitMsMax }
+      : {}),
     ...plannerSwitches(options),
     observer,
     ...(recorder || options.onPlanPoint

@@ -132,6 +132,16 @@ export const STATS = [
     doc: 'chunks of store jobs whose copy failed: not stored, counted, never silent',
   },
   {
+    name: 'rankAckTimeouts',
+    writer: 'store',
+    doc: 'store jobs failed as a whole because a rank did not acknowledge its copy within rankAckWaitMsMax',
+  },
+  {
+    name: 'rankAcksLate',
+    writer: 'store',
+    doc: 'rank acknowledgements that arrived after their job was failed by rankAckWaitMsMax',
+  },
+  {
     name: 'jobsHeld',
     writer: 'store',
     doc: 'store jobs the planner holds (dispatched, not completed): equals the store part of jobsInFlight, 0 at rest; more would be a leak',

@@ -77,6 +77,11 @@ const COUNTERS = [
     'chunks of store jobs whose copy failed: not stored, counted',
   ],
   [
+    'rankAckTimeouts',
+    'kvoff_rank_ack_timeouts_total',
+    'store jobs failed as a whole because a rank did not acknowledge its copy in time',
+  ],
+  [
     'loadFailures',
     'kvoff_load_failures_total',
     'loads with a chunk that could not be loaded (a failed copy, or a lower level refused it)',

@@ -21,6 +21,8 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
       groups: 'hybrid',
       transferThreads: 1,
       backend: 'shared-memory',
+      ranks: 1,
+      rankLayout: 'sharded',
       abortRate: 0.002,
       offload: true,
       blockBytes: 4096,

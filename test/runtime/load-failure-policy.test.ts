@@ -51,6 +51,73 @@ async function closeClean(rt: OffloadRuntime): Promise<void> {
 
 const request = { promptTokens: PROMPT, maxDecodeTokens: 2 };
 
+describe("loadFailurePolicy with tensor-parallel ranks: one rank's shard of the middle chunk fails", () => {
+  // The fault fails the last writing rank's copy (rank 0 in a replicated
+  // layout, where the others copy nothing): the chunk whose shard failed is the
+  // first failed chunk, whichever rank it was; every rank's bytes are counted.
+  it.each([
+    ['sharded', 2],
+    ['sharded', 4],
+    ['replicated', 2],
+  ] as const)(
+    "%s over %i ranks, 'recompute': recomputed from the chunk whose shard failed; bytes counted per rank copy",
+    async (rankLayout, ranks) => {
+      const rt = await OffloadRuntime.start({
+        config: { ...FULL, ranks, rankLayout },
+        simulator: { seed: 3 },
+        transferThreads: 2,
+        faultInjection: { role: 'transfer', target: 'load', afterSteps: 0, count: 1 },
+      });
+      await rt.submit(request);
+      const second = await rt.submit(request);
+      const hit = second.hitChunks;
+      expect(hit).toBeGreaterThanOrEqual(8);
+      expect(second.status).toBe('finished');
+      const s = rt.stats();
+      expect(s.loadFailures).toBe(1);
+      expect(s.loadFailureTokensRecomputed).toBe((hit - Math.floor(hit / 2)) * TPC);
+      expect(s.tierHits).toBe(Math.floor(hit / 2));
+      const third = await rt.submit(request);
+      expect(third.hitChunks).toBe(hit);
+      // Bytes read: each rank's copy of the failed load (the failed rank's up
+      // to its failed entry), then the whole blocks of the third's load.
+      const block = 256; // FULL.bytesPerBlock (the default)
+      expect(rt.config.bytesPerBlock).toBe(block);
+      const blocks = hit * FULL.blocksPerChunk;
+      const failedBlocks = Math.floor(hit / 2) * FULL.blocksPerChunk;
+      const failedLoad =
+        rankLayout === 'replicated'
+          ? failedBlocks * block
+          : ((ranks - 1) * blocks + failedBlocks) * (block / ranks);
+      expect(rt.stats().tiers.host.bytesRead).toBe(failedLoad + blocks * block);
+      await closeClean(rt);
+    },
+    60_000,
+  );
+
+  it("'fail' over 2 ranks: the request rejects naming the chunk whose shard failed; the next loads every shard", async () => {
+    const rt = await OffloadRuntime.start({
+      config: { ...FULL, ranks: 2 },
+      simulator: { seed: 3 },
+      transferThreads: 2,
+      loadFailurePolicy: 'fail',
+      faultInjection: { role: 'transfer', target: 'load', afterSteps: 0, count: 1 },
+    });
+    await rt.submit(request);
+    const failed = await rt.submit(request).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(failed).toBeInstanceOf(LoadFailedError);
+    const err = failed as LoadFailedError;
+    expect(err.firstFailedChunk).toBe(Math.floor(err.hitChunks / 2));
+    const next = await rt.submit(request);
+    expect(next).toMatchObject({ status: 'finished', hitChunks: err.hitChunks });
+    expect(rt.stats()).toMatchObject({ loadFailures: 1, requestsFailedByLoad: 1 });
+    await closeClean(rt);
+  }, 60_000);
+});
+
 describe('loadFailurePolicy on the host tier: the copy of the hit fails at its middle chunk', () => {
   it("'recompute' (the default): the chunks before the failed one count as loaded, the rest is recomputed", async () => {
     // The first load (the second request's) fails; the third request's loads whole.

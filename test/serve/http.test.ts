@@ -80,6 +80,8 @@ class StandInRuntime implements EmbeddableRuntime {
       lookupDeferredSeconds: 0,
       jobsTransferFailed: 0,
       chunksTransferFailed: 0,
+      rankAckTimeouts: 0,
+      rankAcksLate: 0,
       jobsHeld: 0,
       tiers: {
         host: zeroCounters(),
