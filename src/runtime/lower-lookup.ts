@@ -286,8 +286,10 @@ export class LowerLookups {
         if (!inHost(k)) ask.push(k);
       }
     }
-    for (const [k, s] of await this.cascade.resolve(ask)) found.set(k, s);
-    this.heard();
+    if (ask.length > 0) {
+      for (const [k, s] of await this.cascade.resolve(ask)) found.set(k, s);
+      this.heard();
+    }
     if (run.ended) return false;
     const lowerHit = (k: bigint) => found.get(k)?.state === 'hit';
     const fullBound = view.prefixHit((k) => windowed.has(k) || inHost(k) || lowerHit(k));
