@@ -80,7 +80,7 @@ export const BLOCK_BYTES_MEANING =
 const MEMORY_SHARE_MAX = 0.25;
 
 /** Per request: prompt variation (±4%) plus decode plus EAGLE drafts, in tokens. */
-const PROMPT_SLACK = 1.05;
+export const PROMPT_SLACK = 1.05;
 /** The shortest prompt defaultWorkload draws, as a fraction of --prompt-tokens. */
 const PROMPT_SHORTEST = 0.96;
 const DECODE_SLACK_TOKENS = 64;

@@ -46,8 +46,9 @@ interface Run {
   state: 'running' | 'pending' | 'done';
   /**
    * The lookup it serves was answered (cut short by the budget, or asked
-   * with force), or its request ended: it reads nothing more from below (what
-   * it already read is still promoted, for a later lookup).
+   * with force), or its request ended: it reads nothing more from below, and
+   * promotes nothing (no answer can use it: what comes back is discarded, and
+   * counted).
    */
   ended: boolean;
   retryAtMs: number;
@@ -88,10 +89,19 @@ const RUN_AGE_MS_MAX = 60_000;
 /** A lower level answered "pending": look again after this long. */
 const PENDING_RETRY_MS = 5;
 
-/** A payload being read for one or more resolutions: read once, wanted while any of them wants it. */
+/**
+ * A payload being read for one or more resolutions: read once, wanted while
+ * any of them wants it, discarded (and counted at its level) when none of
+ * them promoted it.
+ */
 interface Reading {
   readonly payload: Promise<Buffer | undefined>;
   readonly wanted: (() => boolean)[];
+  readonly level: LowerTier;
+  /** Resolutions that began or joined it and have not yet settled it. */
+  holders: number;
+  /** One of them promoted it. */
+  used: boolean;
 }
 
 export class LowerLookups {
@@ -101,11 +111,17 @@ export class LowerLookups {
    * reading waits for that read instead of reading it again (two requests
    * behind one prefix, or an external host asking again under a new tag).
    */
-  private readonly reading = new Map<
-    bigint,
-    Reading
-  >(); /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
+  private readonly reading = new Map<bigint, Reading>();
+  /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
   cutShort = 0;
+  /** Resolutions that ended (settled): every read each started has come back. */
+  ended = 0;
+  /**
+   * When a level last answered a call of any resolution (an EXISTS round, a
+   * read): the budget measures the levels' silence, not the time a
+   * resolution spends queued behind the reads of others.
+   */
+  private heardAtMs = 0;
   /** Resets so far: a resolution that began before the last one promotes nothing. */
   private resets = 0;
   private readonly bpc: number;
@@ -194,32 +210,58 @@ export class LowerLookups {
     for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.finish(t);
     const run: Run = { state: 'running', ended: false, retryAtMs: 0, promoted, startedAtMs: now };
     this.runs.set(tag, run);
-    // A slow shard holds no admission longer than the budget: the lookup is
-    // then answered from what is in host memory (what the resolution promotes
-    // later still lands there, for the next lookup).
-    const budget = setTimeout(() => {
-      if (this.runs.get(tag) !== run || run.state !== 'running') return;
-      run.state = 'done';
-      // Answered from host memory next: nothing read from here on could be loaded by it.
-      run.ended = true;
-      this.cutShort += 1;
-      this.wake();
-    }, this.cascade.lookupBudgetMs);
+    const budget = this.armBudget(tag, run);
     this.resolve(view, run).then(
       (pending) => {
-        clearTimeout(budget);
-        if (this.runs.get(tag) !== run || run.state !== 'running') return; // answered meanwhile
+        clearTimeout(budget.timer);
+        this.ended += 1;
+        if (this.runs.get(tag) !== run || run.state !== 'running') {
+          this.wake(); // answered meanwhile: nothing to decide; a pass publishes the count
+          return;
+        }
         run.state = pending ? 'pending' : 'done';
         run.retryAtMs = performance.now() + PENDING_RETRY_MS;
         this.wake();
       },
       () => {
-        clearTimeout(budget);
+        clearTimeout(budget.timer);
+        this.ended += 1;
         // A level broke its never-reject contract: answer from the host tier alone.
         if (this.runs.get(tag) === run) run.state = 'done';
         this.wake();
       },
     );
+  }
+
+  /**
+   * A stalled level holds no admission longer than the budget: once no level
+   * has answered any resolution's call for lookupBudgetMs (since this one
+   * began), its lookup is answered from what is in host memory, and it reads
+   * and promotes nothing more. Levels that go on answering (a busy machine, a
+   * long queue of reads) are not stalled: the lookup's own wait, which scales
+   * with the prompt, bounds how long its request waits (force).
+   */
+  private armBudget(tag: number, run: Run): { timer: ReturnType<typeof setTimeout> } {
+    const budgetMs = this.cascade.lookupBudgetMs;
+    const check = (): void => {
+      if (this.runs.get(tag) !== run || run.state !== 'running') return;
+      const silentMs = performance.now() - Math.max(run.startedAtMs, this.heardAtMs);
+      if (silentMs < budgetMs) {
+        budget.timer = setTimeout(check, budgetMs - silentMs);
+        return;
+      }
+      run.state = 'done';
+      run.ended = true;
+      this.cutShort += 1;
+      this.wake();
+    };
+    const budget = { timer: setTimeout(check, budgetMs) };
+    return budget;
+  }
+
+  /** A level answered a call (see heardAtMs). */
+  private heard(): void {
+    this.heardAtMs = performance.now();
   }
 
   /** Resolves and promotes; true when a key of the prefix is still being written at a lower level. */
@@ -244,7 +286,10 @@ export class LowerLookups {
         if (!inHost(k)) ask.push(k);
       }
     }
-    for (const [k, s] of await this.cascade.resolve(ask)) found.set(k, s);
+    if (ask.length > 0) {
+      for (const [k, s] of await this.cascade.resolve(ask)) found.set(k, s);
+      this.heard();
+    }
     if (run.ended) return false;
     const lowerHit = (k: bigint) => found.get(k)?.state === 'hit';
     const fullBound = view.prefixHit((k) => windowed.has(k) || inHost(k) || lowerHit(k));
@@ -258,7 +303,10 @@ export class LowerLookups {
         if (!inHost(k)) ask2.push(k);
       }
     }
-    for (const [k, s] of await this.cascade.resolve(ask2)) found.set(k, s);
+    if (ask2.length > 0) {
+      for (const [k, s] of await this.cascade.resolve(ask2)) found.set(k, s);
+      this.heard();
+    }
     if (run.ended) return false;
     for (const s of found.values()) if (s.state === 'pending') return true;
     const hit = view.prefixHit((k) => inHost(k) || lowerHit(k));
@@ -293,11 +341,12 @@ export class LowerLookups {
       }
     }
     const reads = await this.readAll(run, needed, chunkOf, where);
+    let promoted: ReadonlySet<bigint> = new Set();
     try {
-      this.promoteRead(view, run, reads.got, needed, where, resets);
+      promoted = this.promoteRead(view, run, reads.got, needed, where, resets);
     } finally {
       // Promoted (or not): a resolution that needs one of these keys from now on reads it again.
-      reads.release();
+      reads.release(promoted);
     }
     return false;
   }
@@ -307,21 +356,27 @@ export class LowerLookups {
    * across resolutions. A read that fails ends the hit before its chunk: no
    * group's decision at that shorter hit reads a chunk at or past it, so the
    * reads still waiting for their turn there read nothing; nor does any once
-   * the lookup is answered or its request gone. `release()` forgets the reads
-   * this resolution began, once their payloads are promoted.
+   * the lookup is answered or its request gone. `release(promoted)` settles
+   * this resolution's share of every read it began or joined (a payload that
+   * came back and that no resolution sharing it promoted is counted in its
+   * level's discardedChunks) and forgets the reads it began.
    */
   private async readAll(
     run: Run,
     needed: readonly bigint[],
     chunkOf: ReadonlyMap<bigint, number>,
     where: ReadonlyMap<bigint, Where>,
-  ): Promise<{ got: Map<bigint, Buffer>; release(): void }> {
+  ): Promise<{ got: Map<bigint, Buffer>; release(promoted: ReadonlySet<bigint>): void }> {
     let shortAt = Infinity;
     const began: [bigint, Reading][] = [];
+    const shares: Reading[] = [];
     const payloads = await Promise.all(
       needed.map(async (k) => {
         const c = chunkOf.get(k)!;
-        const p = await this.read(k, where.get(k)!.from, () => !run.ended && c < shortAt, began);
+        const reading = this.read(k, where.get(k)!.from, () => !run.ended && c < shortAt, began);
+        shares.push(reading);
+        const p = await reading.payload;
+        this.heard();
         if (p === undefined) shortAt = Math.min(shortAt, c);
         return p;
       }),
@@ -331,13 +386,24 @@ export class LowerLookups {
       const p = payloads[i];
       if (p !== undefined) got.set(k, p);
     });
-    const release = () => {
+    const release = (promoted: ReadonlySet<bigint>) => {
+      needed.forEach((k, i) => {
+        const r = shares[i]!;
+        if (promoted.has(k)) r.used = true;
+        r.holders -= 1;
+        if (r.holders === 0 && !r.used && payloads[i] !== undefined) {
+          r.level.counters.discardedChunks += 1;
+        }
+      });
       for (const [k, r] of began) if (this.reading.get(k) === r) this.reading.delete(k);
     };
     return { got, release };
   }
 
-  /** Promotes what the lookup's decision reads at the hit the payloads read now give. */
+  /**
+   * Promotes what the lookup's decision reads at the hit the payloads read
+   * now give (nothing once the lookup was answered); returns the keys promoted.
+   */
   private promoteRead(
     view: LookupView,
     run: Run,
@@ -345,15 +411,16 @@ export class LowerLookups {
     needed: readonly bigint[],
     where: ReadonlyMap<bigint, Where>,
     resets: number,
-  ): void {
+  ): ReadonlySet<bigint> {
+    // Answered (or its request gone) while it read: no answer can load what it read.
+    if (run.ended) return new Set();
     const groups = this.views.config.groups;
     const inHost = (k: bigint) => this.readable.get(k)?.positions.length === this.bpc;
     // The host tier may have changed while we awaited: recompute on what is there now.
     const final = view.prefixHit((k) => inHost(k) || got.has(k));
-    // A chunk a level failed to give back ends the hit: a load failure. Reads
-    // skipped because the lookup was answered or its request gone are not.
+    // A chunk a level failed to give back ends the hit: a load failure.
     const lost = new Set(needed.filter((k) => !got.has(k)));
-    if (lost.size > 0 && !run.ended) {
+    if (lost.size > 0) {
       const meant = view.prefixHit((k) => inHost(k) || got.has(k) || lost.has(k));
       if (meant > final) run.failure = { firstFailedChunk: final, hitChunks: meant };
     }
@@ -364,8 +431,8 @@ export class LowerLookups {
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
     // Fetched before a reset (perhaps from entries a shared reset retired since): not promoted.
-    if (resets !== this.resets) return;
-    this.promote(keys, got, run.promoted, where);
+    if (resets !== this.resets) return new Set();
+    return this.promote(keys, got, run.promoted, where);
   }
 
   /**
@@ -377,34 +444,39 @@ export class LowerLookups {
     level: LowerTier,
     wanted: () => boolean,
     began: [bigint, Reading][],
-  ): Promise<Buffer | undefined> {
+  ): Reading {
     const under = this.reading.get(key);
     if (under !== undefined) {
       under.wanted.push(wanted);
-      return under.payload;
+      under.holders += 1;
+      return under;
     }
     // The list exists before the fetch starts: the limiter may ask it at once.
     const wanters = [wanted];
     const reading: Reading = {
       wanted: wanters,
+      level,
+      holders: 1,
+      used: false,
       payload: this.cascade.fetch(key, level, () => wanters.some((w) => w())),
     };
     this.reading.set(key, reading);
     began.push([key, reading]);
-    return reading.payload;
+    return reading;
   }
 
   /**
    * Writes checked payloads into host slots and publishes them (this thread
    * owns the host tier). If the host cannot make room for all, a shorter
    * prefix of the list is tried; what is not promoted is simply not a hit.
+   * Returns the keys promoted.
    */
   private promote(
     keys: bigint[],
     payloads: ReadonlyMap<bigint, Buffer>,
     promoted: Map<bigint, 'disk' | 'redis'>,
     where: ReadonlyMap<bigint, Where>,
-  ): void {
+  ): ReadonlySet<bigint> {
     let offer = keys;
     while (offer.length > 0) {
       const r = this.host.prepareStore(offer);
@@ -436,7 +508,8 @@ export class LowerLookups {
         });
         promoted.set(k, w.level);
       });
-      return;
+      return new Set(r.keysToStore);
     }
+    return new Set();
   }
 }

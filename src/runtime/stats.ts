@@ -56,6 +56,12 @@ export interface RuntimeStats {
   lookupsDeferred: number;
   /** Tier lookups answered "retry": a level below the host had not answered yet for a key they need (nothing known). */
   lookupsRetried: number;
+  /**
+   * Resolutions over the levels below host memory that ended (their lookup
+   * used them, was answered without them, or its request ended): every read
+   * each of them started has come back.
+   */
+  lowerResolutionsEnded?: number;
   /** Loads with a chunk that could not be loaded: a failed copy, or a level below the host refused it on its way up. */
   loadFailures: number;
   /** Tokens of those hits from the first failed chunk on, recomputed (loadFailurePolicy 'recompute'; never from token 0 unless a window needs it). */
@@ -141,6 +147,7 @@ export function runtimeCounters(
     chunksUnreachable: s.chunksUnreachable,
     lookupsDeferred: s.lookupsDeferred,
     lookupsRetried: s.lookupsRetried,
+    lowerResolutionsEnded: s.lowerResolutionsEnded,
     loadFailures: s.loadFailures,
     loadFailureTokensRecomputed: s.loadFailureTokensRecomputed,
     requestsFailedByLoad: s.requestsFailedByLoad,

@@ -60,6 +60,7 @@ export function publishStoreStats(f: StoreFigures): void {
   publishStat(s, 'storePasses', c.passes);
   publishStat(s, 'lookupsDeferred', f.loads.deferred);
   publishStat(s, 'lookupsRetried', f.loads.retried);
+  publishStat(s, 'lowerResolutionsEnded', f.lower?.ended ?? 0);
   publishStat(s, 'loadFailures', f.loads.loadFailures);
   publishStat(s, 'loadFailureTokensRecomputed', f.loads.loadFailureTokensRecomputed);
   publishStat(s, 'requestsFailedByLoad', f.loads.requestsFailedByLoad);

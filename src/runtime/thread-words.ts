@@ -169,6 +169,11 @@ export const STATS = [
     doc: 'lookups answered "retry" (a tier level below the host had not answered for a key they need)',
   },
   {
+    name: 'lowerResolutionsEnded',
+    writer: 'store',
+    doc: 'resolutions over the levels below host memory that ended: every read they started has come back',
+  },
+  {
     name: 'loadFailures',
     writer: 'store',
     doc: 'loads with a chunk that could not be loaded (a failed copy, or a lower level refused it)',

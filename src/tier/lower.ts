@@ -13,8 +13,15 @@ export type LowerTierName = Exclude<TierName, 'host'>;
 export const TIER_COUNTER_FIELDS = [
   /** Entries written and published at this level. */
   'storedChunks',
-  /** Keys a lookup found readable here (for lower levels: loaded, checked and promoted). */
+  /** Keys a lookup found readable here (for lower levels: read and checked; promoted unless discarded). */
   'hitChunks',
+  /**
+   * Lower levels: chunks read and checked for a lookup that no answer used,
+   * so never promoted: the lookup was answered first (its wait or the budget
+   * ran out, or its request ended), a failed read ended the hit before them,
+   * or host memory had no room.
+   */
+  'discardedChunks',
   /** Keys a lookup asked this level for and it did not have (or could not serve). */
   'missChunks',
   /** Lookups that found a key here still being written (the request looks again later). */

@@ -108,10 +108,16 @@ export async function redisCli(port: number, ...args: string[]): Promise<string>
   return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout.trim();
 }
 
+/** The longest stop() waits for a node to report the end marker (a bound, not an expectation). */
+const MONITOR_DRAIN_MS_MAX = 60_000;
+
 /**
  * Every command the nodes on `ports` execute from now until `stop()`, as the
- * nodes themselves report them (MONITOR): `stop()` ends the watchers and
- * resolves to one line per command (`<time> [<db> <client>] "CMD" "arg"...`).
+ * nodes themselves report them (MONITOR): `stop()` resolves to one line per
+ * command (`<time> [<db> <client>] "CMD" "arg"...`) and ends the watchers.
+ * Complete by construction: a node reports commands in the order it ran them,
+ * so stop() sends each node an end marker (ECHO) and waits until every stream
+ * has reported it; each command a node ran before stop() was called is in.
  * Resolves once every watcher is attached.
  */
 export async function watchCommands(
@@ -122,24 +128,54 @@ export async function watchCommands(
       stdio: ['ignore', 'pipe', 'ignore'],
     });
     let text = '';
+    const seen = new Set<() => void>();
     const attached = new Promise<void>((resolve, reject) => {
       child.stdout.setEncoding('utf8');
       child.stdout.on('data', (d: string) => {
         text += d;
         if (text.startsWith('OK')) resolve();
+        for (const check of seen) check();
       });
       child.once('error', reject);
       child.once('exit', () => reject(new Error(`MONITOR on ${port} ended before it attached`)));
     });
     const ended = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    return { child, attached, ended, lines: () => text.split('\n').slice(1) };
+    /** Resolves once the stream reported `marker`, rejects after MONITOR_DRAIN_MS_MAX. */
+    const reported = (marker: string) =>
+      new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          seen.delete(check);
+          reject(new Error(`MONITOR on ${port} did not report its end marker`));
+        }, MONITOR_DRAIN_MS_MAX);
+        const check = () => {
+          if (!text.includes(marker)) return;
+          clearTimeout(timer);
+          seen.delete(check);
+          resolve();
+        };
+        seen.add(check);
+        check();
+      });
+    /** The commands before `marker`. */
+    const lines = (marker: string) => {
+      const all = text.split('\n').slice(1);
+      const end = all.findIndex((l) => l.includes(marker));
+      return end < 0 ? all : all.slice(0, end);
+    };
+    return { port, child, attached, ended, reported, lines };
   });
   await Promise.all(watchers.map((w) => w.attached));
   return {
     async stop() {
-      for (const w of watchers) w.child.kill();
-      await Promise.all(watchers.map((w) => w.ended));
-      return watchers.flatMap((w) => w.lines()).filter((l) => l.length > 0);
+      const marker = `kvoff-monitor-end-${process.pid}-${Math.random().toString(36).slice(2)}`;
+      try {
+        await Promise.all(watchers.map((w) => redisCli(w.port, 'echo', marker)));
+        await Promise.all(watchers.map((w) => w.reported(marker)));
+      } finally {
+        for (const w of watchers) w.child.kill();
+        await Promise.all(watchers.map((w) => w.ended));
+      }
+      return watchers.flatMap((w) => w.lines(marker)).filter((l) => l.length > 0);
     },
   };
 }
