@@ -78,7 +78,7 @@ describe('the serve reference', () => {
   const serve = read('docs/serve.md');
 
   it('regression: names every field of a request summary', () => {
-    const source = read('src/runtime/runtime.ts');
+    const source = read('src/runtime/runtime-calls.ts');
     const body = /export interface RequestSummary \{([\s\S]*?)\n\}/.exec(source)?.[1] ?? '';
     const fields = [...body.matchAll(/^ {2}(\w+)\??:/gm)].map((m) => m[1]!);
     expect(fields).toContain('tokenChunks');
