@@ -45,19 +45,37 @@ import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.
 /**
  * A cheap stand-in for SHA-256: the comparison is about moving state between
  * threads, and the other designs receive precomputed keys. Still chained and
- * distinct per request and chunk, so no two chunks share a key.
+ * distinct per request and chunk, so no two chunks share a key. Two 32-bit
+ * lanes read and written byte by byte: no BigInt or DataView per block, which
+ * allocated on every call and charged design a's hasher for garbage no real
+ * digest makes.
  */
 const CHEAP_HASHING: Hashing = {
   algorithm: 'sha256',
   chain(parent, parentAt, tokens, tph, out, outAt) {
-    let h = new DataView(parent.buffer, parent.byteOffset).getBigUint64(parentAt, true);
-    const view = new DataView(out.buffer, out.byteOffset);
+    let lo = readU32(parent, parentAt);
+    let hi = readU32(parent, parentAt + 4);
     for (let i = 0; (i + 1) * tph <= tokens.length; i += 1) {
-      h = BigInt.asUintN(64, h * 0x100000001b3n + BigInt(tokens[i * tph]! + 1));
-      view.setBigUint64(outAt + i * 32, h, true);
+      lo = Math.imul(lo ^ (tokens[i * tph]! + 1), 0x01000193);
+      hi = Math.imul(hi ^ lo, 0x5bd1e995) ^ (lo >>> 13);
+      writeU32(out, outAt + i * 32, lo);
+      writeU32(out, outAt + i * 32 + 4, hi);
     }
   },
 };
+
+function readU32(bytes: Uint8Array, at: number): number {
+  return (
+    (bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)) >>> 0
+  );
+}
+
+function writeU32(bytes: Uint8Array, at: number, v: number): void {
+  bytes[at] = v & 0xff;
+  bytes[at + 1] = (v >>> 8) & 0xff;
+  bytes[at + 2] = (v >>> 16) & 0xff;
+  bytes[at + 3] = v >>> 24;
+}
 
 /**
  * The stream's hashing alone, as HasherRole.hash does it here: one chained
