@@ -24,6 +24,7 @@ import { epochMs } from '../lib/clock.js';
 import { ThreadCpuClock } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
 import { AcceptAllTier } from './bench-tier.js';
+import { BenchCopyEngine, COPY_LANES } from './copy-engine.js';
 import {
   ALL_SOURCES,
   LatencyLog,
@@ -241,11 +242,16 @@ export class KvoffStore {
   private readonly pub: Float64Array;
   private readonly onJob: (job: StoreJob) => void;
 
+  /**
+   * `engine`: jobs go to this copy engine and complete when it says (design
+   * aSized); without one the copy completes at dispatch (an inline backend).
+   */
   constructor(
     state: SharedState,
     pub: SharedArrayBuffer,
     shape: StreamShape,
     options: PlannerOptions = {},
+    engine?: BenchCopyEngine,
   ) {
     this.planner = new StorePlanner(state, new AcceptAllTier(shape.chunks), options);
     this.latency = new LatencyLog(shape.requests * shape.chunks);
@@ -256,7 +262,8 @@ export class KvoffStore {
         this.latency.record(now - readyAtMs(this.pub, shape, job.requestId, chunk.chunk));
       }
       this.dispatched += job.chunks.length;
-      this.planner.complete(job); // the transfer's part: publish and unpin
+      if (engine) engine.submit(job, now);
+      else this.planner.complete(job); // the transfer's part: publish and unpin
     };
   }
 
@@ -323,6 +330,43 @@ export function kvoffStoreThread(
     store.pass();
     if (store.dispatched === before) bell.park(seen, STORE_PARK_MS);
     if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design a');
+  }
+  return store.outcome(epochMs() - round.startMs, cpu);
+}
+
+/**
+ * Design aSized: a's store with a transfer backend that has a capacity
+ * (BenchCopyEngine: COPY_LANES lanes), planning a pass only while a lane is
+ * free, as the runtime's store does (StoreLoop.passAllowed): a ready chunk
+ * leaves at once while a copy is free, and chunks that become ready while
+ * every lane is busy leave together as one job per request when one frees.
+ */
+export function kvoffSizedStoreThread(
+  p: KvoffSetup & { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): StoreOutcome {
+  const state = SharedState.attach(resolveConfig(p.config), p.buffers);
+  const total = p.shape.requests * p.shape.chunks;
+  const engine = new BenchCopyEngine(COPY_LANES, total);
+  const store = new KvoffStore(state, p.pub, p.shape, {}, engine);
+  const complete = (job: StoreJob) => store.planner.complete(job);
+  const bell = attachBell(p.bell);
+  ready();
+  round.waitGo();
+  const cpu = new ThreadCpuClock();
+  for (let pass = 0; store.dispatched < total; pass += 1) {
+    const seen = bell.read();
+    const now = epochMs();
+    const completed = engine.collect(now, complete);
+    const before = store.dispatched;
+    if (engine.inFlight < engine.capacity) store.pass();
+    if (store.dispatched === before && completed === 0) {
+      // Nothing moved: wait for a publication, or for the next copy to finish.
+      const untilCopyMs = engine.nextDueMs() - now;
+      if (untilCopyMs > 0) bell.park(seen, Math.min(untilCopyMs, STORE_PARK_MS));
+    }
+    if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design aSized');
   }
   return store.outcome(epochMs() - round.startMs, cpu);
 }
