@@ -87,7 +87,7 @@ export interface DrainAccount {
 export type DrainListener = (account: DrainAccount) => void;
 
 /** What a driver reads of the observer's feed beside the ledger (a trace recorder, an oracle's own check). */
-export type LedgerTap = Pick<PlannerObserver, 'chunk' | 'deferred'>;
+export type LedgerTap = Pick<PlannerObserver, 'chunk' | 'deferred' | 'cursorMoved'>;
 
 /**
  * The planner's observer: the ledger, and `tap` after it on the same chunks
@@ -96,7 +96,7 @@ export type LedgerTap = Pick<PlannerObserver, 'chunk' | 'deferred'>;
  */
 export function ledgerObserver(ledger: ChunkLedger, tap?: LedgerTap): PlannerObserver {
   if (tap === undefined) return ledger;
-  const { chunk, deferred } = tap;
+  const { chunk, deferred, cursorMoved } = tap;
   return {
     chunk: (slot, generation, group, c, outcome) => {
       ledger.chunk(slot, generation, group, c, outcome);
@@ -106,7 +106,10 @@ export function ledgerObserver(ledger: ChunkLedger, tap?: LedgerTap): PlannerObs
       ledger.deferred(slot, generation, group, from, to);
       deferred?.(slot, generation, group, from, to);
     },
-    cursorMoved: (snap, group, from, ready) => ledger.cursorMoved(snap, group, from, ready),
+    cursorMoved: (snap, group, from, ready) => {
+      ledger.cursorMoved(snap, group, from, ready);
+      cursorMoved?.(snap, group, from, ready);
+    },
     draining: (snap) => ledger.draining(snap),
     failed: (job) => ledger.failed(job),
   };

@@ -179,12 +179,39 @@ export function slidingWindow(states: readonly ChunkState[], w: number): LookupR
  * - Each group can only shorten the hit; when one shortens it, the windowed
  *   groups (and, after a deferral, every group) are asked again at the new
  *   length, until all agree.
+ * - The recompute budget bounds what the whole answer gives up by not
+ *   waiting: a full-attention hit cut before its first pending chunk also
+ *   shortens every window that ends there, so the cut answer is compared with
+ *   the one the request would get once every pending or unanswered entry
+ *   landed, and it defers when the difference is over the budget. (vLLM
+ *   budgets the full-attention prefix alone; in a hybrid model that cut could
+ *   lose a whole window the budget never agreed to.)
  */
 export function lookupHitTokens(
   groups: readonly LookupGroup[],
   request: LookupRequest,
   state: ChunkStateOf,
   unsafe: LookupUnsafe = SAFE,
+): LookupResult {
+  const answer = hitTokensOnce(groups, request, state, unsafe);
+  const budgetTokens = request.maxRecomputePendingTokens ?? 0;
+  if (budgetTokens === 0 || asksAgain(answer)) return answer;
+  const landed = hitTokensOnce(
+    groups,
+    { ...request, maxRecomputePendingTokens: 0 },
+    (k) => (state(k) === 'miss' ? 'miss' : 'hit'),
+    unsafe,
+  );
+  invariant(!asksAgain(landed), 'a lookup over hits and misses alone answers a number');
+  return landed - answer > budgetTokens ? DEFER : answer;
+}
+
+/** lookupHitTokens without the whole answer's budget check (the budget cuts full-attention prefixes only). */
+function hitTokensOnce(
+  groups: readonly LookupGroup[],
+  request: LookupRequest,
+  state: ChunkStateOf,
+  unsafe: LookupUnsafe,
 ): LookupResult {
   if (request.skipReadingPrefixCache === true) return 0;
   const computed = request.localHitTokens ?? 0;

@@ -58,7 +58,7 @@ import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { LookupAnswered } from '../runtime/store-loads.js';
 import { lookupAnswerViolation } from './lookup-oracle.js';
-import { specTokenChunks } from './spec/ready-spec.js';
+import { specCursorBound, specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -133,6 +133,8 @@ export class RuntimeWorld {
   readonly config: Config;
   violation: Violation | undefined;
   private readonly views: RuntimeViews;
+  /** The first cursor move of the store step past the specification's bound (raised after the step). */
+  private specCursorFinding: string | undefined;
   private readonly engine: EngineSimulator;
   private readonly hasher: HasherLoop;
   private readonly allocator: AllocatorLoop;
@@ -254,6 +256,7 @@ export class RuntimeWorld {
         ...switchOptions([...switches], 'StoreLoopOptions'),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
         onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
+        onCursorMoved: (snap, group, from) => this.checkCursorMove(snap, group, from),
       },
     );
     this.loops = [this.engine, this.hasher, this.allocator, this.store];
@@ -761,10 +764,32 @@ export class RuntimeWorld {
     }
   }
 
-  /** The ledger's cursor findings of the store step that just ran. */
+  /**
+   * The specification's check of a cursor move (beside the ledger's, which
+   * reads the planner's own ready prefix): never past the ready prefix of the
+   * snapshot the pass read, recomputed from that snapshot's facts by
+   * spec/ready-spec.ts, nor past the token-ready chunks once it ended.
+   */
+  private checkCursorMove(snap: Readonly<RequestSnapshot>, group: number, from: number): void {
+    if (this.specCursorFinding !== undefined) return;
+    const { config } = this.views;
+    const g = config.groups[group]!;
+    const bound = specCursorBound(config, snap, g, snap.keyCount[group]!, snap.blockCount[group]!);
+    const to = snap.cursor[group]!;
+    if (to > from && to > bound) {
+      this.specCursorFinding = `slot ${snap.slot} group ${group}: cursor advanced ${from} -> ${to} past ${bound}, the specification's bound for the snapshot it was read from (keys ${snap.keyCount[group]}, blocks ${snap.blockCount[group]}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens})`;
+    }
+  }
+
+  /** The ledger's and the specification's cursor findings of the store step that just ran. */
   private checkCursors(): void {
+    const spec = this.specCursorFinding;
+    this.specCursorFinding = undefined;
     const f = this.store.ledger.takeCursorFindings()[0];
-    if (f === undefined) return;
+    if (f === undefined) {
+      if (spec !== undefined) this.flag('cursor-within-ready', spec);
+      return;
+    }
     if (f.to < f.from) {
       this.flag(
         'cursor-monotonic',

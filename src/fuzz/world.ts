@@ -36,7 +36,7 @@ import type { RequestSnapshot } from '../roles/store.js';
 import { SharedState } from '../state.js';
 import { HostTier } from '../tier/host-tier.js';
 import { FaultyTier } from './faulty-tier.js';
-import { specChunkReachable, specReadyChunks } from './spec/ready-spec.js';
+import { specChunkReachable, specCursorBound, specReadyChunks } from './spec/ready-spec.js';
 import {
   PENDING,
   LIVE,
@@ -185,6 +185,8 @@ export class World {
   private allocRr = 0;
   private hashRr = 0;
   private storeRr = 0;
+  /** The first cursor move of the store step past the specification's bound. */
+  private specCursorFinding: string | undefined;
   // The specification's view (spec/ready-spec.ts) of the planner's latest snapshot.
   private snapSeen = false;
   /** Per group, the cursor of the planner's latest snapshot. */
@@ -232,6 +234,7 @@ export class World {
           if (r === undefined || r.handle.generation !== generation) return;
           if (outcome === 'unreachable') this.checkUnreachable(r, group, chunk);
         },
+        cursorMoved: (snap, group, from) => this.checkCursorMove(snap, group, from),
       }),
       onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
     });
@@ -522,6 +525,28 @@ export class World {
       } finally {
         this.nestedDepth -= 1;
       }
+    }
+  }
+
+  /**
+   * The specification's check of a cursor move (beside the ledger's, which
+   * reads the planner's own ready prefix): never past the ready prefix of the
+   * snapshot the pass read, recomputed from its facts, nor past the
+   * token-ready chunks once the request ended. Raised after the step.
+   */
+  private checkCursorMove(snap: Readonly<RequestSnapshot>, group: number, from: number): void {
+    if (this.specCursorFinding !== undefined) return;
+    const g = this.config.groups[group]!;
+    const bound = specCursorBound(
+      this.config,
+      snap,
+      g,
+      snap.keyCount[group]!,
+      snap.blockCount[group]!,
+    );
+    const to = snap.cursor[group]!;
+    if (to > from && to > bound) {
+      this.specCursorFinding = `slot ${snap.slot} group ${group}: cursor advanced ${from} -> ${to} past ${bound}, the specification's bound for the snapshot it was read from (keys ${snap.keyCount[group]}, blocks ${snap.blockCount[group]})`;
     }
   }
 
@@ -975,9 +1000,13 @@ export class World {
     // was advanced from (the ledger's findings of this step). A violation is
     // raised once the step is in the trace.
     const f = this.ledger.takeCursorFindings()[0];
+    const spec = this.specCursorFinding;
+    this.specCursorFinding = undefined;
     const late: [InvariantName, string] | undefined =
       f === undefined
-        ? undefined
+        ? spec === undefined
+          ? undefined
+          : ['cursor-within-ready', `r${r.spec.requestId} ${spec}`]
         : f.to < f.from
           ? [
               'cursor-monotonic',

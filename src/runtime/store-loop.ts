@@ -169,15 +169,22 @@ export class StoreLoop implements RoleLoop {
     this.recorder = recorder;
     const ledger = new ChunkLedger(views.state, (account) => this.onDrained(account));
     this.ledger = ledger;
-    // The ledger is the observer; a traced run's recorder reads the same feed.
+    // The ledger is the observer; a traced run's recorder and the fuzzer's
+    // oracle read the same feed.
+    const onCursorMoved = options.onCursorMoved;
     const observer = ledgerObserver(
       ledger,
-      recorder && {
-        chunk: (slot, _generation, group, _chunk, outcome) =>
-          recorder.onChunk(slot, group, outcome),
-        deferred: (slot, _generation, group, from, to) =>
-          recorder.onDeferred(slot, group, to - from),
-      },
+      recorder || onCursorMoved
+        ? {
+            ...(recorder && {
+              chunk: (slot, _generation, group, _chunk, outcome) =>
+                recorder.onChunk(slot, group, outcome),
+              deferred: (slot, _generation, group, from, to) =>
+                recorder.onDeferred(slot, group, to - from),
+            }),
+            ...(onCursorMoved && { cursorMoved: onCursorMoved }),
+          }
+        : undefined,
     );
     this.planner = new StorePlanner(
       views.state,

@@ -70,6 +70,12 @@ export interface StoreLoopOptions extends PlannerSwitches {
    * into a real store thread, since only the fuzzer sets it.
    */
   onLookupAnswered?: (answered: LookupAnswered) => void;
+  /**
+   * Called after the chunk ledger with every cursor move (the runtime
+   * fuzzer's oracle checks it against its independent specification); only
+   * the fuzzer sets it.
+   */
+  onCursorMoved?: PlannerObserver['cursorMoved'];
 }
 
 /**

@@ -396,6 +396,25 @@ describe("the recompute budget (vLLM's max_recompute_pending_tokens)", () => {
     );
     expect(answer).toBe(DEFER);
   });
+  it('a budget does not cut a full-attention hit whose cut also loses a window: the whole answer is budgeted', () => {
+    // Full attention [H, P, H], window of 2 chunks over [M, H, H], 13 tokens.
+    // Cutting before the pending chunk leaves 1 chunk, where the window has
+    // only its miss: the answer would be 0 against 12 once the entry lands,
+    // 12 tokens given up for a budget of 8. (Found by the independent
+    // specification over every tier state with budgets; answered 0 before.)
+    const hybrid: LookupGroup[] = [...groups, { tokensPerChunk: 4, windowChunks: 2, eagle: false }];
+    const keys = [0, 1].map((g) => [0, 1, 2].map((c) => BigInt(g * 10 + c)));
+    const states: Record<string, ChunkState> = { 1: 'pending', 10: 'miss' };
+    const at = (budget: number) =>
+      lookupHitTokens(
+        hybrid,
+        { numTokens: 13, keys, maxRecomputePendingTokens: budget },
+        (k) => states[String(k)] ?? 'hit',
+      );
+    expect(at(8)).toBe(DEFER);
+    // A budget that covers the whole loss takes the ready answer at once.
+    expect(at(12)).toBe(0);
+  });
   it('test_negative_recompute_budget_is_rejected: resolveConfig refuses it with a ConfigError naming the field', () => {
     const base = { groups: [{ kind: 'full' as const, tokensPerBlock: 4 }], tokensPerHash: 4 };
     for (const bad of [-1, 0.5, Number.NaN, '8']) {

@@ -139,15 +139,18 @@ describe('the specification agrees with the rule the planner uses (exhaustive, s
   }
 });
 
-/** Every tier state of `chunks` chunks per group for the keys of `groups` groups (3^(chunks*groups)). */
-function* tierStates(cells: number): Generator<ChunkState[]> {
-  const all: ChunkState[] = ['hit', 'miss', 'pending'];
-  for (let i = 0; i < 3 ** cells; i += 1) {
+/** Every tier state of `cells` keys over `all` states (all.length^cells). */
+function* tierStates(
+  cells: number,
+  all: readonly ChunkState[] = ['hit', 'miss', 'pending', 'retry'],
+): Generator<ChunkState[]> {
+  const n = all.length;
+  for (let i = 0; i < n ** cells; i += 1) {
     const s: ChunkState[] = [];
     let x = i;
     for (let c = 0; c < cells; c += 1) {
-      s.push(all[x % 3]!);
-      x = Math.floor(x / 3);
+      s.push(all[x % n]!);
+      x = Math.floor(x / n);
     }
     yield s;
   }
@@ -159,6 +162,7 @@ function storeAnswer(
   lookup: SpecLookup,
   state: (k: bigint) => ChunkState,
   unsafe: LookupUnsafe = {},
+  maxRecomputePendingTokens = 0,
 ) {
   const tpc = config.groups[0]!.tokensPerChunk;
   const window = unsafe.unsafeLastTokenLoaded !== true && config.groups.some((g) => g.windowChunks);
@@ -170,13 +174,18 @@ function storeAnswer(
       keys: lookup.keys,
       maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
       skipReadingPrefixCache: lookup.skipReadingPrefixCache,
+      maxRecomputePendingTokens,
     },
     state,
     unsafe,
   );
 }
 
-/** Counts the lookups over every tier state where the answer breaks the specification. */
+/**
+ * Counts the lookups over every tier state (hit, miss, pending, retry) and
+ * recompute budget (none, one chunk, two) where the answer breaks the
+ * specification.
+ */
 function disagreements(input: ConfigInput, unsafe: LookupUnsafe = {}): [number, number] {
   const config = resolveConfig(input);
   const groups = config.groups.length;
@@ -193,13 +202,12 @@ function disagreements(input: ConfigInput, unsafe: LookupUnsafe = {}): [number, 
       for (const s of tierStates(chunks * groups)) {
         const state = (k: bigint) => s[Math.floor(Number(k) / 100) * chunks + (Number(k) % 100)]!;
         const lookup = { numTokens, keys, maxLoadTokens: cap, skipReadingPrefixCache: false };
-        const answer = storeAnswer(config, lookup, state, unsafe);
-        const why = specLookupMismatch(
-          specLookup(config, lookup, state),
-          answer === DEFER ? 'defer' : answer,
-        );
-        if (why !== undefined) bad += 1;
-        n += 1;
+        for (const budget of [0, tpc, 2 * tpc]) {
+          const answer = storeAnswer(config, lookup, state, unsafe, budget);
+          const why = specLookupMismatch(specLookup(config, lookup, state), answer, budget);
+          if (why !== undefined) bad += 1;
+          n += 1;
+        }
       }
     }
   }
@@ -234,6 +242,20 @@ describe('the lookup specification agrees with the lookup the store uses (every 
     const second = specLookup(config, lookup, (k) => (k === 2n ? 'pending' : 'hit'));
     expect(specLookupMismatch(second, 4)).toMatch(/must defer/);
     expect(specLookupMismatch(second, 'defer')).toBeUndefined();
+  });
+
+  it('a retry answer needs an unanswered key among the reads; the budget bounds what a number gives up', () => {
+    const config = resolveConfig(FULL);
+    const keys = [[1n, 2n, 3n]];
+    const lookup = { numTokens: 13, keys, maxLoadTokens: undefined, skipReadingPrefixCache: false };
+    const pendingOnly = specLookup(config, lookup, (k) => (k === 2n ? 'pending' : 'hit'));
+    expect(specLookupMismatch(pendingOnly, 'retry')).toMatch(/no key it reads is unanswered/);
+    const unanswered = specLookup(config, lookup, (k) => (k === 2n ? 'retry' : 'hit'));
+    expect(specLookupMismatch(unanswered, 'retry')).toBeUndefined();
+    // 4 ready, 12 if the entries land: 8 given up.
+    expect(specLookupMismatch(pendingOnly, 4, 8)).toBeUndefined();
+    expect(specLookupMismatch(pendingOnly, 4, 7)).toMatch(/must defer/);
+    expect(specLookupMismatch(unanswered, 4, 7)).toMatch(/must defer/);
   });
 });
 

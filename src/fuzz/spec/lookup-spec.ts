@@ -22,8 +22,14 @@
 // never a number that pending entries would change, unless the request's
 // recompute budget covers the difference (vLLM's max_recompute_pending_tokens:
 // the ready hit is then taken at once). A key the tier could not answer for
-// ('retry') may be there or not: it counts as pending, and a "retry" answer
-// is judged as "later".
+// ('retry') may be there or not: it counts as pending, so the budget bounds
+// what a number gives up whether the entries it waits for are on their way or
+// unknown (the code may be stricter and answer "retry": a retry is always
+// allowed when such a key is among the reads). A "retry" answer needs such a
+// key among the reads; a "defer" answer any pending or retry key. The budget
+// bounds the whole answer's loss, all groups together: a sliding window cut
+// short by a full-attention hit that stopped before a pending chunk loses
+// what the window would have covered too.
 import type { Config } from '../../config.js';
 
 /** A tier's state of one key, as the store reports it. */
@@ -42,10 +48,12 @@ export interface SpecLookup {
 export interface SpecLookupVerdict {
   /** Longest hit, in tokens, counting pending entries as absent. */
   readonly hitTokens: number;
-  /** Longest hit counting pending entries as present. */
+  /** Longest hit counting pending and retry entries as present. */
   readonly hitTokensIfPendingLand: number;
-  /** Some entry the lookup may read is pending (a deferral is then allowed). */
+  /** Some entry the lookup may read is pending or retry (a deferral is then allowed). */
   readonly pendingRead: boolean;
+  /** Some key the lookup may read is retry (a "retry" answer is then allowed). */
+  readonly retryRead: boolean;
 }
 
 /** Chunks [from, to) of group `g` that a hit of `chunks` chunks reads. */
@@ -100,17 +108,24 @@ export function specLookup(
   const hit = longestHit(config, lookup, limit, (k) => state(k) === 'hit');
   const ifLand = longestHit(config, lookup, limit, (k) => state(k) !== 'miss');
   let pendingRead = false;
+  let retryRead = false;
   if (limit > 0) {
-    for (let g = 0; g < config.groups.length && !pendingRead; g += 1) {
+    for (let g = 0; g < config.groups.length; g += 1) {
       const keys = lookup.keys[g]!;
       const [, to] = chunksRead(config, g, limit);
       for (let c = 0; c < Math.min(to, keys.length); c += 1) {
         const s = state(keys[c]!);
         if (s === 'pending' || s === 'retry') pendingRead = true;
+        if (s === 'retry') retryRead = true;
       }
     }
   }
-  return { hitTokens: hit * tpc, hitTokensIfPendingLand: ifLand * tpc, pendingRead };
+  return {
+    hitTokens: hit * tpc,
+    hitTokensIfPendingLand: ifLand * tpc,
+    pendingRead,
+    retryRead,
+  };
 }
 
 /**
@@ -122,9 +137,13 @@ export function specLookupMismatch(
   answer: number | 'defer' | 'retry',
   recomputeBudgetTokens = 0,
 ): string | undefined {
-  const { hitTokens, hitTokensIfPendingLand, pendingRead } = verdict;
-  if (answer === 'defer' || answer === 'retry') {
-    if (hitTokens !== hitTokensIfPendingLand || pendingRead) return undefined;
+  const { hitTokens, hitTokensIfPendingLand, pendingRead, retryRead } = verdict;
+  if (answer === 'retry') {
+    if (retryRead) return undefined;
+    return `answered retry, but no key it reads is unanswered (the hit is ${hitTokens})`;
+  }
+  if (answer === 'defer') {
+    if (pendingRead) return undefined;
     return `deferred, but no entry it reads is pending (the hit is ${hitTokens})`;
   }
   if (hitTokensIfPendingLand - hitTokens > recomputeBudgetTokens) {

@@ -88,6 +88,25 @@ export function specTokenChunks(config: Config, r: SpecRequest, group: GroupConf
 }
 
 /**
+ * The furthest a store pass over `r` may move a group's cursor: a live
+ * request's ready prefix (its key and blocks published), an ended one's
+ * token-ready chunks (after the final wait, chunks whose keys or blocks never
+ * came are passed and counted as dropped; whether they were counted is the
+ * ended-cursor check's business, not this one's).
+ */
+export function specCursorBound(
+  config: Config,
+  r: SpecRequest,
+  group: GroupConfig,
+  keyCount: number,
+  blockCount: number,
+): number {
+  return ended(r)
+    ? specTokenChunks(config, r, group)
+    : specReadyChunks(config, r, group, keyCount, blockCount);
+}
+
+/**
  * The ready prefix of `group`, counted chunk by chunk: a chunk is ready when
  * it is token-ready, its key is published (`keyCount` keys) and each of its
  * blocks is (positions below `blockCount`).
