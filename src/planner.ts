@@ -84,20 +84,9 @@ export class StorePlanner {
     keysPending: false,
     advances: false,
   };
+  /** Per group: alignmentChunks (null: every chunk reachable). */
   /** Scratch key list lent to tier.touch (see touchRequest). */
   private readonly touchKeys: bigint[] = [];
-  /** The visit's offer, refilled by readOffer (see there). */
-  private readonly offer: Offer = {
-    keys: [],
-    chunks: [],
-    nulls: 0,
-    unreachable: 0,
-    nullChunks: undefined,
-    unreachableChunks: undefined,
-  };
-  private readonly offerNullChunks: number[] = [];
-  private readonly offerUnreachableChunks: number[] = [];
-  /** Per group: alignmentChunks (null: every chunk reachable). */
   private readonly alignment: (number | null)[];
   /** What a visit reports to the observer and counts for the chunks its cursor passes. */
   private readonly reporter: PassReport;
@@ -403,20 +392,14 @@ export class StorePlanner {
     const { role, snap, config, windows } = this;
     const bpc = config.blocksPerChunk;
     const observed = this.reporter.chunks;
-    // One offer per planner, emptied per visit: its lists are read within the
-    // visit only (the tier is lent the keys, a job takes its chunks into a
-    // list of its own), so a fresh object and four arrays per visit were garbage.
-    const offer = this.offer;
-    offer.keys.length = 0;
-    offer.chunks.length = 0;
-    offer.nulls = 0;
-    offer.unreachable = 0;
-    offer.nullChunks = observed ? this.offerNullChunks : undefined;
-    offer.unreachableChunks = observed ? this.offerUnreachableChunks : undefined;
-    if (observed) {
-      this.offerNullChunks.length = 0;
-      this.offerUnreachableChunks.length = 0;
-    }
+    const offer: Offer = {
+      keys: [],
+      chunks: [],
+      nulls: 0,
+      unreachable: 0,
+      nullChunks: observed ? [] : undefined,
+      unreachableChunks: observed ? [] : undefined,
+    };
     for (let g = 0; g < this.state.groupCount; g += 1) {
       const w = windows[g]!;
       const group = config.groups[g]!;
@@ -637,8 +620,6 @@ interface Offer extends PassedOver {
   readonly chunks: Candidate[];
   nulls: number;
   unreachable: number;
-  nullChunks: number[] | undefined;
-  unreachableChunks: number[] | undefined;
 }
 
 /** A pass's tally over the groups of one slot (one object per planner, refilled per visit). */

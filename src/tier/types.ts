@@ -53,13 +53,7 @@ export interface OffloadTier {
    * one leaves it out.
    */
   recordLookup?(keys: readonly bigint[]): void;
-  /**
-   * Reserves slots for the keys not present. `keys` is lent for the call (the
-   * planner refills one list per visit): a tier keeps no reference to it, and
-   * the answer's keysToStore may be that list only until the caller's next call.
-   */
   prepareStore(keys: readonly bigint[]): PrepareStoreResult;
-  /** Publishes (success) or drops the keys' reservations; `keys` is lent for the call, as for prepareStore. */
   completeStore(keys: readonly bigint[], success?: boolean): void;
   /** Protects readable keys from eviction while they are read; returns their slots. */
   prepareLoad(keys: readonly bigint[]): number[];
