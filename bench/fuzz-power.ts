@@ -30,6 +30,7 @@ import { fuzz } from '../src/fuzz/run.js';
 import { runSchedule } from '../src/fuzz/schedule.js';
 import { BROKEN_CLASSES, brokenFuzzOptions } from '../src/fuzz/broken-classes.js';
 import { fcSchedulesToViolation, runFcSchedule } from './fuzz-fc-model.js';
+import { commitInfo } from './lib/machine.js';
 import { LATEST_DIR, publishRequested, publishResults, shownPath } from './lib/results-dir.js';
 
 const QUICK = process.env.KVOFF_BENCH_QUICK === '1';
@@ -332,6 +333,8 @@ async function main(): Promise<void> {
 
   const result = {
     benchmark: 'fuzz-power',
+    // The commit the searches ran (the docs quote it beside the table).
+    ...commitInfo(),
     date: new Date().toISOString(),
     node: process.version,
     // Schedules per second depend on what else the machine runs.

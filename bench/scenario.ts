@@ -19,7 +19,7 @@
 import { monitorEventLoopDelay, performance } from 'node:perf_hooks';
 import type { IntervalHistogram } from 'node:perf_hooks';
 import { defaultWorkload } from '../src/runtime/defaults.js';
-import { DEFAULT_ENGINE_OPTIONS } from '../src/runtime/engine-sim.js';
+import { DEFAULT_ENGINE_OPTIONS } from '../src/runtime/engine-options.js';
 import { OffloadRuntime } from '../src/runtime/runtime.js';
 import type { RequestSummary, RuntimeOptions, RuntimeStats } from '../src/runtime/runtime.js';
 import { epochMs, sleepMs } from './lib/clock.js';

@@ -48,7 +48,7 @@ export type {
 } from './runtime/runtime.js';
 export { DEFAULT_RUNTIME_CONFIG, defaultWorkload } from './runtime/defaults.js';
 export type { WorkloadOptions } from './runtime/defaults.js';
-export type { EngineOptions } from './runtime/engine-sim.js';
+export type { EngineOptions } from './runtime/engine-options.js';
 export type { RuntimeMemory, WorkerMemory, MemoryRole } from './runtime/memory.js';
 
 // The external host: the engine is the embedder's, kvoff runs the store path.

@@ -27,8 +27,9 @@ export { shrinkFailure, ddmin } from './fuzz/shrink.js';
 export { Prng } from './prng.js';
 
 // The engine simulator that drives the threaded runtime.
-export { DEFAULT_ENGINE_OPTIONS, EngineSimulator } from './runtime/engine-sim.js';
-export type { EngineOptions } from './runtime/engine-sim.js';
+export { EngineSimulator } from './runtime/engine-sim.js';
+export { DEFAULT_ENGINE_OPTIONS } from './runtime/engine-options.js';
+export type { EngineOptions } from './runtime/engine-options.js';
 
 // The core's roles over shared state, to step by hand.
 export { Status, STATUS_NAMES, FIELDS, ARRAYS, GROUPS_MAX } from './layout.js';

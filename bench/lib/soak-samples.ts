@@ -10,6 +10,8 @@ import type { RuntimeMemory, WorkerMemory } from '../../src/runtime/memory.js';
 const ROLES = ['scheduler', 'hasher', 'allocator', 'store'] as const;
 /** atS, lifecycles, jobsHeld, rssBytes. */
 const HEAD_COLUMNS = 4;
+/** heapUsedBytes, externalBytes, heapLiveBytes. */
+const WORKER_COLUMNS = 3;
 
 export interface MemoryPoint {
   atS: number;
@@ -34,8 +36,8 @@ export class SampleLog {
     readonly capacity: number,
     private readonly transfers: number,
   ) {
-    // main + the roles + each transfer thread, two figures each.
-    this.columns = HEAD_COLUMNS + 2 * (1 + ROLES.length + transfers);
+    // main + the roles + each transfer thread, three figures each.
+    this.columns = HEAD_COLUMNS + WORKER_COLUMNS * (1 + ROLES.length + transfers);
     this.rows = new Float64Array(capacity * this.columns);
   }
 
@@ -50,6 +52,8 @@ export class SampleLog {
       // NaN: the worker has not sampled (yet): it is left out of that point.
       put(w?.heapUsedBytes ?? NaN);
       put(w?.externalBytes ?? NaN);
+      // NaN: no full collection has been asked for (or run) yet.
+      put(w?.heapLiveBytes ?? NaN);
     };
     put(atS);
     put(lifecycles);
@@ -70,7 +74,11 @@ export class SampleLog {
       const getWorker = (): WorkerMemory | undefined => {
         const heapUsedBytes = get();
         const externalBytes = get();
-        return Number.isNaN(heapUsedBytes) ? undefined : { heapUsedBytes, externalBytes };
+        const heapLiveBytes = get();
+        if (Number.isNaN(heapUsedBytes)) return undefined;
+        return Number.isNaN(heapLiveBytes)
+          ? { heapUsedBytes, externalBytes }
+          : { heapUsedBytes, externalBytes, heapLiveBytes };
       };
       const atS = get();
       const lifecycles = get();

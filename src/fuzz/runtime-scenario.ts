@@ -4,7 +4,7 @@
 // scenario.ts it is a plain list of events, so the shrinker can drop any of
 // them (a dropped fault never happens, a dropped request is never submitted).
 import type { ConfigInput } from '../config.js';
-import type { EngineOptions } from '../runtime/engine-sim.js';
+import type { EngineOptions } from '../runtime/engine-options.js';
 import type { RingName } from '../runtime/thread-words.js';
 import { UNSET } from '../runtime/protocol.js';
 import { Prng } from '../prng.js';

@@ -46,7 +46,7 @@ import { AllocatorLoop } from '../runtime/allocator-loop.js';
 import { RuntimeViews, createRuntimeBuffers } from '../runtime/buffers.js';
 import type { Doorbell } from '../runtime/doorbell.js';
 import { EngineSimulator } from '../runtime/engine-sim.js';
-import type { EngineSummary } from '../runtime/engine-sim.js';
+import type { EngineSummary } from '../runtime/engine-request.js';
 import { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit } from '../runtime/submit-queue.js';

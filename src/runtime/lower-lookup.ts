@@ -11,6 +11,7 @@
 import type { RuntimeViews } from './buffers.js';
 import type { HostTier } from '../tier/host-tier.js';
 import type { TierCascade, LowerState } from '../tier/cascade.js';
+import type { LowerTier } from '../tier/lower.js';
 
 export interface ReadableEntry {
   readonly slot: number;
@@ -30,6 +31,12 @@ export interface LookupView {
 
 interface Run {
   state: 'running' | 'pending' | 'done';
+  /**
+   * The lookup it serves was answered (cut short by the budget, or asked
+   * with force), or its request ended: it reads nothing more from below (what
+   * it already read is still promoted, for a later lookup).
+   */
+  ended: boolean;
   retryAtMs: number;
   /** Keys this resolution promoted into the host tier, with the level each came from (lower-level hits, not host hits). */
   promoted: Map<bigint, 'disk' | 'redis'>;
@@ -57,6 +64,7 @@ interface Where {
   readonly group: number;
   readonly parent: bigint | null;
   readonly level: 'disk' | 'redis';
+  readonly from: LowerTier;
 }
 
 /** Resolutions not asked about for this long are dropped (their request is gone). */
@@ -65,9 +73,23 @@ const RUN_AGE_MS_MAX = 60_000;
 /** A lower level answered "pending": look again after this long. */
 const PENDING_RETRY_MS = 5;
 
+/** A payload being read for one or more resolutions: read once, wanted while any of them wants it. */
+interface Reading {
+  readonly payload: Promise<Buffer | undefined>;
+  readonly wanted: (() => boolean)[];
+}
+
 export class LowerLookups {
   private readonly runs = new Map<number, Run>();
-  /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
+  /**
+   * Payloads being read, by key: a resolution that needs a key another one is
+   * reading waits for that read instead of reading it again (two requests
+   * behind one prefix, or an external host asking again under a new tag).
+   */
+  private readonly reading = new Map<
+    bigint,
+    Reading
+  >(); /** Resolutions that ran out of the lookup budget (answered from the host tier alone). */
   cutShort = 0;
   /** Resets so far: a resolution that began before the last one promotes nothing. */
   private resets = 0;
@@ -122,24 +144,37 @@ export class LowerLookups {
     return null;
   }
 
-  /** At a reset: every resolution under way is forgotten, and promotes nothing when it ends. */
+  /** At a reset: every resolution under way is forgotten, reads nothing more, and promotes nothing when it ends. */
   reset(): void {
     this.resets += 1;
+    for (const run of this.runs.values()) run.ended = true;
     this.runs.clear();
+    // A read begun before the reset may bring a retired entry: no later resolution joins it.
+    this.reading.clear();
   }
 
-  /** The lookup was answered: forget its resolution; returns the keys it promoted. */
+  /** The lookup was answered: forget its resolution (it reads nothing more); returns the keys it promoted. */
   finish(tag: number): ReadonlyMap<bigint, 'disk' | 'redis'> {
     const run = this.runs.get(tag);
+    if (run === undefined) return new Map();
+    run.ended = true;
     this.runs.delete(tag);
-    return run?.promoted ?? new Map();
+    return run.promoted;
+  }
+
+  /**
+   * The request behind lookup `tag` ended without being answered (aborted
+   * while it waited to ask again): its resolution reads nothing more.
+   */
+  forget(tag: number): void {
+    this.finish(tag);
   }
 
   private start(tag: number, view: LookupView, promoted: Map<bigint, 'disk' | 'redis'>): void {
     // A request that ended while deferred never asks again: forget resolutions that old.
     const now = performance.now();
-    for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.runs.delete(t);
-    const run: Run = { state: 'running', retryAtMs: 0, promoted, startedAtMs: now };
+    for (const [t, r] of this.runs) if (now - r.startedAtMs > RUN_AGE_MS_MAX) this.finish(t);
+    const run: Run = { state: 'running', ended: false, retryAtMs: 0, promoted, startedAtMs: now };
     this.runs.set(tag, run);
     // A slow shard holds no admission longer than the budget: the lookup is
     // then answered from what is in host memory (what the resolution promotes
@@ -147,6 +182,8 @@ export class LowerLookups {
     const budget = setTimeout(() => {
       if (this.runs.get(tag) !== run || run.state !== 'running') return;
       run.state = 'done';
+      // Answered from host memory next: nothing read from here on could be loaded by it.
+      run.ended = true;
       this.cutShort += 1;
       this.wake();
     }, this.cascade.lookupBudgetMs);
@@ -190,6 +227,7 @@ export class LowerLookups {
       }
     }
     for (const [k, s] of await this.cascade.resolve(ask)) found.set(k, s);
+    if (run.ended) return false;
     const lowerHit = (k: bigint) => found.get(k)?.state === 'hit';
     const fullBound = view.prefixHit((k) => windowed.has(k) || inHost(k) || lowerHit(k));
     // Round 2: the windowed groups' chunks inside their window at that bound.
@@ -203,6 +241,7 @@ export class LowerLookups {
       }
     }
     for (const [k, s] of await this.cascade.resolve(ask2)) found.set(k, s);
+    if (run.ended) return false;
     for (const s of found.values()) if (s.state === 'pending') return true;
     const hit = view.prefixHit((k) => inHost(k) || lowerHit(k));
     if (hit <= hostHit) return false;
@@ -214,6 +253,7 @@ export class LowerLookups {
     // Chunk-major, so a host tier short of room (promote() halves the list)
     // keeps the lowest chunks of every group, and a parent precedes its child.
     const needed: bigint[] = [];
+    const chunkOf = new Map<bigint, number>();
     const where = new Map<bigint, Where>();
     const ranges = groups.map((g) => decisionChunks(g, hit, view.count));
     const end = Math.max(0, ...ranges.map(([, to]) => to));
@@ -224,22 +264,72 @@ export class LowerLookups {
         const k = view.key(g.index, c);
         if (!inHost(k) && lowerHit(k)) {
           needed.push(k);
+          chunkOf.set(k, c);
           where.set(k, {
             group: g.index,
             parent: c > 0 ? view.key(g.index, c - 1) : null,
             level: found.get(k)!.level!.name,
+            from: found.get(k)!.level!,
           });
         }
       }
     }
+    const reads = await this.readAll(run, needed, chunkOf, where);
+    try {
+      this.promoteRead(view, run, reads.got, needed, where, resets);
+    } finally {
+      // Promoted (or not): a resolution that needs one of these keys from now on reads it again.
+      reads.release();
+    }
+    return false;
+  }
+
+  /**
+   * Reads `needed` (chunk-major) from the levels holding them, each key once
+   * across resolutions. A read that fails ends the hit before its chunk: no
+   * group's decision at that shorter hit reads a chunk at or past it, so the
+   * reads still waiting for their turn there read nothing; nor does any once
+   * the lookup is answered or its request gone. `release()` forgets the reads
+   * this resolution began, once their payloads are promoted.
+   */
+  private async readAll(
+    run: Run,
+    needed: readonly bigint[],
+    chunkOf: ReadonlyMap<bigint, number>,
+    where: ReadonlyMap<bigint, Where>,
+  ): Promise<{ got: Map<bigint, Buffer>; release(): void }> {
+    let shortAt = Infinity;
+    const began: [bigint, Reading][] = [];
     const payloads = await Promise.all(
-      needed.map((k) => this.cascade.fetch(k, found.get(k)!.level!)),
+      needed.map(async (k) => {
+        const c = chunkOf.get(k)!;
+        const p = await this.read(k, where.get(k)!.from, () => !run.ended && c < shortAt, began);
+        if (p === undefined) shortAt = Math.min(shortAt, c);
+        return p;
+      }),
     );
     const got = new Map<bigint, Buffer>();
     needed.forEach((k, i) => {
       const p = payloads[i];
       if (p !== undefined) got.set(k, p);
     });
+    const release = () => {
+      for (const [k, r] of began) if (this.reading.get(k) === r) this.reading.delete(k);
+    };
+    return { got, release };
+  }
+
+  /** Promotes what the lookup's decision reads at the hit the payloads read now give. */
+  private promoteRead(
+    view: LookupView,
+    run: Run,
+    got: ReadonlyMap<bigint, Buffer>,
+    needed: readonly bigint[],
+    where: ReadonlyMap<bigint, Where>,
+    resets: number,
+  ): void {
+    const groups = this.views.config.groups;
+    const inHost = (k: bigint) => this.readable.get(k)?.positions.length === this.bpc;
     // The host tier may have changed while we awaited: recompute on what is there now.
     const final = view.prefixHit((k) => inHost(k) || got.has(k));
     const within = new Set<bigint>();
@@ -249,9 +339,34 @@ export class LowerLookups {
     }
     const keys = needed.filter((k) => got.has(k) && !inHost(k) && within.has(k));
     // Fetched before a reset (perhaps from entries a shared reset retired since): not promoted.
-    if (resets !== this.resets) return false;
+    if (resets !== this.resets) return;
     this.promote(keys, got, run.promoted, where);
-    return false;
+  }
+
+  /**
+   * Reads `key`'s payload from `level`, or joins a read of it under way or
+   * done and not yet released (recorded in `began` when this call begins it).
+   */
+  private read(
+    key: bigint,
+    level: LowerTier,
+    wanted: () => boolean,
+    began: [bigint, Reading][],
+  ): Promise<Buffer | undefined> {
+    const under = this.reading.get(key);
+    if (under !== undefined) {
+      under.wanted.push(wanted);
+      return under.payload;
+    }
+    // The list exists before the fetch starts: the limiter may ask it at once.
+    const wanters = [wanted];
+    const reading: Reading = {
+      wanted: wanters,
+      payload: this.cascade.fetch(key, level, () => wanters.some((w) => w())),
+    };
+    this.reading.set(key, reading);
+    began.push([key, reading]);
+    return reading.payload;
   }
 
   /**
@@ -261,7 +376,7 @@ export class LowerLookups {
    */
   private promote(
     keys: bigint[],
-    payloads: Map<bigint, Buffer>,
+    payloads: ReadonlyMap<bigint, Buffer>,
     promoted: Map<bigint, 'disk' | 'redis'>,
     where: ReadonlyMap<bigint, Where>,
   ): void {

@@ -16,7 +16,7 @@ import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { Doorbell } from './doorbell.js';
 import { EngineSimulator } from './engine-sim.js';
-import type { EngineOptions } from './engine-sim.js';
+import type { EngineOptions } from './engine-options.js';
 import { HasherLoop } from './hasher-loop.js';
 import { CONTROL_STOP } from './thread-words.js';
 import type { DoorbellName } from './thread-words.js';
@@ -76,7 +76,7 @@ export interface RoleWorkerData {
 /** Messages a role worker posts to main. */
 export type RoleMessage =
   | { type: 'ready'; role: RoleName }
-  | { type: 'ended'; summary: import('./engine-sim.js').EngineSummary }
+  | { type: 'ended'; summary: import('./engine-request.js').EngineSummary }
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
   | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
   | { type: 'tierStores'; samples: TierStoreSample[] }

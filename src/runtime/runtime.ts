@@ -21,12 +21,13 @@ import {
 import { OWNER_ROLES } from '../layout.js';
 import { leakReportOf } from '../leaks.js';
 import type { LeakReport } from '../leaks.js';
+import { requestCollection } from './memory.js';
 import { closeRoles } from '../roles/claim.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import { runtimeConfigInput } from './defaults.js';
-import { resolveEngineOptions } from './engine-sim.js';
-import type { EngineSummary } from './engine-sim.js';
+import { resolveEngineOptions } from './engine-options.js';
+import type { EngineSummary } from './engine-request.js';
 import { CONTROL_CLOSING, DOORBELLS, STAT_INDEX } from './thread-words.js';
 import { UNSET } from './protocol.js';
 import type { RoleMessage, RoleName } from './role-main.js';
@@ -290,6 +291,19 @@ export class OffloadRuntime {
   /** The worker failure that stopped this runtime, if any: submit() and verify() then reject with it. */
   get failedWith(): WorkerFailedError | undefined {
     return this.failure;
+  }
+
+  /**
+   * Runs a full garbage collection on main now and asks every worker to run
+   * one before its next memory sample (within about 250 ms of its loop's next
+   * turn); `stats().memory` then gives each thread's heapLiveBytes, the heap
+   * that survived it. Heap in use at an arbitrary moment also counts garbage
+   * not yet collected, which drifts with V8's heap sizing: a leak shows in the
+   * live heap. Needs `node --expose-gc`; without it nothing is asked and this
+   * returns false. Each collection pauses its thread for a few milliseconds.
+   */
+  collectMemory(): boolean {
+    return requestCollection(this.views.memory);
   }
 
   /** A synchronous snapshot of the shared counters. */

@@ -423,7 +423,11 @@ export class StoreLoads {
   /** [UNLOCK, tag, slot, generation]: the hit will not be loaded after all. */
   unlock(tag: number, slot: number, generation: number): void {
     const lock = this.locks.get(tag);
-    if (lock === undefined) return;
+    if (lock === undefined) {
+      // A request that ended while it waited to ask again: its resolution reads nothing more.
+      this.lower?.forget(tag);
+      return;
+    }
     this.locks.delete(tag);
     // Given up: the request recomputes from its cursor, which a stale hit placed past chunks the tier lost.
     if (lock.resets !== this.resets()) this.restartRequest(slot, generation);

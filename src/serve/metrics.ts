@@ -226,7 +226,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
 
 /** Each worker's own heap and external memory (as it last sampled them), and the process's RSS. */
 function registerMemoryMetrics(registry: Registry, take: () => RuntimeStats): void {
-  const perWorker = (field: keyof WorkerMemory) =>
+  const perWorker = (field: Exclude<keyof WorkerMemory, 'heapLiveBytes'>) =>
     function (this: Gauge<'role' | 'thread'>): void {
       // Roles that are not running (external mode, offload off) have no sample: no series.
       this.reset();

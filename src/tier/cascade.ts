@@ -265,9 +265,18 @@ export class TierCascade {
     return out;
   }
 
-  /** The checked payload of `key` from `level`, bounded in flight; undefined is a miss. */
-  fetch(key: bigint, level: LowerTier): Promise<Buffer | undefined> {
-    return this.fetches.run(() => level.load(key));
+  /**
+   * The checked payload of `key` from `level`, bounded in flight; undefined
+   * is a miss. `wanted` is asked when the fetch's turn comes: a fetch no
+   * longer wanted by then (its lookup answered, its request gone, its chunk
+   * past a hit a failed read shortened) reads nothing and answers undefined.
+   */
+  fetch(
+    key: bigint,
+    level: LowerTier,
+    wanted: () => boolean = () => true,
+  ): Promise<Buffer | undefined> {
+    return this.fetches.run(() => (wanted() ? level.load(key) : Promise.resolve(undefined)));
   }
 
   takeSamples(): TierStoreSample[] {

@@ -1,5 +1,5 @@
-// The disk level's scope epoch (`<dir>/v2-<scope>/epoch`, 16 hex digits;
-// absent: 0) and the removal of version-1 directories, under the private
+// The disk level's scope epoch record (`<dir>/v2-<scope>/epoch`: the text of
+// src/tier/epoch-record.ts and a newline; absent: no shared reset yet) and the removal of version-1 directories, under the private
 // directory's rules (src/tier/private-dir.ts): the epoch file is read with
 // O_NOFOLLOW, written 0600 to an exclusive temp name and renamed into place,
 // and a symlink named like an old directory is never followed.
@@ -7,19 +7,20 @@ import { open, readdir, rename, rm, lstat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { CREATE_FLAGS, FILE_MODE, READ_FLAGS } from './private-dir.js';
 import { TEMP_MARK } from './disk-scan.js';
-import { hex16 } from './value.js';
+import { EPOCH_RECORD_CHARS_MAX } from './epoch-record.js';
 
 const EPOCH_FILE = 'epoch';
 /** A directory of the version-1 format: its layout fingerprint in 16 hex digits. */
 const OLD_FORMAT_DIR = /^[0-9a-f]{16}$/;
-/** An epoch file is 16 hex digits and a newline; anything longer is not one. */
-const EPOCH_FILE_BYTES_MAX = 64;
+/** An epoch file is a record and a newline; anything longer is not one. */
+const EPOCH_FILE_BYTES_MAX = EPOCH_RECORD_CHARS_MAX + 2;
 
 /**
- * The epoch stored under `root`: 0n when there is no file (no shared reset
- * yet), undefined when the file is not a readable epoch (a symlink, garbage).
+ * The epoch record's text under `root` (what src/tier/epoch-record.ts
+ * believes or refuses): null when there is no file, undefined when the
+ * file cannot be read as one (a symlink, an I/O error).
  */
-export async function readEpoch(root: string): Promise<bigint | undefined> {
+export async function readEpochRecord(root: string): Promise<string | null | undefined> {
   let text: string;
   try {
     const fh = await open(join(root, EPOCH_FILE), READ_FLAGS);
@@ -32,19 +33,23 @@ export async function readEpoch(root: string): Promise<bigint | undefined> {
     }
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code;
-    return code === 'ENOENT' || code === 'ENOTDIR' ? 0n : undefined;
+    return code === 'ENOENT' || code === 'ENOTDIR' ? null : undefined;
   }
-  return /^[0-9a-f]{16}$/.test(text) ? BigInt('0x' + text) : undefined;
+  return text;
 }
 
-/** Stores `epoch` under `root` (a whole file or none: temp name, then rename). */
-export async function writeEpoch(root: string, epoch: bigint, tempName: string): Promise<void> {
+/** Stores the record `record` under `root` (a whole file or none: temp name, then rename). */
+export async function writeEpochRecord(
+  root: string,
+  record: string,
+  tempName: string,
+): Promise<void> {
   const path = join(root, EPOCH_FILE);
   const temp = `${path}${TEMP_MARK}${tempName}`;
   const fh = await open(temp, CREATE_FLAGS, FILE_MODE);
   try {
     await fh.chmod(FILE_MODE);
-    await fh.writeFile(hex16(epoch) + '\n');
+    await fh.writeFile(record + '\n');
   } catch (err) {
     await fh.close();
     await unlink(temp).catch(() => undefined);

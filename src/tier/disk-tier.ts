@@ -8,8 +8,9 @@
 // whose key word collides finds the first one's file, reads a different
 // identity and misses (counted in keyCollisions), never served.
 //
-// The scope's epoch is a file beside the entries (`<dir>/v2-<scope>/epoch`,
-// 16 hex digits; absent: 0). Every entry carries the epoch it was written
+// The scope's epoch is a file beside the entries (`<dir>/v2-<scope>/epoch`;
+// absent: 0; with a secret an authenticated, numbered record, see
+// src/tier/epoch-record.ts). Every entry carries the epoch it was written
 // under; a shared reset (retire) writes a new random one, so every entry of
 // the scope written before, by any process on the directory, is retired: a
 // load that finds another epoch deletes the file and misses. Other scopes'
@@ -34,79 +35,33 @@
 // whole header (scope, epoch, identity) and payload, checked before any byte
 // is served (src/tier/entry-auth.ts).
 import { randomBytes } from 'node:crypto';
-import { constants } from 'node:fs';
-import { lstat, open, rename, statfs, unlink } from 'node:fs/promises';
-import type { FileHandle } from 'node:fs/promises';
+import { lstat, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
-import { InvalidArgumentError, TierUnavailableError } from '../errors.js';
+import { TierUnavailableError } from '../errors.js';
 import { EntryAuth, checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
 import { Limiter } from './limiter.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
-import { ENTRY_SUFFIX, TEMP_MARK, scanEntries } from './disk-scan.js';
+import { ENTRY_SUFFIX, scanEntries } from './disk-scan.js';
 import {
-  CREATE_FLAGS,
-  DirUnusable,
-  FILE_MODE,
-  READ_FLAGS,
-  privateRoot,
-  privateSubdir,
-  probeWrite,
-} from './private-dir.js';
+  FreeSpace,
+  describeIoError,
+  isFullError,
+  readEntryFile,
+  writeEntryFile,
+} from './disk-files.js';
+import { resolveDiskOptions, scopeDirName } from './disk-options.js';
+import type { DiskTierOptions, ResolvedDiskOptions } from './disk-options.js';
+import { DirUnusable, privateRoot, privateSubdir, probeWrite } from './private-dir.js';
 import type { LookupState } from './types.js';
 import { keyWord } from '../identity.js';
-import { VALUE_HEADER_BYTES, hex16, keyName } from './value.js';
-import { readEpoch, removeOldFormat, writeEpoch } from './disk-epoch.js';
+import { VALUE_HEADER_BYTES, keyName } from './value.js';
+import { readEpochRecord, removeOldFormat, writeEpochRecord } from './disk-epoch.js';
+import { EpochBelief } from './epoch-record.js';
 
-export interface DiskTierOptions {
-  /** Root directory; made (0700) if missing; must be ours and not group- or world-writable. Several processes of one user may share it. */
-  readonly dir: string;
-  /** The deployment secret: entries carry an HMAC-SHA256 tag under it (at least 16 bytes). */
-  readonly secret?: string | Uint8Array;
-  /** A directory that cannot be made or written, or an open that times out, opens a level that drops and misses (degraded) instead of rejecting with TierUnavailableError. */
-  readonly optional?: boolean;
-  /** Bound on opening (directory checks and index rebuild); default 15,000 ms. */
-  readonly openTimeoutMs?: number;
-  /** Byte cap of this layout's entries (headers included). */
-  readonly bytesMax: number;
-  /** Stores are refused while the file system has less than this free; default 64 MiB. */
-  readonly freeBytesMin?: number;
-  /** fdatasync each entry before it is renamed into place; default false. */
-  readonly fdatasync?: boolean;
-  /** Writes running at once; default 4 (libuv's pool size). */
-  readonly writesInFlightMax?: number;
-  /** Writes waiting for a place; beyond this stores are dropped; default 16,384. */
-  readonly writesQueuedMax?: number;
-  /** Bytes of values accepted and not yet written; beyond this stores are dropped; default 256 MiB. */
-  readonly writesQueuedBytesMax?: number;
-  /** Reads running at once (lookups' promotions); default 4. */
-  readonly readsInFlightMax?: number;
-  /** Bytes of one chunk's payload (the layout's). */
-  readonly payloadBytes: number;
-  /** The tier scope (tierScope): layout, namespace and key hash. */
-  readonly scope: bigint;
-}
-
-// The write queue absorbs the gap between how fast the host tier publishes
-// entries and how fast the file system takes them. Creating a file costs here
-// about 0.6 ms of kernel CPU whatever its size (measured with synchronous
-// open/write/close/rename of 16 KiB on ext4), so a loaded 2-core box writes
-// 700-1,500 entries/s while the default `kvoff simulate` publishes about
-// 18,000 16 KiB chunks in 5-10 s. With 4,096 entries / 64 MiB queued the first
-// run dropped 45-60% of them; 256 MiB (the default host tier's size: the
-// queue holds at most one more copy of it) dropped 0-5%. The queue is memory
-// the store thread holds, so it is bounded in bytes; the count bound only
-// matters for chunks under 16 KiB. store() stays O(1) and never waits: over
-// either bound it drops and counts.
-const DISK_DEFAULTS = {
-  openTimeoutMs: 15_000,
-  freeBytesMin: 64 << 20,
-  writesInFlightMax: 4,
-  writesQueuedMax: 16_384,
-  writesQueuedBytesMax: 256 << 20,
-  readsInFlightMax: 4,
-} as const;
+export type { DiskTierOptions } from './disk-options.js';
+export { scopeDirName } from './disk-options.js';
 
 interface Entry {
   readonly bytes: number;
@@ -117,17 +72,6 @@ interface Entry {
   /** The epoch it was written under, when this process wrote it. */
   readonly epoch: bigint | undefined;
 }
-
-/** The free-space floor is checked against a statfs at most this old... */
-const FREE_CHECK_MS = 250;
-/** ...and at most this many of our own bytes ago (other writers are not seen in between). */
-const FREE_CHECK_BYTES = 16 << 20;
-
-/** The unsafe variant's in-place write (F12): truncating, still never through a symlink. */
-const OVERWRITE_FLAGS =
-  constants.O_WRONLY | constants.O_CREAT | constants.O_TRUNC | constants.O_NOFOLLOW;
-
-type Resolved = Required<Omit<DiskTierOptions, 'secret' | 'optional'>>;
 
 export class DiskTier implements LowerTier {
   readonly name = 'disk' as const;
@@ -140,13 +84,14 @@ export class DiskTier implements LowerTier {
   /** The real path of this layout's directory (set at open). */
   private root = '';
   private readonly valueBytes: number;
-  private readonly options: Resolved;
+  private readonly options: ResolvedDiskOptions;
   private readonly auth: EntryAuth | undefined;
   /** By key word; insertion order is recency: first = least recently used. */
   private readonly index = new Map<bigint, Entry>();
   /** Key words whose file is being unlinked: not stored again until that finishes (it would delete the new file). */
   private readonly unlinking = new Set<bigint>();
-  private currentEpoch = 0n;
+  /** The scope's epoch record as this level believes it (refused records counted). */
+  private readonly belief: EpochBelief;
   private readonly madeDirs = new Set<string>();
   private readonly writes: Limiter;
   private readonly reads: Limiter;
@@ -155,9 +100,8 @@ export class DiskTier implements LowerTier {
   private bytesUsed = 0;
   private bytesQueued = 0;
   private tempSeq = 0;
-  private statfsFreeBytes = 0;
-  private statfsAtMs = -Infinity;
-  private writtenSinceStatfs = 0;
+  /** Set at open, once the root is known. */
+  private freeSpace: FreeSpace | undefined;
   /** New files need an explicit chmod (the umask takes owner bits). */
   private chmodFiles = false;
   /** Opened degraded (optional, and the directory could not be used): stores drop, lookups miss. */
@@ -167,9 +111,14 @@ export class DiskTier implements LowerTier {
   private closed = false;
   private readonly switches: LowerTierSwitches;
 
-  private constructor(options: Resolved, auth: EntryAuth | undefined, switches: LowerTierSwitches) {
+  private constructor(
+    options: ResolvedDiskOptions,
+    auth: EntryAuth | undefined,
+    switches: LowerTierSwitches,
+  ) {
     this.options = options;
     this.auth = auth;
+    this.belief = new EpochBelief(options.scope, auth);
     this.authenticated = auth !== undefined;
     this.switches = switches;
     this.valueBytes = entryBytes(options.payloadBytes, auth);
@@ -189,24 +138,8 @@ export class DiskTier implements LowerTier {
     /** Test-only: see LowerTierSwitches. */
     switches: LowerTierSwitches = {},
   ): Promise<DiskTier> {
-    const { secret, optional, ...rest } = options;
-    const full: Resolved = { ...DISK_DEFAULTS, fdatasync: false, ...rest };
-    if (typeof full.dir !== 'string' || full.dir.length === 0) {
-      throw new InvalidArgumentError('tiers.disk.dir', 'must be a non-empty path');
-    }
-    const positive = (name: string, v: number, min: number) => {
-      if (!Number.isSafeInteger(v) || v < min) {
-        throw new InvalidArgumentError(`tiers.disk.${name}`, `must be an integer >= ${min}`);
-      }
-    };
-    positive('bytesMax', full.bytesMax, 1);
-    positive('freeBytesMin', full.freeBytesMin, 0);
-    positive('writesInFlightMax', full.writesInFlightMax, 1);
-    positive('writesQueuedMax', full.writesQueuedMax, 0);
-    positive('writesQueuedBytesMax', full.writesQueuedBytesMax, 1);
-    positive('readsInFlightMax', full.readsInFlightMax, 1);
-    positive('payloadBytes', full.payloadBytes, 1);
-    positive('openTimeoutMs', full.openTimeoutMs, 1);
+    const { secret, optional } = options;
+    const full = resolveDiskOptions(options);
     const auth = secret === undefined ? undefined : new EntryAuth(secret);
     const tier = new DiskTier(full, auth, switches);
     let timer: NodeJS.Timeout | undefined;
@@ -240,22 +173,32 @@ export class DiskTier implements LowerTier {
   }
 
   get epoch(): bigint {
-    return this.currentEpoch;
+    return this.belief.current.epoch;
+  }
+
+  private get currentEpoch(): bigint {
+    return this.belief.current.epoch;
   }
 
   async refreshEpoch(): Promise<void> {
     if (this.closed || this.unusable) return;
-    // No file: no shared reset yet (0). Not a readable epoch: keep what we knew.
-    const epoch = await readEpoch(this.root);
-    if (epoch === undefined) this.counters.errors += 1;
-    else this.currentEpoch = epoch;
+    // Not readable as a record (a link, an I/O error), forged, rolled back or
+    // removed: the epoch believed stays, counted.
+    const text = await readEpochRecord(this.root);
+    if (text === undefined || this.belief.observe(text) === 'refused') {
+      this.counters.errors += 1;
+      if (text !== undefined && this.auth !== undefined) this.counters.authFailures += 1;
+    }
   }
 
   async retire(): Promise<void> {
     if (this.unusable) throw new Error(`disk: ${this.lastProblem ?? 'unusable'}`);
-    const epoch = randomBytes(8).readBigUInt64LE(0);
-    await writeEpoch(this.root, epoch, `${process.pid}.${(this.tempSeq += 1)}`);
-    this.currentEpoch = epoch;
+    // The highest sequence first: the new record is numbered past it.
+    await this.refreshEpoch();
+    const record = this.belief.next(randomBytes(8).readBigUInt64LE(0));
+    const text = this.belief.text(record);
+    await writeEpochRecord(this.root, text, `${process.pid}.${(this.tempSeq += 1)}`);
+    this.belief.stored(record);
     // Our own entries are retired at once; a write in flight drops itself when it lands.
     for (const [word, e] of [...this.index]) {
       if (e.writing || e.readers > 0) continue;
@@ -304,6 +247,11 @@ export class DiskTier implements LowerTier {
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
+    if (!this.belief.trusted && keys.length > 0) {
+      // No epoch record here may be believed (a forged one): nothing is served.
+      this.counters.missChunks += 1;
+      return ['miss'];
+    }
     for (const key of keys) {
       const word = keyWord(key);
       let e = this.index.get(word);
@@ -333,7 +281,7 @@ export class DiskTier implements LowerTier {
   store(key: bigint, value: Buffer): void {
     const word = keyWord(key);
     if (this.closed || this.unlinking.has(word)) return;
-    if (this.unusable) {
+    if (this.unusable || !this.belief.trusted) {
       this.counters.droppedChunks += 1;
       return;
     }
@@ -396,46 +344,53 @@ export class DiskTier implements LowerTier {
     const done = write
       .finally(() => (this.bytesQueued -= value.length))
       .then(
-        () => {
-          entry.writing = false;
-          if (this.stale(entry)) {
-            // A shared reset came while it was written: it is retired as it lands.
-            if (this.index.get(word) === entry) this.retireEntry(word, entry);
-            return;
-          }
-          // Becoming readable makes it most recent.
-          this.index.delete(word);
-          this.index.set(word, entry);
-          this.counters.storedChunks += 1;
-          this.counters.bytesWritten += value.length;
-          this.counters.degraded = 0;
-          this.counters.storeUs += (performance.now() - t0) * 1000;
-          this.samples.push(performance.now() - t0);
-          this.events.stored(key);
-        },
-        (err: unknown) => {
-          this.counters.errors += 1;
-          this.counters.degraded = 1;
-          this.lastProblem = `a write failed: ${describeIoError(err)}`;
-          if (this.switches.unsafeAckOnAllocFailure) {
-            // The unsafe variant: the failed write stays indexed as readable and counts as stored.
-            entry.writing = false;
-            this.counters.storedChunks += 1;
-            this.events.stored(key);
-            return;
-          }
-          if (this.index.get(word) === entry) this.forget(word, entry);
-          this.counters.droppedChunks += 1;
-          if (isFullError(err)) this.counters.fullChunks += 1;
-        },
+        () => this.written(word, key, entry, value.length, t0),
+        (err: unknown) => this.notWritten(word, key, entry, err),
       );
     this.track(done);
+  }
+
+  /** A store's file is in place: readable now, unless a shared reset came meanwhile. */
+  private written(word: bigint, key: bigint, entry: Entry, bytes: number, t0: number): void {
+    entry.writing = false;
+    if (this.stale(entry)) {
+      // A shared reset came while it was written: it is retired as it lands.
+      if (this.index.get(word) === entry) this.retireEntry(word, entry);
+      return;
+    }
+    // Becoming readable makes it most recent.
+    this.index.delete(word);
+    this.index.set(word, entry);
+    this.counters.storedChunks += 1;
+    this.counters.bytesWritten += bytes;
+    this.counters.degraded = 0;
+    this.counters.storeUs += (performance.now() - t0) * 1000;
+    this.samples.push(performance.now() - t0);
+    this.events.stored(key);
+  }
+
+  /** A store's write failed: dropped and counted, and the level degraded until a write lands. */
+  private notWritten(word: bigint, key: bigint, entry: Entry, err: unknown): void {
+    this.counters.errors += 1;
+    this.counters.degraded = 1;
+    this.lastProblem = `a write failed: ${describeIoError(err)}`;
+    if (this.switches.unsafeAckOnAllocFailure) {
+      // The unsafe variant: the failed write stays indexed as readable and counts as stored.
+      entry.writing = false;
+      this.counters.storedChunks += 1;
+      this.events.stored(key);
+      return;
+    }
+    if (this.index.get(word) === entry) this.forget(word, entry);
+    this.counters.droppedChunks += 1;
+    if (isFullError(err)) this.counters.fullChunks += 1;
   }
 
   async load(key: bigint): Promise<Buffer | undefined> {
     const word = keyWord(key);
     const e = this.index.get(word);
-    if (e === undefined || e.writing || this.closed || (e.key !== undefined && e.key !== key)) {
+    const mine = e !== undefined && !e.writing && (e.key === undefined || e.key === key);
+    if (!mine || this.closed || !this.belief.trusted) {
       this.counters.missChunks += 1;
       return undefined;
     }
@@ -444,7 +399,7 @@ export class DiskTier implements LowerTier {
     try {
       let value: Buffer;
       try {
-        value = await this.reads.run(() => this.read(key));
+        value = await this.reads.run(() => readEntryFile(this.pathOf(key), this.valueBytes));
       } catch (err) {
         // Gone (another process evicted it), not a plain file, or unreadable: a miss.
         const code = (err as NodeJS.ErrnoException | undefined)?.code;
@@ -503,93 +458,26 @@ export class DiskTier implements LowerTier {
 
   // --- internals ---
 
-  /**
-   * Reads a whole entry without following a symlink, and touches its mtime
-   * (the LRU order a restart rebuilds; a failed touch only ages the entry).
-   */
-  private async read(key: bigint): Promise<Buffer> {
-    const fh = await open(this.pathOf(key), READ_FLAGS);
-    try {
-      const s = await fh.stat();
-      if (!s.isFile() || s.size !== this.valueBytes) {
-        throw Object.assign(new Error('not a whole entry'), { code: 'EFTYPE' });
-      }
-      const value = Buffer.allocUnsafe(this.valueBytes);
-      let at = 0;
-      while (at < value.length) {
-        const { bytesRead } = await fh.read(value, at, value.length - at, at);
-        if (bytesRead === 0) break;
-        at += bytesRead;
-      }
-      if (at !== value.length) throw Object.assign(new Error('short read'), { code: 'EFTYPE' });
-      const now = new Date();
-      await fh.utimes(now, now).catch(() => undefined);
-      return value;
-    } finally {
-      await fh.close();
-    }
-  }
-
   private async write(key: bigint, value: Buffer): Promise<void> {
     const final = this.pathOf(key);
     const dir = join(final, '..');
     if (this.options.freeBytesMin > 0) {
-      if ((await this.freeBytes()) - value.length < this.options.freeBytesMin) {
+      const free = (this.freeSpace ??= new FreeSpace(this.root));
+      if ((await free.bytes()) - value.length < this.options.freeBytesMin) {
         throw Object.assign(new Error('free-space floor reached'), { code: 'ENOSPC' });
       }
-      this.writtenSinceStatfs += value.length;
+      free.wrote(value.length);
     }
     if (!this.madeDirs.has(dir)) {
       await privateSubdir(dir);
       this.madeDirs.add(dir);
     }
-    if (this.switches.unsafePublishBeforeComplete) {
-      // The unsafe variant: written in place under the final name, visible while it grows.
-      const fh = await open(final, OVERWRITE_FLAGS, FILE_MODE);
-      try {
-        await fh.write(value, 0, value.length, 0);
-        if (this.options.fdatasync) await fh.datasync();
-      } finally {
-        await fh.close();
-      }
-      return;
-    }
-    const temp = `${final}${TEMP_MARK}${process.pid}.${(this.tempSeq += 1)}`;
-    let fh: FileHandle | undefined;
-    try {
-      fh = await open(temp, CREATE_FLAGS, FILE_MODE);
-      if (this.chmodFiles) await fh.chmod(FILE_MODE);
-      const { bytesWritten } = await fh.write(value, 0, value.length, 0);
-      if (bytesWritten !== value.length) {
-        throw Object.assign(new Error(`short write: ${bytesWritten} of ${value.length}`), {
-          code: 'ENOSPC',
-        });
-      }
-      if (this.options.fdatasync) await fh.datasync();
-      await fh.close();
-      fh = undefined;
-      await rename(temp, final);
-    } catch (err) {
-      await fh?.close().catch(() => undefined);
-      await unlink(temp).catch(() => undefined);
-      throw err;
-    }
-  }
-
-  /**
-   * Free bytes of the file system, from a statfs at most FREE_CHECK_MS old
-   * and FREE_CHECK_BYTES of our writes ago, less what we wrote since: one
-   * statfs per write was a fifth of a small entry's trips through libuv's pool.
-   */
-  private async freeBytes(): Promise<number> {
-    const now = performance.now();
-    if (now - this.statfsAtMs >= FREE_CHECK_MS || this.writtenSinceStatfs >= FREE_CHECK_BYTES) {
-      const fs = await statfs(this.root);
-      this.statfsFreeBytes = fs.bavail * fs.bsize;
-      this.statfsAtMs = performance.now();
-      this.writtenSinceStatfs = 0;
-    }
-    return this.statfsFreeBytes - this.writtenSinceStatfs;
+    await writeEntryFile(final, value, {
+      fdatasync: this.options.fdatasync,
+      chmod: this.chmodFiles,
+      tempName: `${process.pid}.${(this.tempSeq += 1)}`,
+      inPlace: this.switches.unsafePublishBeforeComplete === true,
+    });
   }
 
   /** Evicts idle entries (LRU first) until `bytes` more fit under the cap; false if they cannot. */
@@ -707,19 +595,4 @@ export class DiskTier implements LowerTier {
     this.makeRoom(0);
     await Promise.allSettled([...this.inFlight]);
   }
-}
-
-function describeIoError(err: unknown): string {
-  const e = err as NodeJS.ErrnoException | undefined;
-  return e instanceof Error ? e.message.replace(/\s+/g, ' ') : String(err);
-}
-
-/** The directory of a scope's entries under the level's root (`v2-` and the scope in hex). */
-export function scopeDirName(scope: bigint): string {
-  return `v2-${hex16(scope)}`;
-}
-
-function isFullError(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  return code === 'ENOSPC' || code === 'EDQUOT';
 }

@@ -72,6 +72,14 @@ export class EntryAuth {
     return timingSafeEqual(this.tagOf(body), tag) ? body : undefined;
   }
 
+  /**
+   * The tag of a short text under the secret (the epoch record's; its label
+   * and length keep it apart from any entry's header and payload).
+   */
+  tagOfText(text: string): Buffer {
+    return createHmac('sha256', this.secret).update(text, 'utf8').digest();
+  }
+
   private tagOf(body: Buffer): Buffer {
     return createHmac('sha256', this.secret).update(body).digest();
   }

@@ -13,9 +13,10 @@
 // client) in batches and stop at the first miss; loads GET and check the
 // value, whose whole identity tells a colliding key word's entry apart (a
 // counted miss, left in place). The scope's epoch is `kvoff:v2:<scope>:epoch`
-// (absent: 0): every value carries the epoch it was written under, a shared
-// reset SETs a new random one (no FLUSHALL, other scopes untouched), and a
-// load that finds another epoch deletes the entry and misses. Version-1
+// (absent: 0; with a secret an authenticated, numbered record, see
+// src/tier/epoch-record.ts): every value carries the epoch it was written
+// under, a shared reset SETs a new random one (no FLUSHALL, other scopes
+// untouched), and a load that finds another epoch deletes the entry and misses. Version-1
 // entries (`kvoff:v1:...`) are never read again; the cluster's maxmemory
 // policy evicts them. The level is best-effort: a failed store is dropped and
 // counted, a failed load is a miss, an OOM reply means the level is full
@@ -31,6 +32,7 @@ import { TierUnavailableError } from '../errors.js';
 import { CircuitBreaker } from './breaker.js';
 import { checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
 import type { EntryAuth } from './entry-auth.js';
+import { EPOCH_RECORD_CHARS_MAX, EpochBelief } from './epoch-record.js';
 import { KnownKeys } from './known-keys.js';
 import { scrubCredentials } from './redis-access.js';
 import type { RedisAccess } from './redis-access.js';
@@ -93,7 +95,8 @@ export class RedisTier implements LowerTier {
   private readonly window: InFlightWindow;
   private closing = false;
   private closed = false;
-  private currentEpoch = 0n;
+  /** The scope's epoch record as this level believes it (refused records counted). */
+  private readonly belief: EpochBelief;
 
   private readonly switches: LowerTierSwitches;
 
@@ -107,6 +110,7 @@ export class RedisTier implements LowerTier {
     this.options = options;
     this.link = link;
     this.auth = auth;
+    this.belief = new EpochBelief(options.scope, auth);
     this.authenticated = auth !== undefined;
     this.switches = switches;
     this.valueBytes = entryBytes(options.payloadBytes, auth);
@@ -121,7 +125,11 @@ export class RedisTier implements LowerTier {
   }
 
   get epoch(): bigint {
-    return this.currentEpoch;
+    return this.belief.current.epoch;
+  }
+
+  private get currentEpoch(): bigint {
+    return this.belief.current.epoch;
   }
 
   /** The Redis key of the scope's epoch. */
@@ -132,18 +140,24 @@ export class RedisTier implements LowerTier {
   async refreshEpoch(): Promise<void> {
     const reply = await this.commandAt(this.epochKey, (c, k) => c.get(k));
     if (reply === undefined) return; // unreachable: keep what we knew (loads fail meanwhile anyway)
-    if (reply === null) this.moveEpoch(0n);
-    else if (/^[0-9a-f]{16}$/.test(reply.toString('latin1'))) {
-      this.moveEpoch(BigInt('0x' + reply.toString('latin1')));
-    } else this.ownCounters.errors += 1;
+    const was = this.currentEpoch;
+    const text =
+      reply === null ? null : reply.subarray(0, EPOCH_RECORD_CHARS_MAX + 1).toString('latin1');
+    if (this.belief.observe(text) === 'refused') {
+      // Forged, rolled back or removed: the epoch believed stays.
+      this.ownCounters.errors += 1;
+      if (this.auth !== undefined) this.ownCounters.authFailures += 1;
+    } else if (this.currentEpoch !== was) this.known.clear();
   }
 
   async retire(): Promise<void> {
-    const epoch = randomBytes(8).readBigUInt64LE(0);
+    // The highest sequence first: the new record is numbered past it.
+    await this.refreshEpoch();
+    const record = this.belief.next(randomBytes(8).readBigUInt64LE(0));
     let failure: unknown;
     const reply = await this.commandAt(
       this.epochKey,
-      (c, k) => c.set(k, hex16(epoch)),
+      (c, k) => c.set(k, this.belief.text(record)),
       (err) => (failure = err ?? new Error('the circuit is open or the cluster unreachable')),
     );
     if (reply === undefined) {
@@ -151,13 +165,8 @@ export class RedisTier implements LowerTier {
         cause: failure,
       });
     }
-    this.moveEpoch(epoch);
-  }
-
-  /** What this process knew the cluster holds was held under the old epoch: retired, so stored again. */
-  private moveEpoch(epoch: bigint): void {
-    if (epoch === this.currentEpoch) return;
-    this.currentEpoch = epoch;
+    this.belief.stored(record);
+    // What this process knew the cluster holds was held under the old epoch: retired, so stored again.
     this.known.clear();
   }
 
@@ -228,8 +237,10 @@ export class RedisTier implements LowerTier {
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
-    if (this.link.current === undefined && this.connectBreaker.state === 'open') {
-      // The cluster is out of reach: a miss at once (what is being written will be dropped).
+    const unreachable = this.link.current === undefined && this.connectBreaker.state === 'open';
+    if (unreachable || !this.belief.trusted) {
+      // The cluster is out of reach (what is being written will be dropped), or
+      // no epoch record it holds may be believed: a miss at once.
       if (keys.length > 0) {
         this.ownCounters.missChunks += 1;
         out.push('miss');
@@ -269,6 +280,12 @@ export class RedisTier implements LowerTier {
 
   store(key: bigint, value: Buffer): void {
     if (this.closing || this.writing.has(key)) return;
+    if (!this.belief.trusted) {
+      // Under which epoch is not known (the record was forged): others would retire it.
+      this.ownCounters.droppedChunks += 1;
+      this.ownCounters.unavailableChunks += 1;
+      return;
+    }
     if (this.known.has(key)) {
       // The cluster holds it (this process wrote it or found it): the SET would rewrite the same bytes.
       this.ownCounters.skippedChunks += 1;
@@ -375,6 +392,10 @@ export class RedisTier implements LowerTier {
 
   async load(key: bigint): Promise<Buffer | undefined> {
     const t0 = performance.now();
+    if (!this.belief.trusted) {
+      this.ownCounters.missChunks += 1;
+      return undefined;
+    }
     const value = await this.command(key, (c, name) => c.get(name));
     if (value === undefined || value === null) {
       if (value === null) this.known.delete(key);

@@ -12,7 +12,7 @@ import {
   DEFAULT_SEED,
   defaultWorkload,
 } from '../../src/runtime/defaults.js';
-import { DEFAULT_ENGINE_OPTIONS } from '../../src/runtime/engine-sim.js';
+import { DEFAULT_ENGINE_OPTIONS } from '../../src/runtime/engine-options.js';
 import { ROOT, runCli } from '../helpers/cli.js';
 
 /** The `(default: "x")` commander prints for an option in a command's --help. */

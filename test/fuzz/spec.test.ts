@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest';
 import { resolveConfig } from '../../src/config.js';
 import type { Config, ConfigInput } from '../../src/config.js';
 import { NO_CAP, Status } from '../../src/layout.js';
-import { DEFER, lookupHitTokens } from '../../src/lookup.js';
+import { lookupHitTokens } from '../../src/lookup.js';
 import type { ChunkState, LookupUnsafe } from '../../src/lookup.js';
 import { offloadableTokens, readyPrefix, tokenChunks } from '../../src/ready.js';
 import { specLookup, specLookupMismatch } from '../../src/fuzz/spec/lookup-spec.js';

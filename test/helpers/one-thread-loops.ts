@@ -16,11 +16,8 @@ import { InlineTransferBackend } from '../../src/runtime/backend.js';
 import type { TransferBackend } from '../../src/runtime/backend.js';
 import { RuntimeViews, createRuntimeBuffers } from '../../src/runtime/buffers.js';
 import { EngineSimulator } from '../../src/runtime/engine-sim.js';
-import type {
-  EngineOptions,
-  EngineSubmission,
-  EngineSummary,
-} from '../../src/runtime/engine-sim.js';
+import type { EngineOptions } from '../../src/runtime/engine-options.js';
+import type { EngineSubmission, EngineSummary } from '../../src/runtime/engine-request.js';
 import { HasherLoop } from '../../src/runtime/hasher-loop.js';
 import { UNSET } from '../../src/runtime/protocol.js';
 import { ringOthers } from '../../src/runtime/role-loop.js';

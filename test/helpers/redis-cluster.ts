@@ -2,7 +2,7 @@
 // random loopback port range, so concurrent runs never collide. It takes
 // itself down after KVOFF_REDIS_TTL_S even if the test process dies. It can be
 // secured as a shared tier should be: a requirepass, an ACL user, TLS only.
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -106,6 +106,42 @@ async function startClusterOnce(security: ClusterSecurity): Promise<TestCluster>
 
 export async function redisCli(port: number, ...args: string[]): Promise<string> {
   return (await run('redis-cli', ['-h', '127.0.0.1', '-p', String(port), ...args])).stdout.trim();
+}
+
+/**
+ * Every command the nodes on `ports` execute from now until `stop()`, as the
+ * nodes themselves report them (MONITOR): `stop()` ends the watchers and
+ * resolves to one line per command (`<time> [<db> <client>] "CMD" "arg"...`).
+ * Resolves once every watcher is attached.
+ */
+export async function watchCommands(
+  ports: readonly number[],
+): Promise<{ stop(): Promise<string[]> }> {
+  const watchers = ports.map((port) => {
+    const child = spawn('redis-cli', ['-h', '127.0.0.1', '-p', String(port), 'monitor'], {
+      stdio: ['ignore', 'pipe', 'ignore'],
+    });
+    let text = '';
+    const attached = new Promise<void>((resolve, reject) => {
+      child.stdout.setEncoding('utf8');
+      child.stdout.on('data', (d: string) => {
+        text += d;
+        if (text.startsWith('OK')) resolve();
+      });
+      child.once('error', reject);
+      child.once('exit', () => reject(new Error(`MONITOR on ${port} ended before it attached`)));
+    });
+    const ended = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    return { child, attached, ended, lines: () => text.split('\n').slice(1) };
+  });
+  await Promise.all(watchers.map((w) => w.attached));
+  return {
+    async stop() {
+      for (const w of watchers) w.child.kill();
+      await Promise.all(watchers.map((w) => w.ended));
+      return watchers.flatMap((w) => w.lines()).filter((l) => l.length > 0);
+    },
+  };
 }
 
 /**

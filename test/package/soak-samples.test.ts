@@ -6,7 +6,12 @@ import { SampleLog } from '../../bench/lib/soak-samples.js';
 import type { RuntimeMemory } from '../../src/runtime/memory.js';
 
 function memory(i: number, withStore: boolean): RuntimeMemory {
-  const w = (k: number) => ({ heapUsedBytes: 1_000_000 + i * 10 + k, externalBytes: 5_000 + k });
+  // A live heap only from the second sample on and not for every worker: absent stays absent.
+  const w = (k: number) => ({
+    heapUsedBytes: 1_000_000 + i * 10 + k,
+    externalBytes: 5_000 + k,
+    ...(i > 0 && k % 2 === 0 ? { heapLiveBytes: 900_000 + i * 10 + k } : {}),
+  });
   return {
     rssBytes: 300_000_000 + i,
     main: w(0),

@@ -9,7 +9,8 @@
 import { describe, expect, it } from 'vitest';
 import type { ConfigInput } from '../../src/config.js';
 import { RequestCapacityError } from '../../src/errors.js';
-import type { EngineOptions, EngineSummary } from '../../src/runtime/engine-sim.js';
+import type { EngineOptions } from '../../src/runtime/engine-options.js';
+import type { EngineSummary } from '../../src/runtime/engine-request.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { runCli } from '../helpers/cli.js';
 import { oneThreadLoops } from '../helpers/one-thread-loops.js';

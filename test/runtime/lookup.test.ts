@@ -7,7 +7,7 @@ import { resolveConfig } from '../../src/config.js';
 import { InvalidArgumentError } from '../../src/errors.js';
 import { loadHashing, promptKeys } from '../../src/hashing.js';
 import { lookupWaitMs } from '../../src/lookup.js';
-import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from '../../src/runtime/engine-sim.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from '../../src/runtime/engine-options.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { readStat } from '../../src/runtime/stats.js';
 import {
