@@ -10,9 +10,9 @@
 import type { StoreJob } from '../../src/job.js';
 
 /** A copy's fixed cost (submit, the copy thread's wake-up, its completion): a stand-in. */
-export const COPY_US_PER_JOB = 10;
+const COPY_US_PER_JOB = 10;
 /** A copy's cost per chunk: a stand-in for a few tens of KiB of memcpy. */
-export const COPY_US_PER_CHUNK = 2;
+const COPY_US_PER_CHUNK = 2;
 /** Copy lanes: the runtime's default transfer threads. */
 export const COPY_LANES = 2;
 
