@@ -7,6 +7,9 @@ import type { KeyHash, Namespace, NamespaceInput } from './identity.js';
 
 export type GroupKind = 'full' | 'sliding-window' | 'mamba';
 
+export type RankLayout = 'sharded' | 'replicated';
+export const RANK_LAYOUTS: readonly RankLayout[] = ['sharded', 'replicated'];
+
 export interface GroupInput {
   kind: GroupKind;
   tokensPerBlock: number;
@@ -36,6 +39,19 @@ export interface ConfigInput {
    * recomputes the rest instead of waiting; 0 (default) always waits.
    */
   maxRecomputePendingTokens?: number;
+  /**
+   * Tensor-parallel ranks (1, default, to 64): each rank holds its shard of
+   * every block's bytes, copies only that shard, and a store job completes
+   * only once every rank has acknowledged its copy (docs/design.md, "Ranks").
+   */
+  ranks?: number;
+  /**
+   * How the ranks hold a block: 'sharded' (default; rank r holds the r-th of
+   * `ranks` equal word ranges of every block) or 'replicated' (every rank
+   * holds the whole block, as with MLA: rank 0 writes, the others
+   * acknowledge a store without copying, vLLM's non-writing workers).
+   */
+  rankLayout?: RankLayout;
   /**
    * Whose KV this is: the model (and revision, adapter, dtype, extra) every
    * key is derived under. Required (at least `model`) once a disk or Redis
@@ -88,6 +104,9 @@ export interface Config {
   readonly bytesPerBlock: number;
   readonly padHotWords: boolean;
   readonly maxRecomputePendingTokens: number;
+  /** Tensor-parallel ranks, each holding its shard of every block (ConfigInput.ranks). */
+  readonly ranks: number;
+  readonly rankLayout: RankLayout;
   /** null: no namespace (host tier only). */
   readonly namespace: Namespace | null;
   readonly keyHash: KeyHash;
@@ -105,6 +124,7 @@ export const CONFIG_LIMITS = {
   gpuBlocksMax: 1 << 24,
   tierChunksMax: 1 << 24,
   bytesPerBlockMax: 64 << 20,
+  ranksMax: 64,
   sharedBytesMax: 8 * 2 ** 30,
 } as const;
 
@@ -118,6 +138,8 @@ export const CONFIG_DEFAULTS = {
   bytesPerBlock: 256,
   padHotWords: true,
   maxRecomputePendingTokens: 0,
+  ranks: 1,
+  rankLayout: 'sharded',
   keyHash: 'sha256',
 } as const;
 
@@ -191,6 +213,18 @@ export function resolveConfig(input: ConfigInput): Config {
   ) {
     throw new ConfigError('maxRecomputePendingTokens', 'must be an integer of at least 0');
   }
+  const ranks = positiveInt('ranks', input.ranks ?? CONFIG_DEFAULTS.ranks, CONFIG_LIMITS.ranksMax);
+  const rankLayout = input.rankLayout ?? CONFIG_DEFAULTS.rankLayout;
+  if (!RANK_LAYOUTS.includes(rankLayout)) {
+    throw new ConfigError('rankLayout', `must be one of ${RANK_LAYOUTS.join(', ')}`);
+  }
+  // Each rank's shard is a whole number of 32-bit words, the copy's unit.
+  if (rankLayout === 'sharded' && bytesPerBlock % (4 * ranks) !== 0) {
+    throw new ConfigError(
+      'ranks',
+      `bytesPerBlock (${bytesPerBlock}) must split into ${ranks} shards of whole 32-bit words`,
+    );
+  }
   const namespace = resolveNamespace(input.namespace);
   const keyHash = input.keyHash ?? CONFIG_DEFAULTS.keyHash;
   if (!KEY_HASHES.includes(keyHash)) {
@@ -227,6 +261,8 @@ export function resolveConfig(input: ConfigInput): Config {
     bytesPerBlock,
     padHotWords,
     maxRecomputePendingTokens,
+    ranks,
+    rankLayout,
     namespace,
     keyHash,
     keyBits,

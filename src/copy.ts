@@ -6,6 +6,7 @@
 // chunk position p (= position in the group's table mod blocksPerChunk)
 // occupies words [(s * blocksPerChunk + p) * wordsPerBlock, ... + wordsPerBlock).
 import { blockMatches, expandBlock } from './bytes.js';
+import type { RankLayout } from './config.js';
 
 /**
  * One chunk to copy between GPU blocks and a tier slot, the same shape for a
@@ -29,6 +30,28 @@ export interface ArenaGeometry {
   readonly wordsPerBlock: number;
   readonly blocksPerChunk: number;
 }
+
+/**
+ * The words of every block that tensor-parallel rank `rank` holds, copies and
+ * restores: [from, to). Sharded, rank r holds the r-th of `ranks` equal
+ * ranges (a GPU's heads of every layer, in one process's view of N devices:
+ * no rank's copy touches another's words). Replicated (MLA), every rank
+ * holds the whole block, so rank 0 copies all of it and the other ranks
+ * hold an empty range: they acknowledge without copying. A tier entry is the
+ * whole block either way, so it does not depend on the rank count.
+ */
+export function rankShard(
+  wordsPerBlock: number,
+  ranks: number,
+  layout: RankLayout,
+  rank: number,
+): { readonly from: number; readonly to: number } {
+  if (layout === 'replicated') return rank === 0 ? { from: 0, to: wordsPerBlock } : NO_WORDS;
+  const words = wordsPerBlock / ranks;
+  return { from: rank * words, to: (rank + 1) * words };
+}
+
+const NO_WORDS = Object.freeze({ from: 0, to: 0 });
 
 export function gpuBlockWords(gpu: Uint32Array, geo: ArenaGeometry, block: number): Uint32Array {
   return gpu.subarray(block * geo.wordsPerBlock, (block + 1) * geo.wordsPerBlock);

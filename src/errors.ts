@@ -28,7 +28,8 @@ export type KvoffErrorCode =
   | 'KVOFF_KEY_HASH_NOT_SHAREABLE'
   | 'KVOFF_SHARED_RESET_FAILED'
   | 'KVOFF_EVENTS_UNAVAILABLE'
-  | 'KVOFF_WEBGPU_UNAVAILABLE';
+  | 'KVOFF_WEBGPU_UNAVAILABLE'
+  | 'KVOFF_LOAD_FAILED';
 
 export class KvoffError extends Error {
   readonly code: KvoffErrorCode;
@@ -392,5 +393,29 @@ export class SharedResetFailedError extends KvoffError {
     );
     this.name = 'SharedResetFailedError';
     this.tier = tier;
+  }
+}
+
+/**
+ * Thrown (as a rejection of the request: submit()'s promise, or the external
+ * host's lookup() or load()) under `loadFailurePolicy: 'fail'` when a chunk of
+ * the request's tier hit could not be loaded: its copy failed, it failed
+ * verification, or a lower level refused it (a checksum or a tag that does not
+ * match). Only that request fails; the runtime goes on serving the others.
+ * Under the default 'recompute' the request recomputes from that chunk instead.
+ */
+export class LoadFailedError extends KvoffError {
+  /** The first chunk of the hit that failed (the chunks before it were sound). */
+  readonly firstFailedChunk: number;
+  /** The chunks the hit was to load. */
+  readonly hitChunks: number;
+  constructor(firstFailedChunk: number, hitChunks: number, what: string) {
+    super(
+      'KVOFF_LOAD_FAILED',
+      `the tier hit failed to load from chunk ${firstFailedChunk} of ${hitChunks} (${what}); loadFailurePolicy is 'fail'`,
+    );
+    this.name = 'LoadFailedError';
+    this.firstFailedChunk = firstFailedChunk;
+    this.hitChunks = hitChunks;
   }
 }

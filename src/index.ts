@@ -26,6 +26,7 @@ export {
   NamespaceRequiredError,
   KeyHashNotShareableError,
   SharedResetFailedError,
+  LoadFailedError,
 } from './errors.js';
 export type { KvoffErrorCode, WebGpuMissing } from './errors.js';
 export { resolveConfig, CONFIG_DEFAULTS, CONFIG_LIMITS } from './config.js';

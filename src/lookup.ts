@@ -367,3 +367,38 @@ export function loadPlan(
     };
   });
 }
+
+/**
+ * What a request does when a chunk of its tier hit cannot be loaded (vLLM's
+ * kv_load_failure_policy): 'recompute' (the default, as vLLM's scheduler
+ * defaults to) keeps the sound chunks before the first failed one and
+ * recomputes from there; 'fail' fails the request with LoadFailedError.
+ */
+export type LoadFailurePolicy = 'recompute' | 'fail';
+
+export const LOAD_FAILURE_POLICIES: readonly LoadFailurePolicy[] = ['recompute', 'fail'];
+
+/**
+ * The longest prefix of a loaded hit, in chunks, that every group holds
+ * soundly after a load in which group g's chunk `failedAt[g]` failed first
+ * (its copy or its verification; at or past the plan's endChunk: none did).
+ * vLLM truncates the request's computed tokens at the first failed block; a
+ * windowed group holds only the window of the whole hit, so a shorter prefix
+ * needs chunks it never loaded, and a failure inside it leaves 0 unless its
+ * window reached chunk 0 (vLLM fails block-level reports on such layouts over
+ * to a whole-request recompute).
+ */
+export function loadedPrefixChunks(
+  groups: readonly LookupGroup[],
+  plans: readonly GroupLoad[],
+  failedAt: readonly number[],
+): number {
+  let h = Math.min(...plans.map((p, g) => Math.min(p.endChunk, failedAt[g] ?? p.endChunk)));
+  const holds = (n: number) =>
+    plans.every((p, g) => {
+      const w = groups[g]!.windowChunks;
+      return w === null || p.firstChunk === p.endChunk || Math.max(0, n - w) >= p.firstChunk;
+    });
+  while (h > 0 && !holds(h)) h -= 1;
+  return h;
+}

@@ -122,6 +122,20 @@ export interface PlannerOptions {
    */
   unsafePublishStaleJobs?: boolean;
   /**
+   * Test-only: with tensor-parallel ranks, a store job completes (publishes,
+   * unpins) on its first rank's acknowledgement instead of its last, so an
+   * entry is readable while other ranks' shards are still being copied.
+   * Exists so the runtime fuzzer can show it finds publication before the
+   * last acknowledgement; never turn it on otherwise.
+   */
+  unsafePublishOnFirstAck?: boolean;
+  /**
+   * With more than one rank (Config.ranks): how long (ms, on `now`) a store
+   * job waits for every rank's acknowledgement before it fails as a whole;
+   * default RANK_ACK_WAIT_MS_MAX.
+   */
+  rankAckWaitMsMax?: number;
+  /**
    * How long (ms, on `now`) an ended request waits, without a new key or block
    * ID, for its blocks and keys to settle before what is missing is counted as
    * dropped; default FINAL_WAIT_MS_MAX. 0 drains at the first visit that finds
@@ -166,6 +180,7 @@ const PLANNER_SWITCHES = [
   'unsafeDropDeferred',
   'unsafeReachabilityOneShort',
   'unsafePublishStaleJobs',
+  'unsafePublishOnFirstAck',
 ] as const satisfies readonly PlannerSwitch[];
 // Every switch of PlannerOptions is in the list (a compile error otherwise).
 const everySwitchListed: Exclude<PlannerSwitch, (typeof PLANNER_SWITCHES)[number]> extends never
@@ -226,6 +241,10 @@ export interface PlannerCounters {
   chunksDiscardedByReset: number;
   snapshotRetries: number;
   snapshotsGivenUp: number;
+  /** Store jobs failed as a whole because a rank had not acknowledged within rankAckWaitMsMax. */
+  rankAckTimeouts: number;
+  /** Acknowledgements that arrived after their job's bound had failed it. */
+  rankAcksLate: number;
 }
 
 export type JobListener = (job: StoreJob) => void;
@@ -251,5 +270,7 @@ export function zeroPlannerCounters(): PlannerCounters {
     chunksDroppedUnready: 0,
     snapshotRetries: 0,
     snapshotsGivenUp: 0,
+    rankAckTimeouts: 0,
+    rankAcksLate: 0,
   };
 }

@@ -10,27 +10,20 @@
 // back without a new publication (a busy seqlock, a full tier, an ended
 // request waiting for lagging keys) raises the bit again itself, so nothing
 // waits for an event that may never come.
-import type { Config, GroupConfig } from './config.js';
+import type { Config } from './config.js';
 import { InvalidArgumentError, invariant } from './errors.js';
 import type { ChunkCopy } from './copy.js';
 import type { StoreJob } from './job.js';
 import { DIRTY_SLOTS_PER_WORD, SNAPSHOT_RETRIES_MAX, Status, markDirty } from './layout.js';
 import { pinBlocks, unpinBlocks } from './pins.js';
-import {
-  alignmentChunks,
-  emptyWindow,
-  keysExpected,
-  offloadableTokens,
-  readyPrefix,
-  storeReachable,
-  storeWindow,
-  tokenChunks,
-} from './ready.js';
-import type { RequestFacts, StorePolicy, StoreWindow } from './ready.js';
+import { alignmentChunks, emptyWindow } from './ready.js';
+import type { StorePolicy, StoreWindow } from './ready.js';
+import { decideWindows, readOffer } from './planner-windows.js';
+import type { Offer, PlanVisit, Tally } from './planner-windows.js';
 import { FINAL_WAIT_MS_MAX, FinalWaits } from './final-waits.js';
 import { IssuedJobs } from './planner-jobs.js';
+import type { AckOutcome } from './planner-jobs.js';
 import { PassReport } from './planner-report.js';
-import type { PassedOver } from './planner-report.js';
 import { zeroPlannerCounters } from './planner-options.js';
 import type {
   JobListener,
@@ -46,6 +39,14 @@ import type { OffloadTier, PrepareStoreResult } from './tier/types.js';
 type PreparedStore = Extract<PrepareStoreResult, { ok: true }>;
 
 export { FINAL_STORE_ATTEMPTS_MAX, FINAL_WAIT_MS_MAX } from './final-waits.js';
+export type { AckOutcome } from './planner-jobs.js';
+
+/**
+ * How long a store job waits for every rank's acknowledgement (Config.ranks >
+ * 1) before it fails as a whole: far above any copy's time, so only a rank
+ * that stopped (its report lost, its thread gone) reaches it.
+ */
+const RANK_ACK_WAIT_MS_MAX = 10_000;
 export { plannerSwitches } from './planner-options.js';
 export type {
   ChunkOutcome,
@@ -68,11 +69,7 @@ export class StorePlanner {
   private readonly skipPins: boolean;
   private readonly skipRevalidate: boolean;
   private readonly skipSettle: boolean;
-  private readonly eagleCursorUnexcluded: boolean;
-  private readonly storeLastSampled: boolean;
   private readonly ackOnAllocFailure: boolean;
-  private readonly dropDeferred: boolean;
-  private readonly reachabilityOneShort: boolean;
   private readonly onPlanPoint: PlanPointListener | undefined;
   private readonly observer: PlannerObserver | undefined;
   private readonly snap: RequestSnapshot;
@@ -84,10 +81,10 @@ export class StorePlanner {
     keysPending: false,
     advances: false,
   };
-  /** Per group: alignmentChunks (null: every chunk reachable). */
   /** Scratch key list lent to tier.touch (see touchRequest). */
   private readonly touchKeys: bigint[] = [];
-  private readonly alignment: (number | null)[];
+  /** What a visit reads (windows, tally, offer) from the snapshot: planner-windows.ts. */
+  private readonly visit: PlanVisit;
   /** What a visit reports to the observer and counts for the chunks its cursor passes. */
   private readonly reporter: PassReport;
   /** The end-of-request protocol's waits and final offers, per slot. */
@@ -109,11 +106,7 @@ export class StorePlanner {
     this.skipPins = options.unsafeSkipPins ?? false;
     this.skipRevalidate = options.unsafeSkipRevalidate ?? false;
     this.skipSettle = options.unsafeSkipSettle ?? false;
-    this.eagleCursorUnexcluded = options.unsafeEagleCursorUnexcluded ?? false;
-    this.storeLastSampled = options.unsafeStoreLastSampledToken ?? false;
     this.ackOnAllocFailure = options.unsafeAckOnAllocFailure ?? false;
-    this.dropDeferred = options.unsafeDropDeferred ?? false;
-    this.reachabilityOneShort = options.unsafeReachabilityOneShort ?? false;
     this.finalWaits = new FinalWaits(
       state.config.maxRequests,
       options.finalWaitMsMax ?? FINAL_WAIT_MS_MAX,
@@ -124,7 +117,6 @@ export class StorePlanner {
     this.role = new StoreRole(state);
     this.snap = new RequestSnapshot(state.groupCount);
     this.windows = state.config.groups.map(() => emptyWindow());
-    this.alignment = state.config.groups.map((g) => alignmentChunks(g, state.config));
     this.counters = zeroPlannerCounters();
     this.reporter = new PassReport(
       this.observer,
@@ -133,11 +125,44 @@ export class StorePlanner {
       this.windows,
       this.skipSettle,
     );
+    const { ranks } = state.config;
+    if (ranks > 1 && (tier.abandonStore === undefined || tier.releaseRetired === undefined)) {
+      throw new InvalidArgumentError(
+        'tier',
+        'cannot hold the slots of a job whose ranks are late (it has no abandonStore/releaseRetired)',
+      );
+    }
+    const rankAckWaitMsMax = options.rankAckWaitMsMax ?? RANK_ACK_WAIT_MS_MAX;
+    if (typeof rankAckWaitMsMax !== 'number' || !(rankAckWaitMsMax >= 0)) {
+      throw new InvalidArgumentError('rankAckWaitMsMax', 'must be a number of ms, 0 or more');
+    }
+    this.visit = {
+      role: this.role,
+      snap: this.snap,
+      config: this.config,
+      groupCount: state.groupCount,
+      policy: this.policy,
+      windows: this.windows,
+      tally: this.tally,
+      reporter: this.reporter,
+      alignment: state.config.groups.map((g) => alignmentChunks(g, state.config)),
+      switches: {
+        storeLastSampled: options.unsafeStoreLastSampledToken ?? false,
+        eagleCursorUnexcluded: options.unsafeEagleCursorUnexcluded ?? false,
+        dropDeferred: options.unsafeDropDeferred ?? false,
+        reachabilityOneShort: options.unsafeReachabilityOneShort ?? false,
+      },
+    };
     this.jobs = new IssuedJobs(state.pins, tier, this.counters, {
-      pinned: !this.skipPins && !(options.transferUnpins ?? false),
+      // With ranks the job's last acknowledgement releases the pins: each rank's copy reads them until then.
+      pinned: !this.skipPins && (ranks > 1 || !(options.transferUnpins ?? false)),
       skipUnpinOnFailure: options.unsafeSkipUnpinOnFailure ?? false,
       onFailed: (job) => this.observer?.failed?.(job),
       publishStaleJobs: options.unsafePublishStaleJobs ?? false,
+      ranks,
+      rankAckWaitMsMax,
+      now: options.now ?? (() => performance.now()),
+      publishOnFirstAck: options.unsafePublishOnFirstAck ?? false,
     });
   }
 
@@ -219,6 +244,31 @@ export class StorePlanner {
     this.jobs.complete(job, success);
   }
 
+  /**
+   * Rank `rank`'s report of its copy of job `jobId` (Config.ranks): the job
+   * completes (through complete()) once every rank reported, failed as a
+   * whole if any copy failed. With one rank it is complete(job, ok). See
+   * IssuedJobs.acknowledge.
+   */
+  acknowledge(jobId: number, rank: number, ok: boolean): AckOutcome {
+    return this.jobs.acknowledge(jobId, rank, ok);
+  }
+
+  /** Fails the jobs whose ranks did not all acknowledge within rankAckWaitMsMax; returns them. */
+  expireAcks(): StoreJob[] {
+    return this.jobs.expire();
+  }
+
+  /** Jobs failed by the acknowledgement bound whose missing ranks never reported (their slots stay retired). */
+  get jobsAwaitingLateAcks(): number {
+    return this.jobs.expiredHeld;
+  }
+
+  /** Tier slots those jobs keep retired (a rank that never reports may still write into them). */
+  get slotsAwaitingLateAcks(): number {
+    return this.jobs.expiredSlots;
+  }
+
   /** True for a job that was in flight at the last reset (vLLM's stale job threshold). */
   isStale(job: StoreJob): boolean {
     return this.jobs.isStale(job);
@@ -273,7 +323,7 @@ export class StorePlanner {
     const ended = snap.status === Status.finished || snap.status === Status.aborted;
     if (ended && snap.drained) return undefined;
     this.counters.requestsVisited += 1;
-    this.decideWindows(ended);
+    decideWindows(this.visit, ended);
     // An ended request is final once nothing token-ready is missing, or once
     // both its blocks and its keys are settled (what is missing never comes).
     const settled =
@@ -282,7 +332,7 @@ export class StorePlanner {
       this.waitForMore(slot, ended);
       return undefined;
     }
-    const offer = this.readOffer();
+    const offer = readOffer(this.visit);
     if (!this.pinAndConfirm(offer)) return RETRY;
     this.reporter.countDeferred(tally.deferred - tally.skipped);
     this.reporter.countSkipped(tally.skipped);
@@ -301,78 +351,6 @@ export class StorePlanner {
   }
 
   /**
-   * Every group's store window from the one rule, into `windows`, and the
-   * pass's tally: chunks to offer, token-ready chunks not ready (deferred, of
-   * which a legacy policy's cursor passes some: skipped), keys still to come
-   * for an ended request, and whether any cursor moves.
-   */
-  private decideWindows(ended: boolean): void {
-    const { snap, config, windows, tally } = this;
-    const bpc = config.blocksPerChunk;
-    const offloadable =
-      this.storeLastSampled && snap.status === Status.finished
-        ? lastSampledCounted(snap, config)
-        : offloadableTokens(snap, config);
-    tally.candidates = 0;
-    tally.deferred = 0;
-    tally.skipped = 0;
-    tally.keysPending = false;
-    tally.advances = false;
-    for (let g = 0; g < this.state.groupCount; g += 1) {
-      const group = config.groups[g]!;
-      const w = storeWindow(
-        this.policy,
-        tokenChunks(snap, group, offloadable),
-        snap.keyCount[g]!,
-        snap.blockCount[g]!,
-        snap.cursor[g]!,
-        g,
-        bpc,
-        windows[g]!,
-      );
-      if (this.eagleCursorUnexcluded && group.eagle) {
-        // The broken variant: the cursor moves to the ready prefix without the exclusion.
-        const all = readyPrefix(
-          Math.floor(offloadable / group.tokensPerChunk),
-          snap.keyCount[g]!,
-          snap.blockCount[g]!,
-          bpc,
-        );
-        if (all > w.advanceTo) w.advanceTo = all;
-      }
-      // The old length assertion, kept after the ready bound as a guard: both
-      // slices have exactly end - start entries whatever the policy.
-      // Tested before the message is built: this runs for every request-group of every pass.
-      if (w.end !== w.start && w.end > snap.keyCount[g]!) {
-        invariant(false, `group ${g}: window end ${w.end} within ${snap.keyCount[g]} keys`);
-      }
-      if (w.end !== w.start && w.end * bpc > snap.blockCount[g]!) {
-        invariant(false, `group ${g}: window end ${w.end} within ${snap.blockCount[g]} blocks`);
-      }
-      tally.candidates += w.end - w.start;
-      this.reporter.deferredFrom[g] = Math.max(w.ready, w.start);
-      tally.deferred += Math.max(0, w.tokenChunks - this.reporter.deferredFrom[g]!);
-      // Of those, the ones below advanceTo are passed by the cursor (skipped, a
-      // legacy policy's holes); only the rest wait for a later pass.
-      this.reporter.waitingFrom[g] = Math.min(
-        w.tokenChunks,
-        Math.max(this.reporter.deferredFrom[g]!, w.advanceTo),
-      );
-      tally.skipped += Math.max(0, this.reporter.waitingFrom[g]! - this.reporter.deferredFrom[g]!);
-      // Keys of token-ready chunks the hasher has yet to publish (it hashes
-      // every known token of an occupied slot, so these always come).
-      if (
-        ended &&
-        snap.keyCount[g]! < Math.min(w.tokenChunks, keysExpected(snap.numTokens, group, config))
-      )
-        tally.keysPending = true;
-      // The unsafe variant acknowledges deferred chunks: counted above as deferred, passed by the cursor.
-      if (this.dropDeferred && w.tokenChunks > w.advanceTo) w.advanceTo = w.tokenChunks;
-      if (w.advanceTo > snap.cursor[g]!) tally.advances = true;
-    }
-  }
-
-  /**
    * Nothing to offer and no cursor to move: a live request waits for its next
    * publication; an ended one waits (bounded in time) for its last block IDs
    * and keys instead of draining, and comes back every pass until then.
@@ -385,50 +363,6 @@ export class StorePlanner {
       this.reporter.dropUnready(tally.deferred);
       this.advanceAll(true);
     } else this.revisit(slot);
-  }
-
-  /** The entries of every window: the chunks to offer, and those passed without a copy (null, unreachable). */
-  private readOffer(): Offer {
-    const { role, snap, config, windows } = this;
-    const bpc = config.blocksPerChunk;
-    const observed = this.reporter.chunks;
-    const offer: Offer = {
-      keys: [],
-      chunks: [],
-      nulls: 0,
-      unreachable: 0,
-      nullChunks: observed ? [] : undefined,
-      unreachableChunks: observed ? [] : undefined,
-    };
-    for (let g = 0; g < this.state.groupCount; g += 1) {
-      const w = windows[g]!;
-      const group = config.groups[g]!;
-      const alignment = this.alignment[g]!;
-      for (let c = w.start; c < w.end; c += 1) {
-        if (role.block(snap, g, c * bpc + bpc - 1) === 0) {
-          offer.nulls += 1; // the deciding block slid out of the window: nothing to store
-          offer.nullChunks?.push(g, c);
-          continue;
-        }
-        if (!this.reachable(group, alignment, c, w.ready)) {
-          offer.unreachable += 1; // no aligned hit can use it: passed, never copied
-          offer.unreachableChunks?.push(g, c);
-          continue;
-        }
-        const blocks: number[] = [];
-        const positions: number[] = [];
-        for (let i = 0; i < bpc; i += 1) {
-          const b = role.block(snap, g, c * bpc + i);
-          if (b === 0) continue;
-          blocks.push(b);
-          positions.push(c * bpc + i);
-        }
-        const key = role.key(snap, g, c);
-        offer.keys.push(key);
-        offer.chunks.push({ group: g, chunk: c, key, tierSlot: -1, blocks, positions });
-      }
-    }
-    return offer;
   }
 
   /** Pins every source block, then confirms nothing moved since the snapshot; false (pins released): retry. */
@@ -512,19 +446,6 @@ export class StorePlanner {
     return this.jobs.issue(slot, this.snap.generation, this.snap.requestId, stored);
   }
 
-  /** storeReachable, or its broken variant (unsafeReachabilityOneShort). */
-  private reachable(
-    group: GroupConfig,
-    alignment: number | null,
-    chunk: number,
-    ready: number,
-  ): boolean {
-    if (!storeReachable(group, alignment, chunk, ready)) return false;
-    if (!this.reachabilityOneShort || alignment === null) return true;
-    // The broken variant: the first reachable chunk of its segment counts as unreachable.
-    return chunk % alignment !== 0 && storeReachable(group, alignment, chunk - 1, ready);
-  }
-
   /** Raises the slot's dirty bit from the store side: the next pass visits it again. */
   private revisit(slot: number): void {
     markDirty(this.state.dirty, slot);
@@ -584,64 +505,5 @@ export class StorePlanner {
   }
 }
 
-/**
- * The broken variant of F4 (unsafeStoreLastSampledToken): a finished request's
- * tokens up to and including the last sampled one, as if all were computed.
- */
-function lastSampledCounted(snap: Readonly<RequestSnapshot>, config: Config): number {
-  return offloadableTokens(
-    {
-      ...snapFacts(snap),
-      status: Status.running,
-      computedTokens: snap.numTokens,
-      scheduledTokens: 0,
-    },
-    config,
-  );
-}
-
-function snapFacts(snap: Readonly<RequestSnapshot>): RequestFacts {
-  return {
-    status: snap.status,
-    promptTokens: snap.promptTokens,
-    numTokens: snap.numTokens,
-    computedTokens: snap.computedTokens,
-    scheduledTokens: snap.scheduledTokens,
-    maxOffloadTokens: snap.maxOffloadTokens,
-  };
-}
-
 const RETRY = Symbol('retry');
 const NO_JOBS: StoreJob[] = Object.freeze([]) as unknown as StoreJob[];
-
-/** What one planning visit reads to offer: the chunks and their keys, and the chunks it passes without a copy. */
-interface Offer extends PassedOver {
-  readonly keys: bigint[];
-  readonly chunks: Candidate[];
-  nulls: number;
-  unreachable: number;
-}
-
-/** A pass's tally over the groups of one slot (one object per planner, refilled per visit). */
-interface Tally {
-  /** Chunks in the windows, to read and offer. */
-  candidates: number;
-  /** Token-ready chunks not ready at this pass. */
-  deferred: number;
-  /** Of those, the ones a legacy policy's cursor passes. */
-  skipped: number;
-  /** An ended request's keys still to come from the hasher. */
-  keysPending: boolean;
-  /** Some cursor moves. */
-  advances: boolean;
-}
-
-/** A chunk offered to the tier; once the tier gives it a slot it is the job's ChunkCopy as it is (one object per chunk). */
-interface Candidate {
-  readonly group: number;
-  readonly chunk: number;
-  readonly key: bigint;
-  tierSlot: number;
-  readonly blocks: number[];
-  readonly positions: number[];
-}

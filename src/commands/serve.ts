@@ -19,8 +19,10 @@ import type { TierRawOptions } from './tier-options.js';
 import { addEventOptions, parseEventOptions } from './event-options.js';
 import type { EventRawOptions } from './event-options.js';
 import { count } from './term.js';
+import { addLoadOptions, parseLoadOptions } from './load-options.js';
+import type { LoadRawOptions } from './load-options.js';
 
-interface ServeRawOptions extends TierRawOptions, EventRawOptions {
+interface ServeRawOptions extends TierRawOptions, EventRawOptions, LoadRawOptions {
   port: string;
   host: string;
   policy: string;
@@ -54,7 +56,7 @@ export function registerServe(program: Command): void {
       String(SERVE_DEFAULTS.drainTimeoutMs),
     )
     .option('--json', 'print the bound address (and the drain result) as JSON lines');
-  addEventOptions(addTierOptions(cmd))
+  addLoadOptions(addEventOptions(addTierOptions(cmd)))
     .addHelpText(
       'after',
       '\nPOST /v1/requests body: {"promptLength": 4096, "prefixId": 1, "maxDecodeTokens": 32}\n' +
@@ -88,10 +90,16 @@ export function registerServe(program: Command): void {
       const tiers = parseTierOptions(raw);
       const namespace = parseNamespaceOptions(raw);
       const events = parseEventOptions(raw);
+      const { loadFailurePolicy, maxRecomputePendingTokens } = parseLoadOptions(raw);
       if (tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
 
       const runtime = await OffloadRuntime.start({
-        config: { ...DEFAULT_RUNTIME_CONFIG, namespace },
+        config: {
+          ...DEFAULT_RUNTIME_CONFIG,
+          namespace,
+          ...(maxRecomputePendingTokens !== undefined ? { maxRecomputePendingTokens } : {}),
+        },
+        ...(loadFailurePolicy ? { loadFailurePolicy } : {}),
         policy,
         transferThreads,
         lag: { seed },

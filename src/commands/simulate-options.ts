@@ -1,10 +1,12 @@
 // `kvoff simulate` options: from commander's strings to a validated plan
 // (config, lag, engine and workload). Pure, so every rule is unit-tested
 // without starting a runtime.
+import { parseLoadOptions } from './load-options.js';
+import type { LoadFailurePolicy } from '../lookup.js';
 import { totalmem } from 'node:os';
 import { DEFAULT_SEED } from '../runtime/defaults.js';
-import type { ConfigInput, GroupInput, GroupKind } from '../config.js';
-import { resolveConfig } from '../config.js';
+import type { ConfigInput, GroupInput, GroupKind, RankLayout } from '../config.js';
+import { CONFIG_LIMITS, RANK_LAYOUTS, resolveConfig } from '../config.js';
 import { InvalidArgumentError, quoted } from '../errors.js';
 import { TRANSFER_BACKENDS } from '../runtime/runtime-gpu.js';
 import type { TransferBackendName } from '../runtime/runtime-gpu.js';
@@ -102,6 +104,8 @@ export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   offload?: boolean;
   seed?: string;
   transferThreads?: string;
+  ranks?: string;
+  rankLayout?: string;
   backend?: string;
   policy?: string;
   report?: string;
@@ -109,6 +113,8 @@ export interface SimulateRawOptions extends TierRawOptions, EventRawOptions {
   blockBytes?: string;
   cachePolicy?: string;
   storeThreshold?: string;
+  loadFailurePolicy?: string;
+  maxRecomputePendingTokens?: string;
   json?: boolean;
 }
 
@@ -159,6 +165,8 @@ export interface SimulatePlan {
   events?: EventsOptions;
   /** The host tier's cache policy and store threshold (--cache-policy, --store-threshold); LRU, 1 when absent. */
   cache?: CacheOptions;
+  /** --load-failure-policy (RuntimeOptions.loadFailurePolicy); recompute when absent. */
+  loadFailurePolicy?: LoadFailurePolicy;
 }
 
 export function parseGroups(spec: string): GroupInput[] {
@@ -289,6 +297,17 @@ export function parseSimulateOptions(
   if (blockBytes % 8 !== 0) {
     throw new InvalidArgumentError('--block-bytes', `must be a multiple of 8, got ${blockBytes}`);
   }
+  const ranks = intOptionOr('--ranks', raw.ranks, 1, CONFIG_LIMITS.ranksMax, 1);
+  const rankLayout = raw.rankLayout ?? 'sharded';
+  if (!(RANK_LAYOUTS as readonly string[]).includes(rankLayout)) {
+    throw new InvalidArgumentError('--rank-layout', `must be one of ${RANK_LAYOUTS.join(', ')}`);
+  }
+  if (rankLayout === 'sharded' && blockBytes % (4 * ranks) !== 0) {
+    throw new InvalidArgumentError(
+      '--ranks',
+      `--block-bytes ${blockBytes} must split into ${ranks} shards of whole 32-bit words`,
+    );
+  }
   if (raw.report !== undefined && raw.report.trim() === '') {
     throw new InvalidArgumentError('--report', 'needs a file name');
   }
@@ -331,7 +350,12 @@ export function parseSimulateOptions(
     tierChunks,
     bytesPerBlock: blockBytes,
     namespace: parseNamespaceOptions(raw),
+    ...(ranks > 1 ? { ranks, rankLayout: rankLayout as RankLayout } : {}),
   };
+  const load = parseLoadOptions(raw);
+  if (load.maxRecomputePendingTokens !== undefined) {
+    config.maxRecomputePendingTokens = load.maxRecomputePendingTokens;
+  }
   // Fail here, with the option's name, rather than deep inside the runtime.
   resolveConfig(config);
   const arenaBytes = (gpuBlocks + tierChunks * blocksPerChunk) * blockBytes;
@@ -368,6 +392,7 @@ export function parseSimulateOptions(
     json: raw.json === true,
   };
   if (raw.report !== undefined) plan.report = raw.report;
+  if (load.loadFailurePolicy !== undefined) plan.loadFailurePolicy = load.loadFailurePolicy;
   const tiers = parseTierOptions(raw);
   if (tiers) plan.tiers = tiers;
   const events = parseEventOptions(raw);

@@ -25,6 +25,9 @@ type ReportedStats = Pick<
   | 'snapshotRetries'
   | 'bytesCopied'
   | 'tierCapacity'
+  | 'loadFailures'
+  | 'loadFailureTokensRecomputed'
+  | 'requestsFailedByLoad'
 >;
 
 export interface SimulateResult extends ReportedStats {
@@ -34,6 +37,9 @@ export interface SimulateResult extends ReportedStats {
     groups: string;
     transferThreads: number;
     backend: string;
+    /** Tensor-parallel ranks (--ranks) and how they hold a block (--rank-layout). */
+    ranks: number;
+    rankLayout: string;
     abortRate: number;
     offload: boolean;
     blockBytes: number;
@@ -80,6 +86,14 @@ export function formatResult(r: SimulateResult, color: boolean): string {
   const zero = (n: number) => (n === 0 ? p.green('0') : p.red(String(n)));
   const rows: Array<[string, string]> = [
     ['policy', r.workload.offload ? r.policy : `${r.policy} (offloading off: baseline)`],
+    ...(r.workload.ranks > 1
+      ? [
+          [
+            'ranks',
+            `${r.workload.ranks} ${r.workload.rankLayout} (a store completes on every rank's acknowledgement)`,
+          ] as [string, string],
+        ]
+      : []),
     [
       `requests completed${TIMED}`,
       `${r.completed} of ${r.requests} (${r.aborted} aborted, ${r.preemptions} preemptions)`,

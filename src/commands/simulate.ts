@@ -4,11 +4,12 @@
 // seeds' overflow shape, then verifies every tier entry against its key and
 // reports. Exit 0 when the run is clean, 1 when it found holes or mismatches
 // or the legacy-assert policy crashed, 2 for bad options.
+import { addLoadOptions } from './load-options.js';
 import { accessSync, constants, statSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { Command } from 'commander';
-import { InvalidArgumentError, KvoffError } from '../errors.js';
+import { InvalidArgumentError, KvoffError, LoadFailedError } from '../errors.js';
 import { STORE_POLICIES } from '../ready.js';
 import { renderReport } from '../report/render.js';
 import { defaultWorkload } from '../runtime/defaults.js';
@@ -65,6 +66,7 @@ export async function runSimulate(
     ...(plan.tiers ? { tiers: plan.tiers } : {}),
     ...(plan.events ? { events: plan.events } : {}),
     ...(plan.cache ? { cache: plan.cache } : {}),
+    ...(plan.loadFailurePolicy ? { loadFailurePolicy: plan.loadFailurePolicy } : {}),
   });
   const warn = hooks.onTierWarning;
   const watch =
@@ -80,9 +82,16 @@ export async function runSimulate(
   try {
     await Promise.all(
       requests.map((r) =>
-        runtime.submit(r).then(() => {
-          done += 1;
-        }),
+        runtime.submit(r).then(
+          () => {
+            done += 1;
+          },
+          (err: unknown) => {
+            // --load-failure-policy fail: that request failed, counted in stats(); the run goes on.
+            if (!(err instanceof LoadFailedError)) throw err;
+            done += 1;
+          },
+        ),
       ),
     );
   } catch (err) {
@@ -122,6 +131,8 @@ export async function runSimulate(
       groups: plan.groupsName,
       transferThreads: plan.transferThreads,
       backend: plan.backend,
+      ranks: plan.config.ranks ?? 1,
+      rankLayout: plan.config.rankLayout ?? 'sharded',
       abortRate: plan.abortRate,
       offload: plan.offload,
       blockBytes: plan.blockBytes,
@@ -152,6 +163,9 @@ export async function runSimulate(
     wallSeconds: Math.round(wallSeconds * 1000) / 1000,
     tiers,
     chunksTransferFailed: stats.chunksTransferFailed,
+    loadFailures: stats.loadFailures,
+    loadFailureTokensRecomputed: stats.loadFailureTokensRecomputed,
+    requestsFailedByLoad: stats.requestsFailedByLoad,
     memory: stats.memory,
     ok: false,
   };
@@ -253,6 +267,16 @@ export function registerSimulate(program: Command): void {
       'shared-memory',
     )
     .option('--block-bytes <n>', BLOCK_BYTES_MEANING, String(d.blockBytes))
+    .option(
+      '--ranks <n>',
+      'tensor-parallel ranks: each copies its shard of every block; a store completes on every rank',
+      '1',
+    )
+    .option(
+      '--rank-layout <name>',
+      'sharded (each rank holds a slice of each block) or replicated (rank 0 writes, the others acknowledge)',
+      'sharded',
+    )
     .option('--seed <n>', 'seed of the workload, the engine and the lag', String(d.seed))
     .option(
       '--report <file.html>',
@@ -260,7 +284,7 @@ export function registerSimulate(program: Command): void {
     )
     .option('--trace-requests <n>', 'requests traced for --report', String(d.traceRequests))
     .option('--json', 'print one JSON object instead of the text report');
-  addEventOptions(addTraceOptions(addTierOptions(cmd)))
+  addLoadOptions(addEventOptions(addTraceOptions(addTierOptions(cmd))))
     .addHelpText(
       'after',
       '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +

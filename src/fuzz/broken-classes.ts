@@ -56,10 +56,15 @@ const RULE_SWITCHES: readonly RuleSwitch[] = FAULT_SWITCHES.filter(
   (s): s is RuleSwitch => 'rule' in s,
 );
 const RULE_VARIANTS: readonly RuleVariantId[] = RULE_SWITCHES.map((s) => s.name);
+/** The switches with a --broken row of their own (`--broken publish-on-first-ack`). */
+type RowSwitch = Extract<(typeof FAULT_SWITCHES)[number], { readonly brokenRow: string }>;
+const ROW_SWITCHES: readonly RowSwitch[] = FAULT_SWITCHES.filter(
+  (s): s is RowSwitch => 'brokenRow' in s,
+);
 
 /** How the fuzzer re-creates one class: the unsafe configuration and what must catch it. */
 export interface BrokenClass {
-  readonly id: FailureClassId | RuleVariantId;
+  readonly id: FailureClassId | RuleVariantId | RowSwitch['name'];
   /** The class, as docs/failure-classes.md names it. */
   readonly title: string;
   /** What the variant turns off, in words (for --help, reports and the benchmark). */
@@ -90,10 +95,13 @@ export const BROKEN_CLASSES: readonly BrokenClass[] = [
     );
     return s === undefined ? [] : rowOf(id, TITLES[id], s);
   }),
-  // Rows in id order: the rule variants by name.
-  ...[...RULE_SWITCHES]
-    .sort((a, b) => (a.name < b.name ? -1 : 1))
-    .flatMap((s) => rowOf(s.name, s.rule, s)),
+  // Rows in id order: the variants with a row of their own and the rule variants, by name.
+  ...[
+    ...ROW_SWITCHES.map((s) => ({ s: s as FaultSwitch, title: s.brokenRow })),
+    ...RULE_SWITCHES.map((s) => ({ s: s as FaultSwitch, title: s.rule })),
+  ]
+    .sort((a, b) => (a.s.name < b.s.name ? -1 : 1))
+    .flatMap(({ s, title }) => rowOf(s.name as BrokenClass['id'], title, s)),
 ];
 
 /** The row of a class (or rule variant) `id` the switch `s` re-creates; none when the fuzzer cannot turn it on. */
@@ -127,7 +135,7 @@ export function parseFailureClass(text: string, what = '--broken'): FailureClass
   if (id === undefined || !(FAILURE_CLASSES as readonly string[]).includes(id)) {
     throw new InvalidArgumentError(
       what,
-      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md, and the rule variants ${RULE_VARIANTS.join(', ')}`,
+      `unknown failure class ${quoted(String(text))}; known: F1..F12 (f01..f12), see docs/failure-classes.md, the rule variants ${RULE_VARIANTS.join(', ')} and ${ROW_SWITCHES.map((s) => s.name).join(', ')}`,
     );
   }
   return id as FailureClassId;
@@ -140,8 +148,10 @@ export function parseFailureClass(text: string, what = '--broken'): FailureClass
  */
 export function brokenClass(text: string, what = '--broken'): BrokenClass {
   const name = typeof text === 'string' ? text.trim() : '';
-  const rule = BROKEN_CLASSES.find((r) => r.id === name && name.startsWith('rule-'));
-  if (rule !== undefined) return rule;
+  const named = BROKEN_CLASSES.find(
+    (r) => r.id === name && !(FAILURE_CLASSES as readonly string[]).includes(name),
+  );
+  if (named !== undefined) return named;
   const id = parseFailureClass(text, what);
   const row = BROKEN_CLASSES.find((r) => r.id === id);
   if (row === undefined) {

@@ -59,3 +59,11 @@ export function lookupAnswerViolation(
   }
   return undefined;
 }
+
+/** True when a hit is one only the recompute budget allows: with a budget of 0 the specification would not. */
+export function budgetWasUsed(config: Config, a: LookupAnswered): boolean {
+  if (a.lower || config.maxRecomputePendingTokens === 0 || typeof a.answer !== 'number') {
+    return false;
+  }
+  return specLookupMismatch(specLookup(config, a.lookup, a.state), a.answer, 0) !== undefined;
+}

@@ -30,6 +30,11 @@ export const INVARIANTS = [
    * entry published before it.
    */
   'reset',
+  /**
+   * 9. With tensor-parallel ranks (runtime target): a store job's entry was
+   * readable before the store had every rank's acknowledgement of its copy.
+   */
+  'rank-ack',
 ] as const;
 export type InvariantName = (typeof INVARIANTS)[number];
 

@@ -44,7 +44,11 @@ type RuntimeEvent =
   /** EAGLE: after every engine step, the trailing chunk's blocks (beyond what is written) are rewritten with junk. */
   | { readonly kind: 'draft-rewrite' }
   /** main calls reset() at virtual time atMs (vLLM's reset_cache): the store runs it between two steps. */
-  | { readonly kind: 'reset'; readonly atMs: number };
+  | { readonly kind: 'reset'; readonly atMs: number }
+  /** With ranks: the store copy submitted `task`-th (from 0) reports forMs virtual ms after it ran. */
+  | { readonly kind: 'ack-late'; readonly task: number; readonly forMs: number }
+  /** With ranks: the store copy submitted `task`-th never reports (its job's bound, rankAckWaitMsMax, fails it). */
+  | { readonly kind: 'ack-lost'; readonly task: number };
 
 export interface RuntimeScenario {
   readonly seed: number;
@@ -77,6 +81,12 @@ export interface RuntimeScenario {
    * when it runs.
    */
   readonly gpuMaps?: boolean;
+  /**
+   * With tensor-parallel ranks (config.ranks > 1): how long a store job waits
+   * for every rank's acknowledgement (StoreLoopOptions.rankAckWaitMsMax), in
+   * virtual ms.
+   */
+  readonly rankAckWaitMsMax?: number;
   /** Virtual ms one step of each role takes (index: actor id). */
   readonly stepMs: readonly number[];
   readonly events: readonly RuntimeEvent[];
@@ -192,10 +202,28 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
   }
   // Drawn last, so a seed's other draws stay what they were before it existed.
   const gpuMaps = rng.chance(0.3);
-  return {
+  // Tensor-parallel ranks from a stream of their own, after every other draw:
+  // a seed that draws one rank is the schedule it was before ranks existed.
+  const tp = new Prng(seed, 11);
+  const ranks = tp.chance(0.4) ? tp.pick([2, 4]) : 1;
+  let ranked: ConfigInput = config;
+  let rankAckWaitMsMax: number | undefined;
+  if (ranks > 1) {
+    // 32-byte blocks: 8 words, 4 or 2 a rank.
+    ranked = { ...config, ranks, rankLayout: tp.chance(0.25) ? 'replicated' : 'sharded' };
+    rankAckWaitMsMax = tp.pick([20, 100, 500]);
+    const faults = tp.between(0, 4);
+    for (let i = 0; i < faults; i += 1) {
+      const task = tp.int(24);
+      if (tp.chance(0.25)) limited.push({ kind: 'ack-lost', task });
+      else limited.push({ kind: 'ack-late', task, forMs: tp.pick([0.5, 5, 50, 400]) });
+    }
+  }
+  const scenario = {
     seed,
     geometry: geo.name,
-    config,
+    config: ranked,
+    ...(rankAckWaitMsMax !== undefined ? { rankAckWaitMsMax } : {}),
     engine,
     allocator: { publishDelayMs: rng.pick([0, 0.5, 2, 10, 40]), jitterMs: rng.pick([0, 1, 5]) },
     hasher: { hashesPerWake: rng.between(1, 4), jitterMs: rng.pick([0, 0.5, 3]) },
@@ -206,7 +234,18 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     completionBell,
     gpuMaps,
   };
+  // The recompute budget (vLLM's max_recompute_pending_tokens), after every
+  // other draw: a seed that draws none runs the scenario it ran before; one in
+  // three loads a ready prefix past a pending suffix of up to this many tokens
+  // (the independent lookup specification judges every budgeted answer).
+  if (rng.chance(1 / 3)) {
+    ranked.maxRecomputePendingTokens = rng.pick(RECOMPUTE_BUDGETS_TOKENS);
+  }
+  return scenario;
 }
+
+/** Budgets drawn: under a chunk, about a chunk, several, and more than any prompt. */
+const RECOMPUTE_BUDGETS_TOKENS = [1, 4, 8, 16, 4 * PROMPT_TOKENS_MAX];
 
 function runtimeRequestEvents(s: RuntimeScenario): RuntimeSubmission[] {
   const out: RuntimeSubmission[] = [];
@@ -261,6 +300,9 @@ export function runtimeHangAfterMs(s: RuntimeScenario): number {
     if (e.kind === 'request') requests += 1;
     if (e.kind === 'request' || e.kind === 'close') lastMs = Math.max(lastMs, e.atMs);
     else if (e.kind === 'stall') stallMs += e.forMs;
+    // A late acknowledgement holds its job (and its request's end) that much longer, a lost one the job's bound.
+    else if (e.kind === 'ack-late') stallMs += e.forMs;
+    else if (e.kind === 'ack-lost') stallMs += s.rankAckWaitMsMax ?? 0;
   }
   return Math.min(
     RUNTIME_VIRTUAL_MS_MAX,

@@ -26,20 +26,6 @@ import { resolveConfig } from '../config.js';
 import { TransferBackendFailedError, invariant } from '../errors.js';
 import type { Config } from '../config.js';
 import type { Hashing } from '../hashing.js';
-import {
-  A_BLOCK_COUNT,
-  S_COMPUTED_TOKENS,
-  S_GENERATION,
-  S_HIT_CHUNKS,
-  S_MAX_OFFLOAD_TOKENS,
-  S_NUM_TOKENS,
-  S_PROMPT_TOKENS,
-  S_SCHEDULED_TOKENS,
-  S_STATUS,
-  Status,
-  T_CURSOR,
-} from '../layout.js';
-import { describeLeak, leakReportOf } from '../leaks.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from '../runtime/allocator-loop.js';
@@ -56,16 +42,16 @@ import type { RoleLoop, RoleWait } from '../runtime/role-loop.js';
 import { readStat } from '../runtime/stats.js';
 import { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
-import type { LookupAnswered } from '../runtime/store-loads.js';
-import { lookupAnswerViolation } from './lookup-oracle.js';
-import { specCursorBound, specTokenChunks } from './spec/ready-spec.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
 import { runtimeHangAfterMs, scenarioRingWords } from './runtime-scenario.js';
 import type { RuntimeScenario, RuntimeSubmission } from './runtime-scenario.js';
 import { ACTORS, ALLOCATOR, HASHER, SCHEDULER, STORE, TRANSFER } from './scenario.js';
+import { RuntimeChecks, rewriteTrailingChunks } from './runtime-checks.js';
 import { StepTransferBackend } from './step-backend.js';
+import { RankAckRelay } from './rank-acks.js';
+import type { AckFault } from './rank-acks.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
@@ -133,13 +119,15 @@ export class RuntimeWorld {
   readonly config: Config;
   violation: Violation | undefined;
   private readonly views: RuntimeViews;
-  /** The first cursor move of the store step past the specification's bound (raised after the step). */
-  private specCursorFinding: string | undefined;
+  /** The checks beside the chunk ledger's (runtime-checks.ts). */
+  private readonly checks: RuntimeChecks;
   private readonly engine: EngineSimulator;
   private readonly hasher: HasherLoop;
   private readonly allocator: AllocatorLoop;
   private readonly store: StoreLoop;
   private readonly backend: StepTransferBackend;
+  /** Between the copies and the store: each rank's acknowledgement, some late or lost (ranks > 1). */
+  private readonly acks: RankAckRelay;
   private readonly bells: Doorbell[];
   private readonly roles: RolePark[];
   /** The loop object of each role with a doorbell, by actor index. */
@@ -170,8 +158,6 @@ export class RuntimeWorld {
   private draftRewrite: boolean;
   private transferFailed = false;
   private jobsSeen = 0;
-  /** Chunks counted as dropped up to the last drained request (the specification's check reads the rest). */
-  private dropsSeen = 0;
 
   private decision = 0;
   private readonly decisions: number[] = [];
@@ -242,22 +228,38 @@ export class RuntimeWorld {
       scenario.completionBell === false ? undefined : this.bells[STORE],
       scenario.gpuMaps === true,
     );
+    const ackFaults = new Map<number, AckFault>();
+    for (const e of scenario.events) {
+      if (e.kind === 'ack-late') ackFaults.set(e.task, { kind: 'late', forMs: e.forMs });
+      else if (e.kind === 'ack-lost') ackFaults.set(e.task, { kind: 'lost' });
+    }
+    this.acks = new RankAckRelay(this.backend, config.ranks, ackFaults, now, (jobId) =>
+      this.store.planner.issuedJob(jobId),
+    );
     this.store = new StoreLoop(
       views,
-      this.backend,
+      this.acks,
       { jobs: () => {}, drained: (r) => this.onDrained(r) },
       {
         policy: options.policy,
         // The final wait runs on the virtual clock, as every other wait here.
         now: () => this.nowMs,
+        ...(scenario.rankAckWaitMsMax !== undefined
+          ? { rankAckWaitMsMax: scenario.rankAckWaitMsMax }
+          : {}),
         unsafeSkipPins: !options.pins,
         ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
         ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
         ...switchOptions([...switches], 'StoreLoopOptions'),
         onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
-        onLookupAnswered: (a) => this.checkLookup(a, switches.has('load-while-writing')),
-        onCursorMoved: (snap, group, from) => this.checkCursorMove(snap, group, from),
+        onLookupAnswered: (a) => this.checks.lookup(a, switches.has('load-while-writing')),
+        onCursorMoved: (snap, group, from) => this.checks.cursorMove(snap, group, from),
       },
+    );
+    this.checks = new RuntimeChecks(
+      views,
+      () => this.store,
+      (inv, message) => this.flag(inv, message),
     );
     this.loops = [this.engine, this.hasher, this.allocator, this.store];
     this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
@@ -269,6 +271,14 @@ export class RuntimeWorld {
     this.stepsMax = Math.ceil(
       (RUNTIME_DECISIONS_PER_STEP_MS_MAX * this.hangAfterMs) / stepMsMin + 1000,
     );
+  }
+
+  /**
+   * Lookups the recompute budget answered with a hit where a budget of 0
+   * would have asked again (the independent specification judged each).
+   */
+  get budgetedHits(): number {
+    return this.checks.budgetedHits;
   }
 
   /** The store planner's counters (what a run stored, deferred, dropped). */
@@ -402,9 +412,16 @@ export class RuntimeWorld {
         this.note(-1, 3, 0, () => 'main: every request settled; stop scheduler, then drain store');
       }
     }
+    // A late acknowledgement arrives: as a copy ring's completion does, it rings the store.
+    if (this.acks.nextDueMs <= this.nowMs) this.bells[STORE]!.ring();
     if (this.phase === 'stopping') {
       const store = this.roles[STORE]!;
-      if (!store.stopped && this.store.drained && this.backend.pending === 0) {
+      if (
+        !store.stopped &&
+        this.store.drained &&
+        this.backend.pending === 0 &&
+        this.acks.heldCount === 0
+      ) {
         store.stopped = true;
         this.store.stop();
         // Then the allocator's and the hasher's stop words, in the runtime's order.
@@ -413,7 +430,10 @@ export class RuntimeWorld {
           this.loops[a]!.stop();
         }
         this.phase = 'done';
-        this.endChecks();
+        if (!this.transferFailed) {
+          const found = this.checks.afterClose(this.engine.final(), this.allocator.final());
+          if (found !== undefined) this.stopQuiet(found[0], found[1]);
+        }
       }
     }
   }
@@ -459,6 +479,7 @@ export class RuntimeWorld {
     if (this.submits.queued > 0) later(this.submitRetryMs);
     if (!this.closing) later(this.closeAtMs);
     if (this.resetsAtMs.length > 0) later(this.resetsAtMs[0]!);
+    later(this.acks.nextDueMs);
     return next;
   }
 
@@ -555,7 +576,7 @@ export class RuntimeWorld {
 
   private schedulerStep(): void {
     const did = this.stepRole(SCHEDULER);
-    if (this.draftRewrite) this.rewriteTrailingChunks();
+    if (this.draftRewrite) rewriteTrailingChunks(this.views);
     const s = this.views.stats;
     this.note(
       SCHEDULER,
@@ -607,7 +628,8 @@ export class RuntimeWorld {
       () =>
         `store step ${did ? 'did work' : 'idle, parks'}: passes ${c.passes}, chunks stored ${c.chunksStored}, deferred ${c.chunksDeferred}, jobs in flight ${this.store.jobsInFlight}`,
     );
-    this.checkCursors();
+    this.checks.cursors();
+    if (this.config.ranks > 1) this.checks.rankAcks(this.acks);
     const completed = readStat(this.views.stats, 'jobsCompleted');
     if (completed !== this.jobsSeen) {
       this.jobsSeen = completed;
@@ -641,56 +663,8 @@ export class RuntimeWorld {
     this.note(TRANSFER, t.kind === 'store' ? 1 : 2, t.jobId, () =>
       this.scenario.gpuMaps === true
         ? `transfer ${t.kind} job ${t.jobId} (task ${t.index}): GPU copy made, map pending`
-        : `transfer ${t.kind} job ${t.jobId} (task ${t.index}) ran${t.kind === 'store' ? ' and unpinned its blocks' : ''}`,
+        : `transfer ${t.kind} job ${t.jobId}${this.config.ranks > 1 ? ` rank ${t.rank}` : ''} (task ${t.index}) ran${t.kind === 'store' && this.config.ranks === 1 ? ' and unpinned its blocks' : ''}`,
     );
-  }
-
-  // ------------------------------------------------------------------ faults
-
-  /** EAGLE: a draft pass rewrites the blocks of chunks the engine has not written yet. */
-  private rewriteTrailingChunks(): void {
-    const { state, gpu, geometry, config } = this.views;
-    const c = state.control;
-    const bpc = config.blocksPerChunk;
-    for (let slot = 0; slot < config.maxRequests; slot += 1) {
-      if ((Atomics.load(c, state.schedulerWord(slot, S_GENERATION)) & 1) === 0) continue;
-      const status = Atomics.load(c, state.schedulerWord(slot, S_STATUS));
-      if (status !== Status.running) continue;
-      const horizon = Math.min(
-        Atomics.load(c, state.schedulerWord(slot, S_COMPUTED_TOKENS)) +
-          Atomics.load(c, state.schedulerWord(slot, S_SCHEDULED_TOKENS)),
-        Atomics.load(c, state.schedulerWord(slot, S_NUM_TOKENS)),
-      );
-      for (const g of config.groups) {
-        const hit = Atomics.load(c, state.schedulerWord(slot, S_HIT_CHUNKS + g.index));
-        const count = Atomics.load(c, state.allocatorWord(slot, A_BLOCK_COUNT + g.index));
-        // The trailing chunk: the first one the written tokens do not cover.
-        const chunk = Math.max(hit, Math.floor(horizon / g.tokensPerChunk));
-        for (let p = chunk * bpc; p < Math.min(count, (chunk + 1) * bpc); p += 1) {
-          const b = state.blocks[state.blockBase(slot, g.index) + p]!;
-          if (b === 0) continue;
-          gpu.fill(0xdead0000 + p, b * geometry.wordsPerBlock, (b + 1) * geometry.wordsPerBlock);
-        }
-      }
-    }
-  }
-
-  // ------------------------------------------------------------------ oracle
-
-  /** Oracle 7 at the moment of each lookup answer (see lookup-oracle.ts). */
-  private checkLookup(a: LookupAnswered, loadWhileWriting: boolean): void {
-    const v = lookupAnswerViolation(this.views, a, this.store.tier, loadWhileWriting);
-    if (v !== undefined) this.flag(v.invariant, v.message);
-    // Oracle 8: what a hit serves became readable after the last reset.
-    for (const l of a.locked) {
-      const since = this.store.readableSince(l.key);
-      if (since !== undefined && since !== this.store.resetCount) {
-        this.flag(
-          'reset',
-          `a lookup after reset ${this.store.resetCount} hit chunk ${l.group}:${l.chunk} (key ${l.key.toString(16)}), readable since reset ${since}: a byte stored before a reset served after it`,
-        );
-      }
-    }
   }
 
   private onEnded(summary: EngineSummary): void {
@@ -705,121 +679,11 @@ export class RuntimeWorld {
    * its drained mark (its blocks still held): the chunk ledger's account of it.
    */
   private onDrained(d: DrainedRequest): void {
-    if (d.holes > 0) {
-      const at = d.firstHole
-        ? ` (first: group ${d.firstHole.group} chunk ${d.firstHole.chunk})`
-        : '';
-      this.flag(
-        'hole',
-        `r${d.requestId} ${d.status}: ${d.holes} token-ready chunk(s) neither stored nor counted as dropped when it drained${at}`,
-      );
-    }
-    if (d.doubleStores > 0) {
-      this.flag('double-store', `r${d.requestId}: ${d.doubleStores} chunk(s) dispatched twice`);
-    }
-    // Beside the chunk ledger's account, the specification's (it shares no code with the rule).
-    this.checkEndedCursor(d);
+    this.checks.drained(d);
     const p = this.pending.get(d.requestId);
     if (p === undefined) return;
     p.drained = d;
     if (p.ended !== undefined) this.pending.delete(d.requestId);
-  }
-  /**
-   * The specification's check of an ended request, just before the store
-   * marks it drained (its blocks still held): every chunk whose tokens were
-   * ready when it ended is below the final cursor, or counted as dropped (for
-   * capacity, or unready after the bound).
-   */
-  private checkEndedCursor(d: DrainedRequest): void {
-    const { state, config } = this.views;
-    const c = state.control;
-    const w = (f: number) => Atomics.load(c, state.schedulerWord(d.slot, f));
-    const facts = {
-      status: w(S_STATUS),
-      promptTokens: w(S_PROMPT_TOKENS),
-      numTokens: w(S_NUM_TOKENS),
-      computedTokens: w(S_COMPUTED_TOKENS),
-      scheduledTokens: w(S_SCHEDULED_TOKENS),
-      maxOffloadTokens: w(S_MAX_OFFLOAD_TOKENS),
-    };
-    const counters = this.store.planner.counters;
-    const drops = counters.chunksDroppedForCapacity + counters.chunksDroppedUnready;
-    const counted = drops - this.dropsSeen;
-    this.dropsSeen = drops;
-    let missing = 0;
-    const where: string[] = [];
-    for (const g of config.groups) {
-      const ready = specTokenChunks(config, facts, g);
-      const cursor = Atomics.load(c, state.storeWord(d.slot, T_CURSOR + g.index));
-      if (cursor < ready) {
-        missing += ready - cursor;
-        where.push(`group ${g.index}: cursor ${cursor} of ${ready} token-ready chunks`);
-      }
-    }
-    if (missing > counted) {
-      this.flag(
-        'hole',
-        `r${d.requestId} ${d.status}: ${missing - counted} token-ready chunk(s) neither stored nor counted as dropped when it drained (${where.join('; ')})`,
-      );
-    }
-  }
-
-  /**
-   * The specification's check of a cursor move (beside the ledger's, which
-   * reads the planner's own ready prefix): never past the ready prefix of the
-   * snapshot the pass read, recomputed from that snapshot's facts by
-   * spec/ready-spec.ts, nor past the token-ready chunks once it ended.
-   */
-  private checkCursorMove(snap: Readonly<RequestSnapshot>, group: number, from: number): void {
-    if (this.specCursorFinding !== undefined) return;
-    const { config } = this.views;
-    const g = config.groups[group]!;
-    const bound = specCursorBound(config, snap, g, snap.keyCount[group]!, snap.blockCount[group]!);
-    const to = snap.cursor[group]!;
-    if (to > from && to > bound) {
-      this.specCursorFinding = `slot ${snap.slot} group ${group}: cursor advanced ${from} -> ${to} past ${bound}, the specification's bound for the snapshot it was read from (keys ${snap.keyCount[group]}, blocks ${snap.blockCount[group]}, tokens ${snap.computedTokens}+${snap.scheduledTokens}/${snap.numTokens})`;
-    }
-  }
-
-  /** The ledger's and the specification's cursor findings of the store step that just ran. */
-  private checkCursors(): void {
-    const spec = this.specCursorFinding;
-    this.specCursorFinding = undefined;
-    const f = this.store.ledger.takeCursorFindings()[0];
-    if (f === undefined) {
-      if (spec !== undefined) this.flag('cursor-within-ready', spec);
-      return;
-    }
-    if (f.to < f.from) {
-      this.flag(
-        'cursor-monotonic',
-        `slot ${f.slot} group ${f.group}: cursor moved back ${f.from} -> ${f.to} in generation ${f.generation}`,
-      );
-    } else {
-      this.flag(
-        'cursor-within-ready',
-        `slot ${f.slot} group ${f.group}: cursor advanced ${f.from} -> ${f.to} past the ready prefix ${f.ready} it was read with`,
-      );
-    }
-  }
-
-  /** After close(): the runtime's leak report, all zero. */
-  private endChecks(): void {
-    if (this.transferFailed) return;
-    // What the runtime's leak report says after close(), from the same roles' final figures.
-    const report = leakReportOf(this.views.state, {
-      scheduler: this.engine.final(),
-      allocator: this.allocator.final(),
-      store: this.store.final(),
-    });
-    const leak = describeLeak(report, 'after close()');
-    if (leak !== undefined) return this.stopQuiet('leak', leak);
-    const v = this.store.verify();
-    if (v.mismatches > 0)
-      this.stopQuiet(
-        'mispairing',
-        `tier entries ${v.mismatchKeys.join(',')} do not hold their key's bytes at close()`,
-      );
   }
 
   private describeWaits(): string {

@@ -26,6 +26,9 @@ import {
   storeTaskBlocks,
   taskJobId,
   taskKind,
+  taskRank,
+  taskShard,
+  taskUnpins,
   TASK_LOAD,
 } from '../runtime/transfer.js';
 import type { AttachedArenas, TransferArenas } from '../runtime/transfer.js';
@@ -34,6 +37,8 @@ import { gpuBlockWords, tierBlockWords } from '../copy.js';
 export interface StepTask {
   readonly jobId: number;
   readonly kind: 'store' | 'load';
+  /** The tensor-parallel rank the task copies for (0 with one rank). */
+  readonly rank: number;
   /** Submission order, from 0. */
   readonly index: number;
   readonly words: Int32Array;
@@ -99,7 +104,13 @@ export class StepTransferBackend implements TransferBackend {
   submit(task: Int32Array): void {
     const kind = taskKind(task) === TASK_LOAD ? 'load' : 'store';
     // The store role may reuse its array: keep our own copy, as postMessage would.
-    this.queue.push({ jobId: taskJobId(task), kind, index: this.submitted, words: task.slice() });
+    this.queue.push({
+      jobId: taskJobId(task),
+      kind,
+      rank: taskRank(task),
+      index: this.submitted,
+      words: task.slice(),
+    });
     this.submitted += 1;
   }
 
@@ -124,10 +135,12 @@ export class StepTransferBackend implements TransferBackend {
     const { task, blocks } = this.staged.splice(index, 1)[0]!;
     this.complete(task, () => {
       for (const b of blocks) b.into.set(b.bytes);
-      if (task.kind === 'store' && task.words[2] === 1) {
+      if (task.kind === 'store' && taskUnpins(task.words)) {
         unpinBlocks(this.arenas.pins, storeTaskBlocks(task.words));
       }
-      return blocks.length * this.arenas.geometry.wordsPerBlock * 4;
+      let bytes = 0;
+      for (const b of blocks) bytes += b.bytes.length * 4;
+      return bytes;
     });
     return task;
   }
@@ -137,11 +150,14 @@ export class StepTransferBackend implements TransferBackend {
     const { gpu, tier, geometry } = this.arenas;
     const w = t.words;
     const blocks: { into: Uint32Array; bytes: Uint32Array }[] = [];
+    // The task's rank's shard of each block only (the whole block with one rank).
+    const { from: lo, to: hi } = taskShard(w, geometry.wordsPerBlock);
     let at = 5;
     if (t.kind === 'load') {
       for (let i = 0; i < w[4]!; i += 1, at += 3) {
-        const from = tierBlockWords(tier, geometry, w[at]!, w[at + 1]!);
-        blocks.push({ into: gpuBlockWords(gpu, geometry, w[at + 2]!), bytes: from.slice() });
+        const from = tierBlockWords(tier, geometry, w[at]!, w[at + 1]!).subarray(lo, hi);
+        const into = gpuBlockWords(gpu, geometry, w[at + 2]!).subarray(lo, hi);
+        if (hi > lo) blocks.push({ into, bytes: from.slice() });
       }
       return { task: t, blocks };
     }
@@ -149,9 +165,14 @@ export class StepTransferBackend implements TransferBackend {
       const tierSlot = w[at++]!;
       const n = w[at++]!;
       for (let i = 0; i < n; i += 1, at += 2) {
-        const from = gpuBlockWords(gpu, geometry, w[at]!);
-        const into = tierBlockWords(tier, geometry, tierSlot, w[at + 1]! % geometry.blocksPerChunk);
-        blocks.push({ into, bytes: from.slice() });
+        const from = gpuBlockWords(gpu, geometry, w[at]!).subarray(lo, hi);
+        const into = tierBlockWords(
+          tier,
+          geometry,
+          tierSlot,
+          w[at + 1]! % geometry.blocksPerChunk,
+        ).subarray(lo, hi);
+        if (hi > lo) blocks.push({ into, bytes: from.slice() });
       }
     }
     return { task: t, blocks };
@@ -160,11 +181,12 @@ export class StepTransferBackend implements TransferBackend {
   /** Publishes `t`'s completion: `copy` runs unless the task is chosen to fail. */
   private complete(t: StepTask, copy: () => number): void {
     if (this.failing.has(t.index) || (t.kind === 'load' && this.failLoads)) {
-      if (t.kind === 'store' && t.words[2] === 1)
+      if (t.kind === 'store' && taskUnpins(t.words))
         unpinBlocks(this.arenas.pins, storeTaskBlocks(t.words));
       this.done.push({
         jobId: t.jobId,
         kind: t.kind,
+        rank: t.rank,
         ok: false,
         bytes: 0,
         latencyMs: 0,
@@ -172,7 +194,7 @@ export class StepTransferBackend implements TransferBackend {
       });
     } else {
       const bytes = copy();
-      this.done.push({ jobId: t.jobId, kind: t.kind, ok: true, bytes, latencyMs: 0 });
+      this.done.push({ jobId: t.jobId, kind: t.kind, rank: t.rank, ok: true, bytes, latencyMs: 0 });
     }
     // As runTransferRing does: the completion is published, then the bell rung.
     this.completionBell?.ring();

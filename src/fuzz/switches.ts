@@ -67,6 +67,12 @@ export interface FaultSwitch {
    * share the rule's code can find it (docs/fuzzing.md).
    */
   readonly rule?: string;
+  /**
+   * A `kvoff fuzz --broken <name>` row of its own, for a variant its failure
+   * class's row does not run (that row takes the class's first switch): what
+   * the variant gets wrong.
+   */
+  readonly brokenRow?: string;
   /** The invariants that show it (what a campaign of it watches). */
   readonly watch?: readonly InvariantName[];
 }
@@ -259,6 +265,17 @@ export const FAULT_SWITCHES = [
     runtimeOnly: true,
     rule: 'the last prompt token loaded although a windowed group needs it computed',
     watch: ['load-decision'],
+  },
+  {
+    name: 'publish-on-first-ack',
+    variant:
+      'runtime target with ranks: a store job publishes (and unpins) on its first rank acknowledgement, not its last',
+    options: [{ on: 'PlannerOptions', option: 'unsafePublishOnFirstAck' }],
+    fuzz: { kind: 'switch' },
+    runtimeOnly: true,
+    failureClass: 'f12',
+    brokenRow: 'an entry published before every tensor-parallel rank acknowledged its copy',
+    watch: ['rank-ack'],
   },
 ] as const satisfies readonly FaultSwitch[];
 

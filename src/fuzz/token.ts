@@ -8,13 +8,16 @@
 //   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
 //   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
-//   kvf1.ready-prefix.random.pins.1234.trt2             --target runtime
-//   kvf1.ready-prefix.random.pins.1234.trt2.uload-while-writing  a runtime test switch on
+//   kvf1.ready-prefix.random.pins.1234.trt3             --target runtime
+//   kvf1.ready-prefix.random.pins.1234.trt3.uload-while-writing  a runtime test switch on
 //
 // The runtime target's part carries the version of its schedules: when the
 // roles came to be driven by one role driver (src/runtime/role-loop.ts) the
 // same seed drew another interleaving, so a `.trt` token (the version before)
 // is refused with a message instead of silently replaying a different schedule.
+// `.trt3`: the runtime scenarios gained tensor-parallel ranks, drawn after
+// every other draw, so a seed that draws one rank replays as under `.trt2`
+// and a seed that draws more replays another schedule: `.trt2` is refused too.
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
 // hole), which read as "whole schedule"; such tokens still decode. The parts
@@ -57,9 +60,9 @@ export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
 /** The runtime target's part: its schedules' version (see the head of this file). */
-const RUNTIME_TARGET = 'trt2';
+const RUNTIME_TARGET = 'trt3';
 /** Runtime target parts of earlier versions, refused by name. */
-const RUNTIME_TARGETS_OLD: readonly string[] = ['trt'];
+const RUNTIME_TARGETS_OLD: readonly string[] = ['trt', 'trt2'];
 const NO_PINS = switchFlag('no-pins').token;
 const NO_REVALIDATE = switchFlag('no-revalidate').token;
 const NO_SETTLE = switchFlag('no-settle').token;
@@ -133,7 +136,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
       target = 'runtime';
     } else if (RUNTIME_TARGETS_OLD.includes(part)) {
       throw bad(
-        `${quoted(part)} is a runtime-target token of an earlier kvoff whose schedules no longer replay (the roles are driven differently since); draw the seed again with --target runtime --seed ${seed} --schedules 1`,
+        `${quoted(part)} is a runtime-target token of an earlier kvoff whose schedules no longer replay (the roles are driven, or the scenarios drawn, differently since); draw the seed again with --target runtime --seed ${seed} --schedules 1`,
       );
     } else if (part.startsWith(SWITCHES_PREFIX) && switches === undefined) {
       switches = part

@@ -5,7 +5,10 @@
 export interface TransferCompletion {
   readonly jobId: number;
   readonly kind: 'store' | 'load';
+  /** The tensor-parallel rank whose copy this was (0 with one rank; absent: 0). */
+  readonly rank?: number;
   readonly ok: boolean;
+  /** Bytes copied; for a failed load, those copied (entry by entry, in task order) before it failed. */
   readonly bytes: number;
   readonly latencyMs: number;
   readonly error?: unknown;

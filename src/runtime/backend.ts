@@ -19,8 +19,10 @@ import {
   attachArenas,
   runTransferTask,
   taskJobId,
+  taskRank,
   taskKind,
   TASK_LOAD,
+  bytesBeforeFailure,
 } from './transfer.js';
 import type { AttachedArenas, TransferArenas, TransferRingSpec } from './transfer.js';
 import { piscinaExecArgv, workerUrl } from './worker-files.js';
@@ -48,12 +50,21 @@ export class InlineTransferBackend implements TransferBackend {
       this.done.push({
         jobId: taskJobId(task),
         kind,
+        rank: taskRank(task),
         ok: true,
         bytes,
         latencyMs: performance.now() - t0,
       });
     } catch (error) {
-      this.done.push({ jobId: taskJobId(task), kind, ok: false, bytes: 0, latencyMs: 0, error });
+      this.done.push({
+        jobId: taskJobId(task),
+        kind,
+        rank: taskRank(task),
+        ok: false,
+        bytes: bytesBeforeFailure(error),
+        latencyMs: 0,
+        error,
+      });
     }
   }
   takeCompletions(): TransferCompletion[] {

@@ -55,6 +55,8 @@ const CONFIG_INPUT_KEYS: KnownKeys<ConfigInput> = {
   bytesPerBlock: true,
   padHotWords: true,
   maxRecomputePendingTokens: true,
+  ranks: true,
+  rankLayout: true,
 };
 
 const GROUP_INPUT_KEYS: KnownKeys<GroupInput> = {

@@ -183,6 +183,7 @@ export function finishSummary(e: EngineState, r: EngineRequest, opened: boolean)
     hitChunks: r.hit,
     preemptions: r.preemptions,
     ...(r.reason === undefined ? {} : { reason: r.reason }),
+    ...(r.loadFailed === undefined ? {} : { loadFailed: r.loadFailed }),
   });
 }
 

@@ -2,10 +2,12 @@
 // sends at admission (and its back-off when the store says "not yet"), the
 // hit it opens with, the blocks the hit loads into, the load record to the
 // store, and the check of every loaded block against its chunk's key. A
-// failed load is never served as a hit (F11): the request recomputes.
+// failed load is never served as a hit (F11): the request recomputes from the
+// first chunk that failed, or fails (loadFailurePolicy, decided by the store).
 import { invariant } from '../errors.js';
 import { loadPlan, lookupWaitMs } from '../lookup.js';
 import type { KvEntry } from './engine-kv.js';
+import { end } from './engine-commit.js';
 import { ensureKeys, unlockRecord } from './engine-request.js';
 import type { EngineRequest } from './engine-request.js';
 import { ALLOC_FAILURES_MAX } from './engine-state.js';
@@ -15,6 +17,7 @@ import {
   ANS_LOADED,
   ANS_LOOKED_UP,
   LOOKUP_DEFERRED,
+  LOOKUP_FAILED,
   LOOKUP_RETRY,
   OP_ALLOC,
   OP_LOAD,
@@ -149,16 +152,41 @@ function startLoad(e: EngineState, r: EngineRequest, ids: Int32Array): void {
 export function onStoreAnswer(e: EngineState, a: Int32Array): void {
   const r = e.byId.get(a[1]!);
   if (r === undefined) invariant(false, `store answer for a known request ${a[1]}`);
-  if (a[0] === ANS_LOOKED_UP) onLookupAnswer(e, r, a[2]!);
+  if (a[0] === ANS_LOOKED_UP && a[2] === LOOKUP_FAILED) lookupFailed(e, r, a);
+  else if (a[0] === ANS_LOOKED_UP) onLookupAnswer(e, r, a[2]!);
   else onLoadAnswer(e, r, a);
 }
 
-function onLookupAnswer(e: EngineState, r: EngineRequest, answer: number): void {
+/** A lookup answered: its wait is measured and it is no longer pending. */
+function lookupAnswered(e: EngineState, r: EngineRequest): void {
   invariant(r.phase === 'lookup' && e.lookupsPending > 0, 'lookup answer while looking up');
   e.lookupsPending -= 1;
   const waitMs = e.now() - r.lookupSentMs;
   r.lookupSentMs = -1;
   if (waitMs > e.counters.lookupWaitMsMax) e.counters.lookupWaitMsMax = waitMs;
+}
+
+/** [LOOKED_UP, id, LOOKUP_FAILED, firstFailedChunk, hitChunks]: a lower level refused a chunk and the policy is 'fail'. */
+function lookupFailed(e: EngineState, r: EngineRequest, a: Int32Array): void {
+  lookupAnswered(e, r);
+  // It holds no slot: nothing releases it from the live list later.
+  e.live.splice(e.live.indexOf(r), 1);
+  failByLoad(e, r, a[3]!, a[4]!);
+}
+
+/** loadFailurePolicy 'fail': the request ends with LoadFailedError's code as its reason. */
+function failByLoad(
+  e: EngineState,
+  r: EngineRequest,
+  firstFailedChunk: number,
+  hitChunks: number,
+): void {
+  r.loadFailed = { firstFailedChunk, hitChunks };
+  end(e, r, 'aborted', `KVOFF_LOAD_FAILED: chunk ${firstFailedChunk} of ${hitChunks}`);
+}
+
+function onLookupAnswer(e: EngineState, r: EngineRequest, answer: number): void {
+  lookupAnswered(e, r);
   if (answer !== LOOKUP_DEFERRED && answer !== LOOKUP_RETRY) {
     open(e, r, answer);
     return;
@@ -181,28 +209,31 @@ function onLookupAnswer(e: EngineState, r: EngineRequest, answer: number): void 
 function onLoadAnswer(e: EngineState, r: EngineRequest, a: Int32Array): void {
   invariant(a[0] === ANS_LOADED && r.phase === 'loading', 'load answer while loading');
   e.outstanding -= 1;
-  if (a[2] !== 1) {
-    // The copy failed: its blocks hold whatever they held. Never serve them
-    // as a hit (F11): recompute from zero into the same blocks.
-    r.phase = 'running';
+  if (a[4] === 1) {
+    failByLoad(e, r, a[3]!, r.hit);
     return;
   }
-  verifyLoad(e, r);
+  // A failed copy leaves its blocks holding whatever they held: never serve
+  // them as a hit (F11). Only the sound prefix the store reports counts as
+  // loaded ([LOADED, id, ok, loadedChunks, fails]); the rest is recomputed
+  // into the same blocks.
+  const loaded = a[2] === 1 ? r.hit : a[3]!;
+  verifyLoad(e, r, loaded);
   const tpc = e.views.config.groups[0]!.tokensPerChunk;
-  r.computed = r.hit * tpc;
-  r.bytesChunks.fill(r.hit);
-  e.counters.tierHits += r.hit;
+  r.computed = loaded * tpc;
+  r.bytesChunks.fill(loaded);
+  e.counters.tierHits += loaded;
   e.setRunning(r);
 }
 
-/** Every loaded block must hold the expansion of its chunk's key. */
-function verifyLoad(e: EngineState, r: EngineRequest): void {
+/** Every block loaded below chunk `upTo` must hold the expansion of its chunk's key. */
+function verifyLoad(e: EngineState, r: EngineRequest, upTo: number): void {
   const bpc = e.views.config.blocksPerChunk;
   const loaded: KvEntry[] = [];
   for (const g of e.views.config.groups) {
     const blocks = r.blocks[g.index]!;
     const lo = r.load[g.index]!.firstChunk;
-    for (let p = lo * bpc; p < r.hit * bpc; p += 1) {
+    for (let p = lo * bpc; p < upTo * bpc; p += 1) {
       loaded.push({
         block: blocks[p]!,
         key: r.keys[g.index]![Math.floor(p / bpc)]!,

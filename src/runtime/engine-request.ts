@@ -41,6 +41,8 @@ export interface EngineSummary {
   preemptions: number;
   /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
   reason?: string;
+  /** A chunk of its tier hit failed to load and loadFailurePolicy is 'fail' (submit() rejects with LoadFailedError). */
+  loadFailed?: { firstFailedChunk: number; hitChunks: number };
 }
 
 export interface EngineEvents {
@@ -96,6 +98,8 @@ export class EngineRequest {
   /** Why the engine ended it early (e.g. it can never fit the GPU pool). */
   reason: string | undefined;
   ending: 'finished' | 'aborted' = 'finished';
+  /** Set when a load failure failed it (loadFailurePolicy 'fail'). */
+  loadFailed: { firstFailedChunk: number; hitChunks: number } | undefined;
   awaiting = false;
   /** Per group, what the tier hit loads (set when the hit is known). */
   load: readonly GroupLoad[] = [];

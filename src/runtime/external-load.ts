@@ -7,12 +7,19 @@
 // timer, and every wait is bounded.
 import type { Config } from '../config.js';
 import { gpuBlockMatches } from '../copy.js';
-import { ClosedError, InvalidArgumentError, TimeoutError, invariant } from '../errors.js';
+import {
+  ClosedError,
+  InvalidArgumentError,
+  LoadFailedError,
+  TimeoutError,
+  invariant,
+} from '../errors.js';
 import type { Hashing } from '../hashing.js';
 import { loadHashing, promptKeys } from '../hashing.js';
 import { validateCacheSalt } from '../identity.js';
 import { A_BLOCK_COUNT, OWNER_CLOSED } from '../layout.js';
-import { loadPlan } from '../lookup.js';
+import { loadPlan, loadedPrefixChunks } from '../lookup.js';
+import type { LoadFailurePolicy } from '../lookup.js';
 import { checkHandle, ownHandle } from '../roles/handle.js';
 import { IntInput } from '../roles/input.js';
 import type { RequestHandle } from '../roles/handle.js';
@@ -26,6 +33,7 @@ import {
   ANS_LOADED,
   ANS_LOOKED_UP,
   LOOKUP_DEFERRED,
+  LOOKUP_FAILED,
   LOOKUP_RETRY,
   OP_LOAD,
   OP_UNLOCK,
@@ -59,16 +67,31 @@ export interface ExternalLookupOptions extends LookupLimits {
 }
 
 export interface ExternalLoadResult {
+  /** The copy succeeded (false: it failed part-way; see loadedTokens). */
   readonly ok: boolean;
   readonly blocksLoaded: number;
   /** Loaded blocks whose bytes are not the expansion of their chunk's key (0 when the load is sound). */
   readonly mismatches: number;
+  /**
+   * Tokens of the hit that count as loaded (vLLM's num_computed_tokens after
+   * a load): the whole hit when the load is sound; under loadFailurePolicy
+   * 'recompute', the chunks before the first whose copy failed or whose
+   * blocks did not verify. Compute the prompt from here.
+   */
+  readonly loadedTokens: number;
 }
 
 const POLL_MS = 1;
 const ANSWERS_PER_PUMP_MAX = 256;
 /** Tags are positive int32s; they wrap long before an outstanding one could be reused. */
 const TAG_MAX = 0x7fffffff;
+/**
+ * Prompts answered "ask again later" whose tag is kept for the next lookup
+ * of the same prompt, at most, and for how long (the store forgets a
+ * resolution nobody asked about for 60 s).
+ */
+const DEFERRED_PROMPTS_MAX = 4096;
+const DEFERRED_PROMPT_MS_MAX = 60_000;
 
 export class ExternalLoadPath {
   private readonly config: Config;
@@ -79,11 +102,28 @@ export class ExternalLoadPath {
   private readonly waiting = new Map<number, (record: Int32Array) => void>();
   /** Hits looked up and neither loaded nor cancelled: tag -> answer. */
   private readonly open = new Map<number, ExternalLookupAnswer & { deferred: false }>();
+  /**
+   * Prompts last answered "ask again later", by what identifies their lookup
+   * (see promptIdentity): the tag it went with. The next lookup of the same
+   * prompt reuses it, so the store's resolution over the levels below host,
+   * which it keeps by tag, belongs to the request and not to one call (with
+   * a new tag each call, every call started a new resolution and was
+   * answered 'retry' again, for as long as the host kept asking).
+   */
+  private readonly deferred = new Map<string, { tag: number; atMs: number }>();
+  private readonly deferredTags = new Set<number>();
   private readonly ring: () => void;
+  private readonly loadFailurePolicy: LoadFailurePolicy;
   private hashing: Hashing | undefined;
   private nextTag = 1;
 
-  constructor(config: Config, buffers: RuntimeBuffers, ring: () => void) {
+  constructor(
+    config: Config,
+    buffers: RuntimeBuffers,
+    ring: () => void,
+    loadFailurePolicy: LoadFailurePolicy = 'recompute',
+  ) {
+    this.loadFailurePolicy = loadFailurePolicy;
     this.config = config;
     this.views = new RuntimeViews(config, buffers);
     const storeRequests = this.views.ring('storeRequest');
@@ -108,19 +148,26 @@ export class ExternalLoadPath {
     checkLoadableGroups(this.config);
     this.hashing ??= await loadHashing(this.config.keyHash);
     const keys = promptKeys(this.config, this.hashing, promptTokens, salt);
-    const tag = this.takeTag();
-    const record = encodeLookup(
+    const numTokens = lookupTokensThatFit(
       this.config,
-      tag,
-      lookupTokensThatFit(this.config, promptTokens.length, this.storeRecordWordsMax),
-      options.force === true,
-      (g, c) => keys[g]![c]!,
-      limits,
+      promptTokens.length,
+      this.storeRecordWordsMax,
     );
+    const force = options.force === true;
+    const identity = promptIdentity(keys, numTokens, force, limits);
+    const tag = this.tagFor(identity);
+    const record = encodeLookup(this.config, tag, numTokens, force, (g, c) => keys[g]![c]!, limits);
     const answer = await this.ask(tag, record, ANS_LOOKED_UP, options.timeoutMs);
     const hit = answer[2]!;
-    if (hit === LOOKUP_DEFERRED) return { deferred: true, reason: 'pending' };
-    if (hit === LOOKUP_RETRY) return { deferred: true, reason: 'retry' };
+    if (hit === LOOKUP_DEFERRED || hit === LOOKUP_RETRY) {
+      this.rememberDeferred(identity, tag);
+      return { deferred: true, reason: hit === LOOKUP_RETRY ? 'retry' : 'pending' };
+    }
+    this.forgetDeferred(identity, tag);
+    if (hit === LOOKUP_FAILED) {
+      // loadFailurePolicy 'fail': a level below host refused a chunk of the hit; nothing is locked.
+      throw new LoadFailedError(answer[3]!, answer[4]!, 'a tier below host refused it');
+    }
     const tpc = this.config.groups[0]!.tokensPerChunk;
     const out = {
       deferred: false as const,
@@ -161,7 +208,7 @@ export class ExternalLoadPath {
     const plans = loadPlan(this.config.groups, 0, answer.hitTokens);
     const bpc = this.config.blocksPerChunk;
     const record = [OP_LOAD, answer.tag, handle.slot, handle.generation];
-    const checks: { block: number; key: bigint; position: number }[] = [];
+    const checks: { block: number; key: bigint; position: number; group: number }[] = [];
     for (const p of plans) {
       const count = Atomics.load(
         state.control,
@@ -192,16 +239,40 @@ export class ExternalLoadPath {
           );
         }
         record.push(block);
-        checks.push({ block, key: answer.keys[p.group]![Math.floor(q / bpc)]!, position: q });
+        checks.push({
+          block,
+          key: answer.keys[p.group]![Math.floor(q / bpc)]!,
+          position: q,
+          group: p.group,
+        });
       }
     }
     this.open.delete(answer.tag);
     const done = await this.ask(answer.tag, record, ANS_LOADED, timeoutMs);
+    const hitChunks = answer.hitTokens / this.config.groups[0]!.tokensPerChunk;
+    if (done[4] === 1) throw new LoadFailedError(done[3]!, hitChunks, 'its copy failed');
+    // Blocks are checked up to what the store says was copied soundly; the
+    // first that does not verify ends the loaded prefix in its group.
+    const copied = done[2] === 1 ? hitChunks : done[3]!;
     const { gpu, geometry } = this.views;
+    const failedAt = plans.map((p) => p.endChunk);
     let mismatches = 0;
-    for (const c of checks)
-      if (!gpuBlockMatches(gpu, geometry, c.block, c.key, c.position)) mismatches += 1;
-    return { ok: done[2] === 1, blocksLoaded: checks.length, mismatches };
+    for (const c of checks) {
+      const chunk = Math.floor(c.position / bpc);
+      if (chunk >= copied || gpuBlockMatches(gpu, geometry, c.block, c.key, c.position)) continue;
+      mismatches += 1;
+      failedAt[c.group] = Math.min(failedAt[c.group]!, chunk);
+    }
+    const loaded = Math.min(copied, loadedPrefixChunks(this.config.groups, plans, failedAt));
+    if (loaded < hitChunks && this.loadFailurePolicy === 'fail') {
+      throw new LoadFailedError(loaded, hitChunks, `${mismatches} blocks did not verify`);
+    }
+    return {
+      ok: done[2] === 1,
+      blocksLoaded: checks.length,
+      mismatches,
+      loadedTokens: loaded * this.config.groups[0]!.tokensPerChunk,
+    };
   }
 
   /** Gives up a looked-up hit without loading it: the store role releases its protection. */
@@ -228,9 +299,36 @@ export class ExternalLoadPath {
     for (let i = 0; i < TAG_MAX; i += 1) {
       const tag = this.nextTag;
       this.nextTag = tag >= TAG_MAX ? 1 : tag + 1;
-      if (!this.waiting.has(tag) && !this.open.has(tag)) return tag;
+      if (!this.waiting.has(tag) && !this.open.has(tag) && !this.deferredTags.has(tag)) return tag;
     }
     invariant(false, 'a free lookup tag');
+  }
+
+  /** The tag a prompt asked again with last (unless a call on it is in flight), else a new one. */
+  private tagFor(identity: string): number {
+    const kept = this.deferred.get(identity);
+    if (kept !== undefined && !this.waiting.has(kept.tag)) return kept.tag;
+    return this.takeTag();
+  }
+
+  private rememberDeferred(identity: string, tag: number): void {
+    const now = Date.now();
+    this.deferred.delete(identity);
+    this.deferred.set(identity, { tag, atMs: now });
+    this.deferredTags.add(tag);
+    // Oldest first (insertion order): a host that gave up on a prompt never asks again.
+    for (const [id, d] of this.deferred) {
+      if (this.deferred.size <= DEFERRED_PROMPTS_MAX && now - d.atMs <= DEFERRED_PROMPT_MS_MAX) {
+        break;
+      }
+      this.forgetDeferred(id, d.tag);
+    }
+  }
+
+  private forgetDeferred(identity: string, tag: number): void {
+    if (this.deferred.get(identity)?.tag !== tag) return;
+    this.deferred.delete(identity);
+    this.deferredTags.delete(tag);
   }
 
   private ask(
@@ -282,4 +380,25 @@ export class ExternalLoadPath {
       }
     }, ANSWERS_PER_PUMP_MAX);
   }
+}
+
+/**
+ * What makes two lookups the same question: the prompt's keys (a chain over
+ * its tokens and cache salt, so the last key of each group names the whole
+ * prefix), its token count, and the lookup's flags and cap.
+ */
+function promptIdentity(
+  keys: readonly (readonly bigint[])[],
+  numTokens: number,
+  force: boolean,
+  limits: LookupLimits,
+): string {
+  const last = keys.map((k) => (k.length > 0 ? k[k.length - 1]!.toString(16) : '-'));
+  return [
+    numTokens,
+    force ? 1 : 0,
+    limits.maxLoadTokens ?? '',
+    limits.skipReadingPrefixCache === true ? 1 : 0,
+    ...last,
+  ].join(':');
 }

@@ -7,6 +7,7 @@
 //
 // A host worker can attach to the same memory: post `runtime.buffers` and
 // `runtime.config` to it and call `attachExternal(config, buffers)` there.
+import type { LoadFailurePolicy } from '../lookup.js';
 import type { Config } from '../config.js';
 import { writeComputedBlock } from '../copy.js';
 import {
@@ -121,6 +122,8 @@ export class ExternalHost {
     buffers: RuntimeBuffers,
     /** The runtime's reset (the store role runs in its worker). */
     reset?: (options: { shared?: boolean }) => Promise<void>,
+    /** RuntimeOptions.loadFailurePolicy: what load() does with a chunk that failed verification. */
+    loadFailurePolicy: LoadFailurePolicy = 'recompute',
   ) {
     this.resetStore = reset;
     const views = new RuntimeViews(config, buffers);
@@ -130,7 +133,12 @@ export class ExternalHost {
     const pool = this.pool;
     // The allocator view refuses block IDs this pool did not hand out.
     this.roles = attachExternal(config, buffers, { handedOut: (b) => pool.isAllocated(b) });
-    this.loadPath = new ExternalLoadPath(config, buffers, () => this.roles.wake());
+    this.loadPath = new ExternalLoadPath(
+      config,
+      buffers,
+      () => this.roles.wake(),
+      loadFailurePolicy,
+    );
   }
 
   /**

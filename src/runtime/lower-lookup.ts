@@ -29,6 +29,19 @@ export interface LookupView {
   prefixHit(present: (k: bigint) => boolean): number;
 }
 
+/**
+ * A chunk of the hit a resolution meant to promote that its level did not
+ * give back (refused by its checks: a bad checksum or tag, another chunk's
+ * entry; or gone since it answered): a load failure, as in vLLM, where a
+ * load job that fails invalidates its blocks.
+ */
+export interface LowerLoadFailure {
+  /** The hit stops before this chunk (the chunks before it were promoted). */
+  readonly firstFailedChunk: number;
+  /** The hit, in chunks, had every chunk come back. */
+  readonly hitChunks: number;
+}
+
 interface Run {
   state: 'running' | 'pending' | 'done';
   /**
@@ -40,6 +53,8 @@ interface Run {
   retryAtMs: number;
   /** Keys this resolution promoted into the host tier, with the level each came from (lower-level hits, not host hits). */
   promoted: Map<bigint, 'disk' | 'redis'>;
+  /** A chunk of the hit its level failed to give back (the last resolution's). */
+  failure?: LowerLoadFailure;
   startedAtMs: number;
 }
 
@@ -153,13 +168,16 @@ export class LowerLookups {
     this.reading.clear();
   }
 
-  /** The lookup was answered: forget its resolution (it reads nothing more); returns the keys it promoted. */
-  finish(tag: number): ReadonlyMap<bigint, 'disk' | 'redis'> {
+  /** The lookup was answered: forget its resolution (it reads nothing more); returns the keys it promoted and a load failure, if any. */
+  finish(tag: number): {
+    readonly promoted: ReadonlyMap<bigint, 'disk' | 'redis'>;
+    readonly failure: LowerLoadFailure | undefined;
+  } {
     const run = this.runs.get(tag);
-    if (run === undefined) return new Map();
+    if (run === undefined) return { promoted: new Map(), failure: undefined };
     run.ended = true;
     this.runs.delete(tag);
-    return run.promoted;
+    return { promoted: run.promoted, failure: run.failure };
   }
 
   /**
@@ -332,6 +350,13 @@ export class LowerLookups {
     const inHost = (k: bigint) => this.readable.get(k)?.positions.length === this.bpc;
     // The host tier may have changed while we awaited: recompute on what is there now.
     const final = view.prefixHit((k) => inHost(k) || got.has(k));
+    // A chunk a level failed to give back ends the hit: a load failure. Reads
+    // skipped because the lookup was answered or its request gone are not.
+    const lost = new Set(needed.filter((k) => !got.has(k)));
+    if (lost.size > 0 && !run.ended) {
+      const meant = view.prefixHit((k) => inHost(k) || got.has(k) || lost.has(k));
+      if (meant > final) run.failure = { firstFailedChunk: final, hitChunks: meant };
+    }
     const within = new Set<bigint>();
     for (const g of groups) {
       const [from, to] = decisionChunks(g, final, view.count);

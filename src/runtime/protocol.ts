@@ -33,12 +33,20 @@ export const OP_UNLOCK = 32;
 /**
  * [LOOKED_UP, tag, hitChunks]; hitChunks is LOOKUP_DEFERRED when a pending
  * entry decides it, LOOKUP_RETRY when a tier level could not answer yet (both:
- * ask again later).
+ * ask again later). [LOOKED_UP, tag, LOOKUP_FAILED, firstFailedChunk,
+ * hitChunks]: a level below the host refused a chunk of the hit on its way up
+ * and loadFailurePolicy is 'fail' (the request fails; nothing is locked).
  */
 export const ANS_LOOKED_UP = 40;
 export const LOOKUP_DEFERRED = -1;
 export const LOOKUP_RETRY = -2;
-/** [LOADED, tag, ok] */
+export const LOOKUP_FAILED = -3;
+/**
+ * [LOADED, tag, ok, loadedChunks, fails]: loadedChunks is the prefix of the
+ * hit every group holds soundly (the hit when ok; before the first chunk whose
+ * copy failed otherwise, see loadedPrefixChunks); fails is 1 when the request
+ * fails for it (loadFailurePolicy 'fail'), 0 when it recomputes from there.
+ */
 export const ANS_LOADED = 41;
 
 /** Sentinel for an unset optional field in a record. */

@@ -15,6 +15,7 @@ import {
   RING_STOP,
   decodeCompletion,
   taskJobId,
+  taskRank,
   taskKind,
   TASK_LOAD,
 } from './transfer.js';
@@ -57,6 +58,7 @@ export function createRingThreadBuffers(
 interface Ticket {
   readonly jobId: number;
   readonly kind: 'store' | 'load';
+  readonly rank: number;
   readonly thread: number;
   readonly submittedAtEpochMs: number;
 }
@@ -110,6 +112,7 @@ export class RingClient {
     this.tickets.set(ticket, {
       jobId: taskJobId(task),
       kind: taskKind(task) === TASK_LOAD ? 'load' : 'store',
+      rank: taskRank(task),
       thread: -1,
       submittedAtEpochMs: performance.timeOrigin + performance.now(),
     });
@@ -125,6 +128,7 @@ export class RingClient {
         this.done.push({
           jobId: t.jobId,
           kind: t.kind,
+          rank: t.rank,
           ok: false,
           bytes: 0,
           latencyMs: 0,
@@ -179,6 +183,7 @@ export class RingClient {
     this.done.push({
       jobId: t.jobId,
       kind: t.kind,
+      rank: t.rank,
       ok: c.ok,
       bytes: c.bytes,
       latencyMs: Math.max(0, c.doneAtEpochMs - t.submittedAtEpochMs),

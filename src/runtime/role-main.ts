@@ -49,6 +49,12 @@ export interface FaultInjection {
   afterSteps: number;
   /** For 'transfer': how many store tasks from there on throw (default every one). */
   count?: number;
+  /**
+   * For 'transfer': 'load' fails load copies instead, each at its middle
+   * chunk (the chunks before it are copied), from the load after
+   * `afterSteps` loads on; default 'store'.
+   */
+  target?: 'store' | 'load';
 }
 
 export interface RoleWorkerData {
@@ -78,10 +84,10 @@ export type RoleMessage =
   | { type: 'ready'; role: RoleName }
   | { type: 'ended'; summary: import('./engine-request.js').EngineSummary }
   | { type: 'drained'; request: import('./store-loop.js').DrainedRequest }
-  | { type: 'jobs'; events: import('./store-loop.js').JobEvent[] }
+  | { type: 'jobs'; events: import('./store-messages.js').JobEvent[] }
   | { type: 'tierStores'; samples: TierStoreSample[] }
   | { type: 'lookups'; samples: import('./lookup-timing.js').LookupSample[] }
-  | { type: 'verified'; id: number; report: import('./store-loop.js').VerifyReport }
+  | { type: 'verified'; id: number; report: import('./store-messages.js').VerifyReport }
   /** A reset ran; `failedTier`: a shared reset could not retire that level's entries. */
   | { type: 'reset'; id: number; failedTier?: string; cause?: string }
   | { type: 'final'; role: RoleName; report: Record<string, number> }
@@ -222,12 +228,7 @@ async function runStore(
       ...data.store,
       policy: data.policy,
       ...(cascade ? { cascade, wake: () => bell.ring() } : {}),
-      ...(data.fault?.role === 'transfer'
-        ? {
-            faultAfterTasks: data.fault.afterSteps,
-            ...(data.fault.count !== undefined ? { faultTasks: data.fault.count } : {}),
-          }
-        : {}),
+      ...(data.fault?.role === 'transfer' ? transferFaults(data.fault) : {}),
     },
   );
   // verify() is a barrier for the copies dispatched before it: it is answered
@@ -356,4 +357,18 @@ async function waitAsync(wait: RoleWait, bell: Doorbell, seen: number): Promise<
   if (wait.kind === 'again') await yieldTurn();
   else if (wait.kind === 'park') await bell.parkAsync(seen, wait.ms);
   else await new Promise<void>((resolve) => setTimeout(resolve, wait.ms));
+}
+
+/** The store loop's test-only copy faults for a faultInjection on 'transfer'. */
+function transferFaults(f: FaultInjection): Partial<StoreLoopOptions> {
+  if (f.target === 'load') {
+    return {
+      faultLoadsAfter: f.afterSteps,
+      ...(f.count !== undefined ? { faultLoads: f.count } : {}),
+    };
+  }
+  return {
+    faultAfterTasks: f.afterSteps,
+    ...(f.count !== undefined ? { faultTasks: f.count } : {}),
+  };
 }

@@ -1,10 +1,13 @@
 // The options of OffloadRuntime.start(): what each means, the check of every
 // one before a worker starts, and what each role worker is given from them.
+import { resolveConfig } from '../config.js';
 import type { Config, ConfigInput } from '../config.js';
 import { InvalidArgumentError } from '../errors.js';
+import { LOAD_FAILURE_POLICIES } from '../lookup.js';
+import type { LoadFailurePolicy } from '../lookup.js';
 import { parseStorePolicy } from '../ready.js';
 import type { StorePolicy } from '../ready.js';
-import { validateTiersOptions } from '../tier/cascade.js';
+import { checkShareable, validateTiersOptions } from '../tier/cascade.js';
 import type { TiersOptions } from '../tier/cascade.js';
 import type { LowerTierSwitches } from '../tier/lower.js';
 import type { RedisTlsOptions } from '../tier/redis-access.js';
@@ -14,11 +17,12 @@ import { validateCacheOptions } from '../tier/policy/index.js';
 import type { CacheOptions } from '../tier/policy/index.js';
 import { resolveEventsOptions } from '../events/types.js';
 import type { EventsOptions } from '../events/types.js';
-import { backendModuleHref } from './backend.js';
+import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { DEFAULT_SEED } from './defaults.js';
-import { DEFAULT_ENGINE_OPTIONS } from './engine-options.js';
+import { DEFAULT_SEED, runtimeConfigInput } from './defaults.js';
+import { DEFAULT_ENGINE_OPTIONS, resolveEngineOptions } from './engine-options.js';
 import type { EngineOptions } from './engine-options.js';
+import { checkLoadableGroups } from './request-rules.js';
 import type { FaultInjection, RoleWorkerData } from './role-main.js';
 import { TRANSFER_BACKENDS } from './runtime-gpu.js';
 import type { TransferBackendName } from './runtime-gpu.js';
@@ -91,6 +95,13 @@ export interface RuntimeOptions {
    */
   finalWaitMsMax?: number;
   /**
+   * With tensor-parallel ranks (config.ranks > 1): how long a store job waits
+   * for every rank's acknowledgement before it fails as a whole (its chunks
+   * dropped and counted in rankAckTimeouts and chunksTransferFailed), in ms;
+   * default RANK_ACK_WAIT_MS_MAX (10,000).
+   */
+  rankAckWaitMsMax?: number;
+  /**
    * Store copies that may fail in a row before the backend is taken as
    * broken and the runtime fails (WorkerFailedError naming 'transfer', cause
    * TransferBackendFailedError); default TRANSFER_FAILURES_MAX (16). A single
@@ -130,6 +141,41 @@ export interface RuntimeOptions {
    * asked for it that many times, vLLM's store_threshold; 1 by default).
    */
   cache?: CacheOptions;
+  /**
+   * What a request does when a chunk of its tier hit cannot be loaded (a
+   * failed copy, or a level below the host refusing it on its way up), as
+   * vLLM's kv_load_failure_policy: 'recompute' (default) keeps the chunks
+   * before the first failed one and recomputes from there; 'fail' fails the
+   * request with LoadFailedError (submit()'s promise, the external host's
+   * lookup() or load()) and serves the others. Counted in stats()
+   * (loadFailures, loadFailureTokensRecomputed, requestsFailedByLoad).
+   */
+  loadFailurePolicy?: LoadFailurePolicy;
+}
+
+/**
+ * Every check start() makes before it lays out memory or starts a worker
+ * (each failure a typed error that changes nothing); resolves to the config.
+ */
+export async function checkStartOptions(options: RuntimeOptions): Promise<Config> {
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
+  const config = resolveConfig(runtimeConfigInput(options.config));
+  validateRuntimeOptions(options);
+  // A shared tier without a named model (or with xxHash keys).
+  if (options.tiers !== undefined) checkShareable(options.tiers, config);
+  // A bad backend module is refused here, not in a worker.
+  if (options.transferBackendModule !== undefined) {
+    await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
+  }
+  if (!options.external) {
+    const engine = resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
+    // Only where the built-in engine would load (offload: false loads nothing).
+    if (engine.loadFromTier && options.offload !== false) checkLoadableGroups(config);
+  }
+  return config;
 }
 
 /**
@@ -138,7 +184,7 @@ export interface RuntimeOptions {
  * `external`, any truthy value turned the built-in engine off. Throws
  * InvalidArgumentError (or UnknownPolicyError) naming the option.
  */
-export function validateRuntimeOptions(o: RuntimeOptions): void {
+function validateRuntimeOptions(o: RuntimeOptions): void {
   if (o.policy !== undefined) parseStorePolicy(o.policy);
   const flag = (name: string, v: unknown) => {
     if (v !== undefined && typeof v !== 'boolean') {
@@ -176,6 +222,12 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   if (o.tiers !== undefined) validateTiersOptions(o.tiers);
   if (o.events !== undefined) resolveEventsOptions(o.events);
   validateCacheOptions(o.cache);
+  if (o.loadFailurePolicy !== undefined && !LOAD_FAILURE_POLICIES.includes(o.loadFailurePolicy)) {
+    throw new InvalidArgumentError(
+      'loadFailurePolicy',
+      `must be one of ${LOAD_FAILURE_POLICIES.join(', ')}`,
+    );
+  }
   if (o.offload !== undefined && typeof o.offload !== 'boolean') {
     throw new InvalidArgumentError('offload', 'must be a boolean');
   }
@@ -192,12 +244,23 @@ export function validateRuntimeOptions(o: RuntimeOptions): void {
   ) {
     throw new InvalidArgumentError('finalWaitMsMax', 'must be a number of ms in [0, 3600000]');
   }
+  if (
+    o.rankAckWaitMsMax !== undefined &&
+    (typeof o.rankAckWaitMsMax !== 'number' ||
+      !(o.rankAckWaitMsMax >= 0 && o.rankAckWaitMsMax <= 3_600_000))
+  ) {
+    throw new InvalidArgumentError('rankAckWaitMsMax', 'must be a number of ms in [0, 3600000]');
+  }
+  // The WebGPU backend copies whole blocks on one device: it has no ranks.
+  if (o.transferBackend === 'webgpu' && (o.config?.ranks ?? 1) !== 1) {
+    throw new InvalidArgumentError('transferBackend', "'webgpu' copies for one rank: set ranks 1");
+  }
   checkInt('pendingSubmitsMax', o.pendingSubmitsMax, 1, PENDING_SUBMITS_MAX);
   checkLag(o.lag);
 }
 
 /** Every key RuntimeOptions has: start() refuses any other (a typo must not start with a default). */
-export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
+const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   config: true,
   policy: true,
   transferThreads: true,
@@ -212,6 +275,7 @@ export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   pendingSubmitsMax: true,
   closeTimeoutMs: true,
   finalWaitMsMax: true,
+  rankAckWaitMsMax: true,
   transferFailuresMax: true,
   external: true,
   tiers: true,
@@ -219,6 +283,7 @@ export const RUNTIME_OPTION_KEYS: KnownKeys<RuntimeOptions> = {
   cache: true,
   events: true,
   unsafeTierSwitches: true,
+  loadFailurePolicy: true,
 };
 const LAG_OPTION_KEYS: KnownKeys<LagOptions> = {
   hasherHashesPerWake: true,
@@ -360,8 +425,12 @@ export function roleWorkerData(
       unsafeSkipPins: options.unsafeSkipPins ?? false,
       transferDelayMs: options.transferDelayMs ?? 0,
       traceRequests: options.traceSlots ?? 0,
+      loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
       ...(options.cache ? { cache: options.cache } : {}),
       ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
+      ...(options.rankAckWaitMsMax !== undefined
+        ? { rankAckWaitMsMax: options.rankAckWaitMsMax }
+        : {}),
       ...(options.transferFailuresMax !== undefined
         ? { transferFailuresMax: options.transferFailuresMax }
         : {}),

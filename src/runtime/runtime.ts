@@ -6,14 +6,12 @@
 // worker messages. Workers are ref'd only while something is pending, so an
 // idle runtime does not keep the process alive, and a pending operation does.
 import { EventEmitter } from 'node:events';
-import { resolveConfig } from '../config.js';
 import type { Config } from '../config.js';
 import {
   ClosedError,
   InvalidArgumentError,
   QueueFullError,
   RequestCapacityError,
-  SharedResetFailedError,
   TimeoutError,
   TransferBackendFailedError,
   WorkerFailedError,
@@ -25,32 +23,22 @@ import { requestCollection } from './memory.js';
 import { closeRoles } from '../roles/claim.js';
 import { RuntimeViews, createRuntimeBuffers } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
-import { runtimeConfigInput } from './defaults.js';
-import { resolveEngineOptions } from './engine-options.js';
-import type { EngineSummary } from './engine-request.js';
 import { CONTROL_CLOSING, DOORBELLS, STAT_INDEX } from './thread-words.js';
-import { UNSET } from './protocol.js';
 import type { RoleMessage, RoleName } from './role-main.js';
 import { readAllStats, runtimeCounters } from './stats.js';
 import type { RuntimeStats } from './stats.js';
-import type { DrainedRequest, JobEvent, VerifyReport } from './store-loop.js';
+import type { JobEvent, VerifyReport } from './store-messages.js';
 import { RoleWorkers } from './role-workers.js';
-import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit, submitRingWords } from './submit-queue.js';
-import {
-  PENDING_SUBMITS_MAX,
-  RUNTIME_OPTION_KEYS,
-  roleWorkerData,
-  validateRuntimeOptions,
-} from './runtime-options.js';
+import { PendingCalls } from './runtime-calls.js';
+import type { RequestSummary } from './runtime-calls.js';
+import { SUBMIT_RETRY_MS, SubmitQueue, encodeRequest, submitRingWords } from './submit-queue.js';
+import { PENDING_SUBMITS_MAX, checkStartOptions, roleWorkerData } from './runtime-options.js';
 import type { RuntimeOptions } from './runtime-options.js';
-import { backendModuleHref, loadTransferBackendModule } from './backend.js';
 import { ExternalHost } from './external.js';
-import { checkLoadableGroups, validateRequestInput } from './request-rules.js';
+import { validateRequestInput } from './request-rules.js';
 import type { RequestInput } from './request-rules.js';
 import type { TracedRequest as RequestTrace } from './trace-recorder.js';
 import type { LowerTierName, TierStoreSample } from '../tier/lower.js';
-import { checkShareable } from '../tier/cascade.js';
-import { refuseUnknownKeys } from '../known-keys.js';
 import type { LookupSample } from './lookup-timing.js';
 import { EventHub } from '../events/hub.js';
 import { RuntimeGpu } from './runtime-gpu.js';
@@ -65,26 +53,9 @@ export { PENDING_SUBMITS_MAX } from './runtime-options.js';
 export { SUBMIT_RING_WORDS_MAX, submitRingWords } from './submit-queue.js';
 export type { LagOptions, RuntimeOptions } from './runtime-options.js';
 export type { RequestInput } from './request-rules.js';
-export type { VerifyReport, JobEvent } from './store-loop.js';
+export type { VerifyReport, JobEvent } from './store-messages.js';
 
-export interface RequestSummary {
-  requestId: number;
-  status: 'finished' | 'aborted';
-  promptTokens: number;
-  decodedTokens: number;
-  chunksStored: number;
-  chunksDeferred: number;
-  hitChunks: number;
-  preemptions: number;
-  /** Chunks token-ready when the request ended, summed over groups (0 if it never held a slot). */
-  tokenChunks: number;
-  /** Of those, chunks accounted for without being stored: loaded, already present, slid out, or counted as dropped. */
-  chunksCounted: number;
-  /** Token-ready chunks neither stored nor counted (must be 0). */
-  holes: number;
-  /** Why the engine ended it early, e.g. `gpu-pool: ...` when it can never fit the GPU pool. */
-  reason?: string;
-}
+export type { RequestSummary } from './runtime-calls.js';
 
 /** What close() found left over (one shape for every driver, src/leaks.ts); every field is 0 after a clean run. */
 export type { LeakReport } from '../leaks.js';
@@ -96,13 +67,6 @@ const ROLES: readonly RoleName[] = DOORBELLS;
 
 /** What `OffloadRuntime.start({ external: true })` resolves to: `external` is always there. */
 export type ExternalRuntime = OffloadRuntime & { readonly external: ExternalHost };
-
-interface Pending {
-  resolve: (s: RequestSummary) => void;
-  reject: (e: Error) => void;
-  engine?: EngineSummary;
-  store?: DrainedRequest;
-}
 
 export class OffloadRuntime {
   readonly config: Config;
@@ -116,17 +80,12 @@ export class OffloadRuntime {
   private readonly finals = new Map<RoleName, Record<string, number>>();
   /** Why each lower level is degraded, as the store last said. */
   private readonly tierProblems = new Map<LowerTierName, string>();
-  private readonly pending = new Map<number, Pending>();
-  /** verify() calls the store has not answered yet: each settles exactly once. */
-  private readonly verifies = new Map<number, PendingVerify>();
-  /** reset() calls the store has not answered yet: each settles exactly once. */
-  private readonly resets = new Map<number, PendingReset>();
+  private readonly calls: PendingCalls;
   private readonly emitter = new EventEmitter();
   /** Submissions the full submit ring refused, retried on a timer. */
   private readonly submits: SubmitQueue;
   private submitTimer: NodeJS.Timeout | undefined;
   private nextRequestId = 1;
-  private nextVerifyId = 1;
   private failure: WorkerFailedError | undefined;
   private closing: Promise<void> | undefined;
   private closed = false;
@@ -151,6 +110,7 @@ export class OffloadRuntime {
       { events: options.events !== undefined && options.offload !== false },
     );
     this.views = new RuntimeViews(config, this.buffers);
+    this.calls = new PendingCalls(options.offload !== false, () => this.release());
     this.submits = new SubmitQueue(this.views.ring('submit'), this.views.doorbell('scheduler'));
     this.workers = new RoleWorkers(this.views, {
       message: (m) => this.onMessage(m),
@@ -158,7 +118,12 @@ export class OffloadRuntime {
       failure: () => this.failure,
     });
     this.external = options.external
-      ? new ExternalHost(config, this.buffers, (o) => this.reset(o))
+      ? new ExternalHost(
+          config,
+          this.buffers,
+          (o) => this.reset(o),
+          options.loadFailurePolicy ?? 'recompute',
+        )
       : undefined;
     this.roles = options.external
       ? ['hasher', 'store']
@@ -171,23 +136,7 @@ export class OffloadRuntime {
   static async start(options: RuntimeOptions & { external: true }): Promise<ExternalRuntime>;
   static async start(options?: RuntimeOptions): Promise<OffloadRuntime>;
   static async start(options: RuntimeOptions = {}): Promise<OffloadRuntime> {
-    if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-      throw new InvalidArgumentError('options', 'must be an object');
-    }
-    refuseUnknownKeys(options, RUNTIME_OPTION_KEYS, '');
-    const config = resolveConfig(runtimeConfigInput(options.config));
-    validateRuntimeOptions(options);
-    // A shared tier without a named model (or with xxHash keys): a typed error before any worker starts.
-    if (options.tiers !== undefined) checkShareable(options.tiers, config);
-    // A bad backend module is refused here, as a typed error, before any worker starts.
-    if (options.transferBackendModule !== undefined) {
-      await loadTransferBackendModule(backendModuleHref(options.transferBackendModule));
-    }
-    if (!options.external) {
-      const engine = resolveEngineOptions(options.simulator ?? {}, config.maxRequests);
-      // Only where the built-in engine would load (offload: false loads nothing).
-      if (engine.loadFromTier && options.offload !== false) checkLoadableGroups(config);
-    }
+    const config = await checkStartOptions(options);
     const rt = new OffloadRuntime(config, options);
     // Opened first: an endpoint that cannot be used fails the start before any worker runs.
     if (rt.buffers.events) {
@@ -230,7 +179,7 @@ export class OffloadRuntime {
       );
     }
     const limit = this.options.pendingSubmitsMax ?? PENDING_SUBMITS_MAX;
-    if (this.pending.size >= limit) {
+    if (this.calls.requestCount >= limit) {
       return Promise.reject(new QueueFullError('OffloadRuntime submit queue', limit));
     }
     let record: number[];
@@ -251,11 +200,10 @@ export class OffloadRuntime {
       );
     }
     const requestId = this.nextRequestId++;
-    return new Promise<RequestSummary>((resolve, reject) => {
-      this.pending.set(requestId, { resolve, reject });
-      this.hold();
-      this.send(record);
-    });
+    const summary = this.calls.request(requestId);
+    this.hold();
+    this.send(record);
+    return summary;
   }
 
   /**
@@ -346,22 +294,13 @@ export class OffloadRuntime {
     }
     const store = this.workers.get('store');
     if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
-    const id = this.nextVerifyId++;
+    const { id, answered } = this.calls.verify();
     this.hold();
-    return new Promise<VerifyReport>((resolve, reject) => {
-      this.verifies.set(id, {
-        resolve: (report) => {
-          this.release();
-          // Only main writes this word: the mismatches verify found, added up.
-          Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
-          resolve(report);
-        },
-        reject: (err) => {
-          this.release();
-          reject(err);
-        },
-      });
-      store.postMessage({ type: 'verify', id });
+    store.postMessage({ type: 'verify', id });
+    return answered.then((report) => {
+      // Only main writes this word: the mismatches verify found, added up.
+      Atomics.add(this.views.stats, statIndexVerify, BigInt(report.mismatches));
+      return report;
     });
   }
 
@@ -391,23 +330,12 @@ export class OffloadRuntime {
     if (this.options.offload === false) return Promise.resolve();
     const store = this.workers.get('store');
     if (store === undefined) return Promise.reject(new ClosedError('runtime store'));
-    const id = this.nextVerifyId++;
+    const { id, answered } = this.calls.reset();
     this.hold();
-    return new Promise<void>((resolve, reject) => {
-      this.resets.set(id, {
-        resolve: () => {
-          this.release();
-          resolve();
-        },
-        reject: (err) => {
-          this.release();
-          reject(err);
-        },
-      });
-      store.postMessage({ type: 'reset', id, shared: options.shared === true });
-      // A parked store handles the message at its next turn; wake it now.
-      this.views.doorbell('store').ring();
-    });
+    store.postMessage({ type: 'reset', id, shared: options.shared === true });
+    // A parked store handles the message at its next turn; wake it now.
+    this.views.doorbell('store').ring();
+    return answered;
   }
 
   /**
@@ -490,29 +418,15 @@ export class OffloadRuntime {
 
   private onMessage(m: RoleMessage): void {
     switch (m.type) {
-      case 'ended': {
-        const p = this.pending.get(m.summary.requestId);
-        if (p === undefined) return;
-        p.engine = m.summary;
-        // With no store running no drained message comes: the engine's word is the last.
-        if (!m.summary.opened || this.options.offload === false) {
-          this.settle(m.summary.requestId, p);
-          return;
-        }
-        // The store's drained message may come first (different ports): settle on the second.
-        if (p.store) this.settle(m.summary.requestId, p);
+      case 'ended':
+        this.calls.ended(m.summary);
         return;
-      }
-      case 'drained': {
+      case 'drained':
         if (m.request.trace && this.traces.length < (this.options.traceSlots ?? 0)) {
           this.traces.push(m.request.trace);
         }
-        const p = this.pending.get(m.request.requestId);
-        if (p === undefined) return;
-        p.store = m.request;
-        if (p.engine) this.settle(m.request.requestId, p);
+        this.calls.drained(m.request);
         return;
-      }
       case 'jobs':
         for (const e of m.events) this.emitter.emit('job', e);
         return;
@@ -522,23 +436,16 @@ export class OffloadRuntime {
       case 'lookups':
         for (const e of m.samples) this.emitter.emit('lookup', e);
         return;
-      case 'verified': {
-        const done = this.verifies.get(m.id);
-        this.verifies.delete(m.id);
-        done?.resolve(m.report);
+      case 'verified':
+        this.calls.verified(m.id, m.report);
         return;
-      }
       case 'tierProblem':
         if (m.problem === null) this.tierProblems.delete(m.tier);
         else this.tierProblems.set(m.tier, m.problem);
         return;
-      case 'reset': {
-        const done = this.resets.get(m.id);
-        this.resets.delete(m.id);
-        if (m.failedTier === undefined) done?.resolve();
-        else done?.reject(new SharedResetFailedError(m.failedTier, m.cause));
+      case 'reset':
+        this.calls.resetDone(m.id, m.failedTier, m.cause);
         return;
-      }
       case 'final':
         this.finals.set(m.role, m.report);
         return;
@@ -556,44 +463,15 @@ export class OffloadRuntime {
     }
   }
 
-  private settle(requestId: number, p: Pending): void {
-    this.pending.delete(requestId);
-    this.release();
-    const e = p.engine!;
-    p.resolve({
-      requestId,
-      status: e.status,
-      promptTokens: e.promptTokens,
-      decodedTokens: e.decodedTokens,
-      chunksStored: p.store?.chunksStored ?? 0,
-      chunksDeferred: p.store?.chunksDeferred ?? 0,
-      hitChunks: e.hitChunks,
-      preemptions: e.preemptions,
-      tokenChunks: p.store?.tokenChunks ?? 0,
-      chunksCounted: p.store?.chunksCounted ?? 0,
-      holes: p.store?.holes ?? 0,
-      ...(e.reason === undefined ? {} : { reason: e.reason }),
-    });
-  }
-
   private fail(role: RoleName | 'transfer', cause: unknown): void {
     if (this.failure) return;
     this.failure = new WorkerFailedError(role, cause);
-    for (const [, p] of this.pending) p.reject(this.failure);
-    this.pending.clear();
-    this.rejectVerifies(this.failure);
+    this.calls.rejectRequests(this.failure);
+    this.calls.rejectAnswers(this.failure);
     this.refs = 0;
     // The other roles cannot make progress without this one: stop them all.
     void this.workers.terminateAll(this.roles);
     void this.gpu?.close();
-  }
-
-  /** Settles every unanswered verify() and reset() with `err` (each exactly once). */
-  private rejectVerifies(err: Error): void {
-    const pending = [...this.verifies.values(), ...this.resets.values()];
-    this.verifies.clear();
-    this.resets.clear();
-    for (const v of pending) v.reject(err);
   }
 
   /** Onto the submit ring, behind what is queued; a full ring is retried on a timer (main never waits on shared memory). */
@@ -635,13 +513,13 @@ export class OffloadRuntime {
       Atomics.store(this.views.control, CONTROL_CLOSING, 1);
       this.views.doorbell('scheduler').ring();
       // Every pending request ends (the engine aborts what is left).
-      await this.until(() => this.pending.size === 0 || this.failure !== undefined, deadline);
+      await this.until(() => this.calls.requestCount === 0 || this.failure !== undefined, deadline);
       // Stop in dependency order: engine, then store (drains copies), then allocator (frees quarantine), hasher.
       for (const role of ['scheduler', 'store', 'allocator', 'hasher'] as const) {
         if (this.failure) break;
         await this.workers.stop(role, deadline);
         // The store is gone: a verify it did not answer never will be.
-        if (role === 'store') this.rejectVerifies(new ClosedError('runtime'));
+        if (role === 'store') this.calls.rejectAnswers(new ClosedError('runtime'));
       }
     }
     await this.workers.terminateAll(this.roles);
@@ -650,12 +528,11 @@ export class OffloadRuntime {
     // The store has stopped: what it queued is published, then the streams end.
     await this.hub?.close();
     this.closed = true;
-    this.rejectVerifies(this.failure ?? new ClosedError('runtime'));
+    this.calls.rejectAnswers(this.failure ?? new ClosedError('runtime'));
     // Role views (the host's in external mode) refuse every write from now on.
     closeRoles(this.views.state, OWNER_ROLES);
     if (this.submitTimer) clearTimeout(this.submitTimer);
-    for (const [, p] of this.pending) p.reject(this.failure ?? new ClosedError('runtime'));
-    this.pending.clear();
+    this.calls.rejectRequests(this.failure ?? new ClosedError('runtime'));
     this.leaks = this.leakCheck();
     // Everything is released; the caller still learns why the runtime stopped
     // early (a close() that resolved hid a failed backend from a caller that
@@ -706,30 +583,3 @@ const noStoreFinal: Record<string, number> = {
   jobsInFlight: 0,
   loadLocks: 0,
 };
-
-interface PendingVerify {
-  resolve: (r: VerifyReport) => void;
-  reject: (e: Error) => void;
-}
-
-interface PendingReset {
-  resolve: () => void;
-  reject: (e: Error) => void;
-}
-
-/** A submission's record, with submit()'s defaults: a prefixId alone shares the whole prompt. */
-function encodeRequest(req: RequestInput, requestId: number): number[] {
-  const length = req.promptTokens?.length ?? req.promptLength!;
-  return encodeSubmit({
-    requestId,
-    promptLength: length,
-    prefixId: req.prefixId ?? UNSET,
-    sharedPrefixTokens: req.sharedPrefixTokens ?? (req.prefixId !== undefined ? length : 0),
-    maxDecodeTokens: req.maxDecodeTokens ?? UNSET,
-    abortAfterTokens: req.abortAfterTokens ?? UNSET,
-    ...(req.promptTokens ? { promptTokens: req.promptTokens } : {}),
-    ...(req.maxLoadTokens !== undefined ? { maxLoadTokens: req.maxLoadTokens } : {}),
-    ...(req.skipReadingPrefixCache === true ? { skipReadingPrefixCache: true } : {}),
-    ...(req.cacheSalt !== undefined ? { cacheSalt: req.cacheSalt } : {}),
-  });
-}

@@ -56,6 +56,12 @@ export interface RuntimeStats {
   lookupsDeferred: number;
   /** Tier lookups answered "retry": a level below the host had not answered yet for a key they need (nothing known). */
   lookupsRetried: number;
+  /** Loads with a chunk that could not be loaded: a failed copy, or a level below the host refused it on its way up. */
+  loadFailures: number;
+  /** Tokens of those hits from the first failed chunk on, recomputed (loadFailurePolicy 'recompute'; never from token 0 unless a window needs it). */
+  loadFailureTokensRecomputed: number;
+  /** Requests failed with LoadFailedError by a load failure (loadFailurePolicy 'fail'). */
+  requestsFailedByLoad: number;
   /** Malformed submit-ring records the engine refused (truncated, out of range, a duplicate id). */
   recordsRefused: number;
   /** Longest an admission lookup waited for the store's answer (ms); the engine keeps stepping meanwhile. */
@@ -78,6 +84,10 @@ export interface RuntimeStats {
   jobsTransferFailed: number;
   /** Chunks of those jobs: not stored, counted, never silent. */
   chunksTransferFailed: number;
+  /** Store jobs failed as a whole because a tensor-parallel rank did not acknowledge within rankAckWaitMsMax. */
+  rankAckTimeouts: number;
+  /** Rank acknowledgements that came after their job was failed by that bound. */
+  rankAcksLate: number;
   /** Store jobs the planner holds (dispatched, not completed): 0 at rest, else a leak. */
   jobsHeld: number;
   /** Per level (host, disk, redis): the same counters under the same names; zeros for a level not configured. */
@@ -131,6 +141,9 @@ export function runtimeCounters(
     chunksUnreachable: s.chunksUnreachable,
     lookupsDeferred: s.lookupsDeferred,
     lookupsRetried: s.lookupsRetried,
+    loadFailures: s.loadFailures,
+    loadFailureTokensRecomputed: s.loadFailureTokensRecomputed,
+    requestsFailedByLoad: s.requestsFailedByLoad,
     storesBelowThreshold: s.storesBelowThreshold,
     lookupCalls: s.lookupCalls,
     lookupCallSeconds: s.lookupCallUs / 1e6,
@@ -143,6 +156,8 @@ export function runtimeCounters(
     chunksDiscardedByReset: s.chunksDiscardedByReset,
     jobsTransferFailed: s.jobsTransferFailed,
     chunksTransferFailed: s.chunksTransferFailed,
+    rankAckTimeouts: s.rankAckTimeouts,
+    rankAcksLate: s.rankAcksLate,
     jobsHeld: s.jobsHeld,
     tiers: readTierStats(views.tierStats, tiers.configured, tiers.authenticated, tiers.problems),
     memory: readRuntimeMemory(views.memory),

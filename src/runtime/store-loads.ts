@@ -4,14 +4,24 @@
 // protected from eviction until its load ran or was given up, each load sent
 // to the transfer backend and its entries released when it completes. One
 // load xor stores per request: a request loading has nothing to store.
+import { rankShard } from '../copy.js';
 import { invariant } from '../errors.js';
 import { S_GENERATION } from '../layout.js';
-import { DEFER, RETRY, asksAgain, loadPlan, lookupHitTokens, touchRanges } from '../lookup.js';
+import {
+  DEFER,
+  RETRY,
+  asksAgain,
+  loadPlan,
+  loadedPrefixChunks,
+  lookupHitTokens,
+  touchRanges,
+} from '../lookup.js';
 import type {
   ChunkState,
   ChunkStateOf,
   LookupRequest,
   LookupResult,
+  LoadFailurePolicy,
   LookupUnsafe,
 } from '../lookup.js';
 import type { StorePlanner } from '../planner.js';
@@ -19,11 +29,17 @@ import type { HostTier } from '../tier/host-tier.js';
 import type { TierCounters, TierName } from '../tier/lower.js';
 import type { TransferBackend, TransferCompletion } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
-import type { LowerLookups, ReadableEntry } from './lower-lookup.js';
+import type { LowerLoadFailure, LowerLookups, ReadableEntry } from './lower-lookup.js';
 import { decodeLookup } from './lookup-record.js';
 import type { DecodedLookup } from './lookup-record.js';
 import type { Outbox } from './outbox.js';
-import { ANS_LOADED, ANS_LOOKED_UP, LOOKUP_DEFERRED, LOOKUP_RETRY } from './protocol.js';
+import {
+  ANS_LOADED,
+  ANS_LOOKED_UP,
+  LOOKUP_DEFERRED,
+  LOOKUP_FAILED,
+  LOOKUP_RETRY,
+} from './protocol.js';
 import { encodeLoadTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 
@@ -61,6 +77,8 @@ interface HitLock {
   readonly slots: number[];
   readonly chunks: { group: number; chunk: number }[];
   readonly hit: number;
+  /** The load entry each chunk's blocks start at, and past the last (filled by load()). */
+  readonly entryStarts: number[];
   /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
   readonly resets: number;
 }
@@ -97,6 +115,11 @@ export interface StoreLoadsDeps {
   readonly loadWhileWriting: boolean;
   /** StoreLoopOptions.unsafeLeakOnLoadFailure. */
   readonly leakOnLoadFailure: boolean;
+  /** What a request does when a chunk of its hit cannot be loaded (counted here by outcome). */
+  readonly loadFailurePolicy: LoadFailurePolicy;
+  /** Test-only: loads dispatched before the middle chunk of one fails its copy, and how many do (StoreLoopOptions). */
+  readonly faultLoadsAfter: number;
+  readonly faultLoads: number;
   /** Test-only rule bugs of the lookup (all off in a real runtime). */
   readonly lookupUnsafe: LookupUnsafe;
   readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
@@ -111,6 +134,12 @@ export class StoreLoads {
   bytesRead = 0;
   /** Time loads took, in µs (the host tier's load seconds). */
   loadUs = 0;
+  /** Loads with a chunk that could not be loaded: a failed copy, or a lower level refused it on its way up. */
+  loadFailures = 0;
+  /** Tokens of those hits from the first failed chunk on, recomputed (loadFailurePolicy 'recompute'). */
+  loadFailureTokensRecomputed = 0;
+  /** Requests failed by a load failure (loadFailurePolicy 'fail'). */
+  requestsFailedByLoad = 0;
   /** Tokens of lookup hits per level that served them (the first full-attention group's chunks). */
   readonly hitTokens: Record<TierName, number> = { host: 0, disk: 0, redis: 0 };
   private readonly views: RuntimeViews;
@@ -125,9 +154,25 @@ export class StoreLoads {
   private readonly hostCounters: TierCounters;
   private readonly loadWhileWriting: boolean;
   private readonly leakOnLoadFailure: boolean;
+  private readonly loadFailurePolicy: LoadFailurePolicy;
+  private readonly faultLoadsAfter: number;
+  private readonly faultLoads: number;
+  private loadsDispatched = 0;
   private readonly lookupUnsafe: LookupUnsafe;
   private readonly onLookupAnswered: ((answered: LookupAnswered) => void) | undefined;
-  private readonly loads = new Map<number, { lock: HitLock; tag: number }>();
+  /** Loads in flight by job id; with ranks, each waits for every rank's restore (`acked`). */
+  private readonly loads = new Map<
+    number,
+    {
+      lock: HitLock;
+      tag: number;
+      acked: Uint8Array | undefined;
+      count: number;
+      ok: boolean;
+      /** Entries every failed rank copied wholly before it stopped (the least of them). */
+      copied: number;
+    }
+  >();
   private readonly locks = new Map<number, HitLock>();
   /** Locks of failed loads under unsafeLeakOnLoadFailure: never released. */
   private readonly leaked: HitLock[] = [];
@@ -152,6 +197,9 @@ export class StoreLoads {
     this.hostCounters = deps.hostCounters;
     this.loadWhileWriting = deps.loadWhileWriting;
     this.leakOnLoadFailure = deps.leakOnLoadFailure;
+    this.loadFailurePolicy = deps.loadFailurePolicy;
+    this.faultLoadsAfter = deps.faultLoadsAfter;
+    this.faultLoads = deps.faultLoads;
     this.lookupUnsafe = deps.lookupUnsafe;
     this.onLookupAnswered = deps.onLookupAnswered;
     this.tpc = deps.views.config.groups[0]!.tokensPerChunk;
@@ -206,11 +254,25 @@ export class StoreLoads {
       this.askAgain(decoded, state, wait === 'retry' ? RETRY : DEFER, true);
       return true;
     }
-    const promoted = this.lower?.finish(tag);
+    const resolved = this.lower?.finish(tag);
     if (asksAgain(result)) {
       this.askAgain(decoded, state, result, false);
       return true;
     }
+    const failure = resolved?.failure;
+    if (failure !== undefined && this.loadFailed(failure, d.tpc)) {
+      // 'fail': the request fails; nothing is locked, no sighting recorded.
+      this.onLookupAnswered?.({ lookup: decoded, state, answer: 0, lower: true, locked: [] });
+      this.answers.send([
+        ANS_LOOKED_UP,
+        tag,
+        LOOKUP_FAILED,
+        failure.firstFailedChunk,
+        failure.hitChunks,
+      ]);
+      return false;
+    }
+    const promoted = resolved?.promoted;
     // One sighting per answered lookup, of every key it carries (the store threshold's count).
     for (const k of keys) this.tier.recordLookup(k);
     const hit = hitTokens / d.tpc;
@@ -226,6 +288,20 @@ export class StoreLoads {
       locked,
     });
     this.answers.send([ANS_LOOKED_UP, tag, hit]);
+    return false;
+  }
+
+  /**
+   * Counts a load failure by the policy's outcome: true when the request
+   * fails ('fail'), false when it recomputes from the first failed chunk.
+   */
+  private loadFailed(f: LowerLoadFailure, tpc: number): boolean {
+    this.loadFailures += 1;
+    if (this.loadFailurePolicy === 'fail') {
+      this.requestsFailedByLoad += 1;
+      return true;
+    }
+    this.loadFailureTokensRecomputed += (f.hitChunks - f.firstFailedChunk) * tpc;
     return false;
   }
 
@@ -335,6 +411,7 @@ export class StoreLoads {
       keys: prepared,
       slots,
       chunks,
+      entryStarts: [],
       hit: hitTokens / this.tpc,
       resets: this.resets(),
     });
@@ -386,6 +463,7 @@ export class StoreLoads {
     invariant(r.length === 4 + lock.chunks.length * bpc, 'a block per loaded position');
     const entries: LoadEntry[] = [];
     for (let i = 0; i < lock.chunks.length; i += 1) {
+      lock.entryStarts.push(entries.length);
       for (let p = 0; p < bpc; p += 1) {
         const block = r[4 + i * bpc + p]!;
         // 0: a window's leading null block the engine left out of the load (and never a
@@ -401,23 +479,99 @@ export class StoreLoads {
     // A hit answered before a reset loads from its retired slots; the request's
     // cursor started after that hit, which the tier no longer holds: from 0 again.
     if (lock.resets !== this.resets()) this.restartRequest(r[2]!, r[3]!);
+    lock.entryStarts.push(entries.length);
     const jobId = -this.nextLoadId++;
-    this.loads.set(jobId, { lock, tag });
+    const { ranks, rankLayout } = this.views.config;
+    this.loads.set(jobId, {
+      lock,
+      tag,
+      acked: ranks > 1 ? new Uint8Array(ranks) : undefined,
+      count: 0,
+      ok: true,
+      copied: Number.MAX_SAFE_INTEGER,
+    });
     this.loadingRequests.add(tag);
-    this.backend.submit(encodeLoadTask(jobId, entries, 0));
+    // Every rank restores its own shard of every block (one rank: the whole
+    // block; a replicated layout's non-writing ranks too in vLLM; here they
+    // share rank 0's words, so they report without copying). No bound: a
+    // load's late copy writes GPU blocks, so its blocks are released only once
+    // every rank has reported. The test-only fault fails the last writing
+    // rank's shard: a shard other than the first, which one rank cannot show.
+    const fault = this.faultEntry(lock);
+    const replicated = rankLayout === 'replicated';
+    const faultRank = replicated ? 0 : ranks - 1;
+    for (let rank = 0; rank < ranks; rank += 1) {
+      const at = rank === faultRank ? fault : -1;
+      this.backend.submit(encodeLoadTask(jobId, entries, 0, { rank, ranks, replicated }, at));
+    }
+  }
+
+  /** Test-only: the entry of the middle chunk at which this load's copy throws (-1: none). */
+  private faultEntry(lock: HitLock): number {
+    const n = this.loadsDispatched++;
+    if (n < this.faultLoadsAfter || n >= this.faultLoadsAfter + this.faultLoads) return -1;
+    return lock.entryStarts[Math.floor(lock.chunks.length / 2)]!;
+  }
+
+  /**
+   * Entries (blocks, in task order) a failed rank copied wholly before its
+   * copy stopped: its bytes over its shard's bytes per block. A rank with an
+   * empty shard copies nothing and never fails part-way.
+   */
+  private copiedEntries(c: TransferCompletion): number {
+    const { ranks, rankLayout, bytesPerBlock } = this.views.config;
+    if (ranks === 1) return Math.floor(c.bytes / bytesPerBlock);
+    const { from, to } = rankShard(bytesPerBlock / 4, ranks, rankLayout, c.rank ?? 0);
+    return to === from ? 0 : Math.floor(c.bytes / ((to - from) * 4));
+  }
+
+  /**
+   * The prefix of a completed load's hit, in chunks, that every group holds
+   * soundly: the whole hit when every rank's copy succeeded; else the chunks
+   * wholly copied (by every rank) before the first entry that was not.
+   */
+  private loadedChunks(lock: HitLock, copied: number): number {
+    const groups = this.views.config.groups;
+    const plans = loadPlan(groups, 0, lock.hit * this.tpc);
+    const failedAt = plans.map((p) => p.endChunk);
+    let i = 0;
+    while (i < lock.chunks.length && lock.entryStarts[i + 1]! <= copied) i += 1;
+    // Chunk i is the first not wholly copied; in its group and every later one nothing from there on.
+    for (let j = i; j < lock.chunks.length; j += 1) {
+      const { group, chunk } = lock.chunks[j]!;
+      failedAt[group] = Math.min(failedAt[group]!, chunk);
+    }
+    return loadedPrefixChunks(groups, plans, failedAt);
   }
 
   complete(c: TransferCompletion): void {
     const load = this.loads.get(c.jobId);
     if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
+    this.bytesRead += c.bytes;
+    if (load.acked !== undefined) {
+      const rank = c.rank ?? 0;
+      if (!(rank >= 0 && rank < load.acked.length && load.acked[rank] === 0))
+        invariant(false, `rank ${rank} reports load ${c.jobId} once`);
+      load.acked[rank] = 1;
+      load.count += 1;
+    }
+    // A failed shard fails its chunk: the load holds what every rank copied.
+    if (!c.ok) {
+      load.ok = false;
+      load.copied = Math.min(load.copied, this.copiedEntries(c));
+    }
+    if (load.acked !== undefined && load.count < load.acked.length) return;
+    const ok = load.ok;
     this.loads.delete(c.jobId);
     this.loadingRequests.delete(load.tag);
     // The unsafe variant parks the failed load's lock where nothing ever releases it.
-    if (!c.ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
+    if (!ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
-    this.bytesRead += c.bytes;
     this.loadUs += c.latencyMs * 1000;
-    this.answers.send([ANS_LOADED, load.tag, c.ok ? 1 : 0]);
+    const loaded = load.ok ? load.lock.hit : this.loadedChunks(load.lock, load.copied);
+    const fails =
+      !load.ok && this.loadFailed({ firstFailedChunk: loaded, hitChunks: load.lock.hit }, this.tpc);
+    this.answers.send([ANS_LOADED, load.tag, load.ok ? 1 : 0, loaded, fails ? 1 : 0]);
   }
 
   /** [UNLOCK, tag, slot, generation]: the hit will not be loaded after all. */

@@ -15,8 +15,7 @@ import type { DrainAccount } from '../ledger.js';
 import { StorePlanner } from '../planner.js';
 import { HostTier } from '../tier/host-tier.js';
 import { zeroCounters } from '../tier/lower.js';
-import type { TierCounters, TierStoreSample } from '../tier/lower.js';
-import { publishTierCounters } from '../tier/tier-stats.js';
+import type { TierStoreSample } from '../tier/lower.js';
 import { LowerLookups } from './lower-lookup.js';
 import type { ReadableEntry } from './lower-lookup.js';
 import { StoreLoads } from './store-loads.js';
@@ -28,7 +27,7 @@ import { OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
 import type { SpscRing } from './rings.js';
 import { AGAIN, STORE_DRAIN_TICK_MS, park, pause, ringOthers } from './role-loop.js';
 import type { RoleLoop, RoleWait } from './role-loop.js';
-import { publishStat } from './stats.js';
+import { publishStoreStats } from './store-stats.js';
 import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import {
@@ -39,65 +38,12 @@ import {
 } from './store-options.js';
 import type { StoreLoopOptions } from './store-options.js';
 import type { TracedRequest } from './trace-recorder.js';
+import type { JobEvent, StoreLoopEvents, VerifyReport } from './store-messages.js';
 import { EventCapture } from '../events/capture.js';
 import { LookupTiming } from './lookup-timing.js';
 import type { LookupSample } from './lookup-timing.js';
 
-/** One finished store job, as `rt.on('job')` reports it (loads are not reported there). */
-export interface JobEvent {
-  jobId: number;
-  chunks: number;
-  bytes: number;
-  latencyMs: number;
-}
-
-/** Sent to main once per request generation, just before it is marked drained. */
-export interface DrainedRequest {
-  requestId: number;
-  slot: number;
-  generation: number;
-  status: 'finished' | 'aborted';
-  chunksStored: number;
-  chunksDeferred: number;
-  /** Chunks token-ready when the request ended, summed over groups. */
-  tokenChunks: number;
-  /**
-   * Of those, chunks accounted for without this generation storing them:
-   * loaded at admission, already in the tier, slid out of the window, or
-   * counted as dropped (for capacity, or never ready).
-   */
-  chunksCounted: number;
-  /** Token-ready chunks neither stored nor counted (the chunk ledger's holes; must be 0). */
-  holes: number;
-  /** The first of them, in group then chunk order. */
-  firstHole?: { group: number; chunk: number };
-  doubleStores: number;
-  /** Per-pass windows, for a traced request only (options.traceRequests). */
-  trace?: TracedRequest;
-}
-
-export interface VerifyReport {
-  ok: boolean;
-  entriesChecked: number;
-  /**
-   * Entries whose store copy was still in flight when the check ran, so not
-   * checked: verify() waits (bounded) for the copies dispatched before it was
-   * called, so this is 0 unless a copy took longer than that wait or new
-   * copies were dispatched meanwhile.
-   */
-  entriesInFlight: number;
-  blocksChecked: number;
-  mismatches: number;
-  holes: number;
-  doubleStores: number;
-  /** The first few mismatching keys, as hex. */
-  mismatchKeys: string[];
-}
-
-export interface StoreLoopEvents {
-  jobs(events: JobEvent[]): void;
-  drained(request: DrainedRequest): void;
-}
+export type { DrainedRequest } from './store-messages.js';
 
 const RECORDS_PER_STEP_MAX = 64;
 
@@ -119,6 +65,10 @@ export class StoreLoop implements RoleLoop {
   /** Failed store copies since the last one that succeeded. */
   private transferFailuresInRow = 0;
   private jobsTransferFailed = 0;
+  /** Per job waiting for other ranks: the error of a rank whose copy failed. */
+  private readonly rankErrors = new Map<number, unknown>();
+  /** Per job waiting for other ranks: the bytes its ranks copied so far (the job event's figure). */
+  private readonly rankBytes = new Map<number, number>();
   /** Lookups and loads: answers, protected hits, loads in flight. */
   private readonly loads: StoreLoads;
   private readonly readable = new Map<bigint, ReadableEntry>();
@@ -223,6 +173,9 @@ export class StoreLoop implements RoleLoop {
       hostCounters: this.hostCounters,
       loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
       leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
+      loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
+      faultLoadsAfter: options.faultLoadsAfter ?? Infinity,
+      faultLoads: options.faultLoads ?? Infinity,
       lookupUnsafe: {
         unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
         unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
@@ -401,7 +354,9 @@ export class StoreLoop implements RoleLoop {
   leftovers(): { writing: number; reading: number; locks: number } {
     const s = this.tier.stats();
     return {
-      writing: s.writing + (s.retired ?? 0),
+      // Slots kept for a rank that never reported are no leak: it may still write into
+      // them, so they stay retired by design (counted in rankAckTimeouts).
+      writing: s.writing + (s.retired ?? 0) - this.planner.slotsAwaitingLateAcks,
       reading: s.reading,
       locks: this.loads.lockCount,
     };
@@ -461,10 +416,24 @@ export class StoreLoop implements RoleLoop {
       });
     }
     this.capture?.dispatched(job);
-    const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-    if (this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks)
-      task[0] = TASK_FAULT;
-    this.backend.submit(task);
+    const fault =
+      this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks;
+    const { ranks, rankLayout } = this.views.config;
+    if (ranks === 1) {
+      const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
+      if (fault) task[0] = TASK_FAULT;
+      this.backend.submit(task);
+      return;
+    }
+    // One copy per rank, each of its own shard; the planner releases the pins
+    // at the last acknowledgement (a rank's copy reads them until it reports).
+    const replicated = rankLayout === 'replicated';
+    for (let rank = 0; rank < ranks; rank += 1) {
+      const task = encodeStoreTask(job, false, this.delayMs, { rank, ranks, replicated });
+      // The injected fault fails the last rank's copy: its job fails as a whole.
+      if (fault && rank === ranks - 1) task[0] = TASK_FAULT;
+      this.backend.submit(task);
+    }
   }
 
   private collect(): boolean {
@@ -473,7 +442,10 @@ export class StoreLoop implements RoleLoop {
       if (c.kind === 'store') this.completeStore(c);
       else this.loads.complete(c);
     }
-    return done.length > 0;
+    // Jobs whose ranks did not all report within the bound fail as a whole.
+    const expired = this.planner.expireAcks();
+    for (const job of expired) this.rankAcksTimedOut(job);
+    return done.length > 0 || expired.length > 0;
   }
 
   /**
@@ -486,18 +458,32 @@ export class StoreLoop implements RoleLoop {
    */
   private completeStore(c: TransferCompletion): void {
     const job = this.planner.issuedJob(c.jobId);
-    if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    const ranks = this.views.config.ranks;
+    if (job === undefined && ranks === 1) invariant(false, `store job ${c.jobId} was in flight`);
     // In flight at a reset: the planner publishes nothing and gives its retired slots back.
-    const stale = this.planner.isStale(job);
-    this.planner.complete(job, c.ok);
-    if (!c.ok) {
+    const stale = job !== undefined && this.planner.isStale(job);
+    this.bytesCopied += c.bytes;
+    const outcome = this.planner.acknowledge(c.jobId, c.rank ?? 0, c.ok);
+    // Other ranks still copying, or a job the bound already failed: nothing to publish.
+    if (outcome.state !== 'completed') {
+      if (outcome.state === 'waiting') {
+        if (!c.ok) this.rankErrors.set(c.jobId, c.error);
+        this.rankBytes.set(c.jobId, (this.rankBytes.get(c.jobId) ?? 0) + c.bytes);
+      }
+      return;
+    }
+    if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
+    const error = c.ok ? this.rankErrors.get(c.jobId) : c.error;
+    const bytes = (this.rankBytes.get(c.jobId) ?? 0) + c.bytes;
+    this.rankErrors.delete(c.jobId);
+    this.rankBytes.delete(c.jobId);
+    if (!outcome.ok) {
       this.capture?.settled(job);
-      this.storeFailed(job, c.error, stale);
+      this.storeFailed(job, error, stale);
       return;
     }
     this.transferFailuresInRow = 0;
     if (stale) {
-      this.bytesCopied += c.bytes;
       this.jobsCompleted += 1;
       return;
     }
@@ -522,15 +508,27 @@ export class StoreLoop implements RoleLoop {
       this.capture.settled(job);
     }
 
-    this.bytesCopied += c.bytes;
     this.hostStoreUs += c.latencyMs * 1000;
     this.jobsCompleted += 1;
     this.jobEvents.push({
       jobId: c.jobId,
       chunks: job.chunks.length,
-      bytes: c.bytes,
+      bytes,
       latencyMs: c.latencyMs,
     });
+  }
+
+  /**
+   * A job the acknowledgement bound failed (a rank never reported): like a
+   * failed copy, its chunks are dropped and counted and its entries never
+   * published, but it is no copy failure: the store goes on.
+   */
+  private rankAcksTimedOut(job: StoreJob): void {
+    this.rankErrors.delete(job.jobId);
+    this.rankBytes.delete(job.jobId);
+    this.capture?.settled(job);
+    if (!this.planner.isStale(job)) for (const chunk of job.chunks) this.writing.delete(chunk.key);
+    this.jobsTransferFailed += 1;
   }
 
   private storeFailed(job: StoreJob, error: unknown, stale: boolean): void {
@@ -605,66 +603,21 @@ export class StoreLoop implements RoleLoop {
   }
 
   private publishStats(): void {
-    const s = this.views.stats;
-    const c = this.planner.counters;
-    publishStat(s, 'chunksStored', c.chunksStored);
-    publishStat(s, 'resets', c.resets);
-    publishStat(s, 'chunksDiscardedByReset', c.chunksDiscardedByReset);
-    publishStat(s, 'chunksDeferred', c.chunksDeferred);
-    publishStat(s, 'chunksSkippedUnready', c.chunksSkippedUnready);
-    publishStat(s, 'chunksDeferredThenStored', this.ledger.deferredThenStored);
-    publishStat(s, 'allocationRetries', c.allocationFailures);
-    publishStat(s, 'chunksDroppedForCapacity', c.chunksDroppedForCapacity);
-    publishStat(s, 'chunksDroppedUnready', c.chunksDroppedUnready);
-    publishStat(s, 'chunksUnreachable', c.chunksUnreachable);
-    publishStat(s, 'snapshotRetries', c.snapshotRetries);
-    publishStat(s, 'bytesCopied', this.bytesCopied);
-    publishStat(s, 'jobsInFlight', this.jobsInFlight);
-    publishStat(s, 'jobsCompleted', this.jobsCompleted);
-    publishStat(s, 'jobsTransferFailed', this.jobsTransferFailed);
-    publishStat(s, 'chunksTransferFailed', c.chunksTransferFailed);
-    publishStat(s, 'jobsHeld', this.planner.jobsHeld);
-    publishStat(s, 'tierUsed', this.tier.stats().used);
-    publishStat(s, 'holes', this.ledger.holes);
-    publishStat(s, 'doubleStores', this.ledger.doubleStores);
-    publishStat(s, 'storePasses', c.passes);
-    publishStat(s, 'lookupsDeferred', this.loads.deferred);
-    publishStat(s, 'lookupsRetried', this.loads.retried);
-    publishStat(s, 'storesBelowThreshold', this.tier.admissionSkips);
-    if (this.capture) {
-      publishStat(s, 'eventsQueued', this.capture.queue.queued);
-      publishStat(s, 'eventsDropped', this.capture.queue.dropped);
-    }
-    const t = this.tier.stats();
-    const host = this.hostCounters;
-    host.storedChunks = t.stores;
-    host.evictions = t.evictions;
-    host.bytesWritten = this.bytesCopied;
-    host.bytesRead = this.loads.bytesRead;
-    host.droppedChunks = c.chunksDroppedForCapacity;
-    host.fullChunks = c.allocationFailures;
-    host.storeUs = this.hostStoreUs;
-    host.loadUs = this.loads.loadUs;
-    host.hitTokens = this.loads.hitTokens.host;
-    const chunkBytes = this.views.config.blocksPerChunk * this.views.config.bytesPerBlock;
-    host.entries = t.used;
-    host.bytesUsed = t.used * chunkBytes;
-    host.capacityBytes = t.capacityChunks * chunkBytes;
-    host.storesPending = t.writing;
-    publishTierCounters(this.views.tierStats, 'host', host);
-    for (const level of this.lower?.cascade.levels ?? []) {
-      const counters: TierCounters = {
-        ...level.counters,
-        hitTokens: this.loads.hitTokens[level.name],
-        storesPending: level.storesInFlight,
-        ...level.usage?.(),
-      };
-      publishTierCounters(this.views.tierStats, level.name, counters);
-    }
-    const lt = this.lookupTiming;
-    publishStat(s, 'lookupCalls', lt.syncCount);
-    publishStat(s, 'lookupCallUs', lt.syncSeconds * 1e6);
-    publishStat(s, 'lookupsResolvedAfterDefer', lt.resolvedCount);
-    publishStat(s, 'lookupDeferredUs', lt.resolvedSeconds * 1e6);
+    publishStoreStats({
+      views: this.views,
+      planner: this.planner,
+      ledger: this.ledger,
+      tier: this.tier,
+      loads: this.loads,
+      lower: this.lower,
+      capture: this.capture,
+      lookupTiming: this.lookupTiming,
+      host: this.hostCounters,
+      jobsInFlight: this.jobsInFlight,
+      bytesCopied: this.bytesCopied,
+      jobsCompleted: this.jobsCompleted,
+      jobsTransferFailed: this.jobsTransferFailed,
+      hostStoreUs: this.hostStoreUs,
+    });
   }
 }

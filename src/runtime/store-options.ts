@@ -1,6 +1,7 @@
 // The store loop's options: what each means, its defaults, and what the host
 // tier and the planner are given from them (the planner's switches pass
 // through; a traced run's recorder reads the planner's snapshots).
+import type { LoadFailurePolicy } from '../lookup.js';
 import type { PlannerObserver, PlannerOptions, PlannerSwitches, PlanPoint } from '../planner.js';
 import { plannerSwitches } from '../planner.js';
 import type { StorePolicy } from '../ready.js';
@@ -27,6 +28,12 @@ export interface StoreLoopOptions extends PlannerSwitches {
   faultAfterTasks?: number;
   /** Test-only: with faultAfterTasks, this many store tasks from there on throw (default every one). */
   faultTasks?: number;
+  /** Test-only: the load dispatched after this many fails its copy at its middle chunk. */
+  faultLoadsAfter?: number;
+  /** Test-only: with faultLoadsAfter, this many loads from there on fail (default every one). */
+  faultLoads?: number;
+  /** What a request does when a chunk of its hit cannot be loaded; default 'recompute'. */
+  loadFailurePolicy?: LoadFailurePolicy;
   /**
    * Consecutive failed store copies after which the backend is taken as
    * broken and the store stops with TransferBackendFailedError; default
@@ -37,6 +44,8 @@ export interface StoreLoopOptions extends PlannerSwitches {
   now?: () => number;
   /** How long an ended request waits for its last keys and blocks (PlannerOptions.finalWaitMsMax). */
   finalWaitMsMax?: number;
+  /** How long a store job waits for every rank's acknowledgement (PlannerOptions.rankAckWaitMsMax). */
+  rankAckWaitMsMax?: number;
   /** Record per-pass windows of requests with id below this (0: none). */
   traceRequests?: number;
   /**
@@ -113,6 +122,9 @@ export function storePlannerOptions(
     transferUnpins: true,
     ...(options.now ? { now: options.now } : {}),
     ...(options.finalWaitMsMax !== undefined ? { finalWaitMsMax: options.finalWaitMsMax } : {}),
+    ...(options.rankAckWaitMsMax !== undefined
+      ? { rankAckWaitMsMax: options.rankAckWaitMsMax }
+      : {}),
     ...plannerSwitches(options),
     observer,
     ...(recorder || options.onPlanPoint

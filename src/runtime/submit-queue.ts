@@ -5,6 +5,7 @@
 // on its virtual one) every SUBMIT_RETRY_MS while records are queued.
 import type { Config } from '../config.js';
 import type { Doorbell } from './doorbell.js';
+import type { RequestInput } from './request-rules.js';
 import { OP_SUBMIT, UNSET, pushText } from './protocol.js';
 import type { SpscRing } from './rings.js';
 import { RINGS } from './thread-words.js';
@@ -98,4 +99,21 @@ export class SubmitQueue {
     this.bell.ring();
     return n;
   }
+}
+
+/** A submission's record, with submit()'s defaults: a prefixId alone shares the whole prompt. */
+export function encodeRequest(req: RequestInput, requestId: number): number[] {
+  const length = req.promptTokens?.length ?? req.promptLength!;
+  return encodeSubmit({
+    requestId,
+    promptLength: length,
+    prefixId: req.prefixId ?? UNSET,
+    sharedPrefixTokens: req.sharedPrefixTokens ?? (req.prefixId !== undefined ? length : 0),
+    maxDecodeTokens: req.maxDecodeTokens ?? UNSET,
+    abortAfterTokens: req.abortAfterTokens ?? UNSET,
+    ...(req.promptTokens ? { promptTokens: req.promptTokens } : {}),
+    ...(req.maxLoadTokens !== undefined ? { maxLoadTokens: req.maxLoadTokens } : {}),
+    ...(req.skipReadingPrefixCache === true ? { skipReadingPrefixCache: true } : {}),
+    ...(req.cacheSalt !== undefined ? { cacheSalt: req.cacheSalt } : {}),
+  });
 }

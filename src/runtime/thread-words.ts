@@ -132,6 +132,16 @@ export const STATS = [
     doc: 'chunks of store jobs whose copy failed: not stored, counted, never silent',
   },
   {
+    name: 'rankAckTimeouts',
+    writer: 'store',
+    doc: 'store jobs failed as a whole because a rank did not acknowledge its copy within rankAckWaitMsMax',
+  },
+  {
+    name: 'rankAcksLate',
+    writer: 'store',
+    doc: 'rank acknowledgements that arrived after their job was failed by rankAckWaitMsMax',
+  },
+  {
     name: 'jobsHeld',
     writer: 'store',
     doc: 'store jobs the planner holds (dispatched, not completed): equals the store part of jobsInFlight, 0 at rest; more would be a leak',
@@ -157,6 +167,21 @@ export const STATS = [
     name: 'lookupsRetried',
     writer: 'store',
     doc: 'lookups answered "retry" (a tier level below the host had not answered for a key they need)',
+  },
+  {
+    name: 'loadFailures',
+    writer: 'store',
+    doc: 'loads with a chunk that could not be loaded (a failed copy, or a lower level refused it)',
+  },
+  {
+    name: 'loadFailureTokensRecomputed',
+    writer: 'store',
+    doc: 'tokens of failed loads from the first failed chunk on, recomputed (loadFailurePolicy recompute)',
+  },
+  {
+    name: 'requestsFailedByLoad',
+    writer: 'store',
+    doc: 'requests failed by a load failure (loadFailurePolicy fail)',
   },
   { name: 'eventsQueued', writer: 'store', doc: 'KV events put on the queue to main' },
   {

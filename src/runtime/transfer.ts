@@ -3,12 +3,18 @@
 // the simulator and tests all run the same code.
 //
 // A task travels as a small Int32Array (no bigints, no objects):
-//   store: [STORE, jobId, unpin, delayMs, chunkCount, (tierSlot, blockCount, (block, chunkPos)*)*]
-//   load:  [LOAD,  jobId, 0,     delayMs, entryCount, (tierSlot, chunkPos, block)*]
+//   store: [STORE, jobId, flags, delayMs, chunkCount, (tierSlot, blockCount, (block, chunkPos)*)*]
+//   load:  [LOAD,  jobId, flags, delayMs, entryCount, (tierSlot, chunkPos, block)*, fault?]
+// flags: bit 0 unpin (stores), bit 1 replicated rank layout, bits 8-15 the
+// rank, bits 16-23 the rank count less one. flags 0 or 1 is a one-rank task
+// that copies whole blocks, as every task did before ranks existed; a rank's
+// task copies only its shard of each block (rankShard in copy.ts).
+// fault: test-only, present only when set: 1 + the entry at which the load
+// copy throws (see LoadCopyError); a task without it is what it was before.
 // A store copies GPU -> tier and then unpins every source block exactly once
 // (in `finally`, so a failed copy never leaks a pin); a load copies tier -> GPU.
 import type { Config } from '../config.js';
-import { gpuBlockWords, tierBlockWords } from '../copy.js';
+import { gpuBlockWords, rankShard, tierBlockWords } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
 import { invariant } from '../errors.js';
 import type { StoreJob } from '../job.js';
@@ -58,13 +64,55 @@ export interface LoadEntry {
   readonly block: number;
 }
 
-export function encodeStoreTask(job: StoreJob, unpin: boolean, delayMs: number): Int32Array {
+/** Which rank a task copies for (a one-rank task: rank 0 of 1). */
+export interface TaskRank {
+  readonly rank: number;
+  readonly ranks: number;
+  readonly replicated: boolean;
+}
+
+const ONE_RANK: TaskRank = { rank: 0, ranks: 1, replicated: false };
+const FLAG_UNPIN = 1;
+const FLAG_REPLICATED = 2;
+
+function taskFlags(unpin: boolean, r: TaskRank): number {
+  return (
+    (unpin ? FLAG_UNPIN : 0) |
+    (r.replicated ? FLAG_REPLICATED : 0) |
+    (r.rank << 8) |
+    ((r.ranks - 1) << 16)
+  );
+}
+
+/** True when a store task releases its source pins itself. */
+export function taskUnpins(task: Int32Array): boolean {
+  return (task[2]! & FLAG_UNPIN) !== 0;
+}
+
+/** The rank a task copies for. */
+export function taskRank(task: Int32Array): number {
+  return (task[2]! >> 8) & 0xff;
+}
+
+/** The words of each block a task copies: its rank's shard, or the whole block for a one-rank task. */
+export function taskShard(task: Int32Array, wordsPerBlock: number): { from: number; to: number } {
+  const ranks = ((task[2]! >> 16) & 0xff) + 1;
+  const layout = (task[2]! & FLAG_REPLICATED) !== 0 ? 'replicated' : 'sharded';
+  return rankShard(wordsPerBlock, ranks, layout, taskRank(task));
+}
+
+export function encodeStoreTask(
+  job: StoreJob,
+  unpin: boolean,
+  delayMs: number,
+  rank: TaskRank = ONE_RANK,
+): Int32Array {
   let n = 5;
   for (const c of job.chunks) n += 2 + 2 * c.blocks.length;
   const t = new Int32Array(n);
   t[0] = TASK_STORE;
   t[1] = job.jobId;
-  t[2] = unpin ? 1 : 0;
+  t[2] = taskFlags(unpin, rank);
   t[3] = delayMs;
   t[4] = job.chunks.length;
   let at = 5;
@@ -83,10 +131,14 @@ export function encodeLoadTask(
   jobId: number,
   entries: readonly LoadEntry[],
   delayMs: number,
+  rank: TaskRank = ONE_RANK,
+  /** Test-only: the copy throws at this entry (see RuntimeOptions.faultInjection, target 'load'). */
+  faultAtEntry = -1,
 ): Int32Array {
-  const t = new Int32Array(5 + 3 * entries.length);
+  const t = new Int32Array(5 + 3 * entries.length + (faultAtEntry >= 0 ? 1 : 0));
   t[0] = TASK_LOAD;
   t[1] = jobId;
+  t[2] = taskFlags(false, rank);
   t[3] = delayMs;
   t[4] = entries.length;
   let at = 5;
@@ -95,6 +147,7 @@ export function encodeLoadTask(
     t[at++] = e.chunkPosition;
     t[at++] = e.block;
   }
+  if (faultAtEntry >= 0) t[at] = faultAtEntry + 1;
   return t;
 }
 
@@ -104,7 +157,8 @@ export function transferTaskWordsMax(
 ): number {
   const chunks = config.groups.length * config.maxChunksPerRequest;
   const bpc = config.blocksPerChunk;
-  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc);
+  // A load's test-only fault word is one more.
+  return 5 + Math.max(chunks * (2 + 2 * bpc), 3 * chunks * bpc + 1);
 }
 
 export function taskJobId(task: Int32Array): number {
@@ -126,11 +180,12 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
   if (kind === TASK_LOAD) return runLoad(arenas, task);
   if (kind !== TASK_STORE && kind !== TASK_FAULT)
     invariant(false, `transfer task kind ${kind} is known`);
-  const unpin = task[2] === 1;
+  const unpin = taskUnpins(task);
   const { gpu, tier, geometry } = arenas;
   const w = geometry.wordsPerBlock;
   const bpc = geometry.blocksPerChunk;
   const count = task[4]!;
+  const { from, to } = taskShard(task, w);
   let bytes = 0;
   try {
     // Straight from the task's words, one subarray per block (as a memcpy loop
@@ -145,10 +200,15 @@ export function runTransferTask(arenas: AttachedArenas, task: Int32Array): numbe
       for (let i = 0; i < n; i += 1) {
         const block = task[at++]!;
         const position = task[at++]!;
+        // A rank's shard only: a non-writing rank (an empty shard) copies nothing.
+        if (to === from) continue;
         const src = block * w;
-        tier.set(gpu.subarray(src, src + w), (tierSlot * bpc + (position % bpc)) * w);
+        tier.set(
+          gpu.subarray(src + from, src + to),
+          (tierSlot * bpc + (position % bpc)) * w + from,
+        );
       }
-      bytes += n * w * 4;
+      bytes += n * (to - from) * 4;
     }
   } finally {
     // Every block of the task, also after a failed copy: nothing copies them any more.
@@ -173,19 +233,41 @@ export function storeTaskBlocks(task: Int32Array): number[] {
   return blocks;
 }
 
+/**
+ * A load copy that failed part-way: `bytes` were copied, entry by entry in
+ * task order, before it (the store keeps the chunks wholly before the first
+ * failed entry, see loadedPrefixChunks). Any other throw counts as 0 bytes.
+ */
+class LoadCopyError extends Error {
+  constructor(readonly bytes: number) {
+    super('injected fault in a load copy (test switch)');
+  }
+}
+
+/** Bytes a failed task copied before it failed (0 unless it says, as a load does). */
+export function bytesBeforeFailure(err: unknown): number {
+  return err instanceof LoadCopyError ? err.bytes : 0;
+}
+
 function runLoad(arenas: AttachedArenas, task: Int32Array): number {
   const count = task[4]!;
   const { gpu, tier, geometry } = arenas;
+  const { from, to } = taskShard(task, geometry.wordsPerBlock);
+  if (to === from) return 0;
+  const faultAt = task.length > 5 + 3 * count ? task[5 + 3 * count]! - 1 : -1;
   let at = 5;
   for (let i = 0; i < count; i += 1) {
+    if (i === faultAt) throw new LoadCopyError(i * (to - from) * 4);
     const tierSlot = task[at++]!;
     const chunkPosition = task[at++]!;
     const block = task[at++]!;
+    // Each rank restores its own shard of the block from the whole entry.
     gpuBlockWords(gpu, geometry, block).set(
-      tierBlockWords(tier, geometry, tierSlot, chunkPosition),
+      tierBlockWords(tier, geometry, tierSlot, chunkPosition).subarray(from, to),
+      from,
     );
   }
-  return count * geometry.wordsPerBlock * 4;
+  return count * (to - from) * 4;
 }
 
 // ---------------------------------------------------------------------------
@@ -246,7 +328,7 @@ export function runTransferRing(arenas: AttachedArenas, spec: TransferRingSpec):
       ok = 1;
     } catch (err) {
       ok = 0;
-      bytes = 0;
+      bytes = bytesBeforeFailure(err);
       error = err instanceof Error ? err.message : String(err);
     }
   };

@@ -11,7 +11,7 @@
 // first await: the GPU thread relies on it to order the engine's KV writes
 // before the copies that read them (one queue executes in submission order).
 import { unpinBlocks } from '../pins.js';
-import { TASK_FAULT, TASK_LOAD, TASK_STORE } from './transfer.js';
+import { TASK_FAULT, TASK_LOAD, TASK_STORE, taskUnpins } from './transfer.js';
 import { GpuArena, StagingPool } from './webgpu-arena.js';
 import type { BlockRun } from './webgpu-arena.js';
 import { GPU_MAP_MODE, describe, openErrorScope } from './webgpu-device.js';
@@ -104,7 +104,7 @@ export class GpuCopier {
 
   private async store(task: Int32Array): Promise<number> {
     const { blocks, tierWords } = parseStore(task, this.host);
-    const unpin = task[2] === 1;
+    const unpin = taskUnpins(task);
     const segments: Segment[] = [];
     let scope: ReturnType<typeof openErrorScope> | undefined;
     try {

@@ -31,6 +31,7 @@ import {
   TASK_LOAD,
   encodeCompletion,
   storeTaskBlocks,
+  taskUnpins,
 } from './transfer.js';
 import type { GpuArena } from './webgpu-arena.js';
 import { GpuCopier } from './webgpu-copy.js';
@@ -321,7 +322,7 @@ export class GpuCopyLoop {
     // without a copy (a store releases its pins, as any failed copy does).
     let failedAtStop = 0;
     const abandon = (task: Int32Array, ticket: number) => {
-      if (task[0] !== TASK_LOAD && task[2] === 1) unpinBlocks(this.pins, storeTaskBlocks(task));
+      if (task[0] !== TASK_LOAD && taskUnpins(task)) unpinBlocks(this.pins, storeTaskBlocks(task));
       failedAtStop += 1;
       const record = new Int32Array(COMPLETION_RECORD_WORDS_MAX);
       const n = encodeCompletion(record, ticket, false, 0, 'GPU thread stopped before the copy');

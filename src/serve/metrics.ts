@@ -76,6 +76,26 @@ const COUNTERS = [
     'kvoff_chunks_transfer_failed_total',
     'chunks of store jobs whose copy failed: not stored, counted',
   ],
+  [
+    'rankAckTimeouts',
+    'kvoff_rank_ack_timeouts_total',
+    'store jobs failed as a whole because a rank did not acknowledge its copy in time',
+  ],
+  [
+    'loadFailures',
+    'kvoff_load_failures_total',
+    'loads with a chunk that could not be loaded (a failed copy, or a lower level refused it)',
+  ],
+  [
+    'loadFailureTokensRecomputed',
+    'kvoff_load_failure_recomputed_tokens_total',
+    'tokens of failed loads from the first failed chunk on, recomputed (loadFailurePolicy recompute)',
+  ],
+  [
+    'requestsFailedByLoad',
+    'kvoff_requests_failed_by_load_total',
+    'requests failed with LoadFailedError by a load failure (loadFailurePolicy fail)',
+  ],
 ] as const satisfies readonly (readonly [keyof RuntimeStats, string, string])[];
 
 /** Levels exported as Prometheus gauges. */

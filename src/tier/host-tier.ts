@@ -269,10 +269,24 @@ export class HostTier implements OffloadTier {
     this.events = [];
   }
 
+  abandonStore(keys: readonly bigint[]): number[] {
+    const slots: number[] = [];
+    for (const key of keys) {
+      const e = this.entries.get(key);
+      if (e === undefined || e.refCount !== WRITING) continue;
+      this.writingCount -= 1;
+      this.policy.remove(e);
+      this.entries.delete(key);
+      this.retiredSlots.set(e.slot, 1);
+      slots.push(e.slot);
+    }
+    return slots;
+  }
+
   releaseRetired(slots: readonly number[]): void {
     for (const slot of slots) {
       const n = this.retiredSlots.get(slot);
-      if (n === undefined) invariant(false, `slot ${slot} was retired by a reset`);
+      if (n === undefined) invariant(false, `slot ${slot} was retired`);
       if (n > 1) this.retiredSlots.set(slot, n - 1);
       else {
         this.retiredSlots.delete(slot);

@@ -29,20 +29,18 @@
 import { randomBytes } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { TierUnavailableError } from '../errors.js';
-import { CircuitBreaker } from './breaker.js';
 import { checkedEntry, entryBytes, sealEntry } from './entry-auth.js';
 import type { EntryAuth } from './entry-auth.js';
 import { EPOCH_RECORD_CHARS_MAX, EpochBelief } from './epoch-record.js';
 import { KnownKeys } from './known-keys.js';
-import { scrubCredentials } from './redis-access.js';
 import type { RedisAccess } from './redis-access.js';
 import { STORE_WINDOW_INITIAL, STORE_WINDOW_MIN, resolveRedisOptions } from './redis-options.js';
 import type { RedisTierOptions, ResolvedRedisOptions } from './redis-options.js';
 
 export type { RedisTierOptions } from './redis-options.js';
-import { ErrorReply, TimeoutError as LibraryTimeoutError } from 'redis';
-import { RedisCommandTimeoutError, RedisLink } from './redis-link.js';
-import type { RedisCommands, RedisConnection } from './redis-link.js';
+import { RedisLink } from './redis-link.js';
+import type { RedisCommands } from './redis-link.js';
+import { BreakerCommands, isOutOfMemory } from './redis-commands.js';
 import { InFlightWindow } from './in-flight-window.js';
 import type { LowerTier, LowerTierSwitches, TierCounters } from './lower.js';
 import { LevelEventLog, SampleBuffer, zeroCounters } from './lower.js';
@@ -62,11 +60,8 @@ export class RedisTier implements LowerTier {
   readonly events = new LevelEventLog();
   private readonly ownCounters: TierCounters = zeroCounters();
   private readonly options: ResolvedRedisOptions;
-  /** Opens when connecting keeps failing (the whole cluster unreachable). */
-  private readonly connectBreaker: CircuitBreaker;
-  /** One per node: a node that keeps failing is skipped, the others go on. */
-  private readonly nodeBreakers = new Map<string, CircuitBreaker>();
-  private readonly link: RedisLink;
+  /** Commands under the connect and per-node breakers and the deadline. */
+  private readonly commands: BreakerCommands;
   private readonly auth: EntryAuth | undefined;
   private readonly valueBytes: number;
   private readonly prefix: string;
@@ -76,15 +71,6 @@ export class RedisTier implements LowerTier {
   private readonly inFlight = new Set<Promise<unknown>>();
   /** Called when an operation settles (close() waits on it). */
   private onSettled: (() => void) | undefined;
-  /**
-   * Failures that say the cluster is stuck or gone (a node silent past the
-   * deadline, a lost connection, no connection), not merely busy: close()
-   * stops draining at the first one, and drains nothing after a recent one.
-   */
-  private stuckFailures = 0;
-  private stuckAtMs = -Infinity;
-  /** Why the last connect or command failed (one line, credentials scrubbed). */
-  private lastProblem: string | undefined;
   private bytesInFlight = 0;
   /** SETs awaiting their reply. */
   private sending = 0;
@@ -102,19 +88,18 @@ export class RedisTier implements LowerTier {
 
   private constructor(
     options: ResolvedRedisOptions,
-    private readonly access: RedisAccess,
+    access: RedisAccess,
     link: RedisLink,
     auth: EntryAuth | undefined,
     switches: LowerTierSwitches,
   ) {
     this.options = options;
-    this.link = link;
+    this.commands = new BreakerCommands(link, access, options, this.ownCounters);
     this.auth = auth;
     this.belief = new EpochBelief(options.scope, auth);
     this.authenticated = auth !== undefined;
     this.switches = switches;
     this.valueBytes = entryBytes(options.payloadBytes, auth);
-    this.connectBreaker = new CircuitBreaker(options.failuresMax, options.openMs);
     this.window = new InFlightWindow(
       Math.min(STORE_WINDOW_MIN, options.storesInFlightMax),
       options.storesInFlightMax,
@@ -138,7 +123,7 @@ export class RedisTier implements LowerTier {
   }
 
   async refreshEpoch(): Promise<void> {
-    const reply = await this.commandAt(this.epochKey, (c, k) => c.get(k));
+    const reply = await this.commands.at(this.epochKey, (c, k) => c.get(k));
     if (reply === undefined) return; // unreachable: keep what we knew (loads fail meanwhile anyway)
     const was = this.currentEpoch;
     const text =
@@ -155,7 +140,7 @@ export class RedisTier implements LowerTier {
     await this.refreshEpoch();
     const record = this.belief.next(randomBytes(8).readBigUInt64LE(0));
     let failure: unknown;
-    const reply = await this.commandAt(
+    const reply = await this.commands.at(
       this.epochKey,
       (c, k) => c.set(k, this.belief.text(record)),
       (err) => (failure = err ?? new Error('the circuit is open or the cluster unreachable')),
@@ -183,25 +168,24 @@ export class RedisTier implements LowerTier {
   ): Promise<RedisTier> {
     const { full, access, auth } = resolveRedisOptions(options);
     const tier = new RedisTier(full, access, new RedisLink(access, full.timeoutMs), auth, switches);
-    const problem = await tier.firstContact();
+    const problem = await tier.commands.firstContact(`${tier.prefix}open`);
     if (problem !== undefined) {
       if (options.optional !== true) {
-        tier.link.destroy();
+        tier.commands.close();
         throw new TierUnavailableError('redis', problem);
       }
-      tier.lastProblem = `unusable at start: ${problem}`;
+      tier.commands.lastProblem = `unusable at start: ${problem}`;
       // A failed first contact opens the circuit at once, not after failuresMax lookups.
-      for (let i = 0; i < full.failuresMax; i += 1) tier.connectBreaker.failure(false);
+      for (let i = 0; i < full.failuresMax; i += 1) tier.commands.connectBreaker.failure(false);
     }
     return tier;
   }
 
   get counters(): TierCounters {
-    let open = this.connectBreaker.isOpen;
-    for (const b of this.nodeBreakers.values()) open ||= b.isOpen;
+    const open = this.commands.anyOpen;
     this.ownCounters.circuitOpen = open ? 1 : 0;
     // Not connected is degraded only when a connect failed (between a replacement and the next command all is well).
-    this.ownCounters.degraded = open || this.link.lastError !== undefined ? 1 : 0;
+    this.ownCounters.degraded = open || this.commands.link.lastError !== undefined ? 1 : 0;
     return this.ownCounters;
   }
 
@@ -210,7 +194,7 @@ export class RedisTier implements LowerTier {
   }
 
   get problem(): string | undefined {
-    return this.counters.degraded === 1 ? this.lastProblem : undefined;
+    return this.counters.degraded === 1 ? this.commands.lastProblem : undefined;
   }
 
   /** Stores that may be in flight now (the delay-based window). */
@@ -220,7 +204,7 @@ export class RedisTier implements LowerTier {
 
   /** Connections replaced after a timeout or a connection error. */
   get replacements(): number {
-    return this.link.replacements;
+    return this.commands.link.replacements;
   }
 
   /** A value for `key` holding `payload`, sealed as this level checks it (header, and tag with a secret). */
@@ -237,7 +221,8 @@ export class RedisTier implements LowerTier {
 
   async states(keys: readonly bigint[]): Promise<LookupState[]> {
     const out: LookupState[] = [];
-    const unreachable = this.link.current === undefined && this.connectBreaker.state === 'open';
+    const { link, connectBreaker } = this.commands;
+    const unreachable = link.current === undefined && connectBreaker.state === 'open';
     if (unreachable || !this.belief.trusted) {
       // The cluster is out of reach (what is being written will be dropped), or
       // no epoch record it holds may be believed: a miss at once.
@@ -441,20 +426,20 @@ export class RedisTier implements LowerTier {
   async close(timeoutMs: number): Promise<void> {
     if (this.closing) return;
     this.closing = true;
-    const stuckBefore = this.stuckFailures;
+    const stuckBefore = this.commands.stuckFailures;
     const deadline = performance.now() + timeoutMs;
-    const stuck = performance.now() - this.stuckAtMs < this.options.timeoutMs;
+    const stuck = performance.now() - this.commands.stuckAtMs < this.options.timeoutMs;
     for (;;) {
       this.pump();
       if (this.queuedCount === 0 && this.inFlight.size === 0) break;
-      if (stuck || this.stuckFailures > stuckBefore) break;
+      if (stuck || this.commands.stuckFailures > stuckBefore) break;
       const left = deadline - performance.now();
       if (left <= 0) break;
       await this.settledOrAfter(left);
     }
     this.closed = true;
     this.dropQueued();
-    this.link.destroy();
+    this.commands.close();
     // Each operation has its deadline, so these settle (and count) within one timeout at most.
     const until = performance.now() + this.options.timeoutMs;
     while (this.inFlight.size > 0 && performance.now() < until) {
@@ -477,111 +462,15 @@ export class RedisTier implements LowerTier {
   }
 
   /**
-   * The first contact at open: a connection and one command under the
-   * level's access. Undefined when the cluster answered, or was only slow (a
-   * node that does not answer in time is a bad moment, not a bad
-   * configuration: the breaker deals with it); else why not, in one line
-   * without credentials.
-   */
-  private async firstContact(): Promise<string | undefined> {
-    const conn = await this.link.connection();
-    if (conn === undefined) return this.link.lastError ?? 'no connection';
-    try {
-      const probe = `${this.prefix}open`;
-      await this.link.run(conn, this.link.nodeOf(conn, probe), (c) => c.exists(probe));
-      return undefined;
-    } catch (err) {
-      if (isTimeout(err)) return undefined;
-      return scrubCredentials(
-        oneLine(err instanceof Error ? err.message : String(err)),
-        this.access,
-      );
-    }
-  }
-
-  /** The connection, connecting under the connect breaker; undefined when refused or failed (counted). */
-  private async connection(): Promise<RedisConnection | undefined> {
-    if (this.closed) return undefined;
-    const current = this.link.current;
-    if (current !== undefined) return current;
-    const gate = this.connectBreaker.allow();
-    if (!gate.ok) return undefined;
-    const conn = await this.link.connection();
-    if (conn === undefined) {
-      this.ownCounters.errors += 1;
-      this.noteFailure(`cannot connect: ${this.link.lastError ?? 'no connection'}`, true);
-      this.connectBreaker.failure(gate.probe);
-    } else this.connectBreaker.success(gate.probe);
-    return conn;
-  }
-
-  /** The breaker of the node a key's commands go to (one per node address). */
-  private breakerOf(node: string): CircuitBreaker {
-    let b = this.nodeBreakers.get(node);
-    if (b === undefined) {
-      b = new CircuitBreaker(this.options.failuresMax, this.options.openMs);
-      this.nodeBreakers.set(node, b);
-    }
-    return b;
-  }
-
-  /**
-   * One command on one key under the breakers and the deadline. Resolves
-   * undefined when it was refused (no connection, or the key's node has its
-   * circuit open: nothing is sent) or failed (counted); never rejects. A
-   * node that fails opens its own circuit: the other shards go on.
+   * One command on one key's entry (BreakerCommands.at): undefined when
+   * refused or failed, never rejects.
    */
   private command<R>(
     key: bigint,
     cmd: (c: RedisCommands, k: string) => Promise<R>,
     onError?: (err: unknown) => void,
   ): Promise<R | undefined> {
-    return this.commandAt(this.keyOf(key), cmd, onError);
-  }
-
-  /** command() on the Redis key `k` (an entry's, or the epoch's). */
-  private async commandAt<R>(
-    k: string,
-    cmd: (c: RedisCommands, k: string) => Promise<R>,
-    onError?: (err: unknown) => void,
-  ): Promise<R | undefined> {
-    const conn = await this.connection();
-    if (conn === undefined) {
-      onError?.(undefined);
-      return undefined;
-    }
-    const node = this.link.nodeOf(conn, k);
-    const breaker = this.breakerOf(node);
-    const gate = breaker.allow();
-    if (!gate.ok) {
-      onError?.(undefined);
-      return undefined;
-    }
-    try {
-      const reply = await this.link.run(conn, node, (c) => cmd(c, k));
-      breaker.success(gate.probe);
-      return reply;
-    } catch (err) {
-      this.ownCounters.errors += 1;
-      if (isTimeout(err)) this.ownCounters.timeouts += 1;
-      this.noteFailure(
-        scrubCredentials(describeFailure(err), this.access),
-        !(err instanceof ErrorReply || err instanceof LibraryTimeoutError),
-      );
-      // An OOM reply is the cluster answering (it is full), not failing.
-      if (isOutOfMemory(err)) breaker.success(gate.probe);
-      else breaker.failure(gate.probe);
-      onError?.(err);
-      return undefined;
-    }
-  }
-
-  private noteFailure(problem: string, stuck: boolean): void {
-    if (stuck) {
-      this.stuckFailures += 1;
-      this.stuckAtMs = performance.now();
-    }
-    this.lastProblem = problem;
+    return this.commands.at(this.keyOf(key), cmd, onError);
   }
 
   private track(p: Promise<unknown>): void {
@@ -595,23 +484,4 @@ export class RedisTier implements LowerTier {
       this.onSettled?.();
     });
   }
-}
-
-function oneLine(text: string): string {
-  return text.replace(/\s+/g, ' ').trim();
-}
-
-/** One line for a failed command (the library's queue timeout has no message of its own). */
-function describeFailure(err: unknown): string {
-  if (err instanceof LibraryTimeoutError)
-    return `a command waited over the timeout to be sent (the connection is congested)`;
-  return oneLine(err instanceof Error ? err.message : String(err));
-}
-
-function isTimeout(err: unknown): boolean {
-  return err instanceof RedisCommandTimeoutError || err instanceof LibraryTimeoutError;
-}
-
-function isOutOfMemory(err: unknown): boolean {
-  return err instanceof Error && err.message.startsWith('OOM');
 }

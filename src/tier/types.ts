@@ -71,6 +71,13 @@ export interface OffloadTier {
   reset?(): void;
   /** Gives back the retired slots of a job that was in flight at a reset (one call per job and slot). */
   releaseRetired?(slots: readonly number[]): void;
+  /**
+   * A store job failed while a copy may still be writing (a tensor-parallel
+   * rank that has not reported): its keys being written leave the index and
+   * their slots are retired, as at a reset, until releaseRetired gives them
+   * back. Returns those slots. Keys not being written are left alone.
+   */
+  abandonStore?(keys: readonly bigint[]): number[];
 }
 
 export interface TierStats {

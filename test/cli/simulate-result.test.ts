@@ -21,6 +21,8 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
       groups: 'hybrid',
       transferThreads: 1,
       backend: 'shared-memory',
+      ranks: 1,
+      rankLayout: 'sharded',
       abortRate: 0.002,
       offload: true,
       blockBytes: 4096,
@@ -55,6 +57,9 @@ function result(over: Partial<SimulateResult> = {}): SimulateResult {
       redis: { ...zeroCounters(), authenticated: false, state: 'off' },
     },
     chunksTransferFailed: 0,
+    loadFailures: 0,
+    loadFailureTokensRecomputed: 0,
+    requestsFailedByLoad: 0,
     memory: {
       rssBytes: 0,
       main: { heapUsedBytes: 0, externalBytes: 0 },

@@ -72,6 +72,23 @@ describe.concurrent('kvoff simulate', () => {
     expect(r.adapter).toMatch(/\S/);
   });
 
+  it('--ranks 2 --json: every store copied per rank and completed on both acknowledgements, 0 holes and 0 mismatches', async () => {
+    const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--ranks', '2', '--json']);
+    expect(run.code).toBe(0);
+    const r = parseJson(run.stdout) as SimJson & {
+      entriesVerified: number;
+      workload: { ranks: number; rankLayout: string };
+    };
+    expect(r).toMatchObject({
+      holes: 0,
+      mismatches: 0,
+      ok: true,
+      workload: { ranks: 2, rankLayout: 'sharded' },
+    });
+    expect(r.chunksStored).toBeGreaterThan(0);
+    expect(r.entriesVerified).toBeGreaterThan(0);
+  });
+
   it('--backend with an unknown name is a usage error naming the choices, exit 2', async () => {
     const run = await runCli(['simulate', ...SMALL_WORKLOAD, '--backend', 'cuda']);
     expect(run.code).toBe(2);

@@ -16,7 +16,7 @@
 import { readFileSync, readdirSync, truncateSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createCluster } from 'redis';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_RUNTIME_CONFIG, OffloadRuntime } from '../../src/index.js';
 import type { LowerTierSwitches } from '../../src/tier/lower.js';
 import type { LowerTier } from '../../src/tier/lower.js';
@@ -129,32 +129,41 @@ describe('F11 serving unverified data: Redis Cluster tier', () => {
 });
 
 describe('F11 serving unverified data: the runtime over a corrupted disk directory', () => {
-  it('kvoff: a restart finds every entry corrupted, counts each, serves none, and the engine loads no wrong byte', async () => {
-    const config = {
-      ...DEFAULT_RUNTIME_CONFIG,
-      groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
-      namespace: { model: 'f11' },
-    };
-    const dir = freshDir();
-    const submission = {
-      promptLength: 1024,
-      prefixId: 1,
-      sharedPrefixTokens: 1000,
-      maxDecodeTokens: 4,
-    };
+  const config = {
+    ...DEFAULT_RUNTIME_CONFIG,
+    groups: [{ kind: 'full' as const, tokensPerBlock: 16 }],
+    namespace: { model: 'f11' },
+  };
+  const dir = freshDir();
+  const submission = {
+    promptLength: 1024,
+    prefixId: 1,
+    sharedPrefixTokens: 1000,
+    maxDecodeTokens: 4,
+  };
+  let stored = 0;
+  let files: string[] = [];
+
+  // The first runtime's life is a hook of its own: each runtime start gets the
+  // suite's bound for one start (10-20 s apiece at load 45-60 on 2 cores), where
+  // one 30 s test held two starts in a row and timed out under load.
+  beforeAll(async () => {
     const first = await OffloadRuntime.start({
       config,
       tiers: { disk: { dir, bytesMax: 1 << 28 } },
     });
     await first.submit(submission);
     await first.close();
-    const stored = first.stats().tiers.disk.storedChunks;
-    expect(stored).toBeGreaterThan(0);
-    // Flip a payload byte of every entry on disk.
-    const files = readdirSync(dir, { recursive: true })
+    stored = first.stats().tiers.disk.storedChunks;
+    files = readdirSync(dir, { recursive: true })
       .map(String)
       .filter((n) => n.endsWith('.kv'));
+  });
+
+  it('kvoff: a restart finds every entry corrupted, counts each, serves none, and the engine loads no wrong byte', async () => {
+    expect(stored).toBeGreaterThan(0);
     expect(files).toHaveLength(stored);
+    // Flip a payload byte of every entry on disk.
     for (const f of files) writeFileSync(join(dir, f), corrupt(readFileSync(join(dir, f))));
 
     const second = await OffloadRuntime.start({
@@ -169,5 +178,5 @@ describe('F11 serving unverified data: the runtime over a corrupted disk directo
     expect(s.tiers.disk.errors).toBeGreaterThan(0);
     expect(s.mismatches).toBe(0);
     expect(report).toMatchObject({ ok: true, mismatches: 0 });
-  }, 30_000);
+  });
 });

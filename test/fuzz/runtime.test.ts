@@ -7,11 +7,15 @@ import { loadHashing } from '../../src/hashing.js';
 import { UNSET } from '../../src/runtime/protocol.js';
 import { fuzz } from '../../src/fuzz/run.js';
 import { runSchedule } from '../../src/fuzz/schedule.js';
-import { runtimeHangAfterMs } from '../../src/fuzz/runtime-scenario.js';
+import {
+  estimateRuntimeSteps,
+  runtimeHangAfterMs,
+  runtimeScenarioFromSeed,
+} from '../../src/fuzz/runtime-scenario.js';
 import type { RuntimeScenario, RuntimeSubmission } from '../../src/fuzz/runtime-scenario.js';
 import { RuntimeWorld } from '../../src/fuzz/runtime-world.js';
 import { TRANSFER } from '../../src/fuzz/scenario.js';
-import { DecisionListStrategy, RandomStrategy } from '../../src/fuzz/strategy.js';
+import { DecisionListStrategy, RandomStrategy, makeStrategy } from '../../src/fuzz/strategy.js';
 import { decodeReplayToken, encodeReplayToken } from '../../src/fuzz/token.js';
 import type { ReplaySpec } from '../../src/fuzz/token.js';
 
@@ -106,7 +110,7 @@ describe('fuzz --target runtime', () => {
   it('tokens carry the target and the switches', () => {
     const s = spec(5, { switches: ['load-while-writing'], pins: false });
     const token = encodeReplayToken(s);
-    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt2.uload-while-writing');
+    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt3.uload-while-writing');
     expect(decodeReplayToken(token)).toEqual(s);
   });
 
@@ -181,7 +185,7 @@ describe('fuzz --target runtime', () => {
       shrink: false,
     });
     expect(r.violations).toBe(1);
-    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt2$/);
+    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt3$/);
   });
 
   it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
@@ -273,7 +277,7 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
     expect(r.code).toBe(1);
     const out = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(out).toMatchObject({ target: 'runtime', pins: false, invariant: 'mispairing' });
-    expect(out.replayToken).toMatch(/\.trt2(\.|$)/);
+    expect(out.replayToken).toMatch(/\.trt3(\.|$)/);
     const again = kvoff('--replay', out.shrunkToken as string, '--json');
     expect(again.code).toBe(1);
     const replay = JSON.parse(again.stdout) as Record<string, unknown>;
@@ -308,7 +312,8 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
 // engine simulator had its own generator (mulberry32): since it draws from the
 // one PRNG (src/prng.ts) the first still names the same trace, the second
 // another; since the one role driver (the `.trt2` tokens) both seeds draw
-// other interleavings, and the lookup's alignment is pinned down by the
+// other interleavings (and since tensor-parallel ranks, `.trt3`, both draw
+// more than one rank), and the lookup's alignment is pinned down by the
 // hybrid rows of test/core/lookup.test.ts.
 describe('replay tokens of the runtime target carry the version of its schedules', () => {
   it('a `.trt` token of the version before the one role driver is refused, naming the seed to draw again', () => {
@@ -322,12 +327,18 @@ describe('replay tokens of the runtime target carry the version of its schedules
     expect((thrown as InvalidArgumentError).code).toBe('KVOFF_INVALID_ARGUMENT');
     expect(String((thrown as Error).message)).toContain('--seed 20030415');
   });
+
+  it('a `.trt2` token, from before the scenarios drew tensor-parallel ranks, is refused the same way', () => {
+    expect(() => decodeReplayToken('kvf1.ready-prefix.random.pins.20030415.trt2')).toThrow(
+      /--seed 20030415/,
+    );
+  });
 });
 
 describe('regression: a hybrid lookup rounded down to whole chunks after the fact loaded an unchecked window', () => {
   for (const token of [
-    'kvf1.ready-prefix.random.pins.20030415.trt2',
-    'kvf1.ready-prefix.pct.pins.30005772.trt2',
+    'kvf1.ready-prefix.random.pins.20030415.trt3',
+    'kvf1.ready-prefix.pct.pins.30005772.trt3',
   ]) {
     it(`${token} runs with nothing violated`, () => {
       const spec = decodeReplayToken(token);
@@ -338,7 +349,7 @@ describe('regression: a hybrid lookup rounded down to whole chunks after the fac
   }
 });
 
-// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt2, drawn
+// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt3, drawn
 // with the engine's former generator; the token now names another trace, and
 // the stalled-copies scenarios below pin the case down) was reported as a hang. The copy threads were stalled for 200 virtual ms while a
 // second request's tier lookup was deferred on the first one's entries, still
@@ -358,8 +369,8 @@ describe('regression: a copy stall of 200 virtual ms under a deferred lookup, re
       events: [request(1, 0), request(2, 3), { kind: 'stall', actor: TRANSFER, atMs: 0, forMs }],
     });
 
-  it('kvf1.ready-prefix.pct.pins.1028744.trt2 runs to its end with nothing violated', () => {
-    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt2'));
+  it('kvf1.ready-prefix.pct.pins.1028744.trt3 runs to its end with nothing violated', () => {
+    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt3'));
     expect(out.violation).toBeUndefined();
   });
 
@@ -470,5 +481,31 @@ describe('copy completions as a WebGPU device makes them (late, out of order)', 
       if (out.violation?.invariant === 'mispairing') caught = out.violation.message;
     }
     expect(caught).toMatch(/do not hold their key's bytes/);
+  });
+});
+
+describe('the recompute budget in the runtime target', () => {
+  it('a third of the scenarios draw one, and some lookups are hits only the budget allows, each judged by the specification', () => {
+    let drawn = 0;
+    let budgetedHits = 0;
+    for (let seed = 101; seed <= 160; seed += 1) {
+      const s = runtimeScenarioFromSeed(seed);
+      const budget = s.config.maxRecomputePendingTokens;
+      if (budget === undefined) continue;
+      drawn += 1;
+      expect(budget).toBeGreaterThan(0);
+      const world = new RuntimeWorld(s, {
+        policy: 'ready-prefix',
+        pins: true,
+        hashing,
+        strategy: makeStrategy('random', seed, estimateRuntimeSteps(s)),
+        record: false,
+      });
+      const out = world.run();
+      expect(out.violation).toBeUndefined();
+      budgetedHits += world.budgetedHits;
+    }
+    expect(drawn).toBeGreaterThanOrEqual(10);
+    expect(budgetedHits).toBeGreaterThan(0);
   });
 });

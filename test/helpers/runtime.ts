@@ -3,6 +3,7 @@
 // capacity drops), and the checks every run must pass.
 import { expect } from 'vitest';
 import { Prng } from '../../src/prng.js';
+import { readStat } from '../../src/runtime/stats.js';
 import type {
   LeakReport,
   OffloadRuntime,
@@ -46,14 +47,16 @@ export function pressureWorkload(n: number, seed = 1): RequestInput[] {
 export async function settle(rt: OffloadRuntime, ms = 20_000): Promise<void> {
   // The store publishes jobsInFlight at the end of its step, after it may have
   // posted a request's 'drained' and dispatched its last job: one 0 read can be
-  // the step before. Require 0 on every poll for QUIET_MS (many store steps).
-  const QUIET_MS = 50;
+  // the step before. Settled is 0 on every poll across two whole store passes,
+  // counted by the store's pass word (published after jobsInFlight), not timed:
+  // a fixed 50 ms quiet time was less than one pass at load 40 on 2 cores.
   const deadline = Date.now() + ms;
-  let quietSince = -1;
-  while (Date.now() < deadline) {
-    if (rt.stats().jobsInFlight > 0) quietSince = -1;
-    else if (quietSince < 0) quietSince = Date.now();
-    else if (Date.now() - quietSince >= QUIET_MS) return;
+  let quietFromPass = -1;
+  while (Date.now() < deadline && rt.failedWith === undefined) {
+    const passes = readStat(rt['views'].stats, 'storePasses');
+    if (rt.stats().jobsInFlight > 0) quietFromPass = -1;
+    else if (quietFromPass < 0) quietFromPass = passes;
+    else if (passes >= quietFromPass + 2) return;
     await new Promise((r) => setTimeout(r, 5));
   }
 }

@@ -3,15 +3,28 @@
 // found" (exit 127) — and kept answering it after `npm run build`, because
 // npm's exec cache had linked the package without its missing bin. `npm ci`
 // now builds through the `prepare` script, which npm runs after installing
-// the root package. A fresh copy of the repository's files (what a clone
-// has), with this checkout's node_modules and the build `prepare` leaves,
-// then runs `npx kvoff --version` with an empty npm cache, as a newcomer's
-// first call. The build itself is not redone here: a full compile beside the
-// rest of the suite took over 170 s on a loaded 2-core box (load average
-// 60), and the test setup (test/helpers/global-setup.ts) and CI's `npm ci`
-// build it for real on every run.
+// the root package. npx itself installs the checkout into its cache as a
+// directory link, and npm runs a link's `prepare` again: with `prepare` as
+// `npm run build` every first `npx kvoff` recompiled dist/ (116 s at load 46,
+// the cause of this test's timeouts under load). `prepare` now builds only
+// when dist/ is older than a source file (scripts/build-if-stale.sh). A fresh
+// copy of the repository's files (what a clone has), with this checkout's
+// node_modules and the build `prepare` leaves, then runs `npx kvoff --version`
+// with an empty npm cache, as a newcomer's first call, and finds dist/ as it
+// was: nothing was rebuilt. The build itself is not redone here: a full
+// compile beside the rest of the suite took over 170 s on a loaded 2-core box
+// (load average 60), and the test setup (test/helpers/global-setup.ts) and
+// CI's `npm ci` build it for real on every run.
 import { execFile } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import {
+  cpSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { promisify } from 'node:util';
@@ -52,9 +65,11 @@ describe('a fresh clone after npm ci', () => {
     symlinkSync(join(ROOT, 'node_modules'), join(clone, 'node_modules'), 'dir');
     // What `npm ci` runs for the root package once its dependencies are installed: the build.
     expect(pkg.scripts.prepare, 'package.json has a prepare script that builds').toBe(
-      'npm run build',
+      'sh scripts/build-if-stale.sh',
     );
     cpSync(join(ROOT, 'dist'), join(clone, 'dist'), { recursive: true });
+    const built = join(clone, 'dist', 'src', 'index.js');
+    const builtAt = statSync(built).mtimeMs;
     const env = {
       ...process.env,
       // An empty npm cache: npx's exec cache holds nothing from an earlier call.
@@ -67,5 +82,7 @@ describe('a fresh clone after npm ci', () => {
     const options = { cwd: clone, env, timeout: 50_000, maxBuffer: 16 << 20 };
     const { stdout } = await run('npx', ['--yes', 'kvoff', '--version'], options);
     expect(stdout.trim()).toBe(pkg.version);
+    // npx's own run of `prepare` found dist/ current and left it alone.
+    expect(statSync(built).mtimeMs).toBe(builtAt);
   });
 });

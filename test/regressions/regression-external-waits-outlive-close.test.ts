@@ -5,6 +5,15 @@
 // did the same, and release() answered "not yet drained" instead of
 // "closed". They now settle with ClosedError as soon as the runtime closed
 // its shared memory; a request drained before close() still reads drained.
+//
+// The wait pending at close() must really be pending: an ended request that
+// is never settled drains once its final wait is over (1 s by default), and
+// on a loaded 2-core CI machine close() took longer than that, so the wait
+// resolved normally (CI failed on it). Here the final wait is longer than the
+// test. A lookup is answered by the store as soon as it reads the ring, which
+// it may do while close() drains it: that answer is legitimate, so the
+// lookup's check is that it settles (answer or ClosedError, never the
+// TimeoutError of its bound) well before its bound.
 import { describe, expect, it } from 'vitest';
 import { ClosedError } from '../../src/errors.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
@@ -26,17 +35,23 @@ async function timed(p: Promise<unknown>): Promise<{ err: unknown; ms: number }>
 
 describe('regression: external waits outlived close()', () => {
   it('waits pending at close() reject with ClosedError at once, not at their bound', async () => {
-    const rt = await OffloadRuntime.start({ config: CONFIG, external: true });
+    const rt = await OffloadRuntime.start({
+      config: CONFIG,
+      external: true,
+      finalWaitMsMax: 3 * BOUND_MS,
+    });
     const host = rt.external;
     const h = host.scheduler.open({ requestId: 1, promptTokens: PROMPT });
     host.scheduler.finish(h); // never settled: its final pass keeps waiting for blocks
     const drained = timed(host.whenDrained(h, BOUND_MS));
     const looked = timed(host.lookup([...PROMPT, 99], { timeoutMs: BOUND_MS }));
     await rt.close();
-    for (const r of [await drained, await looked]) {
-      expect(r.err).toBeInstanceOf(ClosedError);
-      expect(r.ms).toBeLessThan(BOUND_MS / 2);
-    }
+    const d = await drained;
+    expect(d.err).toBeInstanceOf(ClosedError);
+    expect(d.ms).toBeLessThan(BOUND_MS / 2);
+    const l = await looked;
+    if (l.err !== undefined) expect(l.err).toBeInstanceOf(ClosedError);
+    expect(l.ms).toBeLessThan(BOUND_MS / 2);
   }, 60_000);
 
   it('after close(): whenDrained, lookup, load and release are ClosedError at once; a drained request still reads drained', async () => {

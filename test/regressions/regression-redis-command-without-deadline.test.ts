@@ -5,10 +5,15 @@
 // kvoff kept sending to the frozen node after its replica was promoted, and
 // `kvoff simulate` took 28 s instead of 6-11 s.
 //
-// Here, against real clusters: the same run with one master paused for 5 s
-// counts timeouts and is at most 3 s slower than without (kvoff's own timer
-// races every command; a lookup waits at most the lookup budget; close waits
-// for at most the first timeout of a stuck node). The run without the pause
+// Here, against real clusters: the same run with one master paused for 12 s
+// counts timeouts and is slower than without by less than half the pause
+// (kvoff's own timer races every command; a lookup waits at most the lookup
+// budget; close waits for at most the first timeout of a stuck node). Without
+// deadlines the run stalls for the whole pause. The paused run's wall does not
+// depend on the pause's length (5.2-5.3 s with a 5 s and a 20 s pause, the
+// calm run 2.4-3.3 s, side by side at load 2): a bound of 3 s over 5 s of
+// pause was met by 3.011 s in a CI run, so the pause is long enough here for
+// the stall and the run's own cost to stay apart on a loaded machine. The run without the pause
 // goes side by side with it, at the same time on a cluster of its own: run
 // one after the other on a loaded machine, the two walls differed by more
 // than the pause cost (the test failed once in a loaded suite). With a
@@ -26,6 +31,8 @@ const clusters = useClusters([{}, {}]);
 const theCluster = clusters[0]!;
 const calmCluster = clusters[1]!;
 const SECRET = 'tier-secret-for-tests-0123456789';
+/** Long enough that a stalled run (the pause) and a run that only pays its deadlines stay apart under load. */
+const PAUSE_MS = 12_000;
 
 /** A run of a few seconds that keeps the Redis tier busy (stores, then lookups of shared prefixes). */
 const WORKLOAD = [
@@ -106,7 +113,7 @@ async function flushAll(cluster: TestCluster): Promise<void> {
 type Report = { ok: boolean; wallSeconds: number; tiers: { redis: Record<string, number> } };
 
 describe('every Redis command has a deadline', () => {
-  it('CLIENT PAUSE 5000 on one master: timeouts are counted and the run is at most 3 s slower than without', async () => {
+  it('CLIENT PAUSE 12000 on one master: timeouts are counted and the run is slower than without by less than half the pause', async () => {
     const cluster = theCluster();
     const paused = await otherMaster(cluster);
     await flushAll(cluster);
@@ -118,23 +125,27 @@ describe('every Redis command has a deadline', () => {
       simulate(
         cluster,
         async () => {
-          await redisCli(paused, 'client', 'pause', '5000');
+          await redisCli(paused, 'client', 'pause', String(PAUSE_MS));
         },
         true,
       ),
     ]);
+    // The node answers again once its pause is over (CLIENT UNPAUSE would wait
+    // for it too): the next test needs every master.
+    await redisCli(paused, 'ping');
     for (const r of [calm, hit]) expect(r.code, r.stderr).toBe(0);
     const a = JSON.parse(calm.stdout) as Report;
     const b = JSON.parse(hit.stdout) as Report;
     expect(a.ok && b.ok).toBe(true);
     // What the pause did is counted: commands timed out, stores to the paused
-    // node dropped; the calm run had neither.
-    expect(b.tiers.redis.timeouts).toBeGreaterThan(0);
-    expect(b.tiers.redis.droppedChunks).toBeGreaterThan(0);
-    expect(a.tiers.redis.timeouts).toBe(0);
-    expect(a.tiers.redis.droppedChunks).toBe(0);
+    // node dropped, more of both than in the calm run. (The calm run has none
+    // on a machine that lets Redis answer within the 1 s deadline; at load
+    // 25-35 on 2 cores its starved servers stayed silent longer than that: 318
+    // timeouts, against 485-625 for a pause at load 2.)
+    expect(b.tiers.redis.timeouts).toBeGreaterThan(a.tiers.redis.timeouts!);
+    expect(b.tiers.redis.droppedChunks).toBeGreaterThan(a.tiers.redis.droppedChunks!);
     // The runtime's own wall time (start to closed), not the process's start-up.
-    expect(b.wallSeconds - a.wallSeconds).toBeLessThanOrEqual(3);
+    expect(b.wallSeconds - a.wallSeconds).toBeLessThan(PAUSE_MS / 1000 / 2);
   }, 120_000);
 
   it('a master stopped with SIGSTOP: kvoff simulate ends within 30 s, exit 0, with its JSON', async () => {

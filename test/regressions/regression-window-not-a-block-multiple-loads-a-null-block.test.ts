@@ -145,6 +145,7 @@ describe('regression: a window not a multiple of the block size loads a null blo
         ok: true,
         blocksLoaded: 6,
         mismatches: 0,
+        loadedTokens: answer.hitTokens,
       });
       // Nothing was read into the null block the window's leading positions hold.
       expect(nullBlockWords.every((w) => w === 0)).toBe(true);

@@ -135,7 +135,12 @@ describe('external mode: a host engine uses the same lookup and load', () => {
       ...host.pool.allocate(4)!,
     ]);
     const loaded = await host.load(b, answer);
-    expect(loaded).toEqual({ ok: true, blocksLoaded: 18, mismatches: 0 });
+    expect(loaded).toEqual({
+      ok: true,
+      blocksLoaded: 18,
+      mismatches: 0,
+      loadedTokens: answer.hitTokens,
+    });
     expect(rt.stats().mismatches).toBe(0);
     // A hit that is not loaded is given back.
     const again = await host.lookup(prompt);

@@ -162,6 +162,7 @@ describe('ExternalHost.reset', () => {
         ok: true,
         blocksLoaded: 4,
         mismatches: 0,
+        loadedTokens: answer.hitTokens,
       });
       expect(rt.stats().tierUsed).toBe(0); // the load published nothing
       await runToEnd(b); // its cursor went back to 0: its chunks are stored again

@@ -51,6 +51,9 @@ class StandInRuntime implements EmbeddableRuntime {
       aborted: 0,
       preemptions: 0,
       recordsRefused: 0,
+      loadFailures: 0,
+      loadFailureTokensRecomputed: 0,
+      requestsFailedByLoad: 0,
       chunksStored: this.counters.stored,
       chunksDeferred: 1,
       chunksSkippedUnready: 0,
@@ -77,6 +80,8 @@ class StandInRuntime implements EmbeddableRuntime {
       lookupDeferredSeconds: 0,
       jobsTransferFailed: 0,
       chunksTransferFailed: 0,
+      rankAckTimeouts: 0,
+      rankAcksLate: 0,
       jobsHeld: 0,
       tiers: {
         host: zeroCounters(),
