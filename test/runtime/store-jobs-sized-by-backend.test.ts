@@ -12,20 +12,9 @@ import { SchedulerRole } from '../../src/roles/scheduler.js';
 import { RuntimeViews, createRuntimeBuffers } from '../../src/runtime/buffers.js';
 import { StoreLoop } from '../../src/runtime/store-loop.js';
 import { StepTransferBackend } from '../../src/fuzz/step-backend.js';
-import type { TransferArenas } from '../../src/runtime/transfer.js';
 
 const TOKENS_PER_CHUNK = 16;
 const CHUNKS = 6;
-
-/** The fuzzer's step backend (copies run when the test says) saying how many copies it runs at once. */
-class CappedStepBackend extends StepTransferBackend {
-  constructor(
-    arenas: TransferArenas,
-    readonly capacity: number,
-  ) {
-    super(arenas);
-  }
-}
 
 async function setup(capacity: number) {
   const config = resolveConfig({
@@ -38,7 +27,15 @@ async function setup(capacity: number) {
     tierChunks: 16,
   });
   const views = new RuntimeViews(config, createRuntimeBuffers(config));
-  const backend = new CappedStepBackend(views.transferArenas(), capacity);
+  // The fuzzer's step backend (copies run when the test says), saying how many copies it runs at once.
+  const backend = new StepTransferBackend(
+    views.transferArenas(),
+    new Set(),
+    false,
+    undefined,
+    false,
+    capacity,
+  );
   const store = new StoreLoop(views, backend, { jobs: () => {}, drained: () => {} });
   const scheduler = new SchedulerRole(views.state);
   const hasher = new HasherRole(views.state, await loadHashing());
