@@ -44,7 +44,8 @@ export class RoleWorkers {
   spawn(role: RoleName, data: RoleWorkerData): Promise<void> {
     let worker: Worker;
     try {
-      worker = spawnWorker(workerUrl(role), { workerData: data, name: `kvoff-${role}` });
+      const url = workerUrl(role, data.store.transferBackendModule);
+      worker = spawnWorker(url, { workerData: data, name: `kvoff-${role}` });
     } catch (err) {
       // new Worker throws synchronously (Node's permission model without
       // --allow-worker, a refused flag): a rejection, so start() ends the roles

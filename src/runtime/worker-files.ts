@@ -11,7 +11,24 @@ import type { WorkerOptions } from 'node:worker_threads';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
 
-export function workerUrl(name: string): URL {
+/**
+ * Set by the test runner's config (vitest.config.ts), whose global setup keeps
+ * dist/ fresh: the runtime runs from source and its worker files from the
+ * build. A worker from source registers tsx and compiles its modules first,
+ * 1-3 s a worker at load 30 against 0.1-0.6 s built, and a start spawns six or
+ * more: 7-15 s a start, which put the tests that start runtimes past their
+ * bounds on a loaded 2-core machine.
+ */
+const WORKERS_FROM_BUILD = FROM_SOURCE && process.env['KVOFF_TEST_WORKERS_FROM_BUILD'] === '1';
+
+/**
+ * The worker file of a role. `hostModule`: a module of the host's the worker
+ * imports (transferBackendModule); one written in TypeScript needs the worker
+ * from source, where tsx is registered.
+ */
+export function workerUrl(name: string, hostModule?: string): URL {
+  if (WORKERS_FROM_BUILD && hostModule?.endsWith('.ts') !== true)
+    return new URL(`../../dist/workers/${name}.js`, import.meta.url);
   return new URL(`../../workers/${name}${FROM_SOURCE ? '.ts' : '.js'}`, import.meta.url);
 }
 
@@ -64,7 +81,7 @@ export function workerExecArgv(argv: readonly string[] = process.execArgv): stri
 /** execArgv for piscina threads: tsx's loader when running from source. */
 export function piscinaExecArgv(): string[] {
   const base = workerExecArgv();
-  if (!FROM_SOURCE) return base;
+  if (!FROM_SOURCE || WORKERS_FROM_BUILD) return base;
   if (base.some((a) => a.includes('tsx'))) return base;
   return [...base, '--import', import.meta.resolve('tsx')];
 }

@@ -1,4 +1,4 @@
-// `kvoff simulate` end to end, from source, with small workloads: JSON fields,
+// `kvoff simulate` end to end, built, with small workloads: JSON fields,
 // exit codes, validation, the legacy policies, the HTML report, no ANSI.
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';

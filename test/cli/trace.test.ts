@@ -8,11 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { parseTraceOptions } from '../../src/commands/simulate-trace.js';
 import { parseSimulateOptions } from '../../src/commands/simulate-options.js';
 import type { SimulateRawOptions } from '../../src/commands/simulate-options.js';
-import { runNode } from '../helpers/cli.js';
-
-/** The built command (the global setup builds dist/): no TypeScript to load in each child. */
-const runCli = (args: readonly string[]) =>
-  runNode(['dist/src/cli.js', ...args], { env: { NO_COLOR: '1' } });
+import { runCli } from '../helpers/cli.js';
 
 const CONVERSATION = 'test/fixtures/mooncake/conversation-slice.jsonl';
 const SYNTHETIC = 'test/fixtures/mooncake/synthetic-slice.jsonl';

@@ -31,7 +31,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { InvalidArgumentError, TierUnavailableError } from '../../src/errors.js';
 import { DiskTier, scopeDirName } from '../../src/tier/disk-tier.js';
 import { hex16 } from '../../src/tier/value.js';
-import { ROOT, runBuiltCli } from '../helpers/cli.js';
+import { ROOT, runCli } from '../helpers/cli.js';
 
 const FP = 0xd15cn;
 const PAYLOAD = 1024;
@@ -181,7 +181,7 @@ describe('the disk tier keeps to its own private directory', () => {
   });
 
   it('kvoff simulate --disk /proc/self/nonexistent ends at once with one line and exit code 2', async () => {
-    const r = await runBuiltCli(
+    const r = await runCli(
       [
         'simulate',
         '--requests',

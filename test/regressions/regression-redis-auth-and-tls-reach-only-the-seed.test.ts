@@ -17,7 +17,7 @@ import { TierUnavailableError } from '../../src/errors.js';
 import { RedisTier } from '../../src/tier/redis-tier.js';
 import type { RedisTierOptions } from '../../src/tier/redis-tier.js';
 import { parseTierOptions } from '../../src/commands/tier-options.js';
-import { runBuiltCli } from '../helpers/cli.js';
+import { runCli } from '../helpers/cli.js';
 import { redisCli, useClusters } from '../helpers/redis-cluster.js';
 import type { TestCluster } from '../helpers/redis-cluster.js';
 
@@ -133,7 +133,7 @@ describe('a secured cluster: credentials reach every node', () => {
       KVOFF_TIER_SECRET: SECRET,
     };
     const url = `redis://127.0.0.1:${secured().ports[0]}`;
-    const r = await runBuiltCli(['simulate', ...TINY, '--seed', '31', '--redis', url], { env });
+    const r = await runCli(['simulate', ...TINY, '--seed', '31', '--redis', url], { env });
     expect(r.code, r.stderr).toBe(0);
     for (const secret of [ACL.password, ADMIN_PASSWORD, SECRET]) {
       expect(r.stdout + r.stderr).not.toContain(secret);
@@ -153,7 +153,7 @@ describe('a secured cluster: credentials reach every node', () => {
     expect(err).toBeInstanceOf(TierUnavailableError);
     expect((err as Error).message).toMatch(/WRONGPASS/);
     expect((err as Error).message).not.toContain(wrong);
-    const r = await runBuiltCli(['simulate', ...TINY, '--redis', `redis://127.0.0.1:${port}`], {
+    const r = await runCli(['simulate', ...TINY, '--redis', `redis://127.0.0.1:${port}`], {
       env: {
         KVOFF_REDIS_USERNAME: ACL.name,
         KVOFF_REDIS_PASSWORD: wrong,
@@ -193,7 +193,7 @@ describe('a secured cluster: credentials reach every node', () => {
       expect((cliErr as Error | undefined)?.message, url).toMatch(/invalid argument: --redis/);
       expect((cliErr as Error).message).not.toContain(pass);
     }
-    const r = await runBuiltCli(['simulate', '--redis', `redis://u:${pass}@127.0.0.1:99999`], {
+    const r = await runCli(['simulate', '--redis', `redis://u:${pass}@127.0.0.1:99999`], {
       env: { KVOFF_TIER_SECRET: SECRET },
     });
     expect(r.code).toBe(2);
@@ -227,13 +227,13 @@ describe('a TLS-only cluster with client certificates', () => {
     const files = c.tlsFiles!;
     const env = { KVOFF_TIER_SECRET: SECRET };
     const tlsArgs = ['--redis-ca', files.ca, '--redis-cert', files.cert, '--redis-key', files.key];
-    const ok = await runBuiltCli(['simulate', ...TINY, '--redis', c.url, ...tlsArgs], { env });
+    const ok = await runCli(['simulate', ...TINY, '--redis', c.url, ...tlsArgs], { env });
     expect(ok.code, ok.stderr).toBe(0);
     const stats = JSON.parse(ok.stdout) as { tiers: { redis: Record<string, number> } };
     expect(stats.tiers.redis).toMatchObject({ droppedChunks: 0, errors: 0 });
     expect(stats.tiers.redis.storedChunks).toBeGreaterThan(0);
     // The nodes' certificates are signed by the test CA, which the system does not trust.
-    const r = await runBuiltCli(
+    const r = await runCli(
       ['simulate', ...TINY, '--redis', c.url, '--redis-cert', files.cert, '--redis-key', files.key],
       { env },
     );

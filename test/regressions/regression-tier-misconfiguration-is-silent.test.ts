@@ -19,7 +19,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { TierWatch } from '../../src/commands/tier-watch.js';
 import { zeroCounters } from '../../src/tier/lower.js';
 import type { PerTierCounters } from '../../src/tier/tier-stats.js';
-import { ROOT, runBuiltCli } from '../helpers/cli.js';
+import { ROOT, runCli } from '../helpers/cli.js';
 
 const SECRET = 'tier-secret-for-tests-0123456789';
 const TINY = [
@@ -77,41 +77,71 @@ function serve(args: readonly string[], env: Record<string, string> = {}) {
 }
 
 describe('a tier that cannot be used at start fails loudly', () => {
-  it('an unreachable seed, Redis without a secret, a disk directory that cannot be made: one line, exit 2, for simulate and serve', async () => {
-    const seed = `redis://127.0.0.1:${await closedPort()}`;
+  // One child per case, side by side, each with the test bound: five children
+  // in a row took past 60 s at load 50-60 on 2 cores.
+  const blockerDir = (): string => {
     const blocker = join(freshDir(), 'a-file');
     writeFileSync(blocker, 'in the way');
-    const env = { KVOFF_TIER_SECRET: SECRET };
-    const cases: [string[], RegExp, Record<string, string>][] = [
-      [['--redis', seed], /redis tier cannot be used: .*ECONNREFUSED/, env],
-      [['--redis', seed], /tiers\.redis: values must be authenticated/, {}],
-      [['--disk', join(blocker, 'cache')], /disk tier cannot be used: .*ENOTDIR/, env],
-    ];
-    for (const [args, message, e] of cases) {
-      const r = await runBuiltCli(['simulate', ...TINY, ...args], { env: e });
-      expect(r.code, r.stderr).toBe(2);
-      expect(r.stdout).toBe('');
-      expect(r.stderr.trim().split('\n')).toHaveLength(1);
-      expect(r.stderr).toMatch(message);
-    }
-    for (const args of [
-      ['--redis', seed],
-      ['--disk', join(blocker, 'cache')],
-    ]) {
-      const s = serve(args, env);
-      expect(await s.url).toBeUndefined();
-      expect(await s.exited).toBe(2);
-      expect(s.stderr().trim().split('\n')).toHaveLength(1);
-      expect(s.stderr()).toMatch(/tier cannot be used/);
-    }
-  });
+    return join(blocker, 'cache');
+  };
+  const env = { KVOFF_TIER_SECRET: SECRET };
+
+  describe.concurrent(
+    'an unreachable seed, Redis without a secret, a disk directory that cannot be made: one line, exit 2',
+    () => {
+      const cases: [string, () => Promise<string[]>, RegExp, Record<string, string>][] = [
+        [
+          'simulate, unreachable seed',
+          async () => ['--redis', `redis://127.0.0.1:${await closedPort()}`],
+          /redis tier cannot be used: .*ECONNREFUSED/,
+          env,
+        ],
+        [
+          'simulate, Redis without a secret',
+          async () => ['--redis', `redis://127.0.0.1:${await closedPort()}`],
+          /tiers\.redis: values must be authenticated/,
+          {},
+        ],
+        [
+          'simulate, a disk directory under a file',
+          async () => ['--disk', blockerDir()],
+          /disk tier cannot be used: .*ENOTDIR/,
+          env,
+        ],
+      ];
+      for (const [name, args, message, e] of cases) {
+        it(name, async () => {
+          const r = await runCli(['simulate', ...TINY, ...(await args())], { env: e });
+          expect(r.code, r.stderr).toBe(2);
+          expect(r.stdout).toBe('');
+          expect(r.stderr.trim().split('\n')).toHaveLength(1);
+          expect(r.stderr).toMatch(message);
+        });
+      }
+      const serveCases: [string, () => Promise<string[]>][] = [
+        [
+          'serve, unreachable seed',
+          async () => ['--redis', `redis://127.0.0.1:${await closedPort()}`],
+        ],
+        ['serve, a disk directory under a file', async () => ['--disk', blockerDir()]],
+      ];
+      for (const [name, args] of serveCases) {
+        it(name, async () => {
+          const s = serve(await args(), env);
+          expect(await s.url).toBeUndefined();
+          expect(await s.exited).toBe(2);
+          expect(s.stderr().trim().split('\n')).toHaveLength(1);
+          expect(s.stderr()).toMatch(/tier cannot be used/);
+        });
+      }
+    },
+  );
 
   it('--tier-optional: the run goes on without the tier, exit 0, and stderr says why it is degraded', async () => {
     const seed = `redis://127.0.0.1:${await closedPort()}`;
-    const r = await runBuiltCli(
-      ['simulate', ...TINY, '--redis', seed, '--tier-optional', '--json'],
-      { env: { KVOFF_TIER_SECRET: SECRET } },
-    );
+    const r = await runCli(['simulate', ...TINY, '--redis', seed, '--tier-optional', '--json'], {
+      env: { KVOFF_TIER_SECRET: SECRET },
+    });
     expect(r.code, r.stderr).toBe(0);
     expect(r.stderr).toMatch(
       /^kvoff: warning: redis tier degraded: unusable at start: .*ECONNREFUSED.*\(\d+ stores dropped/m,

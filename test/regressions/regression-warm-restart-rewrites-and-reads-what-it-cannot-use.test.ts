@@ -22,7 +22,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { GROUP_PRESETS, SIMULATE_DEFAULTS } from '../../src/commands/simulate-options.js';
-import { runBuiltCli } from '../helpers/cli.js';
+import { runCli } from '../helpers/cli.js';
 import { redisCli, useCluster, watchCommands } from '../helpers/redis-cluster.js';
 
 const theCluster = useCluster();
@@ -55,7 +55,7 @@ interface Report {
 }
 
 async function simulate(tierArgs: string[]): Promise<Report> {
-  const r = await runBuiltCli(['simulate', ...WORKLOAD, ...tierArgs], {
+  const r = await runCli(['simulate', ...WORKLOAD, ...tierArgs], {
     env: { KVOFF_TIER_SECRET: SECRET },
   });
   expect(r.code, r.stderr).toBe(0);

@@ -28,7 +28,8 @@ describe('regression: a repeated hybrid prompt hit nothing when its window slid 
     const summaries = [];
     for (let i = 0; i < 3; i += 1) {
       summaries.push(await rt.submit(REPEAT));
-      await new Promise((r) => setTimeout(r, 300));
+      // Its copies done before the next lookup, not a fixed 300 ms (one store pass at load 40).
+      await settle(rt);
     }
     expect(summaries.map((s) => s.status)).toEqual(['finished', 'finished', 'finished']);
     expect(summaries[0]!.hitChunks).toBe(0);

@@ -17,6 +17,7 @@ import { loadHashing, promptKeys } from '../../src/hashing.js';
 import type { RequestHandle } from '../../src/roles/handle.js';
 import { DiskTier } from '../../src/tier/disk-tier.js';
 import { encodeValue } from '../../src/tier/value.js';
+import { settle } from '../failure-classes/lower-tier-support.js';
 
 const run = promisify(execFile);
 const dirs: string[] = [];
@@ -225,7 +226,9 @@ describe('reset({ shared: true }) with a disk tier', () => {
       writer.store(k, encodeValue(scope, k, payload));
       other.store(k, encodeValue(0xdefn, k, payload));
     }
-    await new Promise((r) => setTimeout(r, 200));
+    // Written, not a fixed 200 ms: stores are asynchronous file writes.
+    await settle(writer);
+    await settle(other);
     expect(await writer.states([1n, 2n])).toEqual(['hit', 'hit']);
     await resetter.retire();
     // The writer reads the epoch before each resolution (the cascade does it): its own entries are retired.
@@ -236,7 +239,7 @@ describe('reset({ shared: true }) with a disk tier', () => {
     expect(writer.counters.retiredChunks).toBe(2);
     // New entries carry the new epoch and are served again.
     writer.store(3n, encodeValue(scope, 3n, Buffer.alloc(64, 9), writer.epoch));
-    await new Promise((r) => setTimeout(r, 200));
+    await settle(writer);
     expect(await writer.load(3n)).toEqual(Buffer.alloc(64, 9));
     // Another scope on the same directory is untouched.
     await other.refreshEpoch();

@@ -87,7 +87,19 @@ describe('kvoff serve', () => {
         server.url,
         JSON.stringify({ promptLength: 8192, maxDecodeTokens: 64 }),
       );
-      await new Promise((r) => setTimeout(r, 100));
+      // In flight at the server before SIGTERM (a fixed 100 ms may be before it
+      // arrived, and a drain refuses a request it has not started).
+      let answered = false;
+      void inFlight.then(() => (answered = true));
+      for (let i = 0; i < 600 && !answered; i += 1) {
+        const http = (
+          (await (await fetch(`${server.url}/v1/stats`)).json()) as {
+            http: { inFlight: number };
+          }
+        ).http;
+        if (http.inFlight >= 1) break;
+        await new Promise((r) => setTimeout(r, 50));
+      }
       const code = stopServeChild(server);
       const answer = await inFlight;
       expect(answer.status).toBe(200);
