@@ -2,7 +2,8 @@
 // through the real planner, but the comparison is about sharing state between
 // threads, not about tier bookkeeping, so this tier does no work beyond
 // returning an answer (the other designs have no tier at all). It keeps no
-// recency order, so it has no touch, as OffloadTier allows.
+// recency order, so it has no touch, as OffloadTier allows, and allocates
+// nothing per offer (the keys are lent to it, and lent back in its answer).
 import type {
   OffloadTier,
   PrepareStoreResult,
@@ -10,13 +11,22 @@ import type {
   TierStats,
 } from '../../src/tier/types.js';
 
+/** The one answer AcceptAllTier gives, refilled per offer (the planner reads it before its next offer). */
+interface Acceptance {
+  readonly ok: true;
+  keysToStore: readonly bigint[];
+  readonly slots: readonly number[];
+  readonly evicted: readonly bigint[];
+}
+
 export class AcceptAllTier implements OffloadTier {
   readonly capacityChunks: number;
-  private readonly slots: number[];
+  private readonly answer: Acceptance;
 
   constructor(maxChunksPerJob: number) {
     this.capacityChunks = maxChunksPerJob;
-    this.slots = new Array<number>(maxChunksPerJob).fill(0);
+    const slots = new Array<number>(maxChunksPerJob).fill(0);
+    this.answer = { ok: true, keysToStore: [], slots, evicted: Object.freeze([]) };
   }
   lookup(): number {
     return 0;
@@ -24,8 +34,10 @@ export class AcceptAllTier implements OffloadTier {
   state(): 'miss' {
     return 'miss';
   }
+  /** Every key, no work: one answer object refilled per offer. */
   prepareStore(keys: readonly bigint[]): PrepareStoreResult {
-    return { ok: true, keysToStore: keys, slots: this.slots, evicted: [] };
+    this.answer.keysToStore = keys;
+    return this.answer;
   }
   completeStore(): void {}
   prepareLoad(): number[] {

@@ -24,6 +24,7 @@ import { epochMs } from '../lib/clock.js';
 import { ThreadCpuClock } from '../lib/cpu.js';
 import type { Round } from '../lib/threads.js';
 import { AcceptAllTier } from './bench-tier.js';
+import { BenchCopyEngine, COPY_LANES } from './copy-engine.js';
 import {
   ALL_SOURCES,
   LatencyLog,
@@ -45,19 +46,37 @@ import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.
 /**
  * A cheap stand-in for SHA-256: the comparison is about moving state between
  * threads, and the other designs receive precomputed keys. Still chained and
- * distinct per request and chunk, so no two chunks share a key.
+ * distinct per request and chunk, so no two chunks share a key. Two 32-bit
+ * lanes read and written byte by byte: no BigInt or DataView per block, which
+ * allocated on every call and charged design a's hasher for garbage no real
+ * digest makes.
  */
 const CHEAP_HASHING: Hashing = {
   algorithm: 'sha256',
   chain(parent, parentAt, tokens, tph, out, outAt) {
-    let h = new DataView(parent.buffer, parent.byteOffset).getBigUint64(parentAt, true);
-    const view = new DataView(out.buffer, out.byteOffset);
+    let lo = readU32(parent, parentAt);
+    let hi = readU32(parent, parentAt + 4);
     for (let i = 0; (i + 1) * tph <= tokens.length; i += 1) {
-      h = BigInt.asUintN(64, h * 0x100000001b3n + BigInt(tokens[i * tph]! + 1));
-      view.setBigUint64(outAt + i * 32, h, true);
+      lo = Math.imul(lo ^ (tokens[i * tph]! + 1), 0x01000193);
+      hi = Math.imul(hi ^ lo, 0x5bd1e995) ^ (lo >>> 13);
+      writeU32(out, outAt + i * 32, lo);
+      writeU32(out, outAt + i * 32 + 4, hi);
     }
   },
 };
+
+function readU32(bytes: Uint8Array, at: number): number {
+  return (
+    (bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)) >>> 0
+  );
+}
+
+function writeU32(bytes: Uint8Array, at: number, v: number): void {
+  bytes[at] = v & 0xff;
+  bytes[at + 1] = (v >>> 8) & 0xff;
+  bytes[at + 2] = (v >>> 16) & 0xff;
+  bytes[at + 3] = v >>> 24;
+}
 
 /**
  * The stream's hashing alone, as HasherRole.hash does it here: one chained
@@ -223,11 +242,16 @@ export class KvoffStore {
   private readonly pub: Float64Array;
   private readonly onJob: (job: StoreJob) => void;
 
+  /**
+   * `engine`: jobs go to this copy engine and complete when it says (design
+   * aSized); without one the copy completes at dispatch (an inline backend).
+   */
   constructor(
     state: SharedState,
     pub: SharedArrayBuffer,
     shape: StreamShape,
     options: PlannerOptions = {},
+    engine?: BenchCopyEngine,
   ) {
     this.planner = new StorePlanner(state, new AcceptAllTier(shape.chunks), options);
     this.latency = new LatencyLog(shape.requests * shape.chunks);
@@ -238,7 +262,8 @@ export class KvoffStore {
         this.latency.record(now - readyAtMs(this.pub, shape, job.requestId, chunk.chunk));
       }
       this.dispatched += job.chunks.length;
-      this.planner.complete(job); // the transfer's part: publish and unpin
+      if (engine) engine.submit(job, now);
+      else this.planner.complete(job); // the transfer's part: publish and unpin
     };
   }
 
@@ -305,6 +330,43 @@ export function kvoffStoreThread(
     store.pass();
     if (store.dispatched === before) bell.park(seen, STORE_PARK_MS);
     if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design a');
+  }
+  return store.outcome(epochMs() - round.startMs, cpu);
+}
+
+/**
+ * Design aSized: a's store with a transfer backend that has a capacity
+ * (BenchCopyEngine: COPY_LANES lanes), planning a pass only while a lane is
+ * free, as the runtime's store does (StoreLoop.passAllowed): a ready chunk
+ * leaves at once while a copy is free, and chunks that become ready while
+ * every lane is busy leave together as one job per request when one frees.
+ */
+export function kvoffSizedStoreThread(
+  p: KvoffSetup & { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): StoreOutcome {
+  const state = SharedState.attach(resolveConfig(p.config), p.buffers);
+  const total = p.shape.requests * p.shape.chunks;
+  const engine = new BenchCopyEngine(COPY_LANES, total);
+  const store = new KvoffStore(state, p.pub, p.shape, {}, engine);
+  const complete = (job: StoreJob) => store.planner.complete(job);
+  const bell = attachBell(p.bell);
+  ready();
+  round.waitGo();
+  const cpu = new ThreadCpuClock();
+  for (let pass = 0; store.dispatched < total; pass += 1) {
+    const seen = bell.read();
+    const now = epochMs();
+    const completed = engine.collect(now, complete);
+    const before = store.dispatched;
+    if (engine.inFlight < engine.capacity) store.pass();
+    if (store.dispatched === before && completed === 0) {
+      // Nothing moved: wait for a publication, or for the next copy to finish.
+      const untilCopyMs = engine.nextDueMs() - now;
+      if (untilCopyMs > 0) bell.park(seen, Math.min(untilCopyMs, STORE_PARK_MS));
+    }
+    if ((pass & 1023) === 0) checkDeadline(round.startMs, epochMs(), 'design aSized');
   }
   return store.outcome(epochMs() - round.startMs, cpu);
 }

@@ -24,6 +24,8 @@ const DESIGNS = {
   b: 'message passing done well: each writer sends transferred Float64Array batches (64 deltas, and at the end of each round) and rings a doorbell; the store drains its ports with receiveMessageOnPort, applies the deltas with the same role code to state it owns, then runs one planner pass',
   c: "one Atomics mutex around all state, taken once per batch (a writer's round of publications, the store's pass): the same role and planner code, without the seqlock re-check the lock makes moot",
   d: 'everything on one thread: the same role and planner code, a pass after every round of publications',
+  aSized:
+    "a with a transfer backend that has a capacity (2 copy lanes, each copy 10 us + 2 us per chunk of wall time, no bytes moved): the store plans a pass only while a lane is free, as the runtime's store does, so chunks that become ready while both lanes copy leave as one larger job per request",
   aLean:
     "kvoff's publication protocol alone, written by hand with the least work: single-writer counts published with Atomics.store after their entries, the dirty bitmap (one Atomics.or per word per batch; the store loads a word and exchanges it only when non-zero), the allocator's seqlock read around each snapshot, the same doorbell; plain shared arrays and storeWindow, no role classes, planner, tier or pins",
   bLean:
@@ -41,6 +43,8 @@ const DESIGN_LIMITS: Readonly<Record<DesignName, string>> = {
   a: 'Per event: the role method (handle check, validation, 3-6 atomic accesses, one Atomics.or on the dirty bitmap per bitmap word and batch) on the writer; on the store a pass that reads one bitmap word per 32 slots and snapshots only the slots that changed (12 + 3G Atomics.load each, a builtin call on Node 20), then per job its windows, pins, tier offer and completion. With 3 writers and the store there are 4 busy threads on 2 cores.',
   b: 'Per batch: a transfer (no payload clone) and a doorbell ring; per delta the same role code on the store thread, so the store does all role work serially while the writers only pack numbers.',
   c: 'Writers and the store serialise on one lock word per batch; a thread that misses the lock spins briefly, then sleeps in Atomics.wait (a syscall).',
+  aSized:
+    "As a per job and publication; fewer, larger jobs while the lanes are busy, and a chunk that becomes ready then waits for a lane (its latency is the copy's queue). The store thread also wakes for each copy's end.",
   d: 'No concurrency and no cross-core traffic: one core does all the work, bounding what the work itself costs; it cannot overlap with an engine and leaves the second core idle.',
   aLean:
     'Per event one Atomics.store of a count; per batch one Atomics.or per bitmap word and a doorbell ring; per visited slot six Atomics.load (bitmap, seqlock twice, three counts) and one exchange per non-empty bitmap word.',
@@ -142,6 +146,7 @@ export interface DesignResults {
 
 const ORDER: readonly DesignName[] = [
   'a',
+  'aSized',
   'b',
   'c',
   'd',
@@ -236,11 +241,11 @@ async function runDesign(
         params: { ...setup, sources, ...pace },
       })),
     ];
-  } else if (design === 'a' || design === 'c') {
+  } else if (design === 'a' || design === 'aSized' || design === 'c') {
     const setup = { ...setupKvoffDesign(shape), lock: newLockBuffer(), shape };
-    const kind = design === 'a' ? 'design-a' : 'design-c';
+    const kind = design === 'c' ? 'design-c' : 'design-a';
     tasks = [
-      { kind: `${kind}-store`, params: setup },
+      { kind: design === 'aSized' ? 'design-aSized-store' : `${kind}-store`, params: setup },
       ...split.map((sources) => ({
         kind: `${kind}-writer`,
         params: { ...setup, sources, ...pace },

@@ -1,7 +1,12 @@
 // The thread functions a bench worker can run, by name. Each takes its params,
 // the round (go/stop words) and a ready callback to call once set up.
 import { memcpyThread } from '../copy.js';
-import { kvoffStoreThread, kvoffWriterThread, singleThreadDesignThread } from '../designs/kvoff.js';
+import {
+  kvoffSizedStoreThread,
+  kvoffStoreThread,
+  kvoffWriterThread,
+  singleThreadDesignThread,
+} from '../designs/kvoff.js';
 import { lockedStoreThread, lockedWriterThread } from '../designs/kvoff-locked.js';
 import { messagedStoreThread } from '../designs/kvoff-message.js';
 import {
@@ -25,6 +30,7 @@ export const THREAD_TASKS = {
   'snapshot-store': snapshotStoreThread,
   'design-a-writer': kvoffWriterThread,
   'design-a-store': kvoffStoreThread,
+  'design-aSized-store': kvoffSizedStoreThread,
   'design-d': singleThreadDesignThread,
   'design-floor': floorThread,
   'design-b-store': messagedStoreThread,

@@ -62,6 +62,11 @@ export class RankAckRelay implements TransferBackend {
     return this.inner.inFlight + this.held.length;
   }
 
+  /** The copies' capacity: a held acknowledgement counts as a copy taken until it is delivered. */
+  get capacity(): number {
+    return this.inner.capacity ?? Infinity;
+  }
+
   /** Acknowledgements held back and not yet delivered (lost ones excluded). */
   get heldCount(): number {
     return this.held.length;

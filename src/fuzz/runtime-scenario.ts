@@ -87,6 +87,13 @@ export interface RuntimeScenario {
    * virtual ms.
    */
   readonly rankAckWaitMsMax?: number;
+  /**
+   * The transfer backend's capacity in copy tasks (TransferBackend.capacity;
+   * a job with n ranks takes n): the store plans a pass only while fewer are
+   * in flight, so ready chunks gather into larger jobs while it holds. Absent:
+   * unbounded, the store plans at every step.
+   */
+  readonly transferCapacity?: number;
   /** Virtual ms one step of each role takes (index: actor id). */
   readonly stepMs: readonly number[];
   readonly events: readonly RuntimeEvent[];
@@ -219,11 +226,17 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
       else limited.push({ kind: 'ack-late', task, forMs: tp.pick([0.5, 5, 50, 400]) });
     }
   }
+  // The backend's capacity from a stream of its own, after every other draw:
+  // a seed that draws none (unbounded) is the schedule it was before the store
+  // held passes for a busy backend.
+  const gate = new Prng(seed, 13);
+  const transferCapacity = gate.chance(0.6) ? gate.between(1, 4) : undefined;
   const scenario = {
     seed,
     geometry: geo.name,
     config: ranked,
     ...(rankAckWaitMsMax !== undefined ? { rankAckWaitMsMax } : {}),
+    ...(transferCapacity !== undefined ? { transferCapacity } : {}),
     engine,
     allocator: { publishDelayMs: rng.pick([0, 0.5, 2, 10, 40]), jitterMs: rng.pick([0, 1, 5]) },
     hasher: { hashesPerWake: rng.between(1, 4), jitterMs: rng.pick([0, 0.5, 3]) },

@@ -227,6 +227,7 @@ export class RuntimeWorld {
       scenario.events.some((e) => e.kind === 'load-fail'),
       scenario.completionBell === false ? undefined : this.bells[STORE],
       scenario.gpuMaps === true,
+      scenario.transferCapacity ?? Infinity,
     );
     const ackFaults = new Map<number, AckFault>();
     for (const e of scenario.events) {

@@ -10,6 +10,10 @@
 // (a failed store task still unpins every source block, as runTransferTask's
 // `finally` does) and completes with ok = false.
 //
+// Its capacity (TransferBackend.capacity) is the scenario's: the store plans a
+// pass only while fewer tasks than that are in flight, so held passes and the
+// larger jobs they gather meet every ordering the steps make.
+//
 // With `maps` (a WebGPU device's way), running a task only makes the GPU's
 // copy: a store's source blocks are read into a staging buffer of its own, a
 // load's tier slots into an upload buffer. The task completes at a later
@@ -67,6 +71,8 @@ export class StepTransferBackend implements TransferBackend {
   /** Copies complete when a later step resolves their map (see the file comment). */
   private readonly maps: boolean;
   private readonly staged: StagedTask[] = [];
+  /** Copy tasks the store may have in flight before it holds its passes (Infinity: never held). */
+  readonly capacity: number;
 
   constructor(
     arenas: TransferArenas,
@@ -74,12 +80,14 @@ export class StepTransferBackend implements TransferBackend {
     failLoads = false,
     completionBell?: Doorbell,
     maps = false,
+    capacity = Infinity,
   ) {
     this.arenas = attachArenas(arenas);
     this.failing = failing;
     this.failLoads = failLoads;
     this.completionBell = completionBell;
     this.maps = maps;
+    this.capacity = capacity;
   }
 
   get inFlight(): number {

@@ -8,8 +8,8 @@
 //   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
 //   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
 //   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
-//   kvf1.ready-prefix.random.pins.1234.trt3             --target runtime
-//   kvf1.ready-prefix.random.pins.1234.trt3.uload-while-writing  a runtime test switch on
+//   kvf1.ready-prefix.random.pins.1234.trt4             --target runtime
+//   kvf1.ready-prefix.random.pins.1234.trt4.uload-while-writing  a runtime test switch on
 //
 // The runtime target's part carries the version of its schedules: when the
 // roles came to be driven by one role driver (src/runtime/role-loop.ts) the
@@ -18,6 +18,10 @@
 // `.trt3`: the runtime scenarios gained tensor-parallel ranks, drawn after
 // every other draw, so a seed that draws one rank replays as under `.trt2`
 // and a seed that draws more replays another schedule: `.trt2` is refused too.
+// `.trt4`: the transfer backend of the runtime scenarios has a capacity (the
+// store holds its passes while that many copy tasks are in flight), drawn the
+// same way: a seed that draws none replays as under `.trt3`, one that draws a
+// capacity another schedule, so `.trt3` is refused too.
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
 // hole), which read as "whole schedule"; such tokens still decode. The parts
@@ -60,9 +64,9 @@ export type FuzzTarget = (typeof FUZZ_TARGETS)[number];
 
 const PREFIX = 'kvf1';
 /** The runtime target's part: its schedules' version (see the head of this file). */
-const RUNTIME_TARGET = 'trt3';
+const RUNTIME_TARGET = 'trt4';
 /** Runtime target parts of earlier versions, refused by name. */
-const RUNTIME_TARGETS_OLD: readonly string[] = ['trt', 'trt2'];
+const RUNTIME_TARGETS_OLD: readonly string[] = ['trt', 'trt2', 'trt3'];
 const NO_PINS = switchFlag('no-pins').token;
 const NO_REVALIDATE = switchFlag('no-revalidate').token;
 const NO_SETTLE = switchFlag('no-settle').token;

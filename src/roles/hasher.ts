@@ -4,7 +4,13 @@
 // published after: a key word and its check both before the key count.
 import { InvalidArgumentError, invariant } from '../errors.js';
 import type { Hashing } from '../hashing.js';
-import { DIGEST_BYTES, groupMixBytes, writeIdentity } from '../identity.js';
+import {
+  DIGEST_BYTES,
+  groupMixBytes,
+  groupMixWords,
+  writeIdentity,
+  writeIdentityWords,
+} from '../identity.js';
 import {
   H_GENERATION,
   H_HASH_COUNT,
@@ -22,6 +28,11 @@ export class HasherRole {
   private readonly hashing: Hashing;
   /** Per group, m(g) as bytes (the group's mix into each identity word). */
   private readonly mixes: Uint8Array[];
+  /** The same, as 32-bit words, with word views of the digests, key words and checks (writeIdentityWords). */
+  private readonly mixWords: Int32Array[];
+  private readonly hashWords: Int32Array;
+  private readonly keyWords: Int32Array;
+  private readonly checkWords: Int32Array;
 
   /** The caller's handle, read once into this object (see ownHandle); valid until the next call. */
   private readonly own: { slot: number; generation: number } = { slot: 0, generation: 0 };
@@ -36,6 +47,10 @@ export class HasherRole {
     this.state = state;
     this.hashing = hashing;
     this.mixes = state.config.groups.map((g) => groupMixBytes(g.index));
+    this.mixWords = state.config.groups.map((g) => groupMixWords(g.index));
+    this.hashWords = new Int32Array(state.buffers.hashes);
+    this.keyWords = new Int32Array(state.buffers.keys);
+    this.checkWords = new Int32Array(state.buffers.keyChecks);
   }
 
   /**
@@ -117,13 +132,28 @@ export class HasherRole {
       if (want <= have) continue;
       const keyBase = state.keyBase(slot, group.index);
       const mix = this.mixes[group.index]!;
+      const mixWords = this.mixWords[group.index]!;
+      const wholeKey = config.keyBits >= 64;
       for (let c = have; c < want; c += 1) {
         const last = (c + 1) * group.hashesPerChunk - 1;
         invariant(last < hashCount, 'key derives from a published hash');
         const k = keyBase + c;
+        const from = (hashBase + last) * DIGEST_BYTES;
+        if (wholeKey) {
+          writeIdentityWords(
+            this.hashWords,
+            from >>> 2,
+            mixWords,
+            this.keyWords,
+            k * 2,
+            this.checkWords,
+            k * KEY_CHECK_WORDS * 2,
+          );
+          continue;
+        }
         writeIdentity(
           hashes,
-          (hashBase + last) * DIGEST_BYTES,
+          from,
           mix,
           config.keyBits,
           keyBytes,

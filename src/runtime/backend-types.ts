@@ -18,6 +18,15 @@ export interface TransferBackend {
   readonly name: string;
   /** Tasks submitted and not yet collected by takeCompletions. */
   readonly inFlight: number;
+  /**
+   * Copies the backend works on at once (its threads, or what its device
+   * keeps in flight); Infinity for one that copies within submit. While
+   * inFlight is at or above it the store plans no pass, so chunks that become
+   * ready meanwhile gather into fewer, larger jobs when a copy completes;
+   * below it a ready chunk is dispatched at once. Absent (a backend of your
+   * own that does not say): only the store's jobsInFlightMax bounds passes.
+   */
+  readonly capacity?: number;
   submit(task: Int32Array): void;
   /** Completions since the last call, in completion order. */
   takeCompletions(): TransferCompletion[];

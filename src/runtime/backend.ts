@@ -31,6 +31,8 @@ export type { TransferBackend, TransferCompletion } from './backend-types.js';
 
 export class InlineTransferBackend implements TransferBackend {
   readonly name = 'inline';
+  /** It copies within submit: never busy when the store plans. */
+  readonly capacity = Infinity;
   private readonly arenas: AttachedArenas;
   private done: TransferCompletion[] = [];
 
@@ -145,6 +147,15 @@ export class PiscinaTransferBackend implements TransferBackend {
 
   get inFlight(): number {
     return this.client.inFlight;
+  }
+
+  /**
+   * One copy per thread: a thread copies its ring's tasks one after another,
+   * so a task queued behind a running one gains nothing over a larger job
+   * planned when a thread is free.
+   */
+  get capacity(): number {
+    return this.specs.length;
   }
 
   /** Resolves once every thread runs its ring (so the first copy does not pay for start-up). */

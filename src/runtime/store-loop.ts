@@ -210,8 +210,8 @@ export class StoreLoop implements RoleLoop {
    */
   hasWorkLeft(): boolean {
     if (this.requests.used > 0 || this.answers.pending > 0) return true;
-    // At the bound on jobs in flight a pass is skipped; a completion rings the bell.
-    if (this.planner.jobsHeld >= this.jobsInFlightMax) return false;
+    // A busy backend or the bound on jobs in flight skips the pass; a completion rings the bell.
+    if (!this.passAllowed()) return false;
     const dirty = this.views.state.dirty;
     for (let word = 0; word < dirty.length; word += 1) {
       if (Atomics.load(dirty, word) !== 0) return true;
@@ -233,6 +233,19 @@ export class StoreLoop implements RoleLoop {
   wait(did: boolean): RoleWait {
     if (this.draining) return pause(STORE_DRAIN_TICK_MS);
     return did && this.hasWorkLeft() ? AGAIN : park();
+  }
+
+  /**
+   * Jobs sized by the backend: a pass while it has a copy free, so a ready
+   * chunk leaves at once; none while every copy it can run is taken, so the
+   * chunks that become ready meanwhile are planned as one larger job per
+   * request when a copy completes (the planner's ready-prefix rule decides
+   * what goes, whatever the size). Also bounded by jobsInFlightMax.
+   */
+  private passAllowed(): boolean {
+    if (this.planner.jobsHeld >= this.jobsInFlightMax) return false;
+    const capacity = this.backend.capacity;
+    return capacity === undefined || this.backend.inFlight < capacity;
   }
 
   /** Closing: from now on a step completes copies in flight and rings no other role. */
@@ -268,7 +281,7 @@ export class StoreLoop implements RoleLoop {
     let did = this.answers.flush() > 0;
     if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
     if (this.collect()) did = true;
-    if (this.planner.jobsHeld < this.jobsInFlightMax) {
+    if (this.passAllowed()) {
       const before = this.planner.counters.jobs;
       this.planner.pass((job) => this.dispatch(job));
       this.recorder?.endPass();

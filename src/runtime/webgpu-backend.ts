@@ -15,7 +15,7 @@ import { RingClient, createRingThreadBuffers } from './ring-client.js';
 import { RING_BELL, RING_STOP } from './transfer.js';
 import type { TransferArenas } from './transfer.js';
 import type { OpenDeviceOptions, WebGpuAdapterInfo } from './webgpu-device.js';
-import { GPU_WORDS_BYTES } from './webgpu-loop.js';
+import { GPU_JOBS_IN_FLIGHT_MAX, GPU_WORDS_BYTES } from './webgpu-loop.js';
 import type { GpuCopyReport, GpuRings } from './webgpu-loop.js';
 import type { GpuThreadMessage, GpuThreadSpec } from './webgpu-thread.js';
 import { createKvRingBuffers } from './webgpu-kv.js';
@@ -244,6 +244,11 @@ export class WebGpuTransferBackend implements TransferBackend {
 
   get inFlight(): number {
     return this.client.inFlight;
+  }
+
+  /** The jobs the GPU thread keeps in flight at once (it pipelines copies on the device). */
+  get capacity(): number {
+    return GPU_JOBS_IN_FLIGHT_MAX;
   }
 
   submit(task: Int32Array): void {

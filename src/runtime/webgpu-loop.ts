@@ -47,8 +47,8 @@ export const GPU_MAPS_HELD = 49;
 export const GPU_LOSE_DEVICE = 50;
 export const GPU_WORDS_BYTES = 64 * 4;
 
-/** Copy jobs started (or popped and waiting for the KV drain) at once, at most. */
-const JOBS_IN_FLIGHT_MAX = 64;
+/** Copy jobs started (or popped and waiting for the KV drain) at once, at most: the backend's capacity. */
+export const GPU_JOBS_IN_FLIGHT_MAX = 64;
 /** Staging bytes of the jobs in flight, at most (one job always runs, whatever its size). */
 const STAGING_BYTES_IN_FLIGHT_MAX = 256 << 20;
 /** KV records handled per loop turn before the loop yields. */
@@ -205,7 +205,7 @@ export class GpuCopyLoop {
   private hasRoom(): boolean {
     const queued = this.running + this.held.length;
     if (queued === 0) return true;
-    return queued < JOBS_IN_FLIGHT_MAX && this.bytesInFlight < STAGING_BYTES_IN_FLIGHT_MAX;
+    return queued < GPU_JOBS_IN_FLIGHT_MAX && this.bytesInFlight < STAGING_BYTES_IN_FLIGHT_MAX;
   }
 
   private hold(r: Int32Array): void {

@@ -110,7 +110,7 @@ describe('fuzz --target runtime', () => {
   it('tokens carry the target and the switches', () => {
     const s = spec(5, { switches: ['load-while-writing'], pins: false });
     const token = encodeReplayToken(s);
-    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt3.uload-while-writing');
+    expect(token).toBe('kvf1.ready-prefix.random.nopins.5.trt4.uload-while-writing');
     expect(decodeReplayToken(token)).toEqual(s);
   });
 
@@ -185,7 +185,7 @@ describe('fuzz --target runtime', () => {
       shrink: false,
     });
     expect(r.violations).toBe(1);
-    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt3$/);
+    expect(encodeReplayToken(spec(r.first!.seed, { revalidate: false }))).toMatch(/\.r0\.trt4$/);
   });
 
   it('safe code: no hole, mispairing, double store, cursor moving back, crash or leak', async () => {
@@ -277,7 +277,7 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
     expect(r.code).toBe(1);
     const out = JSON.parse(r.stdout) as Record<string, unknown>;
     expect(out).toMatchObject({ target: 'runtime', pins: false, invariant: 'mispairing' });
-    expect(out.replayToken).toMatch(/\.trt3(\.|$)/);
+    expect(out.replayToken).toMatch(/\.trt4(\.|$)/);
     const again = kvoff('--replay', out.shrunkToken as string, '--json');
     expect(again.code).toBe(1);
     const replay = JSON.parse(again.stdout) as Record<string, unknown>;
@@ -312,8 +312,9 @@ describe('kvoff fuzz --target runtime (CLI)', () => {
 // engine simulator had its own generator (mulberry32): since it draws from the
 // one PRNG (src/prng.ts) the first still names the same trace, the second
 // another; since the one role driver (the `.trt2` tokens) both seeds draw
-// other interleavings (and since tensor-parallel ranks, `.trt3`, both draw
-// more than one rank), and the lookup's alignment is pinned down by the
+// other interleavings (since tensor-parallel ranks, `.trt3`, both draw more
+// than one rank; since the backend's capacity, `.trt4`, the tokens name the
+// seeds' schedules of that version), and the lookup's alignment is pinned down by the
 // hybrid rows of test/core/lookup.test.ts.
 describe('replay tokens of the runtime target carry the version of its schedules', () => {
   it('a `.trt` token of the version before the one role driver is refused, naming the seed to draw again', () => {
@@ -333,12 +334,18 @@ describe('replay tokens of the runtime target carry the version of its schedules
       /--seed 20030415/,
     );
   });
+
+  it('a `.trt3` token, from before the scenarios drew the copy backend a capacity, is refused the same way', () => {
+    expect(() => decodeReplayToken('kvf1.ready-prefix.random.pins.20030415.trt3')).toThrow(
+      /--seed 20030415/,
+    );
+  });
 });
 
 describe('regression: a hybrid lookup rounded down to whole chunks after the fact loaded an unchecked window', () => {
   for (const token of [
-    'kvf1.ready-prefix.random.pins.20030415.trt3',
-    'kvf1.ready-prefix.pct.pins.30005772.trt3',
+    'kvf1.ready-prefix.random.pins.20030415.trt4',
+    'kvf1.ready-prefix.pct.pins.30005772.trt4',
   ]) {
     it(`${token} runs with nothing violated`, () => {
       const spec = decodeReplayToken(token);
@@ -349,7 +356,7 @@ describe('regression: a hybrid lookup rounded down to whole chunks after the fac
   }
 });
 
-// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt3, drawn
+// Regression: a PCT schedule (kvf1.ready-prefix.pct.pins.1028744.trt4, drawn
 // with the engine's former generator; the token now names another trace, and
 // the stalled-copies scenarios below pin the case down) was reported as a hang. The copy threads were stalled for 200 virtual ms while a
 // second request's tier lookup was deferred on the first one's entries, still
@@ -369,8 +376,8 @@ describe('regression: a copy stall of 200 virtual ms under a deferred lookup, re
       events: [request(1, 0), request(2, 3), { kind: 'stall', actor: TRANSFER, atMs: 0, forMs }],
     });
 
-  it('kvf1.ready-prefix.pct.pins.1028744.trt3 runs to its end with nothing violated', () => {
-    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt3'));
+  it('kvf1.ready-prefix.pct.pins.1028744.trt4 runs to its end with nothing violated', () => {
+    const out = runSchedule(hashing, decodeReplayToken('kvf1.ready-prefix.pct.pins.1028744.trt4'));
     expect(out.violation).toBeUndefined();
   });
 
