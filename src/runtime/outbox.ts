@@ -9,18 +9,24 @@ const OUTBOX_RECORDS_MAX = 1 << 16;
 export class Outbox {
   private readonly ring: SpscRing;
   private readonly queue: number[][] = [];
+  /**
+   * Held: send() only queues and flush() alone pushes, so the owner publishes
+   * what its records report (stats counters) before any of them is seen.
+   */
+  private readonly held: boolean;
 
-  constructor(ring: SpscRing) {
+  constructor(ring: SpscRing, options: { held?: boolean } = {}) {
     this.ring = ring;
+    this.held = options.held ?? false;
   }
 
   get pending(): number {
     return this.queue.length;
   }
 
-  /** Sends now if nothing is queued and the ring has room, else queues. */
+  /** Sends now if not held, nothing is queued and the ring has room; else queues. */
   send(record: number[]): void {
-    if (this.queue.length === 0 && this.ring.push(record)) return;
+    if (!this.held && this.queue.length === 0 && this.ring.push(record)) return;
     invariant(this.queue.length < OUTBOX_RECORDS_MAX, 'outbox within its bound (consumer alive)');
     this.queue.push(record);
   }

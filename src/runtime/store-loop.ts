@@ -142,7 +142,9 @@ export class StoreLoop implements RoleLoop {
       storePlannerOptions(options, observer, recorder),
     );
     this.requests = views.ring('storeRequest');
-    this.answers = new Outbox(views.ring('storeAnswer'));
+    // Held until the step has published its stats (work()): a caller that reads
+    // stats() on an answer (a lookup's hit, a load's bytes) sees the counts behind it.
+    this.answers = new Outbox(views.ring('storeAnswer'), { held: true });
     this.wakeOthers = ringOthers(views, 'store');
     const queue = views.buffers.events;
     this.capture = queue ? new EventCapture(queue, views.state, views.config) : undefined;
@@ -278,9 +280,15 @@ export class StoreLoop implements RoleLoop {
   }
 
   private work(): boolean {
-    let did = this.answers.flush() > 0;
+    let did = false;
     if (this.requests.drain((r) => this.handle(r), RECORDS_PER_STEP_MAX) > 0) did = true;
     if (this.collect()) did = true;
+    // Answers leave before the pass (a lookup does not wait for planning) and
+    // after the stats that count them.
+    if (this.answers.pending > 0) {
+      this.publishStats();
+      if (this.answers.flush() > 0) did = true;
+    }
     if (this.passAllowed()) {
       const before = this.planner.counters.jobs;
       this.planner.pass((job) => this.dispatch(job));
