@@ -108,6 +108,38 @@ function transferFaultsOf(scenario: RuntimeScenario): {
   return { failing, ackFaults };
 }
 
+/** The store loop over the relay, its hooks calling the checks and the driver. */
+function storeLoop(
+  scenario: RuntimeScenario,
+  options: RuntimeWorldOptions,
+  views: RuntimeViews,
+  acks: RankAckRelay,
+  checks: RuntimeChecks,
+  hooks: RuntimeWorldHooks,
+): StoreLoop {
+  return new StoreLoop(
+    views,
+    acks,
+    { jobs: () => {}, drained: (r) => hooks.drained(r) },
+    {
+      policy: options.policy,
+      // The final wait runs on the virtual clock, as every other wait here.
+      now: () => hooks.now(),
+      ...(scenario.rankAckWaitMsMax !== undefined
+        ? { rankAckWaitMsMax: scenario.rankAckWaitMsMax }
+        : {}),
+      unsafeSkipPins: !options.pins,
+      ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
+      ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
+      ...switchOptions([...(options.switches ?? [])], 'StoreLoopOptions'),
+      onPlanPoint: (point, snap) => hooks.planPoint(point, snap),
+      onLookupAnswered: (a) =>
+        checks.lookup(a, options.switches?.includes('load-while-writing') === true),
+      onCursorMoved: (snap, group, from) => checks.cursorMove(snap, group, from),
+    },
+  );
+}
+
 export function buildRuntimeWorld(
   scenario: RuntimeScenario,
   options: RuntimeWorldOptions,
@@ -122,7 +154,6 @@ export function buildRuntimeWorld(
     scenario,
     new SubmitQueue(views.ring('submit'), views.doorbell('scheduler')),
   );
-  const switches = new Set(options.switches ?? []);
   const { failing, ackFaults } = transferFaultsOf(scenario);
   const stalls: RoleStall[] = [];
   for (const e of scenario.events) {
@@ -152,31 +183,15 @@ export function buildRuntimeWorld(
     scenario.transferCapacity ?? Infinity,
   );
   // The store is built after the relay and the checks its options call.
-  const storeLoop = (): StoreLoop => store;
   const acks = new RankAckRelay(backend, config.ranks, ackFaults, now, (jobId) =>
-    storeLoop().planner.issuedJob(jobId),
+    store.planner.issuedJob(jobId),
   );
-  const checks = new RuntimeChecks(views, storeLoop, (inv, message) => hooks.flag(inv, message));
-  const store = new StoreLoop(
+  const checks = new RuntimeChecks(
     views,
-    acks,
-    { jobs: () => {}, drained: (r) => hooks.drained(r) },
-    {
-      policy: options.policy,
-      // The final wait runs on the virtual clock, as every other wait here.
-      now,
-      ...(scenario.rankAckWaitMsMax !== undefined
-        ? { rankAckWaitMsMax: scenario.rankAckWaitMsMax }
-        : {}),
-      unsafeSkipPins: !options.pins,
-      ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
-      ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
-      ...switchOptions([...switches], 'StoreLoopOptions'),
-      onPlanPoint: (point, snap) => hooks.planPoint(point, snap),
-      onLookupAnswered: (a) => checks.lookup(a, switches.has('load-while-writing')),
-      onCursorMoved: (snap, group, from) => checks.cursorMove(snap, group, from),
-    },
+    () => store,
+    (inv, message) => hooks.flag(inv, message),
   );
+  const store = storeLoop(scenario, options, views, acks, checks, hooks);
   return {
     config,
     views,
