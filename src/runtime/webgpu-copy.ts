@@ -10,6 +10,13 @@
 // Everything that reaches the queue is submitted synchronously, before the
 // first await: the GPU thread relies on it to order the engine's KV writes
 // before the copies that read them (one queue executes in submission order).
+//
+// No map may still be pending when the thread ends: Dawn's Node binding
+// aborts the whole process ("Promise not resolved or rejected: mapAsync()")
+// when it drops a map's callback at teardown. So a store waits for every one
+// of its maps to settle, even after one failed, and the maps a load leaves
+// running (its upload buffers mapping again) are counted in `mapsPending`,
+// which the GPU thread waits out before it ends.
 import { unpinBlocks } from '../pins.js';
 import { TASK_FAULT, TASK_LOAD, TASK_STORE, taskUnpins } from './transfer.js';
 import { GpuArena, StagingPool } from './webgpu-arena.js';
@@ -56,6 +63,8 @@ export class GpuCopier {
   private readonly uploads: StagingPool;
   private readonly hold: MapHold | undefined;
   private lost: string | undefined;
+  /** Upload buffers mapping again after their load (see the head of this file). */
+  private remaps = 0;
 
   constructor(device: GPUDevice, arena: GpuArena, host: HostArenas, hold?: MapHold) {
     this.device = device;
@@ -72,6 +81,11 @@ export class GpuCopier {
   /** The device is being destroyed on purpose: no copy starts from now on. */
   markLost(reason: string): void {
     this.lost ??= `WebGPU device lost (destroyed): ${reason}`;
+  }
+
+  /** Maps still pending that no task awaits: the thread must not end before they settle. */
+  get mapsPending(): number {
+    return this.remaps;
   }
 
   /** Why the device is gone, once it is. */
@@ -123,14 +137,13 @@ export class GpuCopier {
       // Test-only: a map that fails, as it does when its buffer is destroyed under it.
       if (task[0] === TASK_FAULT) segments[0]?.staging.destroy();
       const read = GPU_MAP_MODE.READ;
-      const maps = Promise.all(segments.map((s) => s.staging.mapAsync(read, 0, s.bytes))).catch(
-        (err: unknown) => {
-          throw new Error(`staging map failed: ${describe(err)}`);
-        },
-      );
+      // Settled, all of them, before the task ends (see the head of this file).
+      const maps = Promise.allSettled(segments.map((s) => s.staging.mapAsync(read, 0, s.bytes)));
       const rejected = scope.close();
+      const [refusal, mapped] = await Promise.all([rejected, maps]);
+      const failed = mapped.find((m) => m.status === 'rejected');
+      if (failed !== undefined) throw new Error(`staging map failed: ${describe(failed.reason)}`);
       // A copy the device refused leaves the staging bytes stale: never read them.
-      const [refusal] = await Promise.all([rejected, maps]);
       if (refusal !== undefined) throw new Error(`store copy refused: ${refusal}`);
       const delayMs = task[3]!;
       if (delayMs > 0) await sleep(delayMs);
@@ -196,9 +209,16 @@ export class GpuCopier {
     // Mapped again in the background, then ready for the next load.
     const write = GPU_MAP_MODE.WRITE;
     for (const s of segments) {
+      this.remaps += 1;
       s.staging.mapAsync(write).then(
-        () => this.uploads.release(s.staging),
-        () => this.uploads.discard(s.staging),
+        () => {
+          this.remaps -= 1;
+          this.uploads.release(s.staging);
+        },
+        () => {
+          this.remaps -= 1;
+          this.uploads.discard(s.staging);
+        },
       );
     }
     return blocks.length * this.arena.bytesPerBlock;

@@ -59,8 +59,10 @@ export class WebGpuCopyServer {
 
   /**
    * Stops serving: jobs not yet started fail (a store releases its pins),
-   * copies in flight finish (bounded); resolves with the counters. The
-   * engine's buffers and device are left as they are.
+   * copies in flight finish (bounded), and so do the staging maps no copy
+   * awaits; resolves with the counters. The engine's buffers and device are
+   * left as they are. Let the thread end only after it resolved: Dawn's Node
+   * binding aborts the process when a thread ends with a map pending.
    */
   close(): Promise<GpuCopyReport> {
     Atomics.store(this.words, RING_STOP, 1);

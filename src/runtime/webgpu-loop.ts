@@ -55,6 +55,8 @@ const STAGING_BYTES_IN_FLIGHT_MAX = 256 << 20;
 const KV_RECORDS_PER_TURN_MAX = 256;
 /** After the stop flag: how long copies in flight get to finish. */
 const STOP_WAIT_MS_MAX = 30_000;
+/** Longest stop() waits, after destroying the buffers, for the maps that destroy rejects. */
+const MAPS_AFTER_DESTROY_MS_MAX = 1_000;
 /** Longest a held map (test-only) waits for its release. */
 const HOLD_WAIT_MS_MAX = 30_000;
 
@@ -331,8 +333,12 @@ export class GpuCopyLoop {
     for (const job of this.held) abandon(job.task, job.ticket);
     this.held = [];
     while (this.jobs.pop((r) => abandon(r.slice(1), r[0]!)));
+    // Copies, checks, and the maps no task awaits: the thread must not end
+    // with a map pending (Dawn aborts the process; see webgpu-copy.ts).
+    const settled = () =>
+      this.running === 0 && this.checksRunning === 0 && this.copier.mapsPending === 0;
     const deadline = performance.now() + STOP_WAIT_MS_MAX;
-    while ((this.running > 0 || this.checksRunning > 0) && performance.now() < deadline) {
+    while (!settled() && performance.now() < deadline) {
       this.flush();
       await new Promise((resolve) => setTimeout(resolve, 1));
     }
@@ -340,6 +346,12 @@ export class GpuCopyLoop {
     this.kernels?.destroy();
     this.copier.destroy();
     this.arena.destroy();
+    // Past the deadline (a hung device), destroying the buffers rejects their
+    // maps: give those callbacks their turn before the thread may end.
+    const destroyedAtMs = performance.now();
+    while (!settled() && performance.now() - destroyedAtMs < MAPS_AFTER_DESTROY_MS_MAX) {
+      await new Promise((resolve) => setTimeout(resolve, 1));
+    }
     return {
       storeJobs: this.storeJobs,
       loadJobs: this.loadJobs,

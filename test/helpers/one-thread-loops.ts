@@ -47,6 +47,8 @@ export interface OneThreadLoopsOptions<B extends TransferBackend> {
   /** The copy backend (default: inline copies). */
   backend?: (arenas: TransferArenas) => B;
   store?: StoreLoopOptions;
+  /** Called as the engine tells of each ended request (before `ended` holds it). */
+  onEnded?: (views: RuntimeViews) => void;
 }
 
 /** An engine that steps as fast as it is called, never aborts, and takes a whole 400-token prompt in one step. */
@@ -103,7 +105,12 @@ export async function oneThreadLoops<B extends TransferBackend = InlineTransferB
   const engine = new EngineSimulator(
     views,
     hashing,
-    { ended: (s) => ended.push(s) },
+    {
+      ended: (s) => {
+        options.onEnded?.(views);
+        ended.push(s);
+      },
+    },
     options.engine,
     ringOthers(views, 'scheduler'),
     options.engineClock === 'wall' ? undefined : () => now,

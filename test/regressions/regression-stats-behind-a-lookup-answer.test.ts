@@ -5,9 +5,14 @@
 // `hitChunks` 8 for a 10-chunk hit. The store's answers are now held until
 // the step has published its stats.
 //
+// The engine already keeps that order for an ended request (the message
+// that resolves submit()): finishSummary in engine-commit.ts publishes its
+// counts first. The second test holds it to it.
+//
 // Here, from one thread: every push of a lookup answer into the answer ring
 // is caught, and the published count of answered lookups at that moment must
-// already include the one being answered.
+// already include the one being answered; likewise every ended request, and
+// the engine's published count of ended requests.
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { ANS_LOOKED_UP } from '../../src/runtime/protocol.js';
 import { SpscRing } from '../../src/runtime/rings.js';
@@ -47,5 +52,23 @@ describe('regression: stats() behind the answer a caller just got', () => {
     expect(seen.length).toBeGreaterThanOrEqual(4);
     expect(ended.slice(1).every((s) => s.hitChunks > 0)).toBe(true);
     for (const [answered, published] of seen) expect(published).toBeGreaterThanOrEqual(answered);
+  });
+
+  it("publishes the engine's count of ended requests before it tells of one", async () => {
+    const ends: Array<[number, number]> = [];
+    const loops = await oneThreadLoops({
+      config: SMALL_HYBRID,
+      engine: UNPACED_ENGINE,
+      allocatorLag: { publishDelayMs: 1, jitterMs: 0, seed: 5 },
+      onEnded: (views) =>
+        ends.push([
+          ends.length + 1,
+          readStat(views.stats, 'completed') + readStat(views.stats, 'aborted'),
+        ]),
+    });
+    for (let id = 1; id <= 4; id += 1) loops.submit(repeatedPrompt(id));
+    expect(loops.runUntil(() => loops.ended.length === 4, 100_000)).toBe(true);
+    expect(ends.length).toBe(4);
+    for (const [ended, published] of ends) expect(published).toBeGreaterThanOrEqual(ended);
   });
 });
