@@ -161,6 +161,56 @@ export function resolveConfig(input: ConfigInput): Config {
   const groups = input.groups.map((g, index) =>
     resolveGroup(g, index, blocksPerChunk, tokensPerHash),
   );
+  const { maxRequests, maxBlocksPerRequest, gpuBlocks, tierChunks, bytesPerBlock } =
+    resolveCapacities(input, blocksPerChunk);
+  const maxChunksPerRequest = Math.floor(maxBlocksPerRequest / blocksPerChunk);
+  const maxTokensPerBlock = Math.max(...groups.map((g) => g.tokensPerBlock));
+  const maxTokensPerRequest = maxBlocksPerRequest * maxTokensPerBlock;
+  const maxHashesPerRequest = Math.floor(maxTokensPerRequest / tokensPerHash);
+  const rest = resolveRest(input, bytesPerBlock);
+  checkSharedBytes({
+    groups,
+    gpuBlocks,
+    tierChunks,
+    blocksPerChunk,
+    bytesPerBlock,
+    maxRequests,
+    maxChunksPerRequest,
+    maxBlocksPerRequest,
+    maxTokensPerRequest,
+    maxHashesPerRequest,
+  });
+  return Object.freeze({
+    groups: Object.freeze(groups),
+    blocksPerChunk,
+    tokensPerHash,
+    offloadPromptOnly: rest.offloadPromptOnly,
+    maxRequests,
+    maxBlocksPerRequest,
+    maxChunksPerRequest,
+    maxTokensPerRequest,
+    maxHashesPerRequest,
+    gpuBlocks,
+    tierChunks,
+    bytesPerBlock,
+    padHotWords: rest.padHotWords,
+    maxRecomputePendingTokens: rest.maxRecomputePendingTokens,
+    ranks: rest.ranks,
+    rankLayout: rest.rankLayout,
+    namespace: rest.namespace,
+    keyHash: rest.keyHash,
+    keyBits: rest.keyBits,
+  });
+}
+
+/** The config's capacities (slots, blocks per request, GPU blocks, tier chunks, block bytes), checked in order. */
+function resolveCapacities(
+  input: ConfigInput,
+  blocksPerChunk: number,
+): Pick<
+  Config,
+  'maxRequests' | 'maxBlocksPerRequest' | 'gpuBlocks' | 'tierChunks' | 'bytesPerBlock'
+> {
   const maxRequests = positiveInt(
     'maxRequests',
     input.maxRequests ?? CONFIG_DEFAULTS.maxRequests,
@@ -177,10 +227,6 @@ export function resolveConfig(input: ConfigInput): Config {
       `must be at least blocksPerChunk (${blocksPerChunk})`,
     );
   }
-  const maxChunksPerRequest = Math.floor(maxBlocksPerRequest / blocksPerChunk);
-  const maxTokensPerBlock = Math.max(...groups.map((g) => g.tokensPerBlock));
-  const maxTokensPerRequest = maxBlocksPerRequest * maxTokensPerBlock;
-  const maxHashesPerRequest = Math.floor(maxTokensPerRequest / tokensPerHash);
   const gpuBlocks = positiveInt(
     'gpuBlocks',
     input.gpuBlocks ?? CONFIG_DEFAULTS.gpuBlocks,
@@ -199,6 +245,24 @@ export function resolveConfig(input: ConfigInput): Config {
     CONFIG_LIMITS.bytesPerBlockMax,
   );
   if (bytesPerBlock % 8 !== 0) throw new ConfigError('bytesPerBlock', 'must be a multiple of 8');
+  return { maxRequests, maxBlocksPerRequest, gpuBlocks, tierChunks, bytesPerBlock };
+}
+
+/** The config's switches, limits of loads, ranks, namespace and key hash, checked in order. */
+function resolveRest(
+  input: ConfigInput,
+  bytesPerBlock: number,
+): Pick<
+  Config,
+  | 'offloadPromptOnly'
+  | 'padHotWords'
+  | 'maxRecomputePendingTokens'
+  | 'ranks'
+  | 'rankLayout'
+  | 'namespace'
+  | 'keyHash'
+  | 'keyBits'
+> {
   const offloadPromptOnly = bool(
     'offloadPromptOnly',
     input.offloadPromptOnly ?? CONFIG_DEFAULTS.offloadPromptOnly,
@@ -234,7 +298,36 @@ export function resolveConfig(input: ConfigInput): Config {
     input.unsafeKeyBits === undefined ? 64 : positiveInt('unsafeKeyBits', input.unsafeKeyBits, 64);
   if (keyBits < 16) throw new ConfigError('unsafeKeyBits', 'must be at least 16');
 
-  // Shared memory is laid out up front; refuse a config whose arenas cannot fit.
+  return {
+    offloadPromptOnly,
+    padHotWords,
+    maxRecomputePendingTokens,
+    ranks,
+    rankLayout,
+    namespace,
+    keyHash,
+    keyBits,
+  };
+}
+
+/** Shared memory is laid out up front: refuses a config whose arenas and state cannot fit. */
+function checkSharedBytes(
+  c: Pick<
+    Config,
+    | 'groups'
+    | 'gpuBlocks'
+    | 'tierChunks'
+    | 'blocksPerChunk'
+    | 'bytesPerBlock'
+    | 'maxRequests'
+    | 'maxChunksPerRequest'
+    | 'maxBlocksPerRequest'
+    | 'maxTokensPerRequest'
+    | 'maxHashesPerRequest'
+  >,
+): void {
+  const { groups, gpuBlocks, tierChunks, blocksPerChunk, bytesPerBlock, maxRequests } = c;
+  const { maxChunksPerRequest, maxBlocksPerRequest, maxTokensPerRequest, maxHashesPerRequest } = c;
   const arenaBytes = gpuBlocks * bytesPerBlock + tierChunks * blocksPerChunk * bytesPerBlock;
   // Per key a key word and a 24-byte check; per hash a 32-byte digest.
   const stateBytes =
@@ -246,27 +339,6 @@ export function resolveConfig(input: ConfigInput): Config {
       `shared memory would be ${Math.ceil((arenaBytes + stateBytes) / 2 ** 20)} MiB, over the ${CONFIG_LIMITS.sharedBytesMax / 2 ** 30} GiB limit`,
     );
   }
-  return Object.freeze({
-    groups: Object.freeze(groups),
-    blocksPerChunk,
-    tokensPerHash,
-    offloadPromptOnly,
-    maxRequests,
-    maxBlocksPerRequest,
-    maxChunksPerRequest,
-    maxTokensPerRequest,
-    maxHashesPerRequest,
-    gpuBlocks,
-    tierChunks,
-    bytesPerBlock,
-    padHotWords,
-    maxRecomputePendingTokens,
-    ranks,
-    rankLayout,
-    namespace,
-    keyHash,
-    keyBits,
-  });
 }
 
 function resolveGroup(

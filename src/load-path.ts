@@ -190,25 +190,59 @@ export class LoadPath {
     if (this.loads.has(slot)) throw new IllegalTransitionError('load', 'loading');
     const taken = this.store.snapshot(slot, this.snap);
     if (taken !== 'ok') invariant(false, `slot ${slot} of a checked handle reads ${taken}`);
-    const numTokens = Atomics.load(
-      this.state.control,
-      this.state.schedulerWord(slot, S_NUM_TOKENS),
-    );
-    const base = this.state.tokenBase(slot);
-    // The request's own keys: its tokens chained on its root (its namespace and salt).
-    const chain = new KeyChain(
-      this.config,
-      this.hashing,
-      this.state.roots.slice(slot * DIGEST_BYTES, (slot + 1) * DIGEST_BYTES),
-    );
-    chain.extend(this.state.tokens.subarray(base, base + numTokens));
-    const own = chain.keys;
+    const own = this.ownKeys(slot);
     const plans = loadPlan(
       this.config.groups,
       answer.localHitTokens,
       answer.hitTokens,
       this.policy,
     );
+    const { keys, partial } = this.chunksToLoad(plans, answer, own);
+    // Throws (changing nothing) if an entry was evicted since the lookup.
+    const slots = this.tier.prepareLoad(keys);
+    for (const k of keys) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
+    for (const p of plans) {
+      if (p.cursor !== null && p.cursor > this.snap.cursor[p.group]!) {
+        this.store.advanceCursor(this.snap, p.group, p.cursor);
+      }
+    }
+    const job: LoadJob = {
+      loadId: this.nextLoadId++,
+      slot,
+      generation: handle.generation,
+      hitTokens: answer.hitTokens,
+      chunks: partial.map((c, i) => ({ ...c, tierSlot: slots[i]! })),
+    };
+    this.loads.set(slot, job);
+    return job;
+  }
+
+  /** The request's own keys: its tokens chained on its root (its namespace and salt). */
+  private ownKeys(slot: number): bigint[][] {
+    const numTokens = Atomics.load(
+      this.state.control,
+      this.state.schedulerWord(slot, S_NUM_TOKENS),
+    );
+    const base = this.state.tokenBase(slot);
+    const chain = new KeyChain(
+      this.config,
+      this.hashing,
+      this.state.roots.slice(slot * DIGEST_BYTES, (slot + 1) * DIGEST_BYTES),
+    );
+    chain.extend(this.state.tokens.subarray(base, base + numTokens));
+    return chain.keys;
+  }
+
+  /**
+   * The chunks a load reads, each checked: the answer's keys must be the
+   * request's own and its blocks appended and not null (below a window's
+   * start, leading null blocks are left out).
+   */
+  private chunksToLoad(
+    plans: ReturnType<typeof loadPlan>,
+    answer: Extract<LookupAnswer, { deferred: false }>,
+    own: readonly (readonly bigint[])[],
+  ): { keys: bigint[]; partial: Omit<ChunkCopy, 'tierSlot'>[] } {
     const keys: bigint[] = [];
     const partial: Omit<ChunkCopy, 'tierSlot'>[] = [];
     const bpc = this.config.blocksPerChunk;
@@ -256,23 +290,7 @@ export class LoadPath {
         partial.push({ group: p.group, chunk: c, key, positions, blocks });
       }
     }
-    // Throws (changing nothing) if an entry was evicted since the lookup.
-    const slots = this.tier.prepareLoad(keys);
-    for (const k of keys) this.beingLoaded.set(k, (this.beingLoaded.get(k) ?? 0) + 1);
-    for (const p of plans) {
-      if (p.cursor !== null && p.cursor > this.snap.cursor[p.group]!) {
-        this.store.advanceCursor(this.snap, p.group, p.cursor);
-      }
-    }
-    const job: LoadJob = {
-      loadId: this.nextLoadId++,
-      slot,
-      generation: handle.generation,
-      hitTokens: answer.hitTokens,
-      chunks: partial.map((c, i) => ({ ...c, tierSlot: slots[i]! })),
-    };
-    this.loads.set(slot, job);
-    return job;
+    return { keys, partial };
   }
 
   /** Ends a load: its tier entries may be evicted again and other requests hit them. */

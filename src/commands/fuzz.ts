@@ -15,6 +15,10 @@ import { describeFailure, fuzz } from '../fuzz/run.js';
 import { runSchedule } from '../fuzz/schedule.js';
 import type { FailureReport, FuzzReport } from '../fuzz/run.js';
 import { parseStrategy } from '../fuzz/strategy.js';
+import type { StrategyName } from '../fuzz/strategy.js';
+import type { FuzzTarget } from '../fuzz/token.js';
+import type { RuntimeSwitch } from '../fuzz/switches.js';
+import type { StorePolicy } from '../ready.js';
 import {
   decodeReplayToken,
   encodeReplayToken,
@@ -192,6 +196,25 @@ async function campaign(given: FuzzFlags): Promise<void> {
     );
     return;
   }
+  const run = { broken, target, switches, policy, strategy, flags, seed, stoppedBy };
+  process.stdout.write(`${summaryText(report, run).join('\n')}\n`);
+}
+
+/** The campaign's summary for a reader: what ran, the figures, the first failure. */
+function summaryText(
+  report: FuzzReport,
+  run: {
+    broken: BrokenClass | undefined;
+    target: FuzzTarget;
+    switches: RuntimeSwitch[] | undefined;
+    policy: StorePolicy;
+    strategy: StrategyName;
+    flags: FuzzFlags;
+    seed: number;
+    stoppedBy: NodeJS.Signals | undefined;
+  },
+): string[] {
+  const { broken, target, switches, policy, strategy, flags, seed, stoppedBy } = run;
   const out: string[] = [];
   if (broken) {
     out.push(
@@ -225,7 +248,7 @@ async function campaign(given: FuzzFlags): Promise<void> {
   }
   if (report.first) out.push(failureText(report.first, flags.trace ?? false));
   else out.push(`no invariant violated${report.interrupted ? ' so far' : ''}`);
-  process.stdout.write(`${out.join('\n')}\n`);
+  return out;
 }
 
 /**

@@ -67,120 +67,143 @@ export function registerServe(program: Command): void {
         'Under a supervisor run the server itself (node dist/src/cli.js serve, or exec node_modules/.bin/kvoff serve):\n' +
         '`npx kvoff serve` / `npm exec` do not forward SIGTERM. See docs/serve.md.',
     )
-    .action(async (raw: ServeRawOptions) => {
-      const port = intOptionOr('--port', raw.port, 0, 65535, 8080);
-      const transferThreads = intOptionOr(
-        '--transfer-threads',
-        raw.transferThreads,
-        1,
-        TRANSFER_THREADS_MAX,
-        1,
-      );
-      const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, DEFAULT_SEED);
-      const drainTimeoutMs = intOptionOr(
-        '--drain-timeout-ms',
-        raw.drainTimeoutMs,
-        1,
-        3_600_000,
-        60_000,
-      );
-      const hostRule = checkHost(raw.host);
-      if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
-      const policy = policyOption(raw.policy);
-      const tiers = parseTierOptions(raw);
-      const namespace = parseNamespaceOptions(raw);
-      const events = parseEventOptions(raw);
-      const { loadFailurePolicy, maxRecomputePendingTokens } = parseLoadOptions(raw);
-      if (tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
+    .action(runServe);
+}
 
-      const runtime = await OffloadRuntime.start({
-        config: {
-          ...DEFAULT_RUNTIME_CONFIG,
-          namespace,
-          ...(maxRecomputePendingTokens !== undefined ? { maxRecomputePendingTokens } : {}),
-        },
-        ...(loadFailurePolicy ? { loadFailurePolicy } : {}),
-        policy,
-        transferThreads,
-        lag: { seed },
-        // Requests end when their client's decode budget is spent or they ask
-        // to abort: the simulator aborts none at random by default.
-        simulator: { seed },
-        ...(tiers ? { tiers } : {}),
-        // Always on: GET /v1/events streams them; --kv-events adds ZeroMQ.
-        events: events ?? {},
-      });
-      const watch = tiers
-        ? new TierWatch(
-            () => runtime.stats().tiers,
-            (line) => process.stderr.write(`${line}\n`),
-          ).start()
-        : undefined;
-      const server = new KvoffServer(runtime, { drainTimeoutMs });
-      let addr;
-      try {
-        addr = await server.listen(port, raw.host);
-      } catch (err) {
-        watch?.stop();
-        await runtime.close();
-        // Blame the option the error is about: a port in use or privileged, or an address not here.
-        const code = (err as NodeJS.ErrnoException).code;
-        const blamed = code === 'EADDRINUSE' || code === 'EACCES' ? '--port' : '--host';
-        throw new InvalidArgumentError(
-          blamed,
-          `cannot listen on ${raw.host}:${port}: ${err instanceof Error ? err.message : String(err)}`,
-        );
-      }
-      const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
-      const url = `http://${host}:${addr.port}`;
-      const kvEvents = runtime.eventEndpoints;
-      process.stdout.write(
-        raw.json
-          ? `${JSON.stringify({ url, host: addr.address, port: addr.port, ...(kvEvents ? { kvEvents } : {}) })}\n`
-          : `kvoff serve listening on ${url}${kvEvents ? `; KV events on ${kvEvents.endpoint}${kvEvents.replayEndpoint ? `, replay ${kvEvents.replayEndpoint}` : ''}` : ''}\n`,
-      );
+/** `kvoff serve`'s action: start the runtime, listen, drain on the first signal. */
+async function runServe(raw: ServeRawOptions): Promise<void> {
+  const port = intOptionOr('--port', raw.port, 0, 65535, 8080);
+  const transferThreads = intOptionOr(
+    '--transfer-threads',
+    raw.transferThreads,
+    1,
+    TRANSFER_THREADS_MAX,
+    1,
+  );
+  const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, DEFAULT_SEED);
+  const drainTimeoutMs = intOptionOr(
+    '--drain-timeout-ms',
+    raw.drainTimeoutMs,
+    1,
+    3_600_000,
+    60_000,
+  );
+  const hostRule = checkHost(raw.host);
+  if (hostRule !== undefined) throw new InvalidArgumentError('--host', hostRule);
+  const { runtime, tiers } = await startServeRuntime(raw, transferThreads, seed);
+  const watch = tiers
+    ? new TierWatch(
+        () => runtime.stats().tiers,
+        (line) => process.stderr.write(`${line}\n`),
+      ).start()
+    : undefined;
+  const server = new KvoffServer(runtime, { drainTimeoutMs });
+  let addr;
+  try {
+    addr = await server.listen(port, raw.host);
+  } catch (err) {
+    watch?.stop();
+    await runtime.close();
+    // Blame the option the error is about: a port in use or privileged, or an address not here.
+    const code = (err as NodeJS.ErrnoException).code;
+    const blamed = code === 'EADDRINUSE' || code === 'EACCES' ? '--port' : '--host';
+    throw new InvalidArgumentError(
+      blamed,
+      `cannot listen on ${raw.host}:${port}: ${err instanceof Error ? err.message : String(err)}`,
+    );
+  }
+  const host = addr.family === 'IPv6' ? `[${addr.address}]` : addr.address;
+  const url = `http://${host}:${addr.port}`;
+  const kvEvents = runtime.eventEndpoints;
+  process.stdout.write(
+    raw.json
+      ? `${JSON.stringify({ url, host: addr.address, port: addr.port, ...(kvEvents ? { kvEvents } : {}) })}\n`
+      : `kvoff serve listening on ${url}${kvEvents ? `; KV events on ${kvEvents.endpoint}${kvEvents.replayEndpoint ? `, replay ${kvEvents.replayEndpoint}` : ''}` : ''}\n`,
+  );
 
-      const signal = await new Promise<string>((resolve) => {
-        for (const s of DRAIN_SIGNALS) process.once(s, () => resolve(s));
-      });
-      // A second signal while draining means "now".
-      for (const s of DRAIN_SIGNALS) process.once(s, () => process.exit(1));
-      if (!raw.json) process.stderr.write(`kvoff serve: ${signal}: draining\n`);
-      const drain = await server.drain();
-      watch?.stop();
-      const stats = runtime.stats();
-      // A supervisor must see a failed runtime: a clean exit is a clean run only.
-      const clean =
-        drain.drained &&
-        drain.runtimeFailure === undefined &&
-        stats.holes === 0 &&
-        stats.mismatches === 0;
-      const report = {
-        signal,
-        drained: drain.drained,
-        abandoned: drain.abandoned,
-        refusedUnstarted: drain.refusedUnstarted,
-        runtimeFailure: drain.runtimeFailure ?? null,
-        completed: stats.completed,
-        chunksStored: stats.chunksStored,
-        holes: stats.holes,
-        mismatches: stats.mismatches,
-      };
-      if (raw.json) process.stdout.write(`${JSON.stringify(report)}\n`);
-      else {
-        const how =
-          drain.runtimeFailure !== undefined
-            ? `the runtime had failed (${drain.runtimeFailure})`
-            : drain.drained
-              ? 'drained'
-              : `drain timed out with ${count(drain.abandoned, 'request')} in flight`;
-        process.stderr.write(
-          `kvoff serve: ${how}; ` +
-            `${count(stats.completed, 'request')} completed, ${count(stats.chunksStored, 'chunk')} stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
-        );
-      }
-      if (!clean) process.exitCode = 1;
-    });
+  await drainOnSignal(raw, server, runtime, watch);
+}
+
+/** The runtime `kvoff serve` embeds, from its options. */
+async function startServeRuntime(
+  raw: ServeRawOptions,
+  transferThreads: number,
+  seed: number,
+): Promise<{ runtime: OffloadRuntime; tiers: ReturnType<typeof parseTierOptions> }> {
+  const policy = policyOption(raw.policy);
+  const tiers = parseTierOptions(raw);
+  const namespace = parseNamespaceOptions(raw);
+  const events = parseEventOptions(raw);
+  const { loadFailurePolicy, maxRecomputePendingTokens } = parseLoadOptions(raw);
+  if (tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
+
+  const runtime = await OffloadRuntime.start({
+    config: {
+      ...DEFAULT_RUNTIME_CONFIG,
+      namespace,
+      ...(maxRecomputePendingTokens !== undefined ? { maxRecomputePendingTokens } : {}),
+    },
+    ...(loadFailurePolicy ? { loadFailurePolicy } : {}),
+    policy,
+    transferThreads,
+    lag: { seed },
+    // Requests end when their client's decode budget is spent or they ask
+    // to abort: the simulator aborts none at random by default.
+    simulator: { seed },
+    ...(tiers ? { tiers } : {}),
+    // Always on: GET /v1/events streams them; --kv-events adds ZeroMQ.
+    events: events ?? {},
+  });
+  return { runtime, tiers };
+}
+
+/** Waits for SIGTERM or SIGINT, drains, and reports how the drain went (exit code 1 unless clean). */
+async function drainOnSignal(
+  raw: ServeRawOptions,
+  server: KvoffServer,
+  runtime: OffloadRuntime,
+  watch: TierWatch | undefined,
+): Promise<void> {
+  const signal = await new Promise<string>((resolve) => {
+    for (const s of DRAIN_SIGNALS) process.once(s, () => resolve(s));
+  });
+  // A second signal while draining means "now".
+  for (const s of DRAIN_SIGNALS) process.once(s, () => process.exit(1));
+  if (!raw.json) process.stderr.write(`kvoff serve: ${signal}: draining\n`);
+  const drain = await server.drain();
+  watch?.stop();
+  const stats = runtime.stats();
+  // A supervisor must see a failed runtime: a clean exit is a clean run only.
+  const clean =
+    drain.drained &&
+    drain.runtimeFailure === undefined &&
+    stats.holes === 0 &&
+    stats.mismatches === 0;
+  const report = {
+    signal,
+    drained: drain.drained,
+    abandoned: drain.abandoned,
+    refusedUnstarted: drain.refusedUnstarted,
+    runtimeFailure: drain.runtimeFailure ?? null,
+    completed: stats.completed,
+    chunksStored: stats.chunksStored,
+    holes: stats.holes,
+    mismatches: stats.mismatches,
+  };
+  if (raw.json) process.stdout.write(`${JSON.stringify(report)}\n`);
+  else {
+    const how =
+      drain.runtimeFailure !== undefined
+        ? `the runtime had failed (${drain.runtimeFailure})`
+        : drain.drained
+          ? 'drained'
+          : `drain timed out with ${count(drain.abandoned, 'request')} in flight`;
+    process.stderr.write(
+      `kvoff serve: ${how}; ` +
+        `${count(stats.completed, 'request')} completed, ${count(stats.chunksStored, 'chunk')} stored, holes ${stats.holes}, mismatches ${stats.mismatches}\n`,
+    );
+  }
+  if (!clean) process.exitCode = 1;
 }
 
 /** Why `host` cannot be bound, or undefined: an IP address or a DNS name. */

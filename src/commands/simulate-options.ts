@@ -213,6 +213,57 @@ export function parseSimulateOptions(
   for (const [key, flag] of TRACE_ONLY) {
     if (given(key)) throw new InvalidArgumentError(flag, 'needs --trace FILE');
   }
+  const sizes = sizeFlags(raw);
+  const { policy, requests, promptTokens, prefixes, sharedPrefixTokens, seed } = sizes;
+  const { groupsName, gpuTokens, decodeTokens } = sizes;
+  const run = runFlags(raw, seed);
+  const { transferThreads, backend, traceRequests, lag, abortRate, blockBytes } = run;
+  const { config, load } = poolConfig(raw, sizes, run);
+  const workload: SimulatePlan['workload'] = {
+    requests,
+    promptTokens,
+    prefixes,
+    maxDecodeTokens: decodeTokens,
+    seed,
+  };
+  if (sharedPrefixTokens !== undefined) workload.sharedPrefixTokens = sharedPrefixTokens;
+  const plan: SimulatePlan = {
+    policy,
+    config,
+    groupsName,
+    transferThreads,
+    backend: backend as TransferBackendName,
+    lag,
+    seed,
+    workload,
+    gpuTokens,
+    blockBytes,
+    traceRequests,
+    abortRate,
+    offload: raw.offload !== false,
+    json: raw.json === true,
+  };
+  if (raw.report !== undefined) plan.report = raw.report;
+  if (load.loadFailurePolicy !== undefined) plan.loadFailurePolicy = load.loadFailurePolicy;
+  const tiers = parseTierOptions(raw);
+  if (tiers) plan.tiers = tiers;
+  const events = parseEventOptions(raw);
+  if (events) plan.events = events;
+  const cachePolicy = namedOption('--cache-policy', raw.cachePolicy ?? 'lru', parseCachePolicy);
+  const storeThreshold = intOptionOr(
+    '--store-threshold',
+    raw.storeThreshold,
+    1,
+    STORE_THRESHOLD_MAX,
+    1,
+  );
+  if (cachePolicy !== 'lru' || storeThreshold !== 1)
+    plan.cache = { policy: cachePolicy, storeThreshold };
+  return plan;
+}
+
+/** The sizes of a simulate run (workload and geometry), checked in option order. */
+function sizeFlags(raw: SimulateRawOptions) {
   const policy = policyOption(raw.policy);
   const requests = intOptionOr('--requests', raw.requests, 1, 4096, SIMULATE_DEFAULTS.requests);
   const promptTokens = intOptionOr(
@@ -260,6 +311,24 @@ export function parseSimulateOptions(
     promptTokens,
   );
   const seed = intOptionOr('--seed', raw.seed, 0, 2 ** 31 - 1, SIMULATE_DEFAULTS.seed);
+  return {
+    policy,
+    requests,
+    promptTokens,
+    gpuTokens,
+    groupsName,
+    groups,
+    blocksPerChunk,
+    tierChunks,
+    decodeTokens,
+    prefixes,
+    sharedPrefixTokens,
+    seed,
+  };
+}
+
+/** How a simulate run runs (threads, backend, lag, aborts, block bytes, ranks), checked in option order. */
+function runFlags(raw: SimulateRawOptions, seed: number) {
   const transferThreads = intOptionOr(
     '--transfer-threads',
     raw.transferThreads,
@@ -312,6 +381,21 @@ export function parseSimulateOptions(
     throw new InvalidArgumentError('--report', 'needs a file name');
   }
 
+  return { transferThreads, backend, traceRequests, lag, abortRate, blockBytes, ranks, rankLayout };
+}
+
+/**
+ * The runtime config of a simulate run: each request's block table sized for
+ * the largest prompt drawn, a pool and a tier that can hold one request, and
+ * shared memory within a quarter of the machine's.
+ */
+function poolConfig(
+  raw: SimulateRawOptions,
+  sizes: ReturnType<typeof sizeFlags>,
+  run: ReturnType<typeof runFlags>,
+): { config: ConfigInput; load: ReturnType<typeof parseLoadOptions> } {
+  const { blockBytes, ranks, rankLayout } = run;
+  const { groups, promptTokens, decodeTokens, blocksPerChunk, gpuTokens, tierChunks } = sizes;
   // Size each request's block table for the largest prompt the workload draws
   // plus decode; the pool is given in tokens and turned into blocks.
   const tokensPerBlockMin = Math.min(...groups.map((g) => g.tokensPerBlock));
@@ -367,47 +451,7 @@ export function parseSimulateOptions(
         `(a quarter of this machine's memory); lower --block-bytes, --gpu-tokens or --tier-chunks`,
     );
   }
-  const workload: SimulatePlan['workload'] = {
-    requests,
-    promptTokens,
-    prefixes,
-    maxDecodeTokens: decodeTokens,
-    seed,
-  };
-  if (sharedPrefixTokens !== undefined) workload.sharedPrefixTokens = sharedPrefixTokens;
-  const plan: SimulatePlan = {
-    policy,
-    config,
-    groupsName,
-    transferThreads,
-    backend: backend as TransferBackendName,
-    lag,
-    seed,
-    workload,
-    gpuTokens,
-    blockBytes,
-    traceRequests,
-    abortRate,
-    offload: raw.offload !== false,
-    json: raw.json === true,
-  };
-  if (raw.report !== undefined) plan.report = raw.report;
-  if (load.loadFailurePolicy !== undefined) plan.loadFailurePolicy = load.loadFailurePolicy;
-  const tiers = parseTierOptions(raw);
-  if (tiers) plan.tiers = tiers;
-  const events = parseEventOptions(raw);
-  if (events) plan.events = events;
-  const cachePolicy = namedOption('--cache-policy', raw.cachePolicy ?? 'lru', parseCachePolicy);
-  const storeThreshold = intOptionOr(
-    '--store-threshold',
-    raw.storeThreshold,
-    1,
-    STORE_THRESHOLD_MAX,
-    1,
-  );
-  if (cachePolicy !== 'lru' || storeThreshold !== 1)
-    plan.cache = { policy: cachePolicy, storeThreshold };
-  return plan;
+  return { config, load };
 }
 
 /**

@@ -81,8 +81,8 @@ export const TIMING_NOTE =
   '~ depends on thread timing: the hasher, allocator, store and copy threads race, so the same --seed can give other counts; ' +
   'under ready-prefix, holes, byte mismatches and double stores must be 0 in every run.';
 
-export function formatResult(r: SimulateResult, color: boolean): string {
-  const p = painter(color);
+/** The result's table rows, one figure each. */
+function resultRows(r: SimulateResult, p: ReturnType<typeof painter>): Array<[string, string]> {
   const zero = (n: number) => (n === 0 ? p.green('0') : p.red(String(n)));
   const rows: Array<[string, string]> = [
     ['policy', r.workload.offload ? r.policy : `${r.policy} (offloading off: baseline)`],
@@ -132,6 +132,12 @@ export function formatResult(r: SimulateResult, color: boolean): string {
     ['double stores', zero(r.doubleStores)],
     [`wall time${TIMED}`, `${r.wallSeconds.toFixed(1)} s`],
   );
+  return rows;
+}
+
+export function formatResult(r: SimulateResult, color: boolean): string {
+  const p = painter(color);
+  const rows = resultRows(r, p);
   const lines = [p.bold('kvoff simulate')];
   if (r.crashed) {
     // The crash is the news: say it first, then what the run did before it.

@@ -105,15 +105,11 @@ export interface TracePlan {
   json: boolean;
 }
 
-/**
- * The plan of a trace replay. `given(name)` says whether the user set an
- * option (commander's source is 'cli'), so defaults that --trace changes
- * apply only where the user did not choose.
- */
-export function parseTraceOptions(
+/** The trace file and replay mode, after refusing options the mode does not use. */
+function traceFileAndMode(
   raw: SimulateRawOptions & TraceRawOptions,
   given: (name: string) => boolean,
-): TracePlan {
+): { file: string; mode: TraceMode } {
   const file = raw.trace ?? '';
   if (file.trim() === '') throw new InvalidArgumentError('--trace', 'needs a file');
   const modeName = raw.traceMode ?? 'threads';
@@ -129,6 +125,15 @@ export function parseTraceOptions(
       if (given(key)) throw new InvalidArgumentError(flag, 'is not used by --trace-mode cache');
     }
   }
+  return { file, mode };
+}
+
+/** The replay's KV groups: the trace default unless given; the cache mode models one full-attention group. */
+function traceGroups(
+  raw: SimulateRawOptions & TraceRawOptions,
+  given: (name: string) => boolean,
+  mode: TraceMode,
+): ReturnType<typeof parseGroups> {
   const groups = parseGroups(
     given('groups') ? (raw.groups ?? TRACE_DEFAULTS.groups) : TRACE_DEFAULTS.groups,
   );
@@ -138,6 +143,20 @@ export function parseTraceOptions(
       'the cache mode models one full-attention group (e.g. full or full:16)',
     );
   }
+  return groups;
+}
+
+/**
+ * The plan of a trace replay. `given(name)` says whether the user set an
+ * option (commander's source is 'cli'), so defaults that --trace changes
+ * apply only where the user did not choose.
+ */
+export function parseTraceOptions(
+  raw: SimulateRawOptions & TraceRawOptions,
+  given: (name: string) => boolean,
+): TracePlan {
+  const { file, mode } = traceFileAndMode(raw, given);
+  const groups = traceGroups(raw, given, mode);
   const blocksPerChunk = intOptionOr(
     '--blocks-per-chunk',
     given('blocksPerChunk') ? raw.blocksPerChunk : undefined,

@@ -49,25 +49,7 @@ export async function runSimulate(
   hooks: SimulateHooks = {},
 ): Promise<SimulateResult> {
   const t0 = performance.now();
-  const runtime = await OffloadRuntime.start({
-    config: plan.config,
-    policy: plan.policy,
-    transferThreads: plan.transferThreads,
-    transferBackend: plan.backend,
-    lag: plan.lag,
-    simulator: {
-      seed: plan.seed,
-      abortQueuedRate: plan.abortRate,
-      abortRunningRate: plan.abortRate,
-      // The baseline: the store role runs its passes but nothing is offloadable or loaded.
-      ...(plan.offload ? {} : { offload: false, loadFromTier: false }),
-    },
-    traceSlots: plan.traceRequests,
-    ...(plan.tiers ? { tiers: plan.tiers } : {}),
-    ...(plan.events ? { events: plan.events } : {}),
-    ...(plan.cache ? { cache: plan.cache } : {}),
-    ...(plan.loadFailurePolicy ? { loadFailurePolicy: plan.loadFailurePolicy } : {}),
-  });
+  const runtime = await startSimulateRuntime(plan);
   const warn = hooks.onTierWarning;
   const watch =
     warn && plan.tiers ? new TierWatch(() => runtime.stats().tiers, warn).start() : undefined;
@@ -123,7 +105,69 @@ export async function runSimulate(
   // One figure, the store's chunk ledger: verify() reads it once every request
   // drained; after a crash (no verify) the last figure the store published.
   const holes = crashed === undefined ? verify.holes : stats.holes;
-  const result: SimulateResult = {
+  const result = resultOf(
+    plan,
+    requests.length,
+    stats,
+    verify,
+    holes,
+    tiers,
+    runSeconds,
+    wallSeconds,
+  );
+  // The device the figures came from (a software device measures the API path, not a GPU).
+  if (runtime.webgpuAdapter) result.adapter = runtime.webgpuAdapter.name;
+  if (crashed !== undefined) result.crashed = crashed;
+  const leaks = runtime.leakReport();
+  // The runtime says -1 when a role's final report never came (it crashed): unknown, so null.
+  if (leaks) {
+    result.leaks = Object.fromEntries(
+      Object.entries(leaks).map(([k, v]) => [k, v < 0 ? null : v]),
+    ) as LeakFigures;
+  }
+  result.ok =
+    crashed === undefined && holes === 0 && result.mismatches === 0 && result.doubleStores === 0;
+  if (plan.report) {
+    writeFileSync(plan.report, renderReport(buildReportData(plan, result, traces, runtime.config)));
+  }
+  return result;
+}
+
+/** The runtime a simulation runs, from its plan. */
+function startSimulateRuntime(plan: SimulatePlan): Promise<OffloadRuntime> {
+  return OffloadRuntime.start({
+    config: plan.config,
+    policy: plan.policy,
+    transferThreads: plan.transferThreads,
+    transferBackend: plan.backend,
+    lag: plan.lag,
+    simulator: {
+      seed: plan.seed,
+      abortQueuedRate: plan.abortRate,
+      abortRunningRate: plan.abortRate,
+      // The baseline: the store role runs its passes but nothing is offloadable or loaded.
+      ...(plan.offload ? {} : { offload: false, loadFromTier: false }),
+    },
+    traceSlots: plan.traceRequests,
+    ...(plan.tiers ? { tiers: plan.tiers } : {}),
+    ...(plan.events ? { events: plan.events } : {}),
+    ...(plan.cache ? { cache: plan.cache } : {}),
+    ...(plan.loadFailurePolicy ? { loadFailurePolicy: plan.loadFailurePolicy } : {}),
+  });
+}
+
+/** A run's figures as the result reports them (ok is decided by the caller). */
+function resultOf(
+  plan: SimulatePlan,
+  requests: number,
+  stats: RuntimeStats,
+  verify: { doubleStores: number; entriesChecked: number; entriesInFlight: number },
+  holes: number,
+  tiers: RuntimeStats['tiers'],
+  runSeconds: number,
+  wallSeconds: number,
+): SimulateResult {
+  return {
     policy: plan.policy,
     workload: {
       ...plan.workload,
@@ -137,7 +181,7 @@ export async function runSimulate(
       offload: plan.offload,
       blockBytes: plan.blockBytes,
     },
-    requests: requests.length,
+    requests,
     completed: stats.completed,
     aborted: stats.aborted,
     preemptions: stats.preemptions,
@@ -169,22 +213,6 @@ export async function runSimulate(
     memory: stats.memory,
     ok: false,
   };
-  // The device the figures came from (a software device measures the API path, not a GPU).
-  if (runtime.webgpuAdapter) result.adapter = runtime.webgpuAdapter.name;
-  if (crashed !== undefined) result.crashed = crashed;
-  const leaks = runtime.leakReport();
-  // The runtime says -1 when a role's final report never came (it crashed): unknown, so null.
-  if (leaks) {
-    result.leaks = Object.fromEntries(
-      Object.entries(leaks).map(([k, v]) => [k, v < 0 ? null : v]),
-    ) as LeakFigures;
-  }
-  result.ok =
-    crashed === undefined && holes === 0 && result.mismatches === 0 && result.doubleStores === 0;
-  if (plan.report) {
-    writeFileSync(plan.report, renderReport(buildReportData(plan, result, traces, runtime.config)));
-  }
-  return result;
 }
 
 /** legacy-assert is expected to crash: its LegacyAssertionError reaches main as a failed store worker. */
@@ -253,7 +281,24 @@ export function registerSimulate(program: Command): void {
       '--abort-rate <p>',
       'chance per engine step that one queued and one running request are aborted (0: none; the embedding API aborts none)',
       String(d.abortRate),
+    );
+  addRunOptions(cmd);
+  addLoadOptions(addEventOptions(addTraceOptions(addTierOptions(cmd))))
+    .addHelpText(
+      'after',
+      '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +
+        'Examples:\n  kvoff simulate\n  kvoff simulate --requests 4 --prompt-tokens 8192 --gpu-tokens 65536 --json\n' +
+        '  kvoff simulate --policy legacy-zip      # completes, reports holes, exit 1\n' +
+        '  kvoff simulate --report out.html\n' +
+        '  kvoff simulate --trace conversation_trace.jsonl --trace-mode cache --capacity-tokens 3000000 --json',
     )
+    .action(simulateAction);
+}
+
+/** simulate's options of how the run runs: policy, threads, backend, block bytes, ranks, seed, report. */
+function addRunOptions(cmd: Command): void {
+  const d = SIMULATE_DEFAULTS;
+  cmd
     .option('--no-offload', 'switch offloading off (the baseline: nothing stored, nothing loaded)')
     .option('--policy <name>', `store policy: ${STORE_POLICIES.join(', ')}`, 'ready-prefix')
     .option(
@@ -284,48 +329,41 @@ export function registerSimulate(program: Command): void {
     )
     .option('--trace-requests <n>', 'requests traced for --report', String(d.traceRequests))
     .option('--json', 'print one JSON object instead of the text report');
-  addLoadOptions(addEventOptions(addTraceOptions(addTierOptions(cmd))))
-    .addHelpText(
-      'after',
-      '\nExit codes: 0 clean run; 1 holes, byte mismatches or a legacy-assert crash; 2 bad options.\n' +
-        'Examples:\n  kvoff simulate\n  kvoff simulate --requests 4 --prompt-tokens 8192 --gpu-tokens 65536 --json\n' +
-        '  kvoff simulate --policy legacy-zip      # completes, reports holes, exit 1\n' +
-        '  kvoff simulate --report out.html\n' +
-        '  kvoff simulate --trace conversation_trace.jsonl --trace-mode cache --capacity-tokens 3000000 --json',
-    )
-    .action(async (raw: SimulateRawOptions & TraceRawOptions, command: Command) => {
-      if (raw.trace !== undefined) {
-        await traceAction(raw, command);
-        return;
-      }
-      const plan = parseSimulateOptions(
-        raw,
-        (name) => command.getOptionValueSource(name) === 'cli',
-      );
-      if (plan.report) checkReportPath(plan.report);
-      if (plan.tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
-      const color = colorAllowed(process.stdout);
-      const bar = progress(process.stderr, plan.workload.requests, 'simulate', {
-        quiet: plan.json && !process.stderr.isTTY,
-      });
-      let result: SimulateResult;
-      try {
-        result = await runSimulate(plan, {
-          onTierWarning: (line) => process.stderr.write(`${line}\n`),
-          onProgress: (doneCount, _total, s) =>
-            bar.update(
-              doneCount,
-              `requests · ${s.chunksStored} stored · ${s.chunksDeferred} deferred · ${s.preemptions} preemptions`,
-            ),
-        });
-      } finally {
-        bar.stop();
-      }
-      if (plan.json) process.stdout.write(`${JSON.stringify(result)}\n`);
-      else {
-        process.stdout.write(formatResult(result, color));
-        if (plan.report) process.stdout.write(`report written to ${plan.report}\n`);
-      }
-      if (!result.ok) process.exitCode = 1;
+}
+
+/** `kvoff simulate`'s action: a trace replay, or one simulation with its result printed. */
+async function simulateAction(
+  raw: SimulateRawOptions & TraceRawOptions,
+  command: Command,
+): Promise<void> {
+  if (raw.trace !== undefined) {
+    await traceAction(raw, command);
+    return;
+  }
+  const plan = parseSimulateOptions(raw, (name) => command.getOptionValueSource(name) === 'cli');
+  if (plan.report) checkReportPath(plan.report);
+  if (plan.tiers?.redis?.insecure === true) process.stderr.write(`${INSECURE_TIER_WARNING}\n`);
+  const color = colorAllowed(process.stdout);
+  const bar = progress(process.stderr, plan.workload.requests, 'simulate', {
+    quiet: plan.json && !process.stderr.isTTY,
+  });
+  let result: SimulateResult;
+  try {
+    result = await runSimulate(plan, {
+      onTierWarning: (line) => process.stderr.write(`${line}\n`),
+      onProgress: (doneCount, _total, s) =>
+        bar.update(
+          doneCount,
+          `requests · ${s.chunksStored} stored · ${s.chunksDeferred} deferred · ${s.preemptions} preemptions`,
+        ),
     });
+  } finally {
+    bar.stop();
+  }
+  if (plan.json) process.stdout.write(`${JSON.stringify(result)}\n`);
+  else {
+    process.stdout.write(formatResult(result, color));
+    if (plan.report) process.stdout.write(`report written to ${plan.report}\n`);
+  }
+  if (!result.ok) process.exitCode = 1;
 }

@@ -104,14 +104,12 @@ const BYTES_PER_BLOCK = 32;
 const PROMPT_TOKENS_MAX = 32;
 const DECODE_TOKENS_MAX = 10;
 
-export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
-  const rng = new Prng(seed, 5);
-  const geo = rng.pick(GEOMETRIES);
-  const eagle = geo.groups.some((g) => g.eagle === true);
-  const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
-  // Sometimes a burst of short requests: with the small rings, full rings.
-  const burst = rng.chance(0.2);
-  const requestCount = burst ? rng.between(6, 9) : rng.between(1, 5);
+/** The scenario's requests, submitted in time order from 0 (the seed's draws in their order). */
+function drawRequests(
+  rng: Prng,
+  burst: boolean,
+  requestCount: number,
+): { events: RuntimeEvent[]; atMs: number; tokensMax: number } {
   const events: RuntimeEvent[] = [];
   let atMs = 0;
   let tokensMax = 0;
@@ -138,7 +136,39 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     });
     atMs += rng.chance(0.5) ? 0 : rng.between(0, 6);
   }
-  const horizonMs = 4 + atMs + requestCount * 6;
+  return { events, atMs, tokensMax };
+}
+
+/**
+ * Tensor-parallel ranks from a stream of their own, after every other draw:
+ * a seed that draws one rank is the schedule it was before ranks existed.
+ * With ranks, late and lost acknowledgements are appended to `events`.
+ */
+function drawRanks(
+  seed: number,
+  config: ConfigInput,
+  events: RuntimeEvent[],
+): { ranked: ConfigInput; rankAckWaitMsMax: number | undefined } {
+  const tp = new Prng(seed, 11);
+  const ranks = tp.chance(0.4) ? tp.pick([2, 4]) : 1;
+  let ranked: ConfigInput = config;
+  let rankAckWaitMsMax: number | undefined;
+  if (ranks > 1) {
+    // 32-byte blocks: 8 words, 4 or 2 a rank.
+    ranked = { ...config, ranks, rankLayout: tp.chance(0.25) ? 'replicated' : 'sharded' };
+    rankAckWaitMsMax = tp.pick([20, 100, 500]);
+    const faults = tp.between(0, 4);
+    for (let i = 0; i < faults; i += 1) {
+      const task = tp.int(24);
+      if (tp.chance(0.25)) events.push({ kind: 'ack-lost', task });
+      else events.push({ kind: 'ack-late', task, forMs: tp.pick([0.5, 5, 50, 400]) });
+    }
+  }
+  return { ranked, rankAckWaitMsMax };
+}
+
+/** Stalls, a failed store copy, a failed load, a close and the draft rewrite (the seed's draws in order). */
+function drawFaults(rng: Prng, events: RuntimeEvent[], horizonMs: number, eagle: boolean): void {
   const stalls = rng.between(0, 2);
   for (let i = 0; i < stalls; i += 1) {
     events.push({
@@ -152,6 +182,41 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
   if (rng.chance(0.1)) events.push({ kind: 'load-fail' });
   if (rng.chance(0.15)) events.push({ kind: 'close', atMs: rng.int(horizonMs) });
   if (eagle && rng.chance(0.7)) events.push({ kind: 'draft-rewrite' });
+}
+
+/** The engine simulator's options (the seed's draws in order). */
+function drawEngine(
+  rng: Prng,
+  burst: boolean,
+  tpbMin: number,
+  maxRequests: number,
+  eagle: boolean,
+): Partial<EngineOptions> {
+  return {
+    stepTokenBudget: burst ? 256 : tpbMin * rng.between(1, 8),
+    maxRunning: burst ? maxRequests : rng.between(1, maxRequests),
+    eagleDraftTokens: eagle ? rng.between(0, 3) : 0,
+    eagleAcceptRate: rng.pick([0, 0.5, 1]),
+    abortQueuedRate: rng.chance(0.2) ? 0.05 : 0,
+    abortRunningRate: rng.chance(0.2) ? 0.05 : 0,
+    loadFromTier: rng.chance(0.8),
+    offload: rng.chance(0.95),
+    stepMs: rng.pick([0, 0, 1, 2]),
+    seed: rng.between(1, 1 << 30),
+  };
+}
+
+export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
+  const rng = new Prng(seed, 5);
+  const geo = rng.pick(GEOMETRIES);
+  const eagle = geo.groups.some((g) => g.eagle === true);
+  const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
+  // Sometimes a burst of short requests: with the small rings, full rings.
+  const burst = rng.chance(0.2);
+  const requestCount = burst ? rng.between(6, 9) : rng.between(1, 5);
+  const { events, atMs, tokensMax } = drawRequests(rng, burst, requestCount);
+  const horizonMs = 4 + atMs + requestCount * 6;
+  drawFaults(rng, events, horizonMs, eagle);
 
   const maxRequests = burst ? rng.between(3, 6) : rng.between(1, 3);
   let needs = 0;
@@ -172,18 +237,8 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
     gpuBlocks,
     tierChunks,
   };
-  const engine: Partial<EngineOptions> = {
-    stepTokenBudget: burst ? 256 : tpbMin * rng.between(1, 8),
-    maxRunning: burst ? maxRequests : rng.between(1, maxRequests),
-    eagleDraftTokens: eagle ? rng.between(0, 3) : 0,
-    eagleAcceptRate: rng.pick([0, 0.5, 1]),
-    abortQueuedRate: rng.chance(0.2) ? 0.05 : 0,
-    abortRunningRate: rng.chance(0.2) ? 0.05 : 0,
-    loadFromTier: rng.chance(0.8),
-    offload: rng.chance(0.95),
-    stepMs: rng.pick([0, 0, 1, 2]),
-    seed: rng.between(1, 1 << 30),
-  };
+  const engine = drawEngine(rng, burst, tpbMin, maxRequests, eagle);
+
   const stepMs = ACTORS.map(() => rng.pick([0.01, 0.05, 0.2, 1]));
   // Drawn after every other draw (completionBell included), so a seed's other draws stay what they were.
   const completionBell = rng.chance(0.75);
@@ -209,23 +264,7 @@ export function runtimeScenarioFromSeed(seed: number): RuntimeScenario {
   }
   // Drawn last, so a seed's other draws stay what they were before it existed.
   const gpuMaps = rng.chance(0.3);
-  // Tensor-parallel ranks from a stream of their own, after every other draw:
-  // a seed that draws one rank is the schedule it was before ranks existed.
-  const tp = new Prng(seed, 11);
-  const ranks = tp.chance(0.4) ? tp.pick([2, 4]) : 1;
-  let ranked: ConfigInput = config;
-  let rankAckWaitMsMax: number | undefined;
-  if (ranks > 1) {
-    // 32-byte blocks: 8 words, 4 or 2 a rank.
-    ranked = { ...config, ranks, rankLayout: tp.chance(0.25) ? 'replicated' : 'sharded' };
-    rankAckWaitMsMax = tp.pick([20, 100, 500]);
-    const faults = tp.between(0, 4);
-    for (let i = 0; i < faults; i += 1) {
-      const task = tp.int(24);
-      if (tp.chance(0.25)) limited.push({ kind: 'ack-lost', task });
-      else limited.push({ kind: 'ack-late', task, forMs: tp.pick([0.5, 5, 50, 400]) });
-    }
-  }
+  const { ranked, rankAckWaitMsMax } = drawRanks(seed, config, limited);
   // The backend's capacity from a stream of its own, after every other draw:
   // a seed that draws none (unbounded) is the schedule it was before the store
   // held passes for a busy backend.

@@ -22,59 +22,39 @@
 // counted as dropped (hole), a cursor moving back (cursor-monotonic) or past
 // the ready prefix it was read with (cursor-within-ready); and anything held
 // after close() (leak, the runtime's own leak report).
-import { resolveConfig } from '../config.js';
 import { TransferBackendFailedError, invariant } from '../errors.js';
 import type { Config } from '../config.js';
-import type { Hashing } from '../hashing.js';
 import type { PlanPoint, PlannerCounters } from '../planner.js';
-import type { StorePolicy } from '../ready.js';
-import { AllocatorLoop } from '../runtime/allocator-loop.js';
-import { RuntimeViews, createRuntimeBuffers } from '../runtime/buffers.js';
+import type { AllocatorLoop } from '../runtime/allocator-loop.js';
+import type { RuntimeViews } from '../runtime/buffers.js';
 import type { Doorbell } from '../runtime/doorbell.js';
-import { EngineSimulator } from '../runtime/engine-sim.js';
-import type { EngineSummary } from '../runtime/engine-request.js';
-import { HasherLoop } from '../runtime/hasher-loop.js';
+import type { EngineSimulator } from '../runtime/engine-sim.js';
+import type { HasherLoop } from '../runtime/hasher-loop.js';
 import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
-import { SUBMIT_RETRY_MS, SubmitQueue, encodeSubmit } from '../runtime/submit-queue.js';
-import { Prng } from '../prng.js';
-import { ringOthers } from '../runtime/role-loop.js';
+import type { Prng } from '../prng.js';
 import type { RoleLoop, RoleWait } from '../runtime/role-loop.js';
 import { readStat } from '../runtime/stats.js';
-import { StoreLoop } from '../runtime/store-loop.js';
+import type { StoreLoop } from '../runtime/store-loop.js';
 import type { DrainedRequest } from '../runtime/store-loop.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
-import { runtimeHangAfterMs, scenarioRingWords } from './runtime-scenario.js';
-import type { RuntimeScenario, RuntimeSubmission } from './runtime-scenario.js';
+import { runtimeHangAfterMs } from './runtime-scenario.js';
+import type { RuntimeScenario } from './runtime-scenario.js';
 import { ACTORS, ALLOCATOR, HASHER, SCHEDULER, STORE, TRANSFER } from './scenario.js';
-import { RuntimeChecks, rewriteTrailingChunks } from './runtime-checks.js';
-import { StepTransferBackend } from './step-backend.js';
-import { RankAckRelay } from './rank-acks.js';
-import type { AckFault } from './rank-acks.js';
+import type { RuntimeChecks } from './runtime-checks.js';
+import { rewriteTrailingChunks } from './runtime-checks.js';
+import type { RuntimeMainThread } from './runtime-main.js';
+import { BELL_ROLES, buildRuntimeWorld } from './runtime-world-setup.js';
+import type { RoleStall, RuntimeWorldOptions } from './runtime-world-setup.js';
+import type { StepTransferBackend } from './step-backend.js';
+import type { RankAckRelay } from './rank-acks.js';
 import type { Strategy } from './strategy.js';
 import { TraceHash } from './trace.js';
 import type { TraceLine } from './trace.js';
-import { switchOptions } from './switches.js';
-import type { RuntimeSwitch } from './switches.js';
 import type { WorldOutcome } from './world.js';
 
-export interface RuntimeWorldOptions {
-  readonly policy: StorePolicy;
-  /** False: the store does not pin and the allocator's pool ignores pins (reuse mid-copy). */
-  readonly pins: boolean;
-  readonly switches?: readonly RuntimeSwitch[];
-  /** False: the planner skips its snapshot re-validation (StoreLoopOptions.unsafeSkipRevalidate). */
-  readonly revalidate?: boolean;
-  /** False: the end-of-request protocol is off (StoreLoopOptions.unsafeSkipSettle). */
-  readonly settle?: boolean;
-  readonly hashing: Hashing;
-  readonly strategy: Strategy;
-  readonly record?: boolean;
-  readonly watch?: ReadonlySet<InvariantName>;
-  /** Virtual ms past which the schedule hangs; default runtimeHangAfterMs(scenario). */
-  readonly hangAfterMs?: number;
-}
+export type { RuntimeWorldOptions } from './runtime-world-setup.js';
 
 /**
  * Decisions a schedule may take per smallest step time of its virtual budget.
@@ -95,8 +75,6 @@ const RUNTIME_NESTED_STEPS_MAX = 6;
  * block) never starves the others; under PCT's strict priorities it would.
  */
 const STARVED_DECISIONS_MAX = 64;
-/** Roles with a doorbell (the transfer pool has none). */
-const BELL_ROLES = [SCHEDULER, HASHER, ALLOCATOR, STORE] as const;
 
 type Phase = 'running' | 'stopping' | 'done';
 
@@ -109,11 +87,6 @@ interface RolePark {
   stopped: boolean;
 }
 
-interface PendingRequest {
-  ended?: EngineSummary;
-  drained?: DrainedRequest;
-}
-
 export class RuntimeWorld {
   readonly scenario: RuntimeScenario;
   readonly config: Config;
@@ -121,6 +94,8 @@ export class RuntimeWorld {
   private readonly views: RuntimeViews;
   /** The checks beside the chunk ledger's (runtime-checks.ts). */
   private readonly checks: RuntimeChecks;
+  /** main's submissions, close(), reset() and settles (runtime-main.ts). */
+  private readonly main: RuntimeMainThread;
   private readonly engine: EngineSimulator;
   private readonly hasher: HasherLoop;
   private readonly allocator: AllocatorLoop;
@@ -143,17 +118,7 @@ export class RuntimeWorld {
   readonly stepsMax: number;
   private nowMs = 0;
   private phase: Phase = 'running';
-  private closing = false;
-  /** Submissions main has not pushed yet, in time order. */
-  private readonly toSubmit: { atMs: number; s: RuntimeSubmission }[] = [];
-  /** main's submit ring queue (OffloadRuntime's), retried every SUBMIT_RETRY_MS while records wait. */
-  private readonly submits: SubmitQueue;
-  private submitRetryMs = 0;
-  private closeAtMs = Infinity;
-  /** Virtual times at which main calls reset(), ascending. */
-  private readonly resetsAtMs: number[] = [];
-  private readonly stalls: { actor: number; fromMs: number; toMs: number }[] = [];
-  private readonly pending = new Map<number, PendingRequest>();
+  private readonly stalls: readonly RoleStall[];
   private readonly transferFaults: boolean;
   private draftRewrite: boolean;
   private transferFailed = false;
@@ -175,93 +140,36 @@ export class RuntimeWorld {
     this.strategy = options.strategy;
     this.record = options.record ?? false;
     this.watched = options.watch;
-    const config = resolveConfig(scenario.config);
-    this.config = config;
-    const buffers = createRuntimeBuffers(config, scenarioRingWords(scenario));
-    const views = new RuntimeViews(config, buffers);
-    this.views = views;
-    this.submits = new SubmitQueue(views.ring('submit'), views.doorbell('scheduler'));
-    const now = () => this.nowMs;
-    this.bells = BELL_ROLES.map((r) => views.doorbell(ACTORS[r] as 'scheduler'));
+    const parts = buildRuntimeWorld(scenario, options, {
+      now: () => this.nowMs,
+      ended: (summary) => this.main.ended(summary),
+      drained: (d) => this.onDrained(d),
+      planPoint: (point, snap) => this.onPlanPoint(point, snap),
+      flag: (inv, message) => this.flag(inv, message),
+    });
+    ({
+      config: this.config,
+      views: this.views,
+      bells: this.bells,
+      engine: this.engine,
+      hasher: this.hasher,
+      allocator: this.allocator,
+      store: this.store,
+      backend: this.backend,
+      acks: this.acks,
+      checks: this.checks,
+      main: this.main,
+      transferRandom: this.transferRandom,
+      stalls: this.stalls,
+      transferFaults: this.transferFaults,
+      draftRewrite: this.draftRewrite,
+    } = parts);
     this.roles = ACTORS.map(() => ({
       seen: undefined,
       untilMs: 0,
       busyUntilMs: 0,
       stopped: false,
     }));
-    const switches = new Set(options.switches ?? []);
-    const failing = new Set<number>();
-    for (const e of scenario.events) {
-      if (e.kind === 'request') this.toSubmit.push({ atMs: e.atMs, s: e.submission });
-      else if (e.kind === 'stall')
-        this.stalls.push({ actor: e.actor, fromMs: e.atMs, toMs: e.atMs + e.forMs });
-      else if (e.kind === 'transfer-fail') failing.add(e.task);
-      else if (e.kind === 'close') this.closeAtMs = Math.min(this.closeAtMs, e.atMs);
-      else if (e.kind === 'reset') this.resetsAtMs.push(e.atMs);
-    }
-    this.toSubmit.sort((a, b) => a.atMs - b.atMs);
-    this.resetsAtMs.sort((a, b) => a - b);
-    this.transferFaults = failing.size > 0;
-    this.draftRewrite = scenario.events.some((e) => e.kind === 'draft-rewrite');
-    this.engine = new EngineSimulator(
-      views,
-      options.hashing,
-      { ended: (summary) => this.onEnded(summary) },
-      scenario.engine,
-      ringOthers(views, 'scheduler'),
-      now,
-    );
-    this.hasher = new HasherLoop(views, options.hashing, {
-      ...scenario.hasher,
-      seed: scenario.engine.seed ?? 1,
-    });
-    this.transferRandom = new Prng(scenario.engine.seed ?? 1, 0x7a5f);
-    this.allocator = new AllocatorLoop(views, {
-      lag: { ...scenario.allocator, seed: scenario.engine.seed ?? 1 },
-      unsafeIgnorePins: !options.pins,
-      now,
-    });
-    this.backend = new StepTransferBackend(
-      views.transferArenas(),
-      failing,
-      scenario.events.some((e) => e.kind === 'load-fail'),
-      scenario.completionBell === false ? undefined : this.bells[STORE],
-      scenario.gpuMaps === true,
-      scenario.transferCapacity ?? Infinity,
-    );
-    const ackFaults = new Map<number, AckFault>();
-    for (const e of scenario.events) {
-      if (e.kind === 'ack-late') ackFaults.set(e.task, { kind: 'late', forMs: e.forMs });
-      else if (e.kind === 'ack-lost') ackFaults.set(e.task, { kind: 'lost' });
-    }
-    this.acks = new RankAckRelay(this.backend, config.ranks, ackFaults, now, (jobId) =>
-      this.store.planner.issuedJob(jobId),
-    );
-    this.store = new StoreLoop(
-      views,
-      this.acks,
-      { jobs: () => {}, drained: (r) => this.onDrained(r) },
-      {
-        policy: options.policy,
-        // The final wait runs on the virtual clock, as every other wait here.
-        now: () => this.nowMs,
-        ...(scenario.rankAckWaitMsMax !== undefined
-          ? { rankAckWaitMsMax: scenario.rankAckWaitMsMax }
-          : {}),
-        unsafeSkipPins: !options.pins,
-        ...(options.settle === false ? { unsafeSkipSettle: true } : {}),
-        ...(options.revalidate === false ? { unsafeSkipRevalidate: true } : {}),
-        ...switchOptions([...switches], 'StoreLoopOptions'),
-        onPlanPoint: (point, snap) => this.onPlanPoint(point, snap),
-        onLookupAnswered: (a) => this.checks.lookup(a, switches.has('load-while-writing')),
-        onCursorMoved: (snap, group, from) => this.checks.cursorMove(snap, group, from),
-      },
-    );
-    this.checks = new RuntimeChecks(
-      views,
-      () => this.store,
-      (inv, message) => this.flag(inv, message),
-    );
     this.loops = [this.engine, this.hasher, this.allocator, this.store];
     this.hangAfterMs = options.hangAfterMs ?? runtimeHangAfterMs(scenario);
     invariant(
@@ -373,37 +281,28 @@ export class RuntimeWorld {
 
   /** main's part: submissions when due (a full ring retries on a timer), close(), stopping roles. */
   private mainThread(): void {
-    while (this.resetsAtMs.length > 0 && this.resetsAtMs[0]! <= this.nowMs) {
-      this.resetsAtMs.shift();
-      // After close() a reset is refused (ClosedError): nothing happens.
-      if (this.closing) continue;
-      // The store worker runs a reset between two of its steps, as here (main's part runs between decisions).
-      void this.store.reset(false);
-      this.bells[STORE]!.ring();
-      this.note(-1, 2, this.store.resetCount, () => `main: reset() at ${this.nowMs.toFixed(2)} ms`);
-    }
-    if (!this.closing && this.nowMs >= this.closeAtMs) {
-      this.closing = true;
-      // close(): later submits are refused (ClosedError); the engine aborts what is left.
-      this.toSubmit.length = 0;
-      Atomics.store(this.views.control, CONTROL_CLOSING, 1);
-      this.bells[SCHEDULER]!.ring();
-      this.note(-1, 1, 0, () => `main: close() at ${this.nowMs.toFixed(2)} ms`);
-    }
-    while (this.toSubmit.length > 0 && this.toSubmit[0]!.atMs <= this.nowMs) {
-      const { s } = this.toSubmit.shift()!;
-      this.pending.set(s.requestId, {});
-      this.submits.enqueue(encodeSubmit(s));
-      this.submitRetryMs = this.nowMs;
-    }
-    if (this.submits.queued > 0 && this.nowMs >= this.submitRetryMs) {
-      const n = this.submits.flush();
-      if (this.submits.queued > 0) this.submitRetryMs = this.nowMs + SUBMIT_RETRY_MS;
-      if (n > 0) this.note(-1, 2, n, () => `main: ${n} submission(s) on the submit ring`);
-    }
+    this.main.runDue(this.nowMs, {
+      reset: () => {
+        // The store worker runs a reset between two of its steps, as here (main's part runs between decisions).
+        void this.store.reset(false);
+        this.bells[STORE]!.ring();
+        this.note(
+          -1,
+          2,
+          this.store.resetCount,
+          () => `main: reset() at ${this.nowMs.toFixed(2)} ms`,
+        );
+      },
+      close: () => {
+        // close(): the engine aborts what is left.
+        Atomics.store(this.views.control, CONTROL_CLOSING, 1);
+        this.bells[SCHEDULER]!.ring();
+        this.note(-1, 1, 0, () => `main: close() at ${this.nowMs.toFixed(2)} ms`);
+      },
+      submitted: (n) => this.note(-1, 2, n, () => `main: ${n} submission(s) on the submit ring`),
+    });
     if (this.phase === 'running') {
-      const allIn = this.toSubmit.length === 0 && this.submits.queued === 0;
-      if (allIn && this.pending.size === 0) {
+      if (this.main.settled) {
         // close(): every request settled; stop in the runtime's order.
         this.phase = 'stopping';
         this.roles[SCHEDULER]!.stopped = true;
@@ -476,10 +375,7 @@ export class RuntimeWorld {
       if (r.seen !== undefined) later(r.untilMs);
     }
     for (const s of this.stalls) later(s.toMs);
-    if (this.toSubmit.length > 0) later(this.toSubmit[0]!.atMs);
-    if (this.submits.queued > 0) later(this.submitRetryMs);
-    if (!this.closing) later(this.closeAtMs);
-    if (this.resetsAtMs.length > 0) later(this.resetsAtMs[0]!);
+    this.main.wakeTimes(later);
     later(this.acks.nextDueMs);
     return next;
   }
@@ -668,31 +564,17 @@ export class RuntimeWorld {
     );
   }
 
-  private onEnded(summary: EngineSummary): void {
-    const p = this.pending.get(summary.requestId);
-    if (p === undefined) return;
-    p.ended = summary;
-    if (!summary.opened || p.drained !== undefined) this.pending.delete(summary.requestId);
-  }
-
   /**
    * The store's drained event, sent in the request's final pass just before
    * its drained mark (its blocks still held): the chunk ledger's account of it.
    */
   private onDrained(d: DrainedRequest): void {
     this.checks.drained(d);
-    const p = this.pending.get(d.requestId);
-    if (p === undefined) return;
-    p.drained = d;
-    if (p.ended !== undefined) this.pending.delete(d.requestId);
+    this.main.drained(d);
   }
 
   private describeWaits(): string {
-    const parts = [...this.pending.entries()].map(
-      ([id, p]) =>
-        `r${id}:${p.ended ? `ended(${p.ended.status})` : 'running'}${p.drained ? ',drained' : ''}`,
-    );
-    return `${parts.join(' ') || 'no request pending'}; engine pending ${this.engine.pending}, jobs in flight ${this.store.jobsInFlight}, phase ${this.phase}`;
+    return `${this.main.describePending()}; engine pending ${this.engine.pending}, jobs in flight ${this.store.jobsInFlight}, phase ${this.phase}`;
   }
 
   /** Ends the schedule with a violation (unless other invariants are watched). */

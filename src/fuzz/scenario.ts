@@ -137,14 +137,13 @@ export function blocksNeeded(
   return n;
 }
 
-/** Draws a scenario from `seed`: 1-3 requests over 1-3 slots, a geometry, and faults. */
-export function scenarioFromSeed(seed: number): Scenario {
-  const rng = new Prng(seed, 1);
-  let geo = rng.pick(GEOMETRIES);
-  if (geo.name === 'hybrid-sw' && (new Prng(seed, 4).nextU32() & 1) === 1) geo = HYBRID_ALIGN;
-  const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
-  const eagle = geo.groups.some((g) => g.eagle === true);
-  const requestCount = rng.between(1, 3);
+/** The scenario's requests, in the seed's draw order (a later one may share the first's prefix). */
+function drawRequests(
+  rng: Prng,
+  requestCount: number,
+  eagle: boolean,
+  tpbMin: number,
+): { events: ScenarioEvent[]; specs: RequestSpec[] } {
   const events: ScenarioEvent[] = [];
   const specs: RequestSpec[] = [];
   for (let i = 0; i < requestCount; i += 1) {
@@ -170,6 +169,18 @@ export function scenarioFromSeed(seed: number): Scenario {
     specs.push(spec);
     events.push({ kind: 'request', spec });
   }
+  return { events, specs };
+}
+
+/** Draws a scenario from `seed`: 1-3 requests over 1-3 slots, a geometry, and faults. */
+export function scenarioFromSeed(seed: number): Scenario {
+  const rng = new Prng(seed, 1);
+  let geo = rng.pick(GEOMETRIES);
+  if (geo.name === 'hybrid-sw' && (new Prng(seed, 4).nextU32() & 1) === 1) geo = HYBRID_ALIGN;
+  const tpbMin = Math.min(...geo.groups.map((g) => g.tokensPerBlock));
+  const eagle = geo.groups.some((g) => g.eagle === true);
+  const requestCount = rng.between(1, 3);
+  const { events, specs } = drawRequests(rng, requestCount, eagle, tpbMin);
   const steps = (s: RequestSpec) => Math.ceil(s.prompt.length / s.batchTokens) + s.decode.length;
   for (const s of specs) {
     if (rng.chance(0.3)) {

@@ -153,28 +153,9 @@ export function decodeReplayToken(token: string): ReplaySpec {
         : part.slice(WATCH_PREFIX_OLD.length);
       watch = names.split(',').map((x) => parseInvariant(x, '--replay'));
     } else if (part.startsWith('e') && events === undefined) {
-      events =
-        part.length === 1
-          ? []
-          : part
-              .slice(1)
-              .split(',')
-              .map((x) => {
-                const n = Number(x);
-                if (!Number.isInteger(n) || n < 0 || n > 1000)
-                  throw bad(`bad event index ${quoted(x)}`);
-                return n;
-              });
+      events = eventIndexes(part, bad);
     } else if (part.startsWith('d') && decisions === undefined) {
-      decisions = [];
-      for (const ch of part.slice(1)) {
-        if (ch === 't') decisions.push(-1);
-        else {
-          const n = ch.charCodeAt(0) - 48;
-          if (n < 0 || n >= ACTORS.length) throw bad(`bad decision ${quoted(ch)}`);
-          decisions.push(n);
-        }
-      }
+      decisions = decisionList(part, bad);
     } else throw bad(`unexpected part ${quoted(part)}`);
   }
   return {
@@ -190,6 +171,33 @@ export function decodeReplayToken(token: string): ReplaySpec {
     ...(switches !== undefined ? { switches } : {}),
     ...(settle !== undefined ? { settle } : {}),
   };
+}
+
+/** A token's `e<events>` part: the indexes of the seed's events shrinking kept. */
+function eventIndexes(part: string, bad: (rule: string) => InvalidArgumentError): number[] {
+  if (part.length === 1) return [];
+  return part
+    .slice(1)
+    .split(',')
+    .map((x) => {
+      const n = Number(x);
+      if (!Number.isInteger(n) || n < 0 || n > 1000) throw bad(`bad event index ${quoted(x)}`);
+      return n;
+    });
+}
+
+/** A token's `d<decisions>` part: an actor digit per decision, `t` for a stalled tick (-1). */
+function decisionList(part: string, bad: (rule: string) => InvalidArgumentError): number[] {
+  const decisions: number[] = [];
+  for (const ch of part.slice(1)) {
+    if (ch === 't') decisions.push(-1);
+    else {
+      const n = ch.charCodeAt(0) - 48;
+      if (n < 0 || n >= ACTORS.length) throw bad(`bad decision ${quoted(ch)}`);
+      decisions.push(n);
+    }
+  }
+  return decisions;
 }
 
 export function parseRuntimeSwitch(name: string, what = '--switch'): RuntimeSwitch {

@@ -178,6 +178,45 @@ interface GroupChartOptions {
   titled?: boolean;
 }
 
+/** A chart's axes, ticks and labels, and the shaded span a zoomed chart shows. */
+function axes(
+  t0: number,
+  t1: number,
+  yMax: number,
+  x: (t: number) => number,
+  y: (v: number) => number,
+  shade: number | undefined,
+): string[] {
+  const { width, height, left, right, top, bottom } = CHART;
+  const plotH = height - top - bottom;
+  const parts: string[] = [];
+  for (const v of ticks(0, yMax, 4)) {
+    parts.push(
+      `<line class="grid" x1="${left}" x2="${width - right}" y1="${f(y(v))}" y2="${f(y(v))}"/>`,
+      `<text class="tick" x="${left - 6}" y="${f(y(v) + 4)}" text-anchor="end">${v}</text>`,
+    );
+  }
+  for (const t of ticks(t0, t1, 8)) {
+    // Labels near the right edge end there instead of running off the chart.
+    const anchor = x(t) > width - right - 24 ? 'end' : 'middle';
+    parts.push(
+      `<text class="tick" x="${f(x(t))}" y="${height - 8}" text-anchor="${anchor}">${fmtMs(t)}</text>`,
+    );
+  }
+  parts.push(
+    `<line class="axis" x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}"/>`,
+    `<line class="axis" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`,
+    `<text class="axislabel" transform="translate(12 ${f(top + plotH / 2)}) rotate(-90)" text-anchor="middle">chunks</text>`,
+  );
+  if (shade !== undefined) {
+    parts.push(
+      `<rect class="zoomed" x="${left}" y="${top}" width="${f(Math.max(1, x(shade) - left))}" height="${plotH}"/>`,
+    );
+  }
+
+  return parts;
+}
+
 function renderGroup(g: ReportGroupTrace, t0: number, t1: number, opts: GroupChartOptions): string {
   const passes = decimate(
     g.passes.filter((p) => p.tMs <= t1),
@@ -198,30 +237,7 @@ function renderGroup(g: ReportGroupTrace, t0: number, t1: number, opts: GroupCha
   const y = (v: number): number => top + plotH - (v / yMax) * plotH;
   const parts: string[] = [];
 
-  // Axes and ticks.
-  for (const v of ticks(0, yMax, 4)) {
-    parts.push(
-      `<line class="grid" x1="${left}" x2="${width - right}" y1="${f(y(v))}" y2="${f(y(v))}"/>`,
-      `<text class="tick" x="${left - 6}" y="${f(y(v) + 4)}" text-anchor="end">${v}</text>`,
-    );
-  }
-  for (const t of ticks(t0, t1, 8)) {
-    // Labels near the right edge end there instead of running off the chart.
-    const anchor = x(t) > width - right - 24 ? 'end' : 'middle';
-    parts.push(
-      `<text class="tick" x="${f(x(t))}" y="${height - 8}" text-anchor="${anchor}">${fmtMs(t)}</text>`,
-    );
-  }
-  parts.push(
-    `<line class="axis" x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}"/>`,
-    `<line class="axis" x1="${left}" x2="${width - right}" y1="${top + plotH}" y2="${top + plotH}"/>`,
-    `<text class="axislabel" transform="translate(12 ${f(top + plotH / 2)}) rotate(-90)" text-anchor="middle">chunks</text>`,
-  );
-  if (opts.shade !== undefined) {
-    parts.push(
-      `<rect class="zoomed" x="${left}" y="${top}" width="${f(Math.max(1, x(opts.shade) - left))}" height="${plotH}"/>`,
-    );
-  }
+  parts.push(...axes(t0, t1, yMax, x, y, opts.shade));
 
   // Deferred bands: the waiting chunks up to token chunks, until the next pass.
   for (let i = 0; i < passes.length; i += 1) {

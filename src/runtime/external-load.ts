@@ -207,6 +207,50 @@ export class ExternalLoadPath {
     }
     const plans = loadPlan(this.config.groups, 0, answer.hitTokens);
     const bpc = this.config.blocksPerChunk;
+    const { record, checks } = this.loadRecord(handle, answer, plans);
+    this.open.delete(answer.tag);
+    const done = await this.ask(answer.tag, record, ANS_LOADED, timeoutMs);
+    const hitChunks = answer.hitTokens / this.config.groups[0]!.tokensPerChunk;
+    if (done[4] === 1) throw new LoadFailedError(done[3]!, hitChunks, 'its copy failed');
+    // Blocks are checked up to what the store says was copied soundly; the
+    // first that does not verify ends the loaded prefix in its group.
+    const copied = done[2] === 1 ? hitChunks : done[3]!;
+    const { gpu, geometry } = this.views;
+    const failedAt = plans.map((p) => p.endChunk);
+    let mismatches = 0;
+    for (const c of checks) {
+      const chunk = Math.floor(c.position / bpc);
+      if (chunk >= copied || gpuBlockMatches(gpu, geometry, c.block, c.key, c.position)) continue;
+      mismatches += 1;
+      failedAt[c.group] = Math.min(failedAt[c.group]!, chunk);
+    }
+    const loaded = Math.min(copied, loadedPrefixChunks(this.config.groups, plans, failedAt));
+    if (loaded < hitChunks && this.loadFailurePolicy === 'fail') {
+      throw new LoadFailedError(loaded, hitChunks, `${mismatches} blocks did not verify`);
+    }
+    return {
+      ok: done[2] === 1,
+      blocksLoaded: checks.length,
+      mismatches,
+      loadedTokens: loaded * this.config.groups[0]!.tokensPerChunk,
+    };
+  }
+
+  /**
+   * The LOAD record of a hit (its blocks, 0 for a window's leading nulls) and
+   * each loaded block with the key it must hold; refuses blocks not appended
+   * or null.
+   */
+  private loadRecord(
+    handle: RequestHandle,
+    answer: Extract<ExternalLookupAnswer, { deferred: false }>,
+    plans: ReturnType<typeof loadPlan>,
+  ): {
+    record: number[];
+    checks: { block: number; key: bigint; position: number; group: number }[];
+  } {
+    const { state } = this.views;
+    const bpc = this.config.blocksPerChunk;
     const record = [OP_LOAD, answer.tag, handle.slot, handle.generation];
     const checks: { block: number; key: bigint; position: number; group: number }[] = [];
     for (const p of plans) {
@@ -247,32 +291,7 @@ export class ExternalLoadPath {
         });
       }
     }
-    this.open.delete(answer.tag);
-    const done = await this.ask(answer.tag, record, ANS_LOADED, timeoutMs);
-    const hitChunks = answer.hitTokens / this.config.groups[0]!.tokensPerChunk;
-    if (done[4] === 1) throw new LoadFailedError(done[3]!, hitChunks, 'its copy failed');
-    // Blocks are checked up to what the store says was copied soundly; the
-    // first that does not verify ends the loaded prefix in its group.
-    const copied = done[2] === 1 ? hitChunks : done[3]!;
-    const { gpu, geometry } = this.views;
-    const failedAt = plans.map((p) => p.endChunk);
-    let mismatches = 0;
-    for (const c of checks) {
-      const chunk = Math.floor(c.position / bpc);
-      if (chunk >= copied || gpuBlockMatches(gpu, geometry, c.block, c.key, c.position)) continue;
-      mismatches += 1;
-      failedAt[c.group] = Math.min(failedAt[c.group]!, chunk);
-    }
-    const loaded = Math.min(copied, loadedPrefixChunks(this.config.groups, plans, failedAt));
-    if (loaded < hitChunks && this.loadFailurePolicy === 'fail') {
-      throw new LoadFailedError(loaded, hitChunks, `${mismatches} blocks did not verify`);
-    }
-    return {
-      ok: done[2] === 1,
-      blocksLoaded: checks.length,
-      mismatches,
-      loadedTokens: loaded * this.config.groups[0]!.tokensPerChunk,
-    };
+    return { record, checks };
   }
 
   /** Gives up a looked-up hit without loading it: the store role releases its protection. */

@@ -11,7 +11,7 @@ import type { StorePolicy } from '../ready.js';
 import { AllocatorLoop } from './allocator-loop.js';
 import type { AllocatorLag } from './allocator-loop.js';
 import { PiscinaTransferBackend, createModuleBackend } from './backend.js';
-import type { PiscinaBackendOptions } from './backend.js';
+import type { PiscinaBackendOptions, TransferBackend } from './backend.js';
 import { RuntimeViews } from './buffers.js';
 import type { RuntimeBuffers } from './buffers.js';
 import type { Doorbell } from './doorbell.js';
@@ -178,16 +178,15 @@ const PROBLEM_POST_MS = 1_000;
 /** Closing: in-flight copies get this long to finish before the store gives up on them. */
 const STORE_DRAIN_MS_MAX = 30_000;
 
-async function runStore(
+/**
+ * The store's transfer backend: a WebGPU device, piscina copy threads, or a
+ * backend module given the same options.
+ */
+async function openStoreBackend(
   data: RoleWorkerData,
   views: RuntimeViews,
   bell: Doorbell,
-  stopped: () => boolean,
-  post: (m: RoleMessage) => void,
-  port: MessagePort,
-  fault: number,
-  memory: MemorySampler,
-): Promise<void> {
+): Promise<TransferBackend> {
   const arenas = views.transferArenas();
   const backendOptions: PiscinaBackendOptions = {
     threads: data.store.transferThreads,
@@ -201,36 +200,27 @@ async function runStore(
   // A module gets the same options: one that wraps PiscinaTransferBackend
   // keeps the completion bell (given only { threads }, its store slept up to
   // a full park after each copy), and its own copies can ring it too.
-  const backend = data.gpu
+  return data.gpu
     ? WebGpuTransferBackend.attach(data.gpu)
     : data.store.transferBackendModule === undefined
       ? new PiscinaTransferBackend(arenas, backendOptions)
       : await createModuleBackend(data.store.transferBackendModule, arenas, backendOptions);
-  // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
-  let cascade: TierCascade | undefined;
-  try {
-    cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
-  } catch (err) {
-    const refusal = asStartRefusal(err);
-    if (refusal === undefined) throw err;
-    await backend.close();
-    post({ type: 'startRefused', error: refusal });
-    return;
-  }
-  const loop = new StoreLoop(
-    views,
-    backend,
-    {
-      jobs: () => {},
-      drained: (request) => post({ type: 'drained', request }),
-    },
-    {
-      ...data.store,
-      policy: data.policy,
-      ...(cascade ? { cascade, wake: () => bell.ring() } : {}),
-      ...(data.fault?.role === 'transfer' ? transferFaults(data.fault) : {}),
-    },
-  );
+}
+
+/**
+ * main's calls the store worker answers between steps: verify() and reset().
+ * `answerVerifies` answers the verify calls that are due; `verifying` says
+ * whether any waits.
+ */
+function storeCalls(
+  loop: StoreLoop,
+  bell: Doorbell,
+  post: (m: RoleMessage) => void,
+): {
+  onMessage: (m: { type: string; id: number; shared?: boolean }) => void;
+  answerVerifies: () => void;
+  verifying: () => boolean;
+} {
   // verify() is a barrier for the copies dispatched before it: it is answered
   // once they completed (or failed), or after VERIFY_WAIT_MS_MAX with what is
   // still in flight counted (entriesInFlight). Answering at once left a copy
@@ -273,11 +263,19 @@ async function runStore(
       bell.ring(); // the next pass plans the restarted requests at once
     }
   };
-  port.on('message', onMessage);
+  return { onMessage, answerVerifies, verifying: () => verifies.length > 0 };
+}
+
+/**
+ * Why a level is degraded (its state itself is in the shared counters):
+ * posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
+ */
+function problemPoster(
+  cascade: TierCascade | undefined,
+  post: (m: RoleMessage) => void,
+): () => void {
   const problems = new Map<LowerTierName, { problem: string | null; atMs: number }>();
-  // Why a level is degraded (its state itself is in the shared counters):
-  // posted when it changes, a changing reason at most once per PROBLEM_POST_MS.
-  const flushProblems = () => {
+  return () => {
     const now = performance.now();
     for (const level of cascade?.levels ?? []) {
       const problem = level.problem ?? null;
@@ -290,11 +288,17 @@ async function runStore(
       post({ type: 'tierProblem', tier: level.name, problem });
     }
   };
-  if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
-  // A level that could not be used at start (tiers.optional) says why before the runtime is ready.
-  flushProblems();
-  post({ type: 'ready', role: 'store' });
-  let steps = 0;
+}
+
+/**
+ * A store step that names the role that failed (a copy, or the store's own
+ * logic) and hands main the step's job events, samples and tier problems.
+ */
+function storeStepper(
+  loop: StoreLoop,
+  post: (m: RoleMessage) => void,
+  flushProblems: () => void,
+): { step: () => boolean; flushJobs: () => void } {
   const flushJobs = () => {
     const events = loop.takeJobEvents();
     if (events.length > 0) post({ type: 'jobs', events });
@@ -321,6 +325,54 @@ async function runStore(
       flushJobs();
     }
   };
+  return { step, flushJobs };
+}
+
+async function runStore(
+  data: RoleWorkerData,
+  views: RuntimeViews,
+  bell: Doorbell,
+  stopped: () => boolean,
+  post: (m: RoleMessage) => void,
+  port: MessagePort,
+  fault: number,
+  memory: MemorySampler,
+): Promise<void> {
+  const backend = await openStoreBackend(data, views, bell);
+  // Opened before 'ready': a restarted runtime answers from its disk index from the first lookup.
+  let cascade: TierCascade | undefined;
+  try {
+    cascade = await TierCascade.open(data.tiers, data.config, data.tierSwitches);
+  } catch (err) {
+    const refusal = asStartRefusal(err);
+    if (refusal === undefined) throw err;
+    await backend.close();
+    post({ type: 'startRefused', error: refusal });
+    return;
+  }
+  const loop = new StoreLoop(
+    views,
+    backend,
+    {
+      jobs: () => {},
+      drained: (request) => post({ type: 'drained', request }),
+    },
+    {
+      ...data.store,
+      policy: data.policy,
+      ...(cascade ? { cascade, wake: () => bell.ring() } : {}),
+      ...(data.fault?.role === 'transfer' ? transferFaults(data.fault) : {}),
+    },
+  );
+  const { onMessage, answerVerifies, verifying } = storeCalls(loop, bell, post);
+  port.on('message', onMessage);
+  const flushProblems = problemPoster(cascade, post);
+  if (backend instanceof PiscinaTransferBackend) await backend.warmUp();
+  // A level that could not be used at start (tiers.optional) says why before the runtime is ready.
+  flushProblems();
+  post({ type: 'ready', role: 'store' });
+  let steps = 0;
+  const { step, flushJobs } = storeStepper(loop, post, flushProblems);
   // The store's event loop must keep turning (piscina's completions, the
   // lower levels' answers): it parks with waitAsync and yields a turn where a
   // synchronous role would step again at once.
@@ -328,7 +380,7 @@ async function runStore(
     memory.tick();
     const seen = bell.read();
     const did = step();
-    if (verifies.length > 0) answerVerifies();
+    if (verifying()) answerVerifies();
     if (did) steps += 1;
     if (steps >= fault) throw new InjectedFault('store', steps);
     await waitAsync(loop.wait(did), bell, seen);

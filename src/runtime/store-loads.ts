@@ -4,24 +4,14 @@
 // protected from eviction until its load ran or was given up, each load sent
 // to the transfer backend and its entries released when it completes. One
 // load xor stores per request: a request loading has nothing to store.
-import { rankShard } from '../copy.js';
 import { invariant } from '../errors.js';
 import { S_GENERATION } from '../layout.js';
-import {
-  DEFER,
-  RETRY,
-  asksAgain,
-  loadPlan,
-  loadedPrefixChunks,
-  lookupHitTokens,
-  touchRanges,
-} from '../lookup.js';
+import { DEFER, RETRY, asksAgain, loadPlan, touchRanges } from '../lookup.js';
 import type {
   ChunkState,
   ChunkStateOf,
-  LookupRequest,
-  LookupResult,
   LoadFailurePolicy,
+  LookupResult,
   LookupUnsafe,
 } from '../lookup.js';
 import type { StorePlanner } from '../planner.js';
@@ -40,6 +30,14 @@ import {
   LOOKUP_FAILED,
   LOOKUP_RETRY,
 } from './protocol.js';
+import {
+  copiedEntries,
+  decideLookup,
+  loadedChunks,
+  lowerMustWait,
+  snapshotState,
+} from './store-decisions.js';
+import type { HitLock } from './store-decisions.js';
 import { encodeLoadTask } from './transfer.js';
 import type { LoadEntry } from './transfer.js';
 
@@ -69,32 +67,6 @@ export interface Writing {
   /** The KV group the chunk belongs to (KV events name it). */
   readonly group: number;
   readonly task: number;
-}
-
-interface HitLock {
-  readonly keys: bigint[];
-  /** Per loaded (group, chunk), group-major: tier slot. */
-  readonly slots: number[];
-  readonly chunks: { group: number; chunk: number }[];
-  readonly hit: number;
-  /** The load entry each chunk's blocks start at, and past the last (filled by load()). */
-  readonly entryStarts: number[];
-  /** The store's reset count when the hit was answered: from an earlier one, its slots are retired. */
-  readonly resets: number;
-}
-
-/** What a lookup decided, and what it asked for. */
-interface LookupDecision {
-  readonly request: LookupRequest;
-  /** Hit tokens, or DEFER. */
-  readonly result: LookupResult;
-  /** The hit in tokens (0 when deferred). */
-  readonly hitTokens: number;
-  readonly state: ChunkStateOf;
-  /** Tokens per chunk (every group's, for the runtime's loads). */
-  readonly tpc: number;
-  /** Chunks the request asks for. */
-  readonly asked: number;
 }
 
 export interface StoreLoadsDeps {
@@ -240,7 +212,12 @@ export class StoreLoads {
   lookup(r: Int32Array): boolean {
     const decoded = decodeLookup(this.views.config, r);
     const { tag, keys } = decoded;
-    const d = this.decide(decoded);
+    const d = decideLookup(
+      this.views.config,
+      decoded,
+      (k) => this.chunkState(k, decoded.force),
+      this.lookupUnsafe,
+    );
     const { result, hitTokens, state } = d;
     for (const t of touchRanges(
       this.views.config.groups,
@@ -249,7 +226,10 @@ export class StoreLoads {
     )) {
       if (t.to > t.from) this.tier.touch?.(keys[t.group]!.slice(t.from, t.to));
     }
-    const wait = asksAgain(result) ? null : this.lowerMustWait(decoded, d);
+    const wait =
+      asksAgain(result) || this.lower === undefined
+        ? null
+        : lowerMustWait(this.lower, this.views.config, decoded, d, this.lookupUnsafe);
     if (wait !== null) {
       this.askAgain(decoded, state, wait === 'retry' ? RETRY : DEFER, true);
       return true;
@@ -303,75 +283,6 @@ export class StoreLoads {
     }
     this.loadFailureTokensRecomputed += (f.hitChunks - f.firstFailedChunk) * tpc;
     return false;
-  }
-
-  /** The one lookup decision over the host tier's state, in whole chunks within the request's cap. */
-  private decide(decoded: DecodedLookup): LookupDecision {
-    const groups = this.views.config.groups;
-    const { numTokens, force, keys, maxLoadTokens, skipReadingPrefixCache } = decoded;
-    const state = (k: bigint) => this.chunkState(k, force);
-    const tpc = groups[0]!.tokensPerChunk;
-    // The runtime loads whole chunks, so the lookup itself must only consider
-    // hits that end on a chunk boundary: rounding an unaligned hit down after
-    // the fact would move a sliding-window group's window onto chunks that
-    // were never checked (the store then threw on a key it could not load).
-    const anyWindow =
-      !this.lookupUnsafe.unsafeLastTokenLoaded && groups.some((g) => g.windowChunks !== null);
-    const loadable = Math.min(numTokens - (anyWindow ? 1 : 0), maxLoadTokens ?? Infinity);
-    const request = {
-      numTokens,
-      keys,
-      maxLoadTokens: Math.floor(Math.max(0, loadable) / tpc) * tpc,
-      skipReadingPrefixCache,
-      maxRecomputePendingTokens: this.views.config.maxRecomputePendingTokens,
-    };
-    const result = groups.every((g) => g.tokensPerChunk === tpc)
-      ? lookupHitTokens(groups, request, state, this.lookupUnsafe)
-      : 0;
-    invariant(
-      asksAgain(result) || result % tpc === 0,
-      'a runtime lookup hit ends on a chunk boundary',
-    );
-    invariant(
-      asksAgain(result) || result <= request.maxLoadTokens,
-      'a runtime lookup hit is within the cap',
-    );
-    // What the request asks for, in chunks: up to its cap (and the EAGLE tail
-    // chunk a widened query reads).
-    const capChunks =
-      maxLoadTokens === undefined
-        ? Infinity
-        : Math.floor(maxLoadTokens / tpc) + (groups.some((g) => g.eagle) ? 1 : 0);
-    const asked = Math.min(capChunks, ...keys.map((k) => k.length));
-    return { request, result, hitTokens: asksAgain(result) ? 0 : result, state, tpc, asked };
-  }
-
-  /**
-   * Below a host prefix shorter than asked: the lower levels resolve (and
-   * promote) first; the request asks again meanwhile ('retry' while a level
-   * has not answered, 'pending' while an entry is on its way up; null: answer
-   * now). Not for a request that reads nothing.
-   */
-  private lowerMustWait(
-    decoded: DecodedLookup,
-    d: LookupDecision,
-  ): ReturnType<LowerLookups['mustWait']> {
-    const { force, skipReadingPrefixCache, keys, tag } = decoded;
-    if (!this.lower || force || skipReadingPrefixCache || d.hitTokens / d.tpc >= d.asked) {
-      return null;
-    }
-    const groups = this.views.config.groups;
-    const prefixHit = (present: (k: bigint) => boolean) => {
-      const t = lookupHitTokens(
-        groups,
-        d.request,
-        (k) => (present(k) ? 'hit' : 'miss'),
-        this.lookupUnsafe,
-      );
-      return asksAgain(t) ? 0 : Math.floor(t / d.tpc);
-    };
-    const view = { count: d.asked, key: (g: number, c: number) => keys[g]![c]!, prefixHit };
-    return this.lower.mustWait(tag, view);
   }
 
   /** Answers a lookup "ask again later", counting a deferral (pending) apart from a retry (unknown). */
@@ -513,37 +424,6 @@ export class StoreLoads {
     return lock.entryStarts[Math.floor(lock.chunks.length / 2)]!;
   }
 
-  /**
-   * Entries (blocks, in task order) a failed rank copied wholly before its
-   * copy stopped: its bytes over its shard's bytes per block. A rank with an
-   * empty shard copies nothing and never fails part-way.
-   */
-  private copiedEntries(c: TransferCompletion): number {
-    const { ranks, rankLayout, bytesPerBlock } = this.views.config;
-    if (ranks === 1) return Math.floor(c.bytes / bytesPerBlock);
-    const { from, to } = rankShard(bytesPerBlock / 4, ranks, rankLayout, c.rank ?? 0);
-    return to === from ? 0 : Math.floor(c.bytes / ((to - from) * 4));
-  }
-
-  /**
-   * The prefix of a completed load's hit, in chunks, that every group holds
-   * soundly: the whole hit when every rank's copy succeeded; else the chunks
-   * wholly copied (by every rank) before the first entry that was not.
-   */
-  private loadedChunks(lock: HitLock, copied: number): number {
-    const groups = this.views.config.groups;
-    const plans = loadPlan(groups, 0, lock.hit * this.tpc);
-    const failedAt = plans.map((p) => p.endChunk);
-    let i = 0;
-    while (i < lock.chunks.length && lock.entryStarts[i + 1]! <= copied) i += 1;
-    // Chunk i is the first not wholly copied; in its group and every later one nothing from there on.
-    for (let j = i; j < lock.chunks.length; j += 1) {
-      const { group, chunk } = lock.chunks[j]!;
-      failedAt[group] = Math.min(failedAt[group]!, chunk);
-    }
-    return loadedPrefixChunks(groups, plans, failedAt);
-  }
-
   complete(c: TransferCompletion): void {
     const load = this.loads.get(c.jobId);
     if (load === undefined) invariant(false, `load job ${c.jobId} was in flight`);
@@ -558,7 +438,7 @@ export class StoreLoads {
     // A failed shard fails its chunk: the load holds what every rank copied.
     if (!c.ok) {
       load.ok = false;
-      load.copied = Math.min(load.copied, this.copiedEntries(c));
+      load.copied = Math.min(load.copied, copiedEntries(this.views.config, c));
     }
     if (load.acked !== undefined && load.count < load.acked.length) return;
     const ok = load.ok;
@@ -568,7 +448,9 @@ export class StoreLoads {
     if (!ok && this.leakOnLoadFailure) this.leaked.push(load.lock);
     else this.release(load.lock);
     this.loadUs += c.latencyMs * 1000;
-    const loaded = load.ok ? load.lock.hit : this.loadedChunks(load.lock, load.copied);
+    const loaded = load.ok
+      ? load.lock.hit
+      : loadedChunks(this.views.config, load.lock, load.copied);
     const fails =
       !load.ok && this.loadFailed({ firstFailedChunk: loaded, hitChunks: load.lock.hit }, this.tpc);
     this.answers.send([ANS_LOADED, load.tag, load.ok ? 1 : 0, loaded, fails ? 1 : 0]);
@@ -617,11 +499,4 @@ export class StoreLoads {
       else this.beingLoaded.set(k, n - 1);
     }
   }
-}
-
-/** Every key's state now, frozen (for a hook that runs after the state moved on). */
-function snapshotState(keys: readonly (readonly bigint[])[], state: ChunkStateOf): ChunkStateOf {
-  const frozen = new Map<bigint, ChunkState>();
-  for (const ks of keys) for (const k of ks) frozen.set(k, state(k));
-  return (k) => frozen.get(k) ?? state(k);
 }

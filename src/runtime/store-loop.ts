@@ -7,10 +7,9 @@
 // happened to each chunk (double stores, holes) is the chunk ledger's, fed by
 // the planner.
 import { tierChunkMatches } from '../copy.js';
-import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
-import type { StoreJob } from '../job.js';
+import { invariant } from '../errors.js';
 import { Status } from '../layout.js';
-import { ChunkLedger, ledgerObserver } from '../ledger.js';
+import { ChunkLedger } from '../ledger.js';
 import type { DrainAccount } from '../ledger.js';
 import { StorePlanner } from '../planner.js';
 import { HostTier } from '../tier/host-tier.js';
@@ -18,9 +17,10 @@ import { zeroCounters } from '../tier/lower.js';
 import type { TierStoreSample } from '../tier/lower.js';
 import { LowerLookups } from './lower-lookup.js';
 import type { ReadableEntry } from './lower-lookup.js';
+import { StoreCopies } from './store-copies.js';
 import { StoreLoads } from './store-loads.js';
 import type { Writing } from './store-loads.js';
-import type { TransferBackend, TransferCompletion } from './backend.js';
+import type { TransferBackend } from './backend.js';
 import type { RuntimeViews } from './buffers.js';
 import { Outbox } from './outbox.js';
 import { OP_LOAD, OP_LOOKUP, OP_UNLOCK } from './protocol.js';
@@ -28,12 +28,12 @@ import type { SpscRing } from './rings.js';
 import { AGAIN, STORE_DRAIN_TICK_MS, park, pause, ringOthers } from './role-loop.js';
 import type { RoleLoop, RoleWait } from './role-loop.js';
 import { publishStoreStats } from './store-stats.js';
-import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 import { TraceRecorder } from './trace-recorder.js';
 import {
-  TRANSFER_FAILURES_MAX,
   JOBS_IN_FLIGHT_MAX,
   hostTierOptions,
+  storeLoadsOptions,
+  storeObserver,
   storePlannerOptions,
 } from './store-options.js';
 import type { StoreLoopOptions } from './store-options.js';
@@ -55,20 +55,7 @@ export class StoreLoop implements RoleLoop {
   private readonly events: StoreLoopEvents;
   private readonly requests: SpscRing;
   private readonly answers: Outbox;
-  private readonly skipPins: boolean;
-  private readonly delayMs: number;
   private readonly jobsInFlightMax: number;
-  private readonly faultAfterTasks: number;
-  private readonly faultTasks: number;
-  private readonly transferFailuresMax: number;
-  private tasks = 0;
-  /** Failed store copies since the last one that succeeded. */
-  private transferFailuresInRow = 0;
-  private jobsTransferFailed = 0;
-  /** Per job waiting for other ranks: the error of a rank whose copy failed. */
-  private readonly rankErrors = new Map<number, unknown>();
-  /** Per job waiting for other ranks: the bytes its ranks copied so far (the job event's figure). */
-  private readonly rankBytes = new Map<number, number>();
   /** Lookups and loads: answers, protected hits, loads in flight. */
   private readonly loads: StoreLoads;
   private readonly readable = new Map<bigint, ReadableEntry>();
@@ -78,9 +65,8 @@ export class StoreLoop implements RoleLoop {
   private resets = 0;
   /** What happened to every chunk (holes, double stores), from the planner's observer. */
   readonly ledger: ChunkLedger;
-  private bytesCopied = 0;
-  private jobsCompleted = 0;
-  private jobEvents: JobEvent[] = [];
+  /** Store jobs sent to the backend and their completions (store-copies.ts). */
+  private readonly copies: StoreCopies;
   private readonly recorder: TraceRecorder | undefined;
   /** Lookups, write-through and promotion over the levels below host; undefined without them. */
   private readonly lower: LowerLookups | undefined;
@@ -89,7 +75,6 @@ export class StoreLoop implements RoleLoop {
   /** KV events of every tier change, when the runtime publishes them. */
   private readonly capture: EventCapture | undefined;
   private readonly lookupTiming = new LookupTiming();
-  private hostStoreUs = 0;
   private readonly wakeOthers: () => void;
   /** Closing: every step only completes copies in flight (beginDrain). */
   private draining = false;
@@ -105,37 +90,13 @@ export class StoreLoop implements RoleLoop {
     this.events = events;
     const { config } = views;
     this.tier = new HostTier(config.tierChunks, hostTierOptions(options));
-    this.skipPins = options.unsafeSkipPins ?? false;
-    this.delayMs = options.transferDelayMs ?? 0;
     this.jobsInFlightMax = options.jobsInFlightMax ?? JOBS_IN_FLIGHT_MAX;
-    this.faultAfterTasks = options.faultAfterTasks ?? Infinity;
-    this.faultTasks = options.faultTasks ?? Infinity;
-    this.transferFailuresMax = options.transferFailuresMax ?? TRANSFER_FAILURES_MAX;
-    if (!Number.isInteger(this.transferFailuresMax) || this.transferFailuresMax < 1) {
-      throw new InvalidArgumentError('transferFailuresMax', 'must be a positive integer');
-    }
     const traceRequests = options.traceRequests ?? 0;
     const recorder = traceRequests > 0 ? new TraceRecorder(views.state, traceRequests) : undefined;
     this.recorder = recorder;
     const ledger = new ChunkLedger(views.state, (account) => this.onDrained(account));
     this.ledger = ledger;
-    // The ledger is the observer; a traced run's recorder and the fuzzer's
-    // oracle read the same feed.
-    const onCursorMoved = options.onCursorMoved;
-    const observer = ledgerObserver(
-      ledger,
-      recorder || onCursorMoved
-        ? {
-            ...(recorder && {
-              chunk: (slot, _generation, group, _chunk, outcome) =>
-                recorder.onChunk(slot, group, outcome),
-              deferred: (slot, _generation, group, from, to) =>
-                recorder.onDeferred(slot, group, to - from),
-            }),
-            ...(onCursorMoved && { cursorMoved: onCursorMoved }),
-          }
-        : undefined,
-    );
+    const observer = storeObserver(ledger, recorder, options.onCursorMoved);
     this.planner = new StorePlanner(
       views.state,
       this.tier,
@@ -173,17 +134,23 @@ export class StoreLoop implements RoleLoop {
       lower: this.lower,
       resets: () => this.resets,
       hostCounters: this.hostCounters,
-      loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
-      leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
-      loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
-      faultLoadsAfter: options.faultLoadsAfter ?? Infinity,
-      faultLoads: options.faultLoads ?? Infinity,
-      lookupUnsafe: {
-        unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
-        unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
-      },
-      onLookupAnswered: options.onLookupAnswered,
+      ...storeLoadsOptions(options),
     });
+    this.copies = new StoreCopies(
+      {
+        views,
+        backend,
+        planner: this.planner,
+        readable: this.readable,
+        writing: this.writing,
+        lower: this.lower,
+        capture,
+        loading: (requestId) => this.loads.loading(requestId),
+        resets: () => this.resets,
+        takeTierEvents: () => this.takeTierEvents(),
+      },
+      options,
+    );
   }
 
   /** Store jobs the planner holds (dispatched, not completed) plus loads in flight. */
@@ -291,7 +258,7 @@ export class StoreLoop implements RoleLoop {
     }
     if (this.passAllowed()) {
       const before = this.planner.counters.jobs;
-      this.planner.pass((job) => this.dispatch(job));
+      this.planner.pass((job) => this.copies.dispatch(job));
       this.recorder?.endPass();
       if (this.planner.counters.jobs !== before) did = true;
     }
@@ -302,14 +269,14 @@ export class StoreLoop implements RoleLoop {
 
   /** Jobs completed since the last call, for the runtime's 'job' event. */
   takeJobEvents(): JobEvent[] {
-    const out = this.jobEvents;
-    this.jobEvents = [];
+    const out = this.copies.jobEvents;
+    this.copies.jobEvents = [];
     return out;
   }
 
   /** Store copies dispatched so far; verify() waits for those up to this one. */
   get copiesDispatched(): number {
-    return this.tasks;
+    return this.copies.tasks;
   }
 
   /** True while a store copy dispatched at or before copy number `task` is in flight (O(1)). */
@@ -407,147 +374,16 @@ export class StoreLoop implements RoleLoop {
     if (failure !== undefined) throw failure;
   }
 
-  private dispatch(job: StoreJob): void {
-    // One load xor stores per request (vLLM's §7.6): a loading request has computed nothing to store.
-    if (this.loads.loading(job.requestId))
-      invariant(false, `request ${job.requestId} stores while it loads`);
-    const bpc = this.views.config.blocksPerChunk;
-    this.tasks += 1;
-    for (const c of job.chunks) {
-      // Deleted first so the map stays in dispatch order: its first entry is the oldest copy.
-      this.writing.delete(c.key);
-      this.writing.set(c.key, {
-        slot: c.tierSlot,
-        positions: c.positions.map((p) => p % bpc),
-        group: c.group,
-        task: this.tasks,
-      });
-    }
-    this.capture?.dispatched(job);
-    const fault =
-      this.tasks >= this.faultAfterTasks && this.tasks < this.faultAfterTasks + this.faultTasks;
-    const { ranks, rankLayout } = this.views.config;
-    if (ranks === 1) {
-      const task = encodeStoreTask(job, !this.skipPins, this.delayMs);
-      if (fault) task[0] = TASK_FAULT;
-      this.backend.submit(task);
-      return;
-    }
-    // One copy per rank, each of its own shard; the planner releases the pins
-    // at the last acknowledgement (a rank's copy reads them until it reports).
-    const replicated = rankLayout === 'replicated';
-    for (let rank = 0; rank < ranks; rank += 1) {
-      const task = encodeStoreTask(job, false, this.delayMs, { rank, ranks, replicated });
-      // The injected fault fails the last rank's copy: its job fails as a whole.
-      if (fault && rank === ranks - 1) task[0] = TASK_FAULT;
-      this.backend.submit(task);
-    }
-  }
-
   private collect(): boolean {
     const done = this.backend.takeCompletions();
     for (const c of done) {
-      if (c.kind === 'store') this.completeStore(c);
+      if (c.kind === 'store') this.copies.complete(c);
       else this.loads.complete(c);
     }
     // Jobs whose ranks did not all report within the bound fail as a whole.
     const expired = this.planner.expireAcks();
-    for (const job of expired) this.rankAcksTimedOut(job);
+    for (const job of expired) this.copies.rankAcksTimedOut(job);
     return done.length > 0 || expired.length > 0;
-  }
-
-  /**
-   * A store copy finished: the planner ends the job (its one completion path)
-   * and then the entries become readable. A failed copy fails its job only:
-   * its chunks are counted (chunksTransferFailed), its tier reservations
-   * discarded, its pins were released by the copy, and later jobs go on, as
-   * vLLM treats a failed transfer. Only transferFailuresMax failures in a row
-   * stop the store.
-   */
-  private completeStore(c: TransferCompletion): void {
-    const job = this.planner.issuedJob(c.jobId);
-    const ranks = this.views.config.ranks;
-    if (job === undefined && ranks === 1) invariant(false, `store job ${c.jobId} was in flight`);
-    // In flight at a reset: the planner publishes nothing and gives its retired slots back.
-    const stale = job !== undefined && this.planner.isStale(job);
-    this.bytesCopied += c.bytes;
-    const outcome = this.planner.acknowledge(c.jobId, c.rank ?? 0, c.ok);
-    // Other ranks still copying, or a job the bound already failed: nothing to publish.
-    if (outcome.state !== 'completed') {
-      if (outcome.state === 'waiting') {
-        if (!c.ok) this.rankErrors.set(c.jobId, c.error);
-        this.rankBytes.set(c.jobId, (this.rankBytes.get(c.jobId) ?? 0) + c.bytes);
-      }
-      return;
-    }
-    if (job === undefined) invariant(false, `store job ${c.jobId} was in flight`);
-    const error = c.ok ? this.rankErrors.get(c.jobId) : c.error;
-    const bytes = (this.rankBytes.get(c.jobId) ?? 0) + c.bytes;
-    this.rankErrors.delete(c.jobId);
-    this.rankBytes.delete(c.jobId);
-    if (!outcome.ok) {
-      this.capture?.settled(job);
-      this.storeFailed(job, error, stale);
-      return;
-    }
-    this.transferFailuresInRow = 0;
-    if (stale) {
-      this.jobsCompleted += 1;
-      return;
-    }
-    const bpc = this.views.config.blocksPerChunk;
-    for (const chunk of job.chunks) {
-      const k = chunk.key;
-      const w = this.writing.get(k);
-      if (w === undefined) continue;
-      this.writing.delete(k);
-      this.readable.set(k, {
-        slot: w.slot,
-        positions: w.positions,
-        group: w.group,
-        resets: this.resets,
-      });
-      // Write-through from the published host copy (whole chunks only): GPU blocks are already unpinned.
-      if (this.lower && w.positions.length === bpc) this.lower.writeThrough(k, w.slot);
-    }
-    // Announced now, while the chunks' captured tokens are at hand.
-    if (this.capture) {
-      this.takeTierEvents();
-      this.capture.settled(job);
-    }
-
-    this.hostStoreUs += c.latencyMs * 1000;
-    this.jobsCompleted += 1;
-    this.jobEvents.push({
-      jobId: c.jobId,
-      chunks: job.chunks.length,
-      bytes,
-      latencyMs: c.latencyMs,
-    });
-  }
-
-  /**
-   * A job the acknowledgement bound failed (a rank never reported): like a
-   * failed copy, its chunks are dropped and counted and its entries never
-   * published, but it is no copy failure: the store goes on.
-   */
-  private rankAcksTimedOut(job: StoreJob): void {
-    this.rankErrors.delete(job.jobId);
-    this.rankBytes.delete(job.jobId);
-    this.capture?.settled(job);
-    if (!this.planner.isStale(job)) for (const chunk of job.chunks) this.writing.delete(chunk.key);
-    this.jobsTransferFailed += 1;
-  }
-
-  private storeFailed(job: StoreJob, error: unknown, stale: boolean): void {
-    // A stale job's keys may name entries of the new epoch: only its failure counts
-    // (nor does the chunk ledger hear of it: the planner tells it of fresh jobs only).
-    if (!stale) for (const chunk of job.chunks) this.writing.delete(chunk.key);
-    this.jobsTransferFailed += 1;
-    this.transferFailuresInRow += 1;
-    if (this.transferFailuresInRow >= this.transferFailuresMax) {
-      throw new TransferBackendFailedError(this.transferFailuresInRow, error);
-    }
   }
 
   /**
@@ -622,10 +458,10 @@ export class StoreLoop implements RoleLoop {
       lookupTiming: this.lookupTiming,
       host: this.hostCounters,
       jobsInFlight: this.jobsInFlight,
-      bytesCopied: this.bytesCopied,
-      jobsCompleted: this.jobsCompleted,
-      jobsTransferFailed: this.jobsTransferFailed,
-      hostStoreUs: this.hostStoreUs,
+      bytesCopied: this.copies.bytesCopied,
+      jobsCompleted: this.copies.jobsCompleted,
+      jobsTransferFailed: this.copies.jobsTransferFailed,
+      hostStoreUs: this.copies.hostStoreUs,
     });
   }
 }

@@ -9,7 +9,9 @@ import type { RequestSnapshot } from '../roles/store.js';
 import type { TierCascade } from '../tier/cascade.js';
 import type { HostTierOptions } from '../tier/host-tier.js';
 import type { CacheOptions } from '../tier/policy/index.js';
-import type { LookupAnswered } from './store-loads.js';
+import type { LookupAnswered, StoreLoadsDeps } from './store-loads.js';
+import { ledgerObserver } from '../ledger.js';
+import type { ChunkLedger } from '../ledger.js';
 import type { TraceRecorder } from './trace-recorder.js';
 
 /**
@@ -135,5 +137,57 @@ export function storePlannerOptions(
           },
         }
       : {}),
+  };
+}
+
+/**
+ * The planner's observer: the chunk ledger, and beside it on the same feed a
+ * traced run's recorder and the fuzzer's cursor check.
+ */
+export function storeObserver(
+  ledger: ChunkLedger,
+  recorder: TraceRecorder | undefined,
+  onCursorMoved: StoreLoopOptions['onCursorMoved'],
+): PlannerObserver {
+  return ledgerObserver(
+    ledger,
+    recorder || onCursorMoved
+      ? {
+          ...(recorder && {
+            chunk: (slot, _generation, group, _chunk, outcome) =>
+              recorder.onChunk(slot, group, outcome),
+            deferred: (slot, _generation, group, from, to) =>
+              recorder.onDeferred(slot, group, to - from),
+          }),
+          ...(onCursorMoved && { cursorMoved: onCursorMoved }),
+        }
+      : undefined,
+  );
+}
+
+/** What the store's lookups and loads take from the options (StoreLoadsDeps). */
+export function storeLoadsOptions(
+  options: StoreLoopOptions,
+): Pick<
+  StoreLoadsDeps,
+  | 'loadWhileWriting'
+  | 'leakOnLoadFailure'
+  | 'loadFailurePolicy'
+  | 'faultLoadsAfter'
+  | 'faultLoads'
+  | 'lookupUnsafe'
+  | 'onLookupAnswered'
+> {
+  return {
+    loadWhileWriting: options.unsafeLoadWhileWriting ?? false,
+    leakOnLoadFailure: options.unsafeLeakOnLoadFailure ?? false,
+    loadFailurePolicy: options.loadFailurePolicy ?? 'recompute',
+    faultLoadsAfter: options.faultLoadsAfter ?? Infinity,
+    faultLoads: options.faultLoads ?? Infinity,
+    lookupUnsafe: {
+      unsafeEagleTailKept: options.unsafeEagleTailKept ?? false,
+      unsafeLastTokenLoaded: options.unsafeLastTokenLoaded ?? false,
+    },
+    onLookupAnswered: options.onLookupAnswered,
   };
 }

@@ -153,6 +153,43 @@ export interface RuntimeMetrics {
   render(): Promise<string>;
 }
 
+/** The serving process's own figures: its event-loop delay, requests in flight, HTTP counts. */
+function registerServerMetrics(registry: Registry, server: ServerGauges): void {
+  const loopDelay = new Gauge({
+    name: 'kvoff_event_loop_delay_seconds',
+    help: 'event-loop delay of the serving thread since start, by quantile',
+    labelNames: ['quantile'],
+    registers: [registry],
+    collect() {
+      const d = server.eventLoopDelayMs();
+      this.set({ quantile: '0.5' }, d.p50 / 1000);
+      this.set({ quantile: '0.99' }, d.p99 / 1000);
+      this.set({ quantile: '1' }, d.max / 1000);
+    },
+  });
+  void loopDelay;
+  new Gauge({
+    name: 'kvoff_http_requests_in_flight',
+    help: 'POST /v1/requests accepted by the runtime and not yet answered',
+    registers: [registry],
+    collect() {
+      this.set(server.http().inFlight);
+    },
+  });
+  // These live in this process and only grow: set the counter to the total.
+  for (const [field, name, help] of HTTP_COUNTERS) {
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        this.reset();
+        this.inc(server.http()[field]);
+      },
+    });
+  }
+}
+
 export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges): RuntimeMetrics {
   const registry = new Registry();
   // Counters are fed the difference since the last scrape of one snapshot.
@@ -197,39 +234,7 @@ export function createMetrics(runtime: EmbeddableRuntime, server: ServerGauges):
   registerMemoryMetrics(registry, take);
   registerOffloadMetrics(registry, take, runtime);
 
-  const loopDelay = new Gauge({
-    name: 'kvoff_event_loop_delay_seconds',
-    help: 'event-loop delay of the serving thread since start, by quantile',
-    labelNames: ['quantile'],
-    registers: [registry],
-    collect() {
-      const d = server.eventLoopDelayMs();
-      this.set({ quantile: '0.5' }, d.p50 / 1000);
-      this.set({ quantile: '0.99' }, d.p99 / 1000);
-      this.set({ quantile: '1' }, d.max / 1000);
-    },
-  });
-  void loopDelay;
-  new Gauge({
-    name: 'kvoff_http_requests_in_flight',
-    help: 'POST /v1/requests accepted by the runtime and not yet answered',
-    registers: [registry],
-    collect() {
-      this.set(server.http().inFlight);
-    },
-  });
-  // These live in this process and only grow: set the counter to the total.
-  for (const [field, name, help] of HTTP_COUNTERS) {
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect() {
-        this.reset();
-        this.inc(server.http()[field]);
-      },
-    });
-  }
+  registerServerMetrics(registry, server);
 
   return {
     registry,
@@ -405,17 +410,8 @@ const EVENT_COUNTERS = [
   ['replays', 'kvoff_event_replays_total', 'replay requests answered'],
 ] as const;
 
-/**
- * vLLM's offloading metrics kvoff did not have: lookup delays (a call's own
- * time and a deferred lookup's wait), stores skipped by reason, and KV events
- * published and lost. The per-tier bytes, seconds, usage, pending stores and
- * hit tokens are tier fields (registerTierMetrics).
- */
-function registerOffloadMetrics(
-  registry: Registry,
-  take: () => RuntimeStats,
-  runtime: EmbeddableRuntime,
-): void {
+/** vLLM's lookup delays: a lookup call's own time, and a deferred lookup's wait. */
+function registerLookupHistograms(registry: Registry, runtime: EmbeddableRuntime): void {
   const sync = new Histogram({
     name: 'kvoff_lookup_sync_seconds',
     help: "time the store spent in one lookup call (vLLM's kv_offload_lookup_sync_delay_seconds)",
@@ -429,6 +425,47 @@ function registerOffloadMetrics(
     registers: [registry],
   });
   runtime.onLookup?.((e) => (e.kind === 'sync' ? sync : deferred).observe(e.seconds));
+}
+
+/** KV events published and lost, and the open event streams. */
+function registerEventMetrics(
+  registry: Registry,
+  take: () => RuntimeStats,
+  advance: (counter: Counter<string>, id: string, now: number) => void,
+): void {
+  for (const [field, name, help] of EVENT_COUNTERS) {
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const e = take().events;
+        if (e !== undefined) advance(this, `events.${field}`, e[field]);
+      },
+    });
+  }
+  new Gauge({
+    name: 'kvoff_event_streams',
+    help: 'open events() streams and /v1/events clients',
+    registers: [registry],
+    collect() {
+      this.set(take().events?.streams ?? 0);
+    },
+  });
+}
+
+/**
+ * vLLM's offloading metrics kvoff did not have: lookup delays (a call's own
+ * time and a deferred lookup's wait), stores skipped by reason, and KV events
+ * published and lost. The per-tier bytes, seconds, usage, pending stores and
+ * hit tokens are tier fields (registerTierMetrics).
+ */
+function registerOffloadMetrics(
+  registry: Registry,
+  take: () => RuntimeStats,
+  runtime: EmbeddableRuntime,
+): void {
+  registerLookupHistograms(registry, runtime);
 
   const exported = new Map<string, number>();
   const advance = (
@@ -499,23 +536,5 @@ function registerOffloadMetrics(
       }
     },
   });
-  for (const [field, name, help] of EVENT_COUNTERS) {
-    new Counter({
-      name,
-      help,
-      registers: [registry],
-      collect() {
-        const e = take().events;
-        if (e !== undefined) advance(this, `events.${field}`, e[field]);
-      },
-    });
-  }
-  new Gauge({
-    name: 'kvoff_event_streams',
-    help: 'open events() streams and /v1/events clients',
-    registers: [registry],
-    collect() {
-      this.set(take().events?.streams ?? 0);
-    },
-  });
+  registerEventMetrics(registry, take, advance);
 }

@@ -46,6 +46,39 @@ function redactUrl(text: string): string {
 }
 
 /**
+ * One node's URL, checked: redis:// or rediss:// (the scheme of the URLs before
+ * it), a host and port, no path or query.
+ */
+function parseNodeUrl(field: string, raw: unknown, where: string, scheme: string | undefined): URL {
+  if (typeof raw !== 'string') throw new InvalidArgumentError(field, `${where} is not a string`);
+  // Redacted (no password) and cut (no unbounded echo of what the caller sent).
+  const shown = quoted(redactUrl(raw));
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    // The TypeError's `input` holds the whole URL: never let it out.
+    throw new InvalidArgumentError(
+      field,
+      `${where} ${shown} is not a redis://[user:password@]host:port URL`,
+    );
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+    throw new InvalidArgumentError(field, `${where} ${shown} is not a redis:// or rediss:// URL`);
+  }
+  if (scheme !== undefined && url.protocol !== scheme) {
+    throw new InvalidArgumentError(field, 'mixes redis:// and rediss:// URLs');
+  }
+  if (url.hostname === '' || (url.pathname !== '' && url.pathname !== '/') || url.search) {
+    throw new InvalidArgumentError(
+      field,
+      `${where} ${shown} must be scheme://[user:password@]host[:port] (no path or query: a cluster has one database)`,
+    );
+  }
+  return url;
+}
+
+/**
  * The access the URLs and options describe. Every URL uses one scheme
  * (redis:// or rediss://); credentials come from the options first, then
  * from the URLs (which must agree). Throws InvalidArgumentError naming the
@@ -64,33 +97,8 @@ export function resolveRedisAccess(
   let urlUser: string | undefined;
   let urlPassword: string | undefined;
   urls.forEach((raw, i) => {
-    const where = urls.length > 1 ? `URL ${i + 1}` : 'the URL';
-    if (typeof raw !== 'string') throw new InvalidArgumentError(field, `${where} is not a string`);
-    // Redacted (no password) and cut (no unbounded echo of what the caller sent).
-    const shown = quoted(redactUrl(raw));
-    let url: URL;
-    try {
-      url = new URL(raw);
-    } catch {
-      // The TypeError's `input` holds the whole URL: never let it out.
-      throw new InvalidArgumentError(
-        field,
-        `${where} ${shown} is not a redis://[user:password@]host:port URL`,
-      );
-    }
-    if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-      throw new InvalidArgumentError(field, `${where} ${shown} is not a redis:// or rediss:// URL`);
-    }
-    if (scheme !== undefined && url.protocol !== scheme) {
-      throw new InvalidArgumentError(field, 'mixes redis:// and rediss:// URLs');
-    }
+    const url = parseNodeUrl(field, raw, urls.length > 1 ? `URL ${i + 1}` : 'the URL', scheme);
     scheme = url.protocol;
-    if (url.hostname === '' || (url.pathname !== '' && url.pathname !== '/') || url.search) {
-      throw new InvalidArgumentError(
-        field,
-        `${where} ${shown} must be scheme://[user:password@]host[:port] (no path or query: a cluster has one database)`,
-      );
-    }
     const user = url.username === '' ? undefined : decodeURIComponent(url.username);
     const password = url.password === '' ? undefined : decodeURIComponent(url.password);
     if (

@@ -153,11 +153,12 @@ const PROGRESS_TICK_MS = 250;
 /** Longest the driver sleeps without news (it then looks again). */
 const WAIT_MS_MAX = 1000;
 
-export async function replayThreaded(
-  trace: Trace,
-  options: ThreadedReplayOptions,
-): Promise<ThreadedReplayResult> {
-  const t0 = performance.now();
+/** The replay's options, checked: the window, the output cap and the speed. */
+function checkReplayOptions(options: ThreadedReplayOptions): {
+  window: number;
+  outputMax: number;
+  speed: number | undefined;
+} {
   const window = options.window;
   if (!Number.isInteger(window) || window < 1 || window > 4096) {
     throw new InvalidArgumentError('window', 'must be an integer in [1, 4096]');
@@ -170,8 +171,17 @@ export async function replayThreaded(
   if (speed !== undefined && !(Number.isFinite(speed) && speed > 0)) {
     throw new InvalidArgumentError('speed', 'must be a positive number');
   }
+  return { window, outputMax, speed };
+}
+
+/** The runtime a replay runs: no lag, no random aborts, a whole prompt per engine step. */
+function startReplayRuntime(
+  trace: Trace,
+  options: ThreadedReplayOptions,
+  window: number,
+): Promise<OffloadRuntime> {
   const longestPrompt = Math.max(...trace.requests.map((r) => r.inputLength));
-  const runtime = await OffloadRuntime.start({
+  return OffloadRuntime.start({
     config: options.config,
     ...(options.cache ? { cache: options.cache } : {}),
     transferThreads: options.transferThreads ?? 1,
@@ -194,99 +204,141 @@ export async function replayThreaded(
     },
     ...(options.tiers ? { tiers: options.tiers } : {}),
   });
-  const config = runtime.config;
-  const tpc = config.groups[0]!.tokensPerChunk;
-  const n = trace.requests.length;
-  let next = 0;
-  let inFlight = 0;
-  let done = 0;
-  let hitTokens = 0;
-  let holes = 0;
-  let chunksDispatched = 0;
-  let chunksCompleted = 0;
-  let failure: unknown;
-  const samples: MemorySample[] = [];
-  let wake: (() => void) | undefined;
-  const poke = () => {
-    const w = wake;
-    wake = undefined;
+}
+
+/** What the replay driver counts as requests end and copies complete; its wake-up. */
+class ReplayProgress {
+  next = 0;
+  inFlight = 0;
+  done = 0;
+  hitTokens = 0;
+  holes = 0;
+  chunksDispatched = 0;
+  chunksCompleted = 0;
+  failure: unknown;
+  readonly samples: MemorySample[] = [];
+  private wake: (() => void) | undefined;
+
+  constructor(
+    private readonly runtime: OffloadRuntime,
+    private readonly options: ThreadedReplayOptions,
+    private readonly n: number,
+    private readonly tpc: number,
+    private readonly tRun: number,
+  ) {}
+
+  /** Wakes the driver if it waits. */
+  poke(): void {
+    const w = this.wake;
+    this.wake = undefined;
     w?.();
-  };
+  }
+
+  ended(index: number, s: RequestSummary): void {
+    this.inFlight -= 1;
+    this.done += 1;
+    const h = s.hitChunks * this.tpc;
+    this.hitTokens += h;
+    this.holes += s.holes;
+    this.chunksDispatched += s.chunksStored;
+    this.options.onRequest?.(index, h);
+    const sampleEvery = this.options.sampleEvery ?? 0;
+    if (sampleEvery > 0 && (this.done % sampleEvery === 0 || this.done === this.n)) {
+      this.samples.push({
+        requests: this.done,
+        seconds: (performance.now() - this.tRun) / 1000,
+        memory: this.runtime.stats().memory,
+      });
+    }
+    this.poke();
+  }
+
+  /** Until poked (an end, a completed copy or a failure) or `ms` passed. */
+  wait(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.wake = undefined;
+        resolve();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+}
+
+/** Submits the trace's requests, `window` at a time (at their arrival times with a speed), until every one ended. */
+async function driveReplay(
+  trace: Trace,
+  runtime: OffloadRuntime,
+  p: ReplayProgress,
+  checked: { window: number; outputMax: number; speed: number | undefined },
+  tRun: number,
+): Promise<void> {
+  const { window, outputMax, speed } = checked;
+  const n = trace.requests.length;
+  let settleSince = -1;
+  while (p.done < n) {
+    if (p.failure !== undefined) throw p.failure;
+    const now = performance.now();
+    // One by one: the next starts once the last one's copies completed too.
+    const settled = window > 1 || p.chunksCompleted >= p.chunksDispatched;
+    if (window === 1 && p.inFlight === 0 && !settled) {
+      if (settleSince < 0) settleSince = now;
+      else if (now - settleSince > SETTLE_MS_MAX)
+        throw new TimeoutError("the last request's copies", SETTLE_MS_MAX);
+    } else settleSince = -1;
+    let dueInMs = 0;
+    while (p.next < n && p.inFlight < window && settled) {
+      const r = trace.requests[p.next]!;
+      if (speed !== undefined) {
+        dueInMs = tRun + r.timestampMs / speed - now;
+        if (dueInMs > 0) break;
+      }
+      const index = p.next;
+      p.next += 1;
+      p.inFlight += 1;
+      runtime
+        .submit({
+          promptTokens: Array.from(promptTokens(r, trace.blockTokens)),
+          maxDecodeTokens: Math.max(1, Math.min(r.outputLength, outputMax)),
+        })
+        .then(
+          (s) => p.ended(index, s),
+          (err: unknown) => {
+            p.failure ??= err;
+            p.poke();
+          },
+        );
+    }
+    // Woken by an end, a completed copy or a failure; by the clock for the next arrival (bounded).
+    await p.wait(dueInMs > 0 ? Math.min(dueInMs, WAIT_MS_MAX) : WAIT_MS_MAX);
+  }
+}
+
+export async function replayThreaded(
+  trace: Trace,
+  options: ThreadedReplayOptions,
+): Promise<ThreadedReplayResult> {
+  const t0 = performance.now();
+  const checked = checkReplayOptions(options);
+  const runtime = await startReplayRuntime(trace, options, checked.window);
+  const tpc = runtime.config.groups[0]!.tokensPerChunk;
+  const n = trace.requests.length;
+  const tRun = performance.now();
+  const p = new ReplayProgress(runtime, options, n, tpc, tRun);
   runtime.on('job', (e) => {
-    chunksCompleted += e.chunks;
-    poke();
+    p.chunksCompleted += e.chunks;
+    p.poke();
   });
   const ticker = setInterval(
-    () => options.onProgress?.(done, n, runtime.stats()),
+    () => options.onProgress?.(p.done, n, runtime.stats()),
     PROGRESS_TICK_MS,
   );
-  const sampleEvery = options.sampleEvery ?? 0;
-  const tRun = performance.now();
-  const ended = (index: number, s: RequestSummary) => {
-    inFlight -= 1;
-    done += 1;
-    const h = s.hitChunks * tpc;
-    hitTokens += h;
-    holes += s.holes;
-    chunksDispatched += s.chunksStored;
-    options.onRequest?.(index, h);
-    if (sampleEvery > 0 && (done % sampleEvery === 0 || done === n)) {
-      samples.push({
-        requests: done,
-        seconds: (performance.now() - tRun) / 1000,
-        memory: runtime.stats().memory,
-      });
-    }
-    poke();
-  };
-  let settleSince = -1;
+
   try {
-    while (done < n) {
-      if (failure !== undefined) throw failure;
-      const now = performance.now();
-      // One by one: the next starts once the last one's copies completed too.
-      const settled = window > 1 || chunksCompleted >= chunksDispatched;
-      if (window === 1 && inFlight === 0 && !settled) {
-        if (settleSince < 0) settleSince = now;
-        else if (now - settleSince > SETTLE_MS_MAX)
-          throw new TimeoutError("the last request's copies", SETTLE_MS_MAX);
-      } else settleSince = -1;
-      let dueInMs = 0;
-      while (next < n && inFlight < window && settled) {
-        const r = trace.requests[next]!;
-        if (speed !== undefined) {
-          dueInMs = tRun + r.timestampMs / speed - now;
-          if (dueInMs > 0) break;
-        }
-        const index = next;
-        next += 1;
-        inFlight += 1;
-        runtime
-          .submit({
-            promptTokens: Array.from(promptTokens(r, trace.blockTokens)),
-            maxDecodeTokens: Math.max(1, Math.min(r.outputLength, outputMax)),
-          })
-          .then(
-            (s) => ended(index, s),
-            (err: unknown) => {
-              failure ??= err;
-              poke();
-            },
-          );
-      }
-      // Woken by an end, a completed copy or a failure; by the clock for the next arrival (bounded).
-      const ms = dueInMs > 0 ? Math.min(dueInMs, WAIT_MS_MAX) : WAIT_MS_MAX;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          wake = undefined;
-          resolve();
-        }, ms);
-        wake = () => {
-          clearTimeout(timer);
-          resolve();
-        };
-      });
-    }
+    await driveReplay(trace, runtime, p, checked, tRun);
   } catch (err) {
     clearInterval(ticker);
     await runtime.close().catch(() => undefined);
@@ -294,9 +346,9 @@ export async function replayThreaded(
   }
   const runSeconds = (performance.now() - tRun) / 1000;
   clearInterval(ticker);
-  options.onProgress?.(done, n, runtime.stats());
+  options.onProgress?.(p.done, n, runtime.stats());
   const memory: MemorySample = {
-    requests: done,
+    requests: p.done,
     seconds: runSeconds,
     memory: runtime.stats().memory,
   };
@@ -308,7 +360,7 @@ export async function replayThreaded(
   let promptTokensTotal = 0;
   for (const r of trace.requests) promptTokensTotal += r.inputLength;
   return {
-    trace: traceFigures(n, promptTokensTotal, hitTokens),
+    trace: traceFigures(n, promptTokensTotal, p.hitTokens),
     hitTokensByTier: {
       host: tiers.host.hitChunks * tpc,
       disk: tiers.disk.hitChunks * tpc,
@@ -319,7 +371,7 @@ export async function replayThreaded(
     preemptions: stats.preemptions,
     chunksStored: stats.chunksStored,
     chunksDroppedForCapacity: stats.chunksDroppedForCapacity,
-    holes: Math.max(holes, stats.holes, verify.holes),
+    holes: Math.max(p.holes, stats.holes, verify.holes),
     mismatches: stats.mismatches,
     doubleStores: verify.doubleStores,
     entriesVerified: verify.entriesChecked,
@@ -328,7 +380,7 @@ export async function replayThreaded(
     runSeconds,
     requestsPerSecond: runSeconds > 0 ? n / runSeconds : 0,
     memory,
-    samples,
+    samples: p.samples,
     tiers,
     ...(leaks ? { leaks } : {}),
   };
