@@ -113,7 +113,7 @@ async function flushAll(cluster: TestCluster): Promise<void> {
 type Report = { ok: boolean; wallSeconds: number; tiers: { redis: Record<string, number> } };
 
 describe('every Redis command has a deadline', () => {
-  it('CLIENT PAUSE 12000 on one master: timeouts are counted and the run is slower than without by less than half the pause', async () => {
+  it('CLIENT PAUSE 12000 on one master: timeouts and dropped stores are counted and the run is slower than without by less than half the pause', async () => {
     const cluster = theCluster();
     const paused = await otherMaster(cluster);
     await flushAll(cluster);
@@ -137,13 +137,15 @@ describe('every Redis command has a deadline', () => {
     const a = JSON.parse(calm.stdout) as Report;
     const b = JSON.parse(hit.stdout) as Report;
     expect(a.ok && b.ok).toBe(true);
-    // What the pause did is counted: commands timed out, stores to the paused
-    // node dropped, more of both than in the calm run. (The calm run has none
-    // on a machine that lets Redis answer within the 1 s deadline; at load
-    // 25-35 on 2 cores its starved servers stayed silent longer than that: 318
-    // timeouts, against 485-625 for a pause at load 2.)
-    expect(b.tiers.redis.timeouts).toBeGreaterThan(a.tiers.redis.timeouts!);
-    expect(b.tiers.redis.droppedChunks).toBeGreaterThan(a.tiers.redis.droppedChunks!);
+    // What the pause did is counted: commands timed out (the bug counted
+    // none), and stores to the paused node were dropped (none can succeed
+    // within a pause longer than the run). Not compared with the calm run's
+    // counts: on a loaded 2-core machine its starved servers time out too
+    // (318 timeouts at load 25-35; 786 against the paused run's 632 at load
+    // 13, where the paused node's open circuit refuses commands it would
+    // otherwise time out), so the counts say nothing of the pause there.
+    expect(b.tiers.redis.timeouts).toBeGreaterThan(0);
+    expect(b.tiers.redis.droppedChunks).toBeGreaterThan(0);
     // The runtime's own wall time (start to closed), not the process's start-up.
     expect(b.wallSeconds - a.wallSeconds).toBeLessThan(PAUSE_MS / 1000 / 2);
   }, 120_000);
