@@ -72,6 +72,16 @@ export interface RoleStall {
   readonly toMs: number;
 }
 
+/** A role's wait on the virtual clock (RuntimeWorld carries it out). */
+export interface RolePark {
+  /** The doorbell value read before the step that did nothing; undefined: runnable. */
+  seen: number | undefined;
+  untilMs: number;
+  /** Not runnable before this (the hasher's lag pause, the store's drain timer). */
+  busyUntilMs: number;
+  stopped: boolean;
+}
+
 /** Everything a RuntimeWorld drives, built from its scenario. */
 export interface RuntimeWorldParts {
   readonly config: Config;
@@ -88,6 +98,8 @@ export interface RuntimeWorldParts {
   /** Which of the oldest queued copies a transfer step runs (the pool's threads race). */
   readonly transferRandom: Prng;
   readonly stalls: RoleStall[];
+  /** Per actor: runnable, parked or paused, stopped (all runnable at first). */
+  readonly roles: RolePark[];
   /** Some store copy of the scenario fails. */
   readonly transferFaults: boolean;
   readonly draftRewrite: boolean;
@@ -206,6 +218,7 @@ export function buildRuntimeWorld(
     main,
     transferRandom,
     stalls,
+    roles: ACTORS.map(() => ({ seen: undefined, untilMs: 0, busyUntilMs: 0, stopped: false })),
     transferFaults: failing.size > 0,
     draftRewrite: scenario.events.some((e) => e.kind === 'draft-rewrite'),
   };

@@ -10,9 +10,8 @@
 // at close. Every delay the loops read (allocator publish lag and jitter, the
 // engine's step time, the store's lookup wait) reads the same virtual clock,
 // which advances by each step's virtual cost and, when every role is parked,
-// jumps to the earliest wake-up. main's part (submissions, close(), the
-// settle of a request once both its ended and drained messages arrived) is
-// played by the driver.
+// jumps to the earliest wake-up. main's part (runtime-main.ts) runs between
+// decisions; the set-up is runtime-world-setup.ts's.
 //
 // The oracle: a step that throws (crash); no end within the bounds (hang);
 // tier bytes that are not their key's expansion, or a load that brought back
@@ -34,8 +33,7 @@ import { CONTROL_CLOSING, PARK_MS_MAX } from '../runtime/thread-words.js';
 import type { Prng } from '../prng.js';
 import type { RoleLoop, RoleWait } from '../runtime/role-loop.js';
 import { readStat } from '../runtime/stats.js';
-import type { StoreLoop } from '../runtime/store-loop.js';
-import type { DrainedRequest } from '../runtime/store-loop.js';
+import type { DrainedRequest, StoreLoop } from '../runtime/store-loop.js';
 import type { RequestSnapshot } from '../roles/store.js';
 import { ViolationSignal } from './oracle.js';
 import type { InvariantName, Violation } from './oracle.js';
@@ -46,7 +44,7 @@ import type { RuntimeChecks } from './runtime-checks.js';
 import { rewriteTrailingChunks } from './runtime-checks.js';
 import type { RuntimeMainThread } from './runtime-main.js';
 import { BELL_ROLES, buildRuntimeWorld } from './runtime-world-setup.js';
-import type { RoleStall, RuntimeWorldOptions } from './runtime-world-setup.js';
+import type { RolePark, RoleStall, RuntimeWorldOptions } from './runtime-world-setup.js';
 import type { StepTransferBackend } from './step-backend.js';
 import type { RankAckRelay } from './rank-acks.js';
 import type { Strategy } from './strategy.js';
@@ -77,15 +75,6 @@ const RUNTIME_NESTED_STEPS_MAX = 6;
 const STARVED_DECISIONS_MAX = 64;
 
 type Phase = 'running' | 'stopping' | 'done';
-
-interface RolePark {
-  /** The doorbell value read before the step that did nothing; undefined: runnable. */
-  seen: number | undefined;
-  untilMs: number;
-  /** Not runnable before this (the hasher's lag pause, the store's drain timer). */
-  busyUntilMs: number;
-  stopped: boolean;
-}
 
 export class RuntimeWorld {
   readonly scenario: RuntimeScenario;
@@ -161,6 +150,7 @@ export class RuntimeWorld {
       main: this.main,
       transferRandom: this.transferRandom,
       stalls: this.stalls,
+      roles: this.roles,
       transferFaults: this.transferFaults,
       draftRewrite: this.draftRewrite,
     } = parts);

@@ -6,6 +6,7 @@
 // pass writes a block's bytes when it is allocated, so a block reused mid-copy
 // shows up as a byte mismatch. World (world.ts) drives it with the store and
 // transfer roles and checks the invariants.
+import { mayAdmit, nextInArrivalOrder } from '../runtime/schedule-policy.js';
 import type { Config } from '../config.js';
 import { writeComputedBlock } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
@@ -116,14 +117,15 @@ export class WorldEngine {
   private schedulerAction(r: WorldRequest): number {
     switch (r.phase) {
       case 'queued': {
-        // Admission in arrival order, only when a slot is free and the request's blocks are reserved.
-        for (const o of this.requests) {
-          if (o === r) break;
-          if (o.phase === 'queued') return A_NONE;
-        }
+        // Admission in arrival order (the engine model's policy, schedule-policy.ts),
+        // only when a slot is free and the request's blocks can be reserved.
+        // The world reserves a request's whole need at admission and does not
+        // fit its steps to the pool, so it never admits one that does not fit
+        // (not alone either: scenarioFromSeed sizes the pool for the largest).
+        if (nextInArrivalOrder(this.requests, (o) => o.phase === 'queued') !== r) return A_NONE;
         if (this.scheduler.freeSlotCount === 0) return A_NONE;
-        if (this.reservedBlocks + r.need > this.config.gpuBlocks - 1) return A_NONE;
-        return A_OPEN;
+        const free = this.config.gpuBlocks - 1 - this.reservedBlocks;
+        return mayAdmit(r.need, free, false) ? A_OPEN : A_NONE;
       }
       case 'preempted':
         // Its blocks are still to be cleared by the allocator; it resumes after that.

@@ -1,12 +1,13 @@
 // The engine simulator's scheduling: vLLM's scheduler, on the engine's own
 // count of the pool (blocks held by live requests, including ending ones until
 // the allocator released them, plus blocks asked for and not yet answered).
-// Running requests are served oldest first; one that needs more blocks than
-// are free makes room by preempting the newest running request, never an
-// older one, so the oldest always progresses and the pool cannot livelock.
-// Preempted requests resume (oldest first) before anything new is admitted. A
-// request that could not make one step even with the whole pool to itself is
-// ended with a reason. The allocator can still refuse blocks the count says
+// The policy is schedule-policy.ts's (shared with the roles fuzz target's
+// engine): running requests are served oldest first; one that needs more
+// blocks than are free makes room by preempting the newest running request,
+// never an older one, so the oldest always progresses and the pool cannot
+// livelock. Preempted requests resume (oldest first) before anything new is
+// admitted. A request that could not make one step even with the whole pool
+// to itself is ended with a reason. The allocator can still refuse blocks the count says
 // are free (they wait in quarantine for a copy to finish): that allocation is
 // only sent again, and the step commits when all its allocations are in, so
 // how fast the copies run changes when a step commits, not what it decides.
@@ -17,6 +18,14 @@ import type { EngineRequest } from './engine-request.js';
 import { ALLOC_FAILURES_MAX } from './engine-state.js';
 import type { EngineState } from './engine-state.js';
 import { OP_ALLOC, OP_PREEMPT } from './protocol.js';
+import {
+  byAdmissionOrder,
+  byRunOrder,
+  mayAdmit,
+  mustEndTooBig,
+  nextInArrivalOrder,
+  preemptionVictim,
+} from './schedule-policy.js';
 
 /** Least time between two sends of a refused allocation. */
 const ALLOC_RETRY_MS = 1;
@@ -40,7 +49,7 @@ export function plan(e: EngineState): boolean {
 
 function planRunning(e: EngineState, p: StepPlan): void {
   const running = e.live.filter((r) => r.phase === 'running');
-  running.sort((a, b) => a.runSeq - b.runSeq);
+  running.sort(byRunOrder);
   let older = 0; // requests earlier in this pass still running: they outrank r
   for (const r of running) {
     if (p.budget <= 0) break;
@@ -51,7 +60,7 @@ function planRunning(e: EngineState, p: StepPlan): void {
       continue;
     }
     while (e.blocksFor(r, n) > e.freeBlocks()) {
-      const victim = newestRunning(e, r);
+      const victim = preemptionVictim(e.live, r);
       if (victim === undefined) break;
       preempt(e, victim);
       p.did = true;
@@ -66,7 +75,7 @@ function planRunning(e: EngineState, p: StepPlan): void {
     // The oldest (or one holding nothing) takes the prefill chunk that fits.
     n = e.fitTokens(r, n, e.freeBlocks());
     if (n === 0) {
-      if (e.heldBlocks === r.held && e.reservedBlocks === 0) {
+      if (mustEndTooBig(n, e.heldBlocks === r.held && e.reservedBlocks === 0)) {
         end(e, r, 'aborted', poolReason(e, r));
         p.did = true;
       }
@@ -87,7 +96,7 @@ function planRunning(e: EngineState, p: StepPlan): void {
  */
 function planPreempted(e: EngineState, p: StepPlan): void {
   const preempted = e.live.filter((r) => r.phase === 'preempted');
-  preempted.sort((a, b) => a.admittedSeq - b.admittedSeq);
+  preempted.sort(byAdmissionOrder);
   for (const r of preempted) {
     if (p.budget <= 0 || activeCount(e) >= e.options.maxRunning) {
       p.waiting = true;
@@ -99,12 +108,12 @@ function planPreempted(e: EngineState, p: StepPlan): void {
       tokensFor(e, r, p.budget),
       e.freeBlocks() - (alone ? 0 : e.watermarkBlocks()),
     );
+    if (mustEndTooBig(n, alone)) {
+      end(e, r, 'aborted', poolReason(e, r));
+      p.did = true;
+      continue;
+    }
     if (n === 0) {
-      if (alone) {
-        end(e, r, 'aborted', poolReason(e, r));
-        p.did = true;
-        continue;
-      }
       p.waiting = true;
       break;
     }
@@ -118,7 +127,7 @@ function planPreempted(e: EngineState, p: StepPlan): void {
 /** Tier hits waiting for room to load into, oldest first, ahead of new arrivals. */
 function planHits(e: EngineState, p: StepPlan): void {
   const hits = e.live.filter((r) => r.phase === 'hit-alloc' && !r.awaiting);
-  hits.sort((a, b) => a.admittedSeq - b.admittedSeq);
+  hits.sort(byAdmissionOrder);
   for (const r of hits) {
     if (hitBlocks(r) <= e.freeBlocks()) {
       requestHitBlocks(e, r);
@@ -145,33 +154,21 @@ function planAdmissions(e: EngineState, p: StepPlan): void {
     activeCount(e) < e.options.maxRunning &&
     e.scheduler.freeSlotCount > lookupsInFlight(e)
   ) {
-    const at = e.queue.findIndex((q) => q.lookupRetryAtMs <= now);
-    if (at < 0) break;
-    const r = e.queue[at]!;
+    const r = nextInArrivalOrder(e.queue, (q) => q.lookupRetryAtMs <= now);
+    if (r === undefined) break;
     const first = Math.min(r.promptLength, p.budget);
     const alone = e.heldBlocks === 0 && e.reservedBlocks === 0 && admitBlocks === 0;
     const need = e.blocksForTokens(first) + (alone ? 0 : e.watermarkBlocks());
     // Alone it is admitted whatever its size: the running pass fits its
     // prefill chunks to the pool, or ends it if not even one token fits.
-    if (!alone && need > e.freeBlocks() - admitBlocks) break;
-    e.queue.splice(at, 1);
+    if (!mayAdmit(need, e.freeBlocks() - admitBlocks, alone)) break;
+    e.queue.splice(e.queue.indexOf(r), 1);
     // Its first prefill chunk is part of this step's budget (it runs once the lookup answers).
     p.budget -= first;
     admitBlocks += need;
     admit(e, r);
     p.did = true;
   }
-}
-
-/** The newest running request other than `r` that is newer than it and holds blocks. */
-function newestRunning(e: EngineState, r: EngineRequest): EngineRequest | undefined {
-  let victim: EngineRequest | undefined;
-  for (const x of e.live) {
-    if (x === r || x.phase !== 'running' || x.awaiting || x.runSeq < r.runSeq) continue;
-    if (x.held === 0) continue; // nothing to free
-    if (victim === undefined || x.runSeq > victim.runSeq) victim = x;
-  }
-  return victim;
 }
 
 function poolReason(e: EngineState, r: EngineRequest): string {
