@@ -268,14 +268,19 @@ describe('redis tier', () => {
       insecure: true,
       // Unreachable at open: degraded, not refused.
       optional: true,
+      // No probe during the test, however slow the machine: the calls below meet the open circuit.
+      openMs: 60_000,
     });
     expect(performance.now() - t0).toBeLessThan(3000);
     expect(tier.counters.circuitOpen).toBe(1);
     tier.store(1n, encodeValue(1n, 1n, payloadOf(1n)));
-    const t1 = performance.now();
+    // The open circuit answers without sending: no command fails or times out
+    // (a command sent to the dead port would count an error), whatever the
+    // machine's load. (A "< 100 ms" bound here was a timing, not the rule.)
+    const sent = { errors: tier.counters.errors, timeouts: tier.counters.timeouts };
     expect(await tier.states([1n])).toEqual(['miss']);
     expect(await tier.load(1n)).toBeUndefined();
-    expect(performance.now() - t1).toBeLessThan(100);
+    expect({ errors: tier.counters.errors, timeouts: tier.counters.timeouts }).toEqual(sent);
     expect(tier.counters.droppedChunks).toBe(1);
     await tier.close(1000);
 
