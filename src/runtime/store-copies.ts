@@ -8,24 +8,14 @@
 import { InvalidArgumentError, TransferBackendFailedError, invariant } from '../errors.js';
 import type { EventCapture } from '../events/capture.js';
 import type { StoreJob } from '../job.js';
-import type { StorePlanner } from '../planner.js';
-import type { TransferBackend, TransferCompletion } from './backend.js';
-import type { RuntimeViews } from './buffers.js';
-import type { LowerLookups, ReadableEntry } from './lower-lookup.js';
-import type { Writing } from './store-loads.js';
+import type { TransferCompletion } from './backend.js';
+import type { StoreParts } from './store-loads.js';
 import type { JobEvent } from './store-messages.js';
 import { TRANSFER_FAILURES_MAX } from './store-options.js';
 import type { StoreLoopOptions } from './store-options.js';
 import { TASK_FAULT, encodeStoreTask } from './transfer.js';
 
-export interface StoreCopiesDeps {
-  readonly views: RuntimeViews;
-  readonly backend: TransferBackend;
-  readonly planner: StorePlanner;
-  /** Entries readable, and entries being written (the store loop's). */
-  readonly readable: Map<bigint, ReadableEntry>;
-  readonly writing: Map<bigint, Writing>;
-  readonly lower: LowerLookups | undefined;
+export interface StoreCopiesDeps extends StoreParts {
   readonly capture: EventCapture | undefined;
   /** True while a load of this request is in flight. */
   loading(requestId: number): boolean;

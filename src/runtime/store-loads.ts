@@ -69,16 +69,20 @@ export interface Writing {
   readonly task: number;
 }
 
-export interface StoreLoadsDeps {
+/** What the store loop hands both its loads and its copies (store-copies.ts): its own state. */
+export interface StoreParts {
   readonly views: RuntimeViews;
-  readonly tier: HostTier;
-  readonly answers: Outbox;
   readonly backend: TransferBackend;
   readonly planner: StorePlanner;
   /** Entries readable, and entries being written, with their positions (the store loop's). */
   readonly readable: Map<bigint, ReadableEntry>;
   readonly writing: Map<bigint, Writing>;
   readonly lower: LowerLookups | undefined;
+}
+
+export interface StoreLoadsDeps extends StoreParts {
+  readonly tier: HostTier;
+  readonly answers: Outbox;
   /** The store loop's reset count (a hit answered before the last reset reads retired slots). */
   readonly resets: () => number;
   /** The host level's counters: lookups count hits, misses and deferrals here. */
