@@ -13,7 +13,6 @@ import type { RequestHandle } from '../roles/handle.js';
 import { EngineRequest } from '../runtime/engine-request.js';
 import type { EnginePhase } from '../runtime/engine-request.js';
 import { UNSET } from '../runtime/protocol.js';
-import { blocksNeeded } from './scenario.js';
 import type { RequestSpec } from './scenario.js';
 
 // Scheduler actions.
@@ -69,8 +68,6 @@ export function phaseName(phase: EnginePhase): string {
 export class WorldRequest extends EngineRequest {
   readonly index: number;
   readonly spec: RequestSpec;
-  /** GPU blocks reserved for it at admission (the world's admission rule). */
-  readonly need: number;
   override handle: RequestHandle = { slot: -1, generation: 0 };
   preemptAt: number[] = [];
   abortAt: number | undefined;
@@ -84,6 +81,8 @@ export class WorldRequest extends EngineRequest {
   published: number[];
   /** Per group: positions below were scanned for sliding-window nulling. */
   nullScan: number[];
+  /** Preempted, and the allocator has not cleared its blocks yet (it resumes only after). */
+  clearPending = false;
   /** The allocator freed its blocks after the drain. */
   freed = false;
   /** The allocator published that this generation's blocks are settled. */
@@ -103,7 +102,6 @@ export class WorldRequest extends EngineRequest {
     );
     this.index = index;
     this.spec = spec;
-    this.need = blocksNeeded(config, spec);
     this.tokens.set(spec.decode, prompt.length);
     this.numTokens = 0;
     const groups = config.groups.length;

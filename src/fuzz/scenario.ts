@@ -126,8 +126,8 @@ export function geometryNames(): string[] {
   return [...GEOMETRIES.map((g) => g.name), HYBRID_ALIGN.name];
 }
 
-/** GPU blocks a request may hold at once, over all groups (its admission reservation). */
-export function blocksNeeded(
+/** GPU blocks a request may hold at once, over all groups (for sizing the pool). */
+function blocksNeeded(
   config: { readonly groups: readonly { readonly tokensPerBlock: number }[] },
   spec: RequestSpec,
 ): number {
@@ -222,11 +222,17 @@ export function scenarioFromSeed(seed: number): Scenario {
     gpuBlocks: 2, // sized below
     tierChunks: 1,
   };
-  // GPU pool pressure: at least the largest request fits, sometimes little more.
+  // GPU pool pressure, often: the largest request fits with little more to
+  // spare, or (about one in seven) the pool is smaller than the largest, whose steps
+  // are then fitted to it, or which the engine ends as too big (a first token
+  // always fits: one block per group).
   const needs = specs.map((s) => blocksNeeded(config, s));
   const largest = Math.max(...needs);
   const total = needs.reduce((a, b) => a + b, 0);
-  const gpuBlocks = 1 + largest + (rng.chance(0.5) ? rng.int(total + 1) : rng.int(4));
+  const spare = rng.chance(0.5) ? rng.int(total + 1) : rng.int(4);
+  const floor = geo.groups.length;
+  const gpuBlocks =
+    1 + (rng.chance(0.15) ? rng.between(floor, Math.max(floor, largest - 1)) : largest + spare);
   // Tier eviction pressure: sometimes only a few chunks fit.
   const tierChunks = rng.chance(0.4) ? rng.between(2, 6) : rng.between(8, 48);
   // Resets come from a stream of their own and after every other event, so

@@ -3,11 +3,11 @@
 // seed's events) and its decision list (one character per decision). Tokens
 // are plain ASCII without spaces, so they paste into a shell unquoted:
 //
-//   kvf1.legacy-zip.pct.pins.1234                       a whole schedule
-//   kvf1.legacy-zip.pct.pins.1234.e0,2.d31340t2         a shrunk one
-//   kvf1.legacy-zip.pct.pins.1234.watch-hole            watching one invariant
-//   kvf1.ready-prefix.pct.pins.1234.r0                  planner without re-validation
-//   kvf1.ready-prefix.pct.pins.1234.s0                  without the settle protocol
+//   kvf1.legacy-zip.pct.pins.1234.trl2                  a whole schedule
+//   kvf1.legacy-zip.pct.pins.1234.trl2.e0,2.d31340t2    a shrunk one
+//   kvf1.legacy-zip.pct.pins.1234.trl2.watch-hole       watching one invariant
+//   kvf1.ready-prefix.pct.pins.1234.r0.trl2             planner without re-validation
+//   kvf1.ready-prefix.pct.pins.1234.trl2.s0             without the settle protocol
 //   kvf1.ready-prefix.random.pins.1234.trt4             --target runtime
 //   kvf1.ready-prefix.random.pins.1234.trt4.uload-while-writing  a runtime test switch on
 //
@@ -22,6 +22,13 @@
 // store holds its passes while that many copy tasks are in flight), drawn the
 // same way: a seed that draws none replays as under `.trt3`, one that draws a
 // capacity another schedule, so `.trt3` is refused too.
+//
+// The roles target's part (`.trl2`) carries its version the same way. Its
+// tokens had no part before (version 1); since its engine schedules by the
+// engine model's policy (steps fitted to the pool, policy preemptions, one
+// request's action per decision: src/fuzz/world-schedule.ts) a seed draws
+// another schedule, so a roles token without the part is refused, naming the
+// seed to draw again.
 //
 // The watched invariants were once written `.w<invariants>` (`.whole` for
 // hole), which read as "whole schedule"; such tokens still decode. The parts
@@ -67,6 +74,8 @@ const PREFIX = 'kvf1';
 const RUNTIME_TARGET = 'trt4';
 /** Runtime target parts of earlier versions, refused by name. */
 const RUNTIME_TARGETS_OLD: readonly string[] = ['trt', 'trt2', 'trt3'];
+/** The roles target's part: its schedules' version (version 1 had no part). */
+const ROLES_TARGET = 'trl2';
 const NO_PINS = switchFlag('no-pins').token;
 const NO_REVALIDATE = switchFlag('no-revalidate').token;
 const NO_SETTLE = switchFlag('no-settle').token;
@@ -88,7 +97,7 @@ export function encodeReplayToken(spec: ReplaySpec): string {
     String(spec.seed),
   ];
   if (spec.revalidate === false) parts.push(NO_REVALIDATE);
-  if (spec.target === 'runtime') parts.push(RUNTIME_TARGET);
+  parts.push(spec.target === 'runtime' ? RUNTIME_TARGET : ROLES_TARGET);
   if (spec.switches !== undefined && spec.switches.length > 0) {
     parts.push(`${SWITCHES_PREFIX}${spec.switches.join(',')}`);
   }
@@ -107,7 +116,7 @@ export function decodeReplayToken(token: string): ReplaySpec {
   const parts = token.trim().split('.');
   if (parts[0] !== PREFIX || parts.length < 5 || parts.length > 12) {
     throw bad(
-      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0][.${RUNTIME_TARGET}][.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
+      `expected ${PREFIX}.<policy>.<strategy>.<pins|nopins>.<seed>[.r0][.s0].<${ROLES_TARGET}|${RUNTIME_TARGET}>[.u<switches>][.${WATCH_PREFIX}<invariants>][.e<events>][.d<decisions>]`,
     );
   }
   const [, policy, strategy, pins, seedText, ...rest] = parts as [
@@ -131,13 +140,16 @@ export function decodeReplayToken(token: string): ReplaySpec {
   let target: FuzzTarget | undefined;
   let switches: RuntimeSwitch[] | undefined;
   let settle: boolean | undefined;
+  let roles = false;
   for (const part of rest) {
     if (part === NO_REVALIDATE && revalidate === undefined) {
       revalidate = false;
     } else if (part === NO_SETTLE && settle === undefined) {
       settle = false;
-    } else if (part === RUNTIME_TARGET && target === undefined) {
+    } else if (part === RUNTIME_TARGET && target === undefined && !roles) {
       target = 'runtime';
+    } else if (part === ROLES_TARGET && target === undefined && !roles) {
+      roles = true;
     } else if (RUNTIME_TARGETS_OLD.includes(part)) {
       throw bad(
         `${quoted(part)} is a runtime-target token of an earlier kvoff whose schedules no longer replay (the roles are driven, or the scenarios drawn, differently since); draw the seed again with --target runtime --seed ${seed} --schedules 1`,
@@ -157,6 +169,11 @@ export function decodeReplayToken(token: string): ReplaySpec {
     } else if (part.startsWith('d') && decisions === undefined) {
       decisions = decisionList(part, bad);
     } else throw bad(`unexpected part ${quoted(part)}`);
+  }
+  if (target === undefined && !roles) {
+    throw bad(
+      `a roles-target token of an earlier kvoff (no .${ROLES_TARGET} part) whose schedules no longer replay (the roles world now schedules by the engine's policy); draw the seed again with --policy ${policy} --strategy ${strategy} --seed ${seed} --schedules 1`,
+    );
   }
   return {
     policy: policy as StorePolicy,

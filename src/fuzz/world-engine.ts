@@ -1,12 +1,18 @@
 // The roles world's engine: the scheduler, hasher and allocator roles of the
 // simulated engine around the core, each step one publication (a batch of
 // token progress, one hash block, one block ID, a preemption clear, a nulled
-// window block, a settle). Requests follow their scenario: preemptions and
-// aborts come at exact step counts, prefill in the spec's batches. The forward
-// pass writes a block's bytes when it is allocated, so a block reused mid-copy
-// shows up as a byte mismatch. World (world.ts) drives it with the store and
-// transfer roles and checks the invariants.
-import { mayAdmit, nextInArrivalOrder } from '../runtime/schedule-policy.js';
+// window block, a settle). The scheduler decides by the engine model's policy
+// (src/runtime/schedule-policy.ts, through world-schedule.ts's pass): steps
+// fitted to the pool, the newest running request preempted when an older one
+// is short, a request ended when alone it cannot make one step, service
+// oldest first, preempted ones resumed before new ones are admitted; one
+// fuzz decision is one request's action. On top of the policy the scenario
+// injects preemptions and aborts at exact step counts: ADVERSARIAL INJECTIONS,
+// a harsher input than pool pressure alone (a preemption mid-prefill, or of
+// the oldest request, which the policy never picks). The forward pass writes
+// a block's bytes when it is allocated, so a block reused mid-copy shows up as
+// a byte mismatch. World (world.ts) drives it with the store and transfer
+// roles and checks the invariants.
 import type { Config } from '../config.js';
 import { writeComputedBlock } from '../copy.js';
 import type { ArenaGeometry } from '../copy.js';
@@ -36,6 +42,8 @@ import {
 } from './request.js';
 import type { WorldRequest } from './request.js';
 import { ALLOCATOR, HASHER, SCHEDULER } from './scenario.js';
+import { SchedulePass } from './world-schedule.js';
+import type { SchedulerChoice } from './world-schedule.js';
 
 /** What the engine asks of the world around it. */
 export interface WorldEngineHooks {
@@ -81,8 +89,10 @@ export class WorldEngine {
   private readonly finishStallSteps: number;
   /** The transfer role is stalled until this decision (a finish mid-store). */
   transferStallUntil = -1;
-  private reservedBlocks = 0;
-  private schedRr = 0;
+  /** The scheduler's pass over the requests, by the engine's policy. */
+  private readonly pass: SchedulePass;
+  private admittedNext = 0;
+  private runSeqNext = 0;
   private allocRr = 0;
   private hashRr = 0;
 
@@ -101,54 +111,25 @@ export class WorldEngine {
     this.requests = parts.requests;
     this.finishStallSteps = parts.finishStallSteps;
     this.slotOwner = parts.slotOwner;
+    this.pass = new SchedulePass({
+      gpuBlocks: this.config.gpuBlocks,
+      requests: this.requests,
+      freeSlots: () => this.scheduler.freeSlotCount,
+      blocksFor: (r, tokens) => this.blocksShort(r, this.base(r) + tokens),
+      canSupply: (r, tokens) => this.canSupply(r, tokens),
+    });
   }
 
   // -------------------------------------------------------------- scheduler
 
-  findSchedulerWork(): WorldRequest | undefined {
-    const n = this.requests.length;
-    for (let i = 0; i < n; i += 1) {
-      const r = this.requests[(this.schedRr + i) % n]!;
-      if (this.schedulerAction(r) !== A_NONE) return r;
-    }
-    return undefined;
+  /** The scheduler's next decision (the policy's pass, world-schedule.ts), or undefined. */
+  findSchedulerWork(): SchedulerChoice | undefined {
+    return this.pass.next();
   }
 
-  private schedulerAction(r: WorldRequest): number {
-    switch (r.phase) {
-      case 'queued': {
-        // Admission in arrival order (the engine model's policy, schedule-policy.ts),
-        // only when a slot is free and the request's blocks can be reserved.
-        // The world reserves a request's whole need at admission and does not
-        // fit its steps to the pool, so it never admits one that does not fit
-        // (not alone either: scenarioFromSeed sizes the pool for the largest).
-        if (nextInArrivalOrder(this.requests, (o) => o.phase === 'queued') !== r) return A_NONE;
-        if (this.scheduler.freeSlotCount === 0) return A_NONE;
-        const free = this.config.gpuBlocks - 1 - this.reservedBlocks;
-        return mayAdmit(r.need, free, false) ? A_OPEN : A_NONE;
-      }
-      case 'preempted':
-        // Its blocks are still to be cleared by the allocator; it resumes after that.
-        return A_NONE;
-      case 'running': {
-        if (r.abortAt !== undefined && r.steps >= r.abortAt) return A_ABORT;
-        if (r.preemptAt.length > 0 && r.preemptAt[0]! <= r.steps && r.steps > 0) return A_PREEMPT;
-        const prefillDone = r.computed + r.scheduled >= r.numTokens;
-        if (!prefillDone) {
-          const c = r.computed + r.scheduled;
-          const s = Math.min(r.spec.batchTokens, r.numTokens - c);
-          return this.canCover(r, c + s) ? A_PREFILL : A_NONE;
-        }
-        if (r.decoded < r.spec.decode.length) {
-          return this.canCover(r, r.numTokens + 1 + r.spec.drafts) ? A_DECODE : A_NONE;
-        }
-        return A_FINISH;
-      }
-      case 'ending':
-        return r.freed ? A_RELEASE : A_NONE;
-      default:
-        return A_NONE;
-    }
+  /** A step's blocks are counted from where the request is: its prefill horizon, or its tokens (decode). */
+  private base(r: WorldRequest): number {
+    return Math.min(r.computed + r.scheduled, r.numTokens);
   }
 
   private blocksShort(r: WorldRequest, tokens: number): number {
@@ -160,8 +141,9 @@ export class WorldEngine {
     return n;
   }
 
-  private canCover(r: WorldRequest, tokens: number): boolean {
-    const n = this.blocksShort(r, tokens);
+  /** The pool can hand out the blocks now (the policy's count may say free what a copy still holds). */
+  private canSupply(r: WorldRequest, tokens: number): boolean {
+    const n = this.blocksShort(r, this.base(r) + tokens);
     if (n <= this.pool.available) return true;
     this.pool.releaseUnpinned(); // the allocator's own housekeeping: copies may have finished
     return n <= this.pool.available;
@@ -171,10 +153,11 @@ export class WorldEngine {
   private allocateFor(r: WorldRequest, tokens: number): boolean {
     const n = this.blocksShort(r, tokens);
     if (n === 0) return true;
-    // canCover counted the free list; inside a planning pass a free block may be
+    // canSupply counted the free list; inside a planning pass a free block may be
     // pinned for a moment (a torn read about to be retried), and the pool skips it.
     const blocks = this.pool.allocate(n);
     if (blocks === undefined) return false;
+    r.held += n;
     let next = 0;
     const bpc = this.config.blocksPerChunk;
     for (const g of this.config.groups) {
@@ -202,26 +185,36 @@ export class WorldEngine {
   }
 
   schedulerStep(): void {
-    const r = this.findSchedulerWork();
-    if (r === undefined) return;
-    this.schedRr = (r.index + 1) % this.requests.length;
-    const action = this.schedulerAction(r);
+    const c = this.pass.next();
+    if (c === undefined) return;
+    if (this.schedulerAct(c)) this.pass.taken(c);
+  }
+
+  /** Carries out one decision; false: it could not (the pool skipped a pinned block), the pass stays. */
+  private schedulerAct(c: SchedulerChoice): boolean {
+    const { r, action } = c;
     switch (action) {
       case A_OPEN:
-        return this.open(r, action);
+        this.open(r, action);
+        return true;
       case A_ABORT:
-        return this.abort(r, action);
+        this.abort(r, action, c.reason);
+        return true;
       case A_PREEMPT:
-        return this.preempt(r, action);
+        this.preempt(c.victim ?? r, action, c.victim === undefined ? undefined : r);
+        return true;
       case A_PREFILL:
-        return this.prefill(r, action);
+        return this.prefill(r, action, c.tokens);
       case A_DECODE:
-        return this.decode(r, action);
+        return this.decode(r, action, c.tokens);
       case A_FINISH:
-        return this.finish(r, action);
+        this.finish(r, action);
+        return true;
       case A_RELEASE:
-        return this.release(r, action);
+        this.release(r, action);
+        return true;
     }
+    return true;
   }
 
   private open(r: WorldRequest, action: number): void {
@@ -229,7 +222,8 @@ export class WorldEngine {
     r.handle = s.open({ requestId: r.spec.requestId, promptTokens: r.spec.prompt });
     r.phase = 'running';
     r.numTokens = r.spec.prompt.length;
-    this.reservedBlocks += r.need;
+    r.admittedSeq = ++this.admittedNext;
+    r.runSeq = ++this.runSeqNext;
     this.slotOwner[r.handle.slot] = r;
     this.hooks.markDirty(r);
     this.hooks.note(
@@ -242,41 +236,57 @@ export class WorldEngine {
     );
   }
 
-  private abort(r: WorldRequest, action: number): void {
+  /** An injected abort (the scenario's), or the policy's end of one too big for the pool (`reason`). */
+  private abort(r: WorldRequest, action: number, reason: string | undefined): void {
     const s = this.scheduler;
     s.abort(r.handle);
     endedLife(r, 'aborted');
+    r.reason = reason;
     this.hooks.markDirty(r);
-    this.hooks.note(
-      SCHEDULER,
-      action,
-      r.index,
-      r.steps,
-      () => `abort r${r.spec.requestId} (computed ${r.computed}${r.steps === 0 ? ', queued' : ''})`,
+    this.hooks.note(SCHEDULER, action, r.index, r.steps, () =>
+      reason === undefined
+        ? `abort r${r.spec.requestId} (computed ${r.computed}${r.steps === 0 ? ', queued' : ''})`
+        : `end r${r.spec.requestId}: ${reason}`,
     );
   }
 
-  private preempt(r: WorldRequest, action: number): void {
+  /**
+   * Preempts `r`: an injected preemption (the scenario's, at its step count),
+   * or the policy's (`forRequest` is short of blocks: `r` is the newest
+   * running, or `forRequest` itself). The engine's count frees its blocks at
+   * once; the pool gets them when the allocator cleared them.
+   */
+  private preempt(r: WorldRequest, action: number, forRequest: WorldRequest | undefined): void {
     const s = this.scheduler;
     s.preempt(r.handle);
-    r.preemptAt.shift();
+    if (forRequest === undefined) r.preemptAt.shift();
     preemptedLife(r);
     r.scheduled = 0;
+    r.held = 0;
+    r.clearPending = true;
     this.hooks.markDirty(r);
     this.hooks.note(
       SCHEDULER,
       action,
       r.index,
       r.steps,
-      () => `preempt r${r.spec.requestId}: progress back to 0, blocks to be cleared`,
+      () =>
+        `preempt r${r.spec.requestId}${forRequest === undefined ? '' : forRequest === r ? ' (itself: the pool is short, older requests run)' : ` for r${forRequest.spec.requestId} (the pool is short)`}: progress back to 0, blocks to be cleared`,
     );
   }
 
-  private prefill(r: WorldRequest, action: number): void {
+  /** A prefill chunk of `sc` tokens (fitted to the pool); a preempted request resumes with it. */
+  private prefill(r: WorldRequest, action: number, sc: number): boolean {
     const s = this.scheduler;
     const c = r.computed + r.scheduled;
-    const sc = Math.min(r.spec.batchTokens, r.numTokens - c);
-    if (!this.allocateFor(r, c + sc)) return this.waitForBlocks(r);
+    if (!this.allocateFor(r, c + sc)) {
+      this.waitForBlocks(r);
+      return false;
+    }
+    if (r.phase === 'preempted') {
+      r.phase = 'running';
+      r.runSeq = ++this.runSeqNext;
+    }
     s.progress(r.handle, c, sc);
     r.computed = c;
     r.scheduled = sc;
@@ -289,14 +299,18 @@ export class WorldEngine {
       c + sc,
       () => `prefill r${r.spec.requestId}: computed ${c} + scheduled ${sc}`,
     );
+    return true;
   }
 
-  private decode(r: WorldRequest, action: number): void {
+  /** A decode token and its drafts (`sc` tokens, fewer drafts when the pool is short). */
+  private decode(r: WorldRequest, action: number, sc: number): boolean {
     const s = this.scheduler;
     // Every known token is computed now; drafts of the last step were rejected.
     const c = r.numTokens;
-    const sc = 1 + r.spec.drafts;
-    if (!this.allocateFor(r, c + sc)) return this.waitForBlocks(r);
+    if (!this.allocateFor(r, c + sc)) {
+      this.waitForBlocks(r);
+      return false;
+    }
     const tok = r.spec.decode[r.decoded]!;
     s.appendTokens(r.handle, [tok]);
     r.numTokens += 1;
@@ -312,8 +326,9 @@ export class WorldEngine {
       r.index,
       r.numTokens,
       () =>
-        `decode r${r.spec.requestId}: token ${r.numTokens}, computed ${c} + scheduled ${sc}${r.spec.drafts ? ` (${r.spec.drafts} drafts)` : ''}`,
+        `decode r${r.spec.requestId}: token ${r.numTokens}, computed ${c} + scheduled ${sc}${sc > 1 ? ` (${sc - 1} drafts)` : ''}`,
     );
+    return true;
   }
 
   private finish(r: WorldRequest, action: number): void {
@@ -341,7 +356,6 @@ export class WorldEngine {
     const slot = r.handle.slot;
     s.release(r.handle);
     r.phase = 'done';
-    this.reservedBlocks -= r.need;
     this.slotOwner[slot] = undefined;
     this.hooks.released(slot);
     this.hooks.note(
@@ -393,7 +407,7 @@ export class WorldEngine {
   }
 
   private allocatorAction(r: WorldRequest): number {
-    if (r.phase === 'preempted') return A_CLEAR;
+    if (r.phase === 'preempted') return r.clearPending ? A_CLEAR : A_NONE;
     if (r.phase === 'ending' && !r.freed) {
       if (this.drained(r)) return A_FREE;
     }
@@ -476,8 +490,9 @@ export class WorldEngine {
     blocksCleared(r);
     this.pool.release(freed);
     this.pool.release(unpublished);
-    // Preempted: its blocks are back, so it runs again (from zero).
-    if (action === A_CLEAR) r.phase = 'running';
+    r.held = 0;
+    // Preempted: its blocks are back; the scheduler resumes it (from zero) when the policy says.
+    if (action === A_CLEAR) r.clearPending = false;
     else r.freed = true;
     this.hooks.markDirty(r);
     this.hooks.note(
@@ -494,6 +509,7 @@ export class WorldEngine {
     const [g, p] = this.nullable(r)!;
     const old = this.allocator.nullBlock(r.handle, g, p);
     r.blocks[g]![p] = 0;
+    r.held -= 1;
     this.pool.release([old]);
     this.hooks.markDirty(r);
     this.hooks.note(

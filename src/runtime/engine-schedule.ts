@@ -19,12 +19,15 @@ import { ALLOC_FAILURES_MAX } from './engine-state.js';
 import type { EngineState } from './engine-state.js';
 import { OP_ALLOC, OP_PREEMPT } from './protocol.js';
 import {
+  admissionBlocks,
   byAdmissionOrder,
   byRunOrder,
   mayAdmit,
   mustEndTooBig,
+  mustPreemptItself,
   nextInArrivalOrder,
   preemptionVictim,
+  resumeRoom,
 } from './schedule-policy.js';
 
 /** Least time between two sends of a refused allocation. */
@@ -65,7 +68,7 @@ function planRunning(e: EngineState, p: StepPlan): void {
       preempt(e, victim);
       p.did = true;
     }
-    if (e.blocksFor(r, n) > e.freeBlocks() && older > 0 && r.held > 0) {
+    if (mustPreemptItself(e.blocksFor(r, n) > e.freeBlocks(), older, r.held)) {
       // Nothing newer is left: like vLLM it preempts itself, so the older
       // requests keep the room to grow; it resumes once there is room again.
       preempt(e, r);
@@ -106,7 +109,7 @@ function planPreempted(e: EngineState, p: StepPlan): void {
     const n = e.fitTokens(
       r,
       tokensFor(e, r, p.budget),
-      e.freeBlocks() - (alone ? 0 : e.watermarkBlocks()),
+      resumeRoom(e.freeBlocks(), e.watermarkBlocks(), alone),
     );
     if (mustEndTooBig(n, alone)) {
       end(e, r, 'aborted', poolReason(e, r));
@@ -158,7 +161,7 @@ function planAdmissions(e: EngineState, p: StepPlan): void {
     if (r === undefined) break;
     const first = Math.min(r.promptLength, p.budget);
     const alone = e.heldBlocks === 0 && e.reservedBlocks === 0 && admitBlocks === 0;
-    const need = e.blocksForTokens(first) + (alone ? 0 : e.watermarkBlocks());
+    const need = admissionBlocks(e.blocksForTokens(first), e.watermarkBlocks(), alone);
     // Alone it is admitted whatever its size: the running pass fits its
     // prefill chunks to the pool, or ends it if not even one token fits.
     if (!mayAdmit(need, e.freeBlocks() - admitBlocks, alone)) break;

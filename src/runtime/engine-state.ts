@@ -14,6 +14,7 @@ import type { EngineEvents, EngineRequest } from './engine-request.js';
 import type { Outbox } from './outbox.js';
 import type { Prng } from '../prng.js';
 import { publishStat } from './stats.js';
+import { tokensThatFit, watermarkBlocks } from './schedule-policy.js';
 
 /** The engine's counters, published to the stats words after every change that matters. */
 function engineCounters() {
@@ -49,8 +50,6 @@ export interface EngineParts {
   readonly kv: EngineKv;
 }
 
-/** Share of the pool kept free at admission. */
-const WATERMARK_FRACTION = 0.02;
 /**
  * Refused allocations of the same request (the engine's accounting said the
  * blocks are free, but some still wait in quarantine for a copy to finish)
@@ -126,7 +125,7 @@ export class EngineState implements EngineParts {
   }
 
   watermarkBlocks(): number {
-    return Math.ceil(this.views.config.gpuBlocks * WATERMARK_FRACTION);
+    return watermarkBlocks(this.views.config.gpuBlocks);
   }
 
   /** Blocks a fresh request needs for its first `tokens` tokens, over all groups. */
@@ -150,15 +149,7 @@ export class EngineState implements EngineParts {
 
   /** The most tokens, at most `n`, whose new blocks fit in `free` (0 if not even one token's). */
   fitTokens(r: EngineRequest, n: number, free: number): number {
-    if (this.blocksFor(r, n) <= free) return n;
-    let lo = 0;
-    let hi = n; // blocksFor(lo) fits (or lo is 0), blocksFor(hi) does not
-    while (hi - lo > 1) {
-      const mid = (lo + hi) >>> 1;
-      if (this.blocksFor(r, mid) <= free) lo = mid;
-      else hi = mid;
-    }
-    return lo;
+    return tokensThatFit(n, free, (t) => this.blocksFor(r, t));
   }
 
   /** Counts `r.wanted` against the pool until the allocator answers. */

@@ -3,10 +3,12 @@
 // running one is preempted to make room (the newest holding blocks, never an
 // older one), whether a new one may be admitted (it fits beside the others, or
 // it is alone), and whether one must be ended as too big (alone, with the whole
-// pool, it still cannot make one step). The engine simulator
-// (engine-schedule.ts) and the roles fuzz target's engine
-// (src/fuzz/world-engine.ts) call these; each keeps only how it carries a
-// decision out (ring records, or one role step at a time).
+// pool, it still cannot make one step), how much room admission and resumption
+// keep free (the watermark), how a step is fitted to the free blocks, and when
+// a request preempts itself. The engine simulator (engine-schedule.ts) and the
+// roles fuzz target's engine (src/fuzz/world-schedule.ts) call these; each
+// keeps only how it carries a decision out (ring records, or one request's
+// action per fuzz decision).
 import type { EngineRequest } from './engine-request.js';
 
 /** What the policy reads of a request. */
@@ -73,4 +75,60 @@ export function mayAdmit(needBlocks: number, freeBlocks: number, alone: boolean)
  */
 export function mustEndTooBig(tokensThatFit: number, alone: boolean): boolean {
   return tokensThatFit === 0 && alone;
+}
+
+/** Share of the pool kept free when a request is admitted or resumed beside others. */
+const WATERMARK_FRACTION = 0.02;
+
+/** Blocks kept free beside running requests when another is admitted or resumed. */
+export function watermarkBlocks(gpuBlocks: number): number {
+  return Math.ceil(gpuBlocks * WATERMARK_FRACTION);
+}
+
+/**
+ * Free blocks a request being admitted must find: its first prefill chunk's
+ * blocks, plus the watermark unless it is alone (then nothing is kept back).
+ */
+export function admissionBlocks(
+  firstChunkBlocks: number,
+  watermark: number,
+  alone: boolean,
+): number {
+  return firstChunkBlocks + (alone ? 0 : watermark);
+}
+
+/** The blocks a preempted request may resume into: the free ones, less the watermark unless alone. */
+export function resumeRoom(freeBlocks: number, watermark: number, alone: boolean): number {
+  return freeBlocks - (alone ? 0 : watermark);
+}
+
+/**
+ * The most tokens, at most `n`, whose new blocks (`blocksFor`, growing with
+ * the tokens) fit in `freeBlocks`; 0 if not even one token's do. Steps are
+ * fitted to the pool: a prefill takes the chunk that fits.
+ */
+export function tokensThatFit(
+  n: number,
+  freeBlocks: number,
+  blocksFor: (tokens: number) => number,
+): number {
+  if (blocksFor(n) <= freeBlocks) return n;
+  let lo = 0;
+  let hi = n; // blocksFor(lo) fits (or lo is 0), blocksFor(hi) does not
+  while (hi - lo > 1) {
+    const mid = (lo + hi) >>> 1;
+    if (blocksFor(mid) <= freeBlocks) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/**
+ * A running request still short of blocks once nothing newer is left to
+ * preempt preempts itself when older requests were served before it in this
+ * step and it holds blocks (like vLLM): the older ones keep the room to grow,
+ * and it resumes once there is room again.
+ */
+export function mustPreemptItself(short: boolean, olderServed: number, held: number): boolean {
+  return short && olderServed > 0 && held > 0;
 }

@@ -121,7 +121,7 @@ describe('kvoff fuzz', () => {
     expect(r.code).toBe(1);
     expect(r.stdout).toMatch(/invariant\s+crash/);
     expect(r.stdout).toMatch(
-      /kvoff fuzz --replay kvf1\.legacy-assert\.random\.pins\.\d+\.watch-crash/,
+      /kvoff fuzz --replay kvf1\.legacy-assert\.random\.pins\.\d+\.trl2\.watch-crash/,
     );
     expect(r.stdout).toMatch(/shrunk trace/);
     expect(r.stdout + r.stderr).not.toContain(String.fromCharCode(27));
@@ -134,7 +134,7 @@ describe('kvoff fuzz', () => {
     ['--seconds', '1', '--schedules', '1'],
     ['--schedules', '-3'],
     ['--replay', 'garbage'],
-    ['--replay', 'kvf1.legacy-zip.pct.pins.1', '--seed', '2'],
+    ['--replay', 'kvf1.legacy-zip.pct.pins.1.trl2', '--seed', '2'],
     ['--bogus'],
   ]) {
     it(`bad usage exits 2: ${args.join(' ')}`, async () => {

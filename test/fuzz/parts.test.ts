@@ -113,10 +113,10 @@ describe('replay tokens', () => {
       decisions: [0, 1, -1, 4, 3],
     } as const;
     const token = encodeReplayToken(shrunk);
-    expect(token).toBe('kvf1.ready-prefix.random.nopins.0.watch-hole,crash.e0,3.d01t43');
+    expect(token).toBe('kvf1.ready-prefix.random.nopins.0.trl2.watch-hole,crash.e0,3.d01t43');
     expect(decodeReplayToken(token)).toEqual(shrunk);
     const torn = { ...whole, revalidate: false };
-    expect(encodeReplayToken(torn)).toBe('kvf1.legacy-zip.pct.pins.4294967295.r0');
+    expect(encodeReplayToken(torn)).toBe('kvf1.legacy-zip.pct.pins.4294967295.r0.trl2');
     expect(decodeReplayToken(encodeReplayToken(torn))).toEqual(torn);
   });
 
@@ -133,9 +133,33 @@ describe('replay tokens', () => {
       'kvf1.legacy-zip.pct.pins.1.d019',
       'kvf1.legacy-zip.pct.pins.1.wnothing',
       'kvf1.legacy-zip.pct.pins.1.x',
+      'kvf1.legacy-zip.pct.pins.1.trl2.trl2',
+      'kvf1.legacy-zip.pct.pins.1.trl2.trt4',
     ]) {
       expect(() => decodeReplayToken(bad), bad).toThrow(InvalidArgumentError);
     }
+  });
+});
+
+describe('replay tokens of the roles target carry the version of its schedules', () => {
+  it('a token without the .trl2 part (version 1, before the roles world scheduled by the engine policy) is refused, naming the seed to draw again', () => {
+    let thrown: unknown;
+    try {
+      decodeReplayToken('kvf1.legacy-zip.random.pins.8.watch-hole.e0.d0030');
+    } catch (e) {
+      thrown = e;
+    }
+    expect(thrown).toBeInstanceOf(InvalidArgumentError);
+    expect((thrown as InvalidArgumentError).code).toBe('KVOFF_INVALID_ARGUMENT');
+    expect(String((thrown as Error).message)).toContain(
+      '--policy legacy-zip --strategy random --seed 8 --schedules 1',
+    );
+  });
+
+  it('a roles token of this version decodes, and its part is what encoding writes', () => {
+    const spec = { policy: 'ready-prefix', strategy: 'pct', pins: true, seed: 12 } as const;
+    expect(encodeReplayToken(spec)).toBe('kvf1.ready-prefix.pct.pins.12.trl2');
+    expect(decodeReplayToken('kvf1.ready-prefix.pct.pins.12.trl2')).toEqual(spec);
   });
 });
 

@@ -93,7 +93,7 @@ describe('the simulator interleaves inside a planning pass', () => {
     });
     expect(r.violations).toBe(1);
     expect(r.first!.invariant).toBe('mispairing');
-    expect(r.first!.replayToken).toMatch(/\.r0$/);
+    expect(r.first!.replayToken).toMatch(/\.r0\.trl2$/);
     expect(r.first!.shrunkTrace.some((l) => l.nested)).toBe(true);
   });
 });
