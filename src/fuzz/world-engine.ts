@@ -132,17 +132,19 @@ export class WorldEngine {
     return Math.min(r.computed + r.scheduled, r.numTokens);
   }
 
+  /** Blocks `r` lacks to cover `tokens` (a preempted request's are all going back: it lacks them all). */
   private blocksShort(r: WorldRequest, tokens: number): number {
     let n = 0;
     for (const g of this.config.groups) {
       const want = Math.min(Math.ceil(tokens / g.tokensPerBlock), this.config.maxBlocksPerRequest);
-      n += Math.max(0, want - r.blocks[g.index]!.length);
+      n += Math.max(0, want - (r.clearPending ? 0 : r.blocks[g.index]!.length));
     }
     return n;
   }
 
   /** The pool can hand out the blocks now (the policy's count may say free what a copy still holds). */
   private canSupply(r: WorldRequest, tokens: number): boolean {
+    if (r.clearPending) return false; // the allocator clears its blocks first
     const n = this.blocksShort(r, this.base(r) + tokens);
     if (n <= this.pool.available) return true;
     this.pool.releaseUnpinned(); // the allocator's own housekeeping: copies may have finished

@@ -191,10 +191,13 @@ export class SchedulePass {
     return this.v.canSupply(r, n) ? { r, action, tokens: n } : 'hold';
   }
 
-  /** A preempted request's turn, once the allocator cleared its blocks: it resumes from zero. */
+  /**
+   * A preempted request's turn: it resumes from zero when there is room (the
+   * pass holds on it until the allocator cleared its blocks), or it waits and
+   * nothing new is admitted.
+   */
   private resumeTurn(r: WorldRequest): Turn {
     if (r.phase !== 'preempted') return 'next';
-    if (r.clearPending) return 'next'; // the allocator has not cleared its blocks yet
     const alone = this.heldBlocks() === 0;
     const room = resumeRoom(this.freeBlocks(), watermarkBlocks(this.v.gpuBlocks), alone);
     const n = tokensThatFit(tokensFor(r), room, (t) => this.v.blocksFor(r, t));
