@@ -60,8 +60,11 @@ export function phaseName(phase: EnginePhase): string {
 
 /**
  * The roles world's request. Its phases are the engine model's: queued until
- * opened, running, preempted from the preemption until the allocator cleared
- * its blocks, ending from finish or abort until released, done. Its tokens
+ * opened, running, preempted from the preemption until the scheduler resumes
+ * it (after the allocator cleared its blocks: `clearPending`), ending from
+ * finish or abort (injected, or the policy's end of one too big for the pool)
+ * until released, done. `held` is the engine's count of its blocks (zero from
+ * its preemption on, though the pool gets them back only at the clear). Its tokens
  * are known up front (the scenario's prompt and decode), so its key chain is
  * hashed whole at construction: `keys` are the keys every store must carry.
  */

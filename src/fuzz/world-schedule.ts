@@ -12,7 +12,10 @@
 // at once, an ending one's until the allocator freed them); blocks the count
 // says are free but the pool cannot supply yet (quarantined behind a copy, or
 // a preempted request's before the allocator cleared them) hold the pass on
-// that request, as the engine's step waits for its allocation's answer.
+// that request, as the engine's step waits for its allocation's answer; a
+// preempted request's turn holds the pass until its own blocks are cleared
+// (the engine clears them at the preemption), so nothing new is admitted
+// before it resumed or was found to wait for room.
 // The scenario's scripted preemptions and aborts come on top, at the
 // request's turn (adversarial injections: world-engine.ts).
 import {
