@@ -17,7 +17,9 @@
 // (the engine clears them at the preemption), so nothing new is admitted
 // before it resumed or was found to wait for room.
 // The scenario's scripted preemptions and aborts come on top, at the
-// request's turn (adversarial injections: world-engine.ts).
+// request's turn (adversarial injections: world-engine.ts). The engine's step
+// token budget and running cap have no counterpart here: the scenario's batch
+// sizes and slot count stand for them.
 import {
   admissionBlocks,
   byAdmissionOrder,
