@@ -2,6 +2,7 @@
 // every repeat (their order rotates between repeats so drift on a shared
 // machine does not favour one), with ratios paired per repeat.
 import { MessageChannel } from 'node:worker_threads';
+import type { GcPauses } from '../lib/gc-pauses.js';
 import type { Figure } from '../lib/stats.js';
 import { figure, median, ratioFigure } from '../lib/stats.js';
 import type { ThreadPool, ThreadTask } from '../lib/threads.js';
@@ -116,6 +117,10 @@ export interface DesignRow {
   readonly loadLatencyMsP99?: Figure;
   /** At the fixed offered load: this design's p99 over a's, paired per repeat (> 1: a is lower). */
   readonly loadLatencyP99OverA?: Figure;
+  /** At the fixed offered load: garbage-collection pauses per run, every thread of the design from go on. */
+  readonly loadGcPauses?: Figure;
+  /** At the fixed offered load: the longest of those pauses in a run. */
+  readonly loadGcPauseMsMax?: Figure;
   /** Medians of the store's own counters (passes, jobs, messages, snapshot retries). */
   readonly store: Record<string, number>;
 }
@@ -172,6 +177,8 @@ interface Measured {
   readonly storeCpuMs: number;
   /** The floor: the hash stand-in alone (NaN for every other design). */
   readonly hashCpuMs: number;
+  /** Every thread's collections from go on, summed (count, total) and the longest. */
+  readonly gc: GcPauses;
   readonly latencyMsP50: number;
   readonly latencyMsP99: number;
 }
@@ -200,6 +207,7 @@ async function runOnce(
 
 interface DesignRun {
   readonly store: StoreOutcome;
+  readonly gc: GcPauses;
   readonly runCpuMs: number;
   readonly writerCpuMs: number;
   readonly storeCpuMs: number;
@@ -223,6 +231,7 @@ async function runDesign(
     const publish = store.publishCpuMs;
     return {
       store,
+      gc: gcOf([store]),
       runCpuMs: round.cpuMs,
       writerCpuMs: publish ?? Number.NaN,
       storeCpuMs: publish === undefined ? Number.NaN : store.threadCpuMs,
@@ -296,11 +305,27 @@ async function runDesign(
   checkDispatched(design, shape, store);
   return {
     store,
+    gc: gcOf(round.results),
     runCpuMs: round.cpuMs,
     writerCpuMs: writerOutcomes.reduce((n, w) => n + w.threadCpuMs, 0),
     storeCpuMs: store.threadCpuMs,
     hashCpuMs: Number.NaN,
   };
+}
+
+/** The collections of every thread of a run (bench-thread adds each thread's `gc`). */
+function gcOf(results: readonly unknown[]): GcPauses {
+  let count = 0;
+  let msMax = 0;
+  let msTotal = 0;
+  for (const r of results) {
+    const gc = (r as { gc?: GcPauses }).gc;
+    if (gc === undefined) continue;
+    count += gc.count;
+    msMax = Math.max(msMax, gc.msMax);
+    msTotal += gc.msTotal;
+  }
+  return { count, msMax, msTotal };
 }
 
 function checkDispatched(design: DesignName, shape: StreamShape, store: StoreOutcome): void {
@@ -368,11 +393,15 @@ export async function runDesignBench(
     const loadShape = { ...shape, chunks: options.loadChunks ?? shape.chunks };
     const roundMs = roundMsFor(loadShape, offered);
     const loadP99 = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
+    const loadGc = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
+    const loadGcMax = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
     for (let rep = 0; rep < options.repeats; rep += 1) {
       for (let k = 0; k < THREADED.length; k += 1) {
         const d = THREADED[(k + rep) % THREADED.length]!;
         const m = await runOnce(pool, d, loadShape, writers, options.batch, roundMs);
         loadP99.get(d)!.push(m.latencyMsP99);
+        loadGc.get(d)!.push(m.gc.count);
+        loadGcMax.get(d)!.push(m.gc.msMax);
       }
     }
     for (const d of ORDER) {
@@ -404,6 +433,8 @@ export async function runDesignBench(
           ? {
               loadLatencyMsP99: figure(atLoad, 'ms'),
               loadLatencyP99OverA: ratioFigure(atLoad, loadP99.get('a')!),
+              loadGcPauses: figure(loadGc.get(d)!, 'pauses/run'),
+              loadGcPauseMsMax: figure(loadGcMax.get(d)!, 'ms'),
             }
           : {}),
         store: medianNotes(notes.get(d)!),
