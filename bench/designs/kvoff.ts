@@ -112,6 +112,29 @@ export function hashStreamStandIn(s: StreamShape): void {
   }
 }
 
+/**
+ * Design a's writer role calls alone, on one bench thread: every round of
+ * every source through KvoffWriters (the same calls a's writer threads make,
+ * the hash stand-in included), with no store and no other thread running.
+ * What the role code costs per event before any thread is involved; run
+ * apart from every design, so its set-up and garbage count in none of them.
+ */
+export function kvoffRoleCallsThread(
+  p: { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): { readonly events: number; readonly threadCpuMs: number } {
+  const s = p.shape;
+  const setup = setupKvoffDesign(s);
+  const state = SharedState.attach(resolveConfig(setup.config), setup.buffers);
+  const writers = new KvoffWriters(state, setup.pub, s, setup.handles);
+  ready();
+  round.waitGo();
+  const cpu = new ThreadCpuClock();
+  for (let c = 0; c < s.chunks; c += 1) writers.publishRound(c, ALL_SOURCES);
+  return { events: s.requests * s.chunks * ALL_SOURCES.length, threadCpuMs: cpu.elapsed() };
+}
+
 function kvoffDesignConfig(s: StreamShape): ConfigInput {
   return {
     groups: [{ kind: 'full', tokensPerBlock: TOKENS_PER_CHUNK }],

@@ -99,6 +99,12 @@ export interface DesignRow {
    * precomputed keys), timed on the floor's thread outside its run.
    */
   readonly hashCpuNsPerEvent?: Figure;
+  /**
+   * Design a's row only: CPU ns per event of its writer role calls alone
+   * (KvoffWriters on one bench thread, the hash stand-in included, no store),
+   * a task of its own after each repeat's designs.
+   */
+  readonly roleCpuNsPerEvent?: Figure;
   /** Events per CPU-second of the process over the whole run, harness included (the measure before 2026-12). */
   readonly eventsPerCpuSecondWholeRun: Figure;
   /** This design's CPU ns per event over the floor's, paired per repeat (1: at the floor). */
@@ -225,7 +231,10 @@ async function runDesign(
   if (design === 'd' || design === 'floor') {
     const kind = design === 'd' ? 'design-d' : 'design-floor';
     const round = await pool.runTimed([{ kind, params: { shape } }], { cpu: true });
-    const store = round.results[0] as StoreOutcome & { publishCpuMs?: number; hashCpuMs?: number };
+    const store = round.results[0] as StoreOutcome & {
+      publishCpuMs?: number;
+      hashCpuMs?: number;
+    };
     checkDispatched(design, shape, store);
     // The floor's two phases: the publications (the writers' side) and the windows and jobs (the store's).
     const publish = store.publishCpuMs;
@@ -313,6 +322,13 @@ async function runDesign(
   };
 }
 
+/** Design a's writer role calls alone, CPU ns per event (see kvoffRoleCallsThread). */
+async function roleCallsNsPerEvent(pool: ThreadPool, shape: StreamShape): Promise<number> {
+  const round = await pool.runTimed([{ kind: 'design-a-role-calls', params: { shape } }]);
+  const out = round.results[0] as { events: number; threadCpuMs: number };
+  return (out.threadCpuMs * 1e6) / out.events;
+}
+
 /** The collections of every thread of a run (bench-thread adds each thread's `gc`). */
 function gcOf(results: readonly unknown[]): GcPauses {
   let count = 0;
@@ -360,6 +376,7 @@ export async function runDesignBench(
     const writerNs = series();
     const storeNs = series();
     const hashNs = series();
+    const roleNs = series();
     const p50 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const p99 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const notes = new Map<DesignName, Record<string, number>[]>(ORDER.map((d) => [d, []]));
@@ -404,6 +421,12 @@ export async function runDesignBench(
         loadGcMax.get(d)!.push(m.gc.msMax);
       }
     }
+    // Last: its set-up and garbage land in the next writer count's warm-up
+    // runs, which are not recorded (run between measured designs, the next
+    // one's CPU carried its collections).
+    for (let rep = 0; rep < options.repeats; rep += 1) {
+      roleNs.get('a')!.push(await roleCallsNsPerEvent(pool, shape));
+    }
     for (const d of ORDER) {
       const atLoad = loadP99.get(d);
       const perThread = (m: Map<DesignName, number[]>) =>
@@ -411,6 +434,7 @@ export async function runDesignBench(
       const writerCpu = perThread(writerNs);
       const storeCpu = perThread(storeNs);
       const hashCpu = perThread(hashNs);
+      const roleCpu = roleNs.get(d)!.length > 0 ? perThread(roleNs) : undefined;
       rows.push({
         design: d,
         writers,
@@ -420,6 +444,7 @@ export async function runDesignBench(
         ...(writerCpu ? { writerCpuNsPerEvent: writerCpu } : {}),
         ...(storeCpu ? { storeCpuNsPerEvent: storeCpu } : {}),
         ...(hashCpu ? { hashCpuNsPerEvent: hashCpu } : {}),
+        ...(roleCpu ? { roleCpuNsPerEvent: roleCpu } : {}),
         eventsPerCpuSecondWholeRun: figure(epcWhole.get(d)!, 'events/CPU-s'),
         cpuOverFloor: ratioFigure(cpuNs.get(d)!, cpuNs.get('floor')!),
         aLeanCpuAdvantage: ratioFigure(epc.get('aLean')!, epc.get(d)!),
