@@ -219,6 +219,9 @@ function fullPathCpu(w: WriterRows): TargetCheck {
   const storeExtra = med(a.storeCpuNsPerEvent) - med(aLean.storeCpuNsPerEvent);
   const jobs = w.jobs('a');
   const storeUsPerJob = (med(a.storeCpuNsPerEvent) * w.chunks * 3) / jobs / 1000;
+  // Three events per chunk (tokens, key, block): the store's CPU per chunk it dispatched.
+  const storeNsPerChunk = med(a.storeCpuNsPerEvent) * 3;
+  const passes = a.store.passes ?? Number.NaN;
   return check(
     id,
     target,
@@ -226,7 +229,7 @@ function fullPathCpu(w: WriterRows): TargetCheck {
     missed.length === 0,
     missed.join(', '),
     Number.isFinite(writerExtra) && Number.isFinite(storeExtra)
-      ? `a's writers spent ${fmt(writerExtra, 0)} ns per event more than aLean's: the role calls (handle and claim checks, validation) and the hashing${hashSentence(hashNs, med(aLean.cpuNsPerEvent))}.${roleSentence(w, aLean)} a's store spent ${fmt(storeExtra, 0)} ns per event more: it planned ${fmt(jobs, 0)} jobs where aLean's made ${fmt(w.jobs('aLean'), 0)}, each a snapshot, windows, pins, a tier offer and a completion, ${fmt(storeUsPerJob, 2)} us of store CPU per job.`
+      ? `a's writers spent ${fmt(writerExtra, 0)} ns per event more than aLean's: the role calls (handle and claim checks, validation) and the hashing${hashSentence(hashNs, med(aLean.cpuNsPerEvent))}.${roleSentence(w, aLean)} a's store spent ${fmt(storeExtra, 0)} ns per event more: it planned ${fmt(jobs, 0)} jobs of ${fmt(w.chunks / jobs, 1)} chunks in ${fmt(passes, 0)} passes where aLean's made ${fmt(w.jobs('aLean'), 0)}, each a snapshot, windows, pins, a tier offer and a completion: ${fmt(storeUsPerJob, 2)} us of store CPU per job, ${fmt(storeNsPerChunk, 0)} ns per chunk.`
       : `a spent ${ns(a.cpuNsPerEvent)} per event against aLean's ${ns(aLean.cpuNsPerEvent)} (the threads were not measured apart).`,
     [
       "Less role work per publication: each role call reads the caller's handles and values once into private memory and checks every entry (so a hostile or racing caller cannot make it write what it did not check), and publishes with an atomic operation per count; a batch entry for a trusted caller, taking slot and value arrays the role owns, would skip the copy and the per-handle checks. Then jobs without per-chunk objects (the planner builds a job object, a chunk object and two arrays per chunk, and keys as BigInts); fewer, larger jobs when the transfer backend is busy (issue 30, point 3).",
