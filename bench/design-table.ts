@@ -47,6 +47,15 @@ export function designTableNotes(d: DesignResults): string[] {
   const hash = d.rows
     .filter((r) => r.design === 'floor' && r.hashCpuNsPerEvent !== undefined)
     .map((r) => `${round(r.hashCpuNsPerEvent, 0)} ns per event (${r.writers} writer(s) run)`);
+  const roles = d.rows
+    .filter((r) => r.design === 'a' && r.roleCpuNsPerEvent !== undefined)
+    .map((r) => `${round(r.roleCpuNsPerEvent, 0)} ns per event (${r.writers} writer(s) run)`);
+  const gc = d.rows
+    .filter((r) => r.loadGcPauses !== undefined && (r.design === 'a' || r.design === 'cLean'))
+    .map(
+      (r) =>
+        `${designLabel(r.design)} ${round(r.loadGcPauses, 1)} (longest ${round(r.loadGcPauseMsMax, 2)} ms, ${r.writers} writer(s))`,
+    );
   return [
     d.cpuMeasure === 'run'
       ? "CPU: every thread but the harness from go to the last dispatch (writers and store apart from each thread's own counter); × floor: CPU per event over the floor's, paired per repeat; the floor's writers and store columns are its two phases, the least a publication and the least the store's side cost per event."
@@ -55,6 +64,16 @@ export function designTableNotes(d: DesignResults): string[] {
     ...(hash.length
       ? [
           `The hash stand-in alone, as a's hasher role calls it per chunk (a, b, c and d hash; the lean designs and the floor are handed precomputed keys), timed on the floor's thread outside its run: ${hash.join(', ')}.`,
+        ]
+      : []),
+    ...(roles.length
+      ? [
+          `Design a's writer role calls alone (the same calls its writer threads make, the hash stand-in included), on one bench thread with no store, a task of its own after each repeat: ${roles.join(', ')}.`,
+        ]
+      : []),
+    ...(gc.length
+      ? [
+          `Garbage-collection pauses per run at 50% load, every thread of the design (median of repeats): ${gc.join('; ')}.`,
         ]
       : []),
   ];

@@ -417,12 +417,13 @@ export class StorePlanner {
     drain: boolean,
   ): StoreJob | undefined {
     const { chunks } = offer;
-    const stored: ChunkCopy[] = [];
+    // Sized up front, as readOffer's arrays: one job per request and pass.
+    const stored = new Array<ChunkCopy>(out.keysToStore.length);
     let next = 0;
     for (const c of chunks) {
       if (next < out.keysToStore.length && out.keysToStore[next] === c.key) {
         c.tierSlot = out.slots[next]!;
-        stored.push(c);
+        stored[next] = c;
         next += 1;
         this.reporter.report(c.group, c.chunk, 'stored');
       } else {

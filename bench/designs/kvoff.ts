@@ -54,8 +54,8 @@ import type { Source, StoreOutcome, StreamShape, WriterOutcome } from './stream.
 const CHEAP_HASHING: Hashing = {
   algorithm: 'sha256',
   chain(parent, parentAt, tokens, tph, out, outAt) {
-    let lo = readU32(parent, parentAt);
-    let hi = readU32(parent, parentAt + 4);
+    let lo = readI32(parent, parentAt);
+    let hi = readI32(parent, parentAt + 4);
     for (let i = 0; (i + 1) * tph <= tokens.length; i += 1) {
       lo = Math.imul(lo ^ (tokens[i * tph]! + 1), 0x01000193);
       hi = Math.imul(hi ^ lo, 0x5bd1e995) ^ (lo >>> 13);
@@ -65,9 +65,9 @@ const CHEAP_HASHING: Hashing = {
   },
 };
 
-function readU32(bytes: Uint8Array, at: number): number {
+function readI32(bytes: Uint8Array, at: number): number {
   return (
-    (bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)) >>> 0
+    bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)
   );
 }
 
@@ -110,6 +110,29 @@ export function hashStreamStandIn(s: StreamShape): void {
       );
     }
   }
+}
+
+/**
+ * Design a's writer role calls alone, on one bench thread: every round of
+ * every source through KvoffWriters (the same calls a's writer threads make,
+ * the hash stand-in included), with no store and no other thread running.
+ * What the role code costs per event before any thread is involved; run
+ * apart from every design, so its set-up and garbage count in none of them.
+ */
+export function kvoffRoleCallsThread(
+  p: { shape: StreamShape },
+  round: Round,
+  ready: () => void,
+): { readonly events: number; readonly threadCpuMs: number } {
+  const s = p.shape;
+  const setup = setupKvoffDesign(s);
+  const state = SharedState.attach(resolveConfig(setup.config), setup.buffers);
+  const writers = new KvoffWriters(state, setup.pub, s, setup.handles);
+  ready();
+  round.waitGo();
+  const cpu = new ThreadCpuClock();
+  for (let c = 0; c < s.chunks; c += 1) writers.publishRound(c, ALL_SOURCES);
+  return { events: s.requests * s.chunks * ALL_SOURCES.length, threadCpuMs: cpu.elapsed() };
 }
 
 function kvoffDesignConfig(s: StreamShape): ConfigInput {
@@ -172,8 +195,14 @@ export class KvoffWriters {
   private readonly hasher: HasherRole;
   private readonly allocator: AllocatorRole;
   private readonly pub: Float64Array;
-  /** One batch of one source (at most one entry per request), reused. */
+  /**
+   * One batch of one source (at most one entry per request), reused: filled
+   * by index and its length set at the flush, where `length = 0` and push
+   * freed and grew its storage every batch (garbage charged to design a that
+   * no engine driving the roles would make).
+   */
   private readonly batchHandles: RequestHandle[] = [];
+  private batchLength = 0;
   private readonly batchValues: Int32Array;
 
   constructor(
@@ -219,18 +248,20 @@ export class KvoffWriters {
       this.hasher.hash(h, 1);
       return;
     }
-    this.batchValues[this.batchHandles.length] =
+    this.batchValues[this.batchLength] =
       source === SOURCE_TOKENS ? (c + 1) * TOKENS_PER_CHUNK : blockIdOf(this.shape, r, c);
-    this.batchHandles.push(h);
+    this.batchHandles[this.batchLength] = h;
+    this.batchLength += 1;
   }
 
   private flush(source: Source): void {
-    const k = this.batchHandles.length;
+    const k = this.batchLength;
     if (k === 0) return;
+    if (this.batchHandles.length !== k) this.batchHandles.length = k;
     const values = this.batchValues.subarray(0, k);
     if (source === SOURCE_TOKENS) this.scheduler.progressBatch(this.batchHandles, values);
     else this.allocator.appendBlocksBatch(this.batchHandles, 0, values);
-    this.batchHandles.length = 0;
+    this.batchLength = 0;
   }
 }
 

@@ -2,6 +2,7 @@
 // every repeat (their order rotates between repeats so drift on a shared
 // machine does not favour one), with ratios paired per repeat.
 import { MessageChannel } from 'node:worker_threads';
+import type { GcPauses } from '../lib/gc-pauses.js';
 import type { Figure } from '../lib/stats.js';
 import { figure, median, ratioFigure } from '../lib/stats.js';
 import type { ThreadPool, ThreadTask } from '../lib/threads.js';
@@ -98,6 +99,12 @@ export interface DesignRow {
    * precomputed keys), timed on the floor's thread outside its run.
    */
   readonly hashCpuNsPerEvent?: Figure;
+  /**
+   * Design a's row only: CPU ns per event of its writer role calls alone
+   * (KvoffWriters on one bench thread, the hash stand-in included, no store),
+   * a task of its own after each repeat's designs.
+   */
+  readonly roleCpuNsPerEvent?: Figure;
   /** Events per CPU-second of the process over the whole run, harness included (the measure before 2026-12). */
   readonly eventsPerCpuSecondWholeRun: Figure;
   /** This design's CPU ns per event over the floor's, paired per repeat (1: at the floor). */
@@ -116,6 +123,10 @@ export interface DesignRow {
   readonly loadLatencyMsP99?: Figure;
   /** At the fixed offered load: this design's p99 over a's, paired per repeat (> 1: a is lower). */
   readonly loadLatencyP99OverA?: Figure;
+  /** At the fixed offered load: garbage-collection pauses per run, every thread of the design from go on. */
+  readonly loadGcPauses?: Figure;
+  /** At the fixed offered load: the longest of those pauses in a run. */
+  readonly loadGcPauseMsMax?: Figure;
   /** Medians of the store's own counters (passes, jobs, messages, snapshot retries). */
   readonly store: Record<string, number>;
 }
@@ -172,6 +183,8 @@ interface Measured {
   readonly storeCpuMs: number;
   /** The floor: the hash stand-in alone (NaN for every other design). */
   readonly hashCpuMs: number;
+  /** Every thread's collections from go on, summed (count, total) and the longest. */
+  readonly gc: GcPauses;
   readonly latencyMsP50: number;
   readonly latencyMsP99: number;
 }
@@ -200,6 +213,7 @@ async function runOnce(
 
 interface DesignRun {
   readonly store: StoreOutcome;
+  readonly gc: GcPauses;
   readonly runCpuMs: number;
   readonly writerCpuMs: number;
   readonly storeCpuMs: number;
@@ -217,12 +231,16 @@ async function runDesign(
   if (design === 'd' || design === 'floor') {
     const kind = design === 'd' ? 'design-d' : 'design-floor';
     const round = await pool.runTimed([{ kind, params: { shape } }], { cpu: true });
-    const store = round.results[0] as StoreOutcome & { publishCpuMs?: number; hashCpuMs?: number };
+    const store = round.results[0] as StoreOutcome & {
+      publishCpuMs?: number;
+      hashCpuMs?: number;
+    };
     checkDispatched(design, shape, store);
     // The floor's two phases: the publications (the writers' side) and the windows and jobs (the store's).
     const publish = store.publishCpuMs;
     return {
       store,
+      gc: gcOf([store]),
       runCpuMs: round.cpuMs,
       writerCpuMs: publish ?? Number.NaN,
       storeCpuMs: publish === undefined ? Number.NaN : store.threadCpuMs,
@@ -296,11 +314,34 @@ async function runDesign(
   checkDispatched(design, shape, store);
   return {
     store,
+    gc: gcOf(round.results),
     runCpuMs: round.cpuMs,
     writerCpuMs: writerOutcomes.reduce((n, w) => n + w.threadCpuMs, 0),
     storeCpuMs: store.threadCpuMs,
     hashCpuMs: Number.NaN,
   };
+}
+
+/** Design a's writer role calls alone, CPU ns per event (see kvoffRoleCallsThread). */
+async function roleCallsNsPerEvent(pool: ThreadPool, shape: StreamShape): Promise<number> {
+  const round = await pool.runTimed([{ kind: 'design-a-role-calls', params: { shape } }]);
+  const out = round.results[0] as { events: number; threadCpuMs: number };
+  return (out.threadCpuMs * 1e6) / out.events;
+}
+
+/** The collections of every thread of a run (bench-thread adds each thread's `gc`). */
+function gcOf(results: readonly unknown[]): GcPauses {
+  let count = 0;
+  let msMax = 0;
+  let msTotal = 0;
+  for (const r of results) {
+    const gc = (r as { gc?: GcPauses }).gc;
+    if (gc === undefined) continue;
+    count += gc.count;
+    msMax = Math.max(msMax, gc.msMax);
+    msTotal += gc.msTotal;
+  }
+  return { count, msMax, msTotal };
 }
 
 function checkDispatched(design: DesignName, shape: StreamShape, store: StoreOutcome): void {
@@ -335,6 +376,7 @@ export async function runDesignBench(
     const writerNs = series();
     const storeNs = series();
     const hashNs = series();
+    const roleNs = series();
     const p50 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const p99 = new Map<DesignName, number[]>(ORDER.map((d) => [d, []]));
     const notes = new Map<DesignName, Record<string, number>[]>(ORDER.map((d) => [d, []]));
@@ -368,12 +410,22 @@ export async function runDesignBench(
     const loadShape = { ...shape, chunks: options.loadChunks ?? shape.chunks };
     const roundMs = roundMsFor(loadShape, offered);
     const loadP99 = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
+    const loadGc = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
+    const loadGcMax = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
     for (let rep = 0; rep < options.repeats; rep += 1) {
       for (let k = 0; k < THREADED.length; k += 1) {
         const d = THREADED[(k + rep) % THREADED.length]!;
         const m = await runOnce(pool, d, loadShape, writers, options.batch, roundMs);
         loadP99.get(d)!.push(m.latencyMsP99);
+        loadGc.get(d)!.push(m.gc.count);
+        loadGcMax.get(d)!.push(m.gc.msMax);
       }
+    }
+    // Last: its set-up and garbage land in the next writer count's warm-up
+    // runs, which are not recorded (run between measured designs, the next
+    // one's CPU carried its collections).
+    for (let rep = 0; rep < options.repeats; rep += 1) {
+      roleNs.get('a')!.push(await roleCallsNsPerEvent(pool, shape));
     }
     for (const d of ORDER) {
       const atLoad = loadP99.get(d);
@@ -382,6 +434,7 @@ export async function runDesignBench(
       const writerCpu = perThread(writerNs);
       const storeCpu = perThread(storeNs);
       const hashCpu = perThread(hashNs);
+      const roleCpu = roleNs.get(d)!.length > 0 ? perThread(roleNs) : undefined;
       rows.push({
         design: d,
         writers,
@@ -391,6 +444,7 @@ export async function runDesignBench(
         ...(writerCpu ? { writerCpuNsPerEvent: writerCpu } : {}),
         ...(storeCpu ? { storeCpuNsPerEvent: storeCpu } : {}),
         ...(hashCpu ? { hashCpuNsPerEvent: hashCpu } : {}),
+        ...(roleCpu ? { roleCpuNsPerEvent: roleCpu } : {}),
         eventsPerCpuSecondWholeRun: figure(epcWhole.get(d)!, 'events/CPU-s'),
         cpuOverFloor: ratioFigure(cpuNs.get(d)!, cpuNs.get('floor')!),
         aLeanCpuAdvantage: ratioFigure(epc.get('aLean')!, epc.get(d)!),
@@ -404,6 +458,8 @@ export async function runDesignBench(
           ? {
               loadLatencyMsP99: figure(atLoad, 'ms'),
               loadLatencyP99OverA: ratioFigure(atLoad, loadP99.get('a')!),
+              loadGcPauses: figure(loadGc.get(d)!, 'pauses/run'),
+              loadGcPauseMsMax: figure(loadGcMax.get(d)!, 'ms'),
             }
           : {}),
         store: medianNotes(notes.get(d)!),

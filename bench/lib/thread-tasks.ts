@@ -2,6 +2,7 @@
 // the round (go/stop words) and a ready callback to call once set up.
 import { memcpyThread } from '../copy.js';
 import {
+  kvoffRoleCallsThread,
   kvoffSizedStoreThread,
   kvoffStoreThread,
   kvoffWriterThread,
@@ -31,6 +32,7 @@ export const THREAD_TASKS = {
   'design-a-writer': kvoffWriterThread,
   'design-a-store': kvoffStoreThread,
   'design-aSized-store': kvoffSizedStoreThread,
+  'design-a-role-calls': kvoffRoleCallsThread,
   'design-d': singleThreadDesignThread,
   'design-floor': floorThread,
   'design-b-store': messagedStoreThread,

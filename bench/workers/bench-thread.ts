@@ -1,7 +1,9 @@
 // Worker entry of every multi-threaded benchmark: receives one task per round,
 // runs the named thread function (see bench/lib/thread-tasks.ts) and posts its
 // result. No logic of its own.
+import { performance } from 'node:perf_hooks';
 import { parentPort } from 'node:worker_threads';
+import { GcPauseLog } from '../lib/gc-pauses.js';
 import { profileDir, startThreadProfile } from '../lib/profile.js';
 import { CLOSE_MESSAGE, Round } from '../lib/threads.js';
 import { THREAD_TASKS } from '../lib/thread-tasks.js';
@@ -18,6 +20,7 @@ if (port === null) throw new Error('bench-thread must run as a worker');
 
 const dir = profileDir();
 const writeProfile = dir === undefined ? undefined : startThreadProfile(dir);
+const gcLog = new GcPauseLog();
 
 port.on('message', (msg: TaskMessage | typeof CLOSE_MESSAGE) => {
   if (msg === CLOSE_MESSAGE) {
@@ -30,6 +33,12 @@ port.on('message', (msg: TaskMessage | typeof CLOSE_MESSAGE) => {
   const ready = () => port.postMessage({ type: 'ready' });
   Promise.resolve()
     .then(() => run(msg.params, round, ready))
+    .then(async (result) => {
+      // Every thread result is an object; the pauses of the task ride along.
+      // From the go (on the shared epoch clock): set-up collections do not count.
+      const gc = await gcLog.since(round.startMs - performance.timeOrigin);
+      return typeof result === 'object' && result !== null ? { ...result, gc } : result;
+    })
     .then(
       (result) => port.postMessage({ type: 'result', result }),
       (error: unknown) =>

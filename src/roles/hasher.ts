@@ -122,7 +122,10 @@ export class HasherRole {
     const { state } = this;
     const { control, hashes, keyBytes, keyCheckBytes, config } = state;
     const hashBase = state.hashBase(slot);
-    for (const group of config.groups) {
+    // An index loop: for-of here built an iterator object on every call (once
+    // per request and round), the hasher thread's largest allocation.
+    for (let gi = 0; gi < config.groups.length; gi += 1) {
+      const group = config.groups[gi]!;
       const countWord = state.hasherWord(slot, H_KEY_COUNT + group.index);
       const have = Atomics.load(control, countWord);
       const want = Math.min(

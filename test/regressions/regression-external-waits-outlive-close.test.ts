@@ -18,6 +18,7 @@ import { describe, expect, it } from 'vitest';
 import { ClosedError } from '../../src/errors.js';
 import { OffloadRuntime } from '../../src/runtime/runtime.js';
 import { TINY_FULL } from '../helpers/configs.js';
+import { settlesBeforeATurn } from '../helpers/settles-first.js';
 
 const CONFIG = TINY_FULL;
 const PROMPT = Array.from({ length: 16 }, (_, i) => i + 1);
@@ -67,14 +68,15 @@ describe('regression: external waits outlived close()', () => {
     const open = host.scheduler.open({ requestId: 2, promptTokens: PROMPT });
     await rt.close();
     await expect(host.whenDrained(done, BOUND_MS)).resolves.toBeUndefined();
-    for (const p of [
-      host.whenDrained(open, BOUND_MS),
-      host.lookup(PROMPT, { timeoutMs: BOUND_MS }),
-      host.load(open, { deferred: false, tag: 1, hitTokens: 8, hitChunks: [1], keys: [[]] }),
+    for (const call of <(() => Promise<unknown>)[]>[
+      () => host.whenDrained(open, BOUND_MS),
+      () => host.lookup(PROMPT, { timeoutMs: BOUND_MS }),
+      () => host.load(open, { deferred: false, tag: 1, hitTokens: 8, hitChunks: [1], keys: [[]] }),
     ]) {
-      const r = await timed(p);
-      expect(r.err).toBeInstanceOf(ClosedError);
-      expect(r.ms).toBeLessThan(1_000);
+      // At once: within the call's own turn of the event loop, no poll.
+      const first = await settlesBeforeATurn(call());
+      expect(first.state).toBe('rejected');
+      expect(first.state === 'rejected' ? first.error : undefined).toBeInstanceOf(ClosedError);
     }
     expect(() => host.release(done)).toThrow(ClosedError);
   }, 60_000);
