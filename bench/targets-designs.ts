@@ -29,6 +29,15 @@ class WriterRows {
   get eventsPerRound(): number {
     return this.d.requests * 3;
   }
+  /** The paced runs' interval between rounds, ms (NaN when this file has no load for these writers). */
+  get loadRoundMs(): number {
+    const load = this.d.loads.find((l) => l.writers === this.writers);
+    return load === undefined ? Number.NaN : (this.eventsPerRound / load.offeredEventsPerSecond) * 1000;
+  }
+  /** Chunks of one paced run. */
+  get loadChunks(): number {
+    return this.d.requests * (this.d.loadChunks ?? this.d.chunksPerRequest);
+  }
   /** Jobs per run of a design, as its store counted them (NaN where it did not). */
   jobs(design: DesignName): number {
     return this.get(design)?.store.jobs ?? Number.NaN;
@@ -274,10 +283,10 @@ function latencyAtLoadVsCLean(w: WriterRows): TargetCheck {
     `a ${fmt(med(a.loadLatencyMsP99), 3)} ms, cLean ${fmt(med(cLean.loadLatencyMsP99), 3)} ms (cLean / a ${fmt(x)}x, paired)${aLean?.loadLatencyMsP99 ? `; aLean ${fmt(med(aLean.loadLatencyMsP99), 3)} ms` : ''}`,
     x >= 1,
     `a's p99 ${fmt(1 / x)}x cLean's`,
-    `Both stores are woken once per round by the same doorbell and dispatch what the round made ready. ${storeWorkPerRound(w)}${gcSentence(a, cLean)}`,
+    `Both stores are woken once per round by the same doorbell and dispatch what the round made ready. ${storeWorkPerRound(w)}${gcSentence(a, cLean)}${longPassSentence(w, a)}${stealSentence(w)}`,
     gcPausesOf(a) > 0
       ? "No collection during a run: a's threads allocate per chunk (the planner's job and chunk objects, the BigInt keys, the hasher's token view), so a young-generation collection falls in most loaded runs; a job format in preallocated arrays, recycled at the one completion path, would remove it. Then less store work per dispatched round (see full-path-cpu)."
-      : 'Less store work per dispatched round (see full-path-cpu).',
+      : "Less store work per pass (see full-path-cpu): a pass that spends a few hundred nanoseconds per chunk runs long enough to be taken off the CPU mid-pass when more threads are runnable than there are cores, where cLean's pass of a microsecond rarely is.",
   );
 }
 
@@ -292,6 +301,34 @@ function gcSentence(a: DesignRow, cLean: DesignRow): string {
   if (!Number.isFinite(n)) return '';
   const longest = med(a.loadGcPauseMsMax);
   return ` In a loaded run a's threads stopped for garbage collection ${fmt(n, 1)} times (median of repeats; the longest pause ${fmt(longest, 3)} ms, the p99 chunk waits for one when it falls in its round), cLean's ${fmt(gcPausesOf(cLean), 1)} times.`;
+}
+
+/**
+ * a's passes over 0.2 ms of wall time in a loaded run, and what work they had:
+ * the chunks they dispatched at the run's store CPU per chunk. A long pass
+ * with little work was off the CPU most of the time (the OS ran another
+ * thread mid-pass), and the chunks of the rounds behind it waited.
+ */
+function longPassSentence(w: WriterRows, a: DesignRow): string {
+  const n = a.loadStore?.longPasses;
+  const wallMs = a.loadStore?.longPassWallMs;
+  const chunks = a.loadStore?.longPassChunks;
+  const maxMs = a.loadStore?.passWallMsMax;
+  const cpuMsPerChunk = med(a.loadStoreCpuMs) / w.loadChunks;
+  if (n === undefined || wallMs === undefined || chunks === undefined || maxMs === undefined)
+    return '';
+  if (n === 0) return ` a's store had no pass over 0.2 ms of wall time in a median loaded run.`;
+  const workMs = chunks * cpuMsPerChunk;
+  // The chunks published while the longest pass ran wait at least until it ends.
+  const heldShare = ((maxMs / w.loadRoundMs) * w.d.requests) / w.loadChunks;
+  return ` a's store had ${fmt(n, 0)} passes over 0.2 ms of wall time per loaded run (medians of repeats; the longest ${fmt(maxMs, 2)} ms), together ${fmt(wallMs, 2)} ms for ${fmt(chunks, 0)} chunks, about ${fmt(workMs, 2)} ms of work at the run's ${fmt(cpuMsPerChunk * 1e6, 0)} ns of store CPU per chunk${wallMs > 2 * workMs ? ': most of their time the thread was off the CPU, taken off mid-pass by the OS' : ''}. The longest spans ${fmt(maxMs / w.loadRoundMs, 1)} rounds of publications, whose chunks (${fmt(heldShare * 100, 1)}% of the run's) wait at least until it ends: ${heldShare > 0.01 ? 'more' : 'less'} than the 1% above the p99.`;
+}
+
+/** The host's share of the VM's CPU time during the paced runs: stalls no design causes. */
+function stealSentence(w: WriterRows): string {
+  const share = w.d.loads.find((l) => l.writers === w.writers)?.stealShare;
+  if (share === undefined) return '';
+  return ` Over the paced runs the host took ${fmt(share * 100, 1)}% of this VM's CPU time (steal), which stops whichever thread it lands on for as long, in every design.`;
 }
 
 /** Issue 30, 3: at the maximum rate, a keeps a lower p99 than b and c. */

@@ -265,6 +265,13 @@ export class KvoffWriters {
   }
 }
 
+/**
+ * A pass longer than this (wall time) is counted apart in the paced runs:
+ * several times a normal loaded pass here (tens of microseconds), and short
+ * enough to catch a pass the OS took the thread off the CPU in.
+ */
+const LONG_PASS_MS = 0.2;
+
 /** The store side: the real planner plus latency accounting per dispatched chunk. */
 export class KvoffStore {
   readonly planner: StorePlanner;
@@ -298,8 +305,32 @@ export class KvoffStore {
     };
   }
 
+  /**
+   * Wall time of each pass, kept only where asked (the paced runs, whose p99
+   * it explains): passes over LONG_PASS_MS, their sum and the longest.
+   */
+  timePasses = false;
+  private longPasses = 0;
+  private longPassWallMs = 0;
+  /** Chunks those passes dispatched: what work they had (a long pass with few did not compute all the while). */
+  private longPassChunks = 0;
+  private passWallMsMax = 0;
+
   pass(): void {
+    if (!this.timePasses) {
+      this.planner.pass(this.onJob);
+      return;
+    }
+    const t0 = epochMs();
+    const before = this.dispatched;
     this.planner.pass(this.onJob);
+    const ms = epochMs() - t0;
+    if (ms > this.passWallMsMax) this.passWallMsMax = ms;
+    if (ms > LONG_PASS_MS) {
+      this.longPasses += 1;
+      this.longPassWallMs += ms;
+      this.longPassChunks += this.dispatched - before;
+    }
   }
 
   /** Plans one request only (a store that knows which request changed). */
@@ -316,7 +347,19 @@ export class KvoffStore {
       dispatchedChunks: this.dispatched,
       elapsedMs,
       latenciesMs: this.latency.recorded(),
-      notes: { passes: c.passes, jobs: c.jobs, snapshotRetries: c.snapshotRetries },
+      notes: {
+        passes: c.passes,
+        jobs: c.jobs,
+        snapshotRetries: c.snapshotRetries,
+        ...(this.timePasses
+          ? {
+              longPasses: this.longPasses,
+              longPassWallMs: this.longPassWallMs,
+              longPassChunks: this.longPassChunks,
+              passWallMsMax: this.passWallMsMax,
+            }
+          : {}),
+      },
       threadCpuMs,
     };
   }
@@ -344,12 +387,13 @@ export function kvoffWriterThread(
 }
 
 export function kvoffStoreThread(
-  p: KvoffSetup & { shape: StreamShape },
+  p: KvoffSetup & { shape: StreamShape; timePasses?: boolean },
   round: Round,
   ready: () => void,
 ): StoreOutcome {
   const state = SharedState.attach(resolveConfig(p.config), p.buffers);
   const store = new KvoffStore(state, p.pub, p.shape);
+  store.timePasses = p.timePasses === true;
   const bell = attachBell(p.bell);
   const total = p.shape.requests * p.shape.chunks;
   ready();
@@ -373,7 +417,7 @@ export function kvoffStoreThread(
  * every lane is busy leave together as one job per request when one frees.
  */
 export function kvoffSizedStoreThread(
-  p: KvoffSetup & { shape: StreamShape },
+  p: KvoffSetup & { shape: StreamShape; timePasses?: boolean },
   round: Round,
   ready: () => void,
 ): StoreOutcome {
@@ -381,6 +425,7 @@ export function kvoffSizedStoreThread(
   const total = p.shape.requests * p.shape.chunks;
   const engine = new BenchCopyEngine(COPY_LANES, total);
   const store = new KvoffStore(state, p.pub, p.shape, {}, engine);
+  store.timePasses = p.timePasses === true;
   const complete = (job: StoreJob) => store.planner.complete(job);
   const bell = attachBell(p.bell);
   ready();

@@ -3,6 +3,7 @@
 // machine does not favour one), with ratios paired per repeat.
 import { MessageChannel } from 'node:worker_threads';
 import type { GcPauses } from '../lib/gc-pauses.js';
+import { cpuJiffies, stealShare } from '../lib/steal.js';
 import type { Figure } from '../lib/stats.js';
 import { figure, median, ratioFigure } from '../lib/stats.js';
 import type { ThreadPool, ThreadTask } from '../lib/threads.js';
@@ -127,12 +128,18 @@ export interface DesignRow {
   readonly loadGcPauses?: Figure;
   /** At the fixed offered load: the longest of those pauses in a run. */
   readonly loadGcPauseMsMax?: Figure;
+  /** At the fixed offered load: the store thread's own CPU per run. */
+  readonly loadStoreCpuMs?: Figure;
+  /** At the fixed offered load: medians of the store's counters (a and aSized: its passes over 0.2 ms of wall time, their sum, the longest). */
+  readonly loadStore?: Record<string, number>;
   /** Medians of the store's own counters (passes, jobs, messages, snapshot retries). */
   readonly store: Record<string, number>;
 }
 
 interface DesignLoad {
   readonly writers: number;
+  /** The VM's hypervisor steal over the paced runs (see bench/lib/steal.ts); absent before 2026-12-02 or off Linux. */
+  readonly stealShare?: number;
   /** The slowest threaded design by median events/s, and that median. */
   readonly slowestDesign: DesignName;
   readonly slowestEventsPerSecond: number;
@@ -262,8 +269,13 @@ async function runDesign(
   } else if (design === 'a' || design === 'aSized' || design === 'c') {
     const setup = { ...setupKvoffDesign(shape), lock: newLockBuffer(), shape };
     const kind = design === 'c' ? 'design-c' : 'design-a';
+    // The paced runs time a's passes (see KvoffStore.timePasses); the others do not pay for it.
+    const storeParams = design === 'c' ? setup : { ...setup, timePasses: roundMs !== undefined };
     tasks = [
-      { kind: design === 'aSized' ? 'design-aSized-store' : `${kind}-store`, params: setup },
+      {
+        kind: design === 'aSized' ? 'design-aSized-store' : `${kind}-store`,
+        params: storeParams,
+      },
       ...split.map((sources) => ({
         kind: `${kind}-writer`,
         params: { ...setup, sources, ...pace },
@@ -401,17 +413,20 @@ export async function runDesignBench(
     const slowest = THREADED.reduce((x, y) => (median(eps.get(y)!) < median(eps.get(x)!) ? y : x));
     const slowestEps = median(eps.get(slowest)!);
     const offered = fraction * slowestEps;
-    loads.push({
+    const load = {
       writers,
       slowestDesign: slowest,
       slowestEventsPerSecond: slowestEps,
       offeredEventsPerSecond: offered,
-    });
+    };
     const loadShape = { ...shape, chunks: options.loadChunks ?? shape.chunks };
     const roundMs = roundMsFor(loadShape, offered);
     const loadP99 = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
     const loadGc = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
     const loadGcMax = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
+    const loadStoreCpuMs = new Map<DesignName, number[]>(THREADED.map((d) => [d, []]));
+    const loadNotes = new Map<DesignName, Record<string, number>[]>(THREADED.map((d) => [d, []]));
+    const jiffiesBefore = cpuJiffies();
     for (let rep = 0; rep < options.repeats; rep += 1) {
       for (let k = 0; k < THREADED.length; k += 1) {
         const d = THREADED[(k + rep) % THREADED.length]!;
@@ -419,8 +434,12 @@ export async function runDesignBench(
         loadP99.get(d)!.push(m.latencyMsP99);
         loadGc.get(d)!.push(m.gc.count);
         loadGcMax.get(d)!.push(m.gc.msMax);
+        loadStoreCpuMs.get(d)!.push(m.storeCpuMs);
+        loadNotes.get(d)!.push(m.out.notes ?? {});
       }
     }
+    const steal = stealShare(jiffiesBefore, cpuJiffies());
+    loads.push(Number.isFinite(steal) ? { ...load, stealShare: steal } : load);
     // Last: its set-up and garbage land in the next writer count's warm-up
     // runs, which are not recorded (run between measured designs, the next
     // one's CPU carried its collections).
@@ -460,6 +479,10 @@ export async function runDesignBench(
               loadLatencyP99OverA: ratioFigure(atLoad, loadP99.get('a')!),
               loadGcPauses: figure(loadGc.get(d)!, 'pauses/run'),
               loadGcPauseMsMax: figure(loadGcMax.get(d)!, 'ms'),
+              ...(loadStoreCpuMs.get(d)!.every(Number.isFinite)
+                ? { loadStoreCpuMs: figure(loadStoreCpuMs.get(d)!, 'ms') }
+                : {}),
+              loadStore: medianNotes(loadNotes.get(d)!),
             }
           : {}),
         store: medianNotes(notes.get(d)!),
