@@ -321,7 +321,7 @@ function longPassSentence(w: WriterRows, a: DesignRow): string {
   const workMs = chunks * cpuMsPerChunk;
   // The chunks published while the longest pass ran wait at least until it ends.
   const heldShare = ((maxMs / w.loadRoundMs) * w.d.requests) / w.loadChunks;
-  return ` a's store had ${fmt(n, 0)} passes over 0.2 ms of wall time per loaded run (medians of repeats; the longest ${fmt(maxMs, 2)} ms), together ${fmt(wallMs, 2)} ms for ${fmt(chunks, 0)} chunks, about ${fmt(workMs, 2)} ms of work at the run's ${fmt(cpuMsPerChunk * 1e6, 0)} ns of store CPU per chunk${wallMs > 2 * workMs ? ': most of their time the thread was off the CPU, taken off mid-pass by the OS' : ''}. The longest spans ${fmt(maxMs / w.loadRoundMs, 1)} rounds of publications, whose chunks (${fmt(heldShare * 100, 1)}% of the run's) wait at least until it ends: ${heldShare > 0.01 ? 'more' : 'less'} than the 1% above the p99.`;
+  return ` a's store had ${fmt(n, 0)} ${n === 1 ? 'pass' : 'passes'} over 0.2 ms of wall time per loaded run (medians of repeats; the longest ${fmt(maxMs, 2)} ms), together ${fmt(wallMs, 2)} ms for ${fmt(chunks, 0)} chunks, about ${fmt(workMs, 2)} ms of work at the run's ${fmt(cpuMsPerChunk * 1e6, 0)} ns of store CPU per chunk${wallMs > 2 * workMs ? ': most of their time the thread was off the CPU, taken off mid-pass by the OS' : ''}. The longest spans ${fmt(maxMs / w.loadRoundMs, 1)} rounds of publications, whose chunks (${fmt(heldShare * 100, 1)}% of the run's) wait at least until it ends: ${heldShare > 0.01 ? 'more' : 'less'} than the 1% above the p99.`;
 }
 
 /** The host's share of the VM's CPU time during the paced runs: stalls no design causes. */
