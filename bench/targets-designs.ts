@@ -32,7 +32,9 @@ class WriterRows {
   /** The paced runs' interval between rounds, ms (NaN when this file has no load for these writers). */
   get loadRoundMs(): number {
     const load = this.d.loads.find((l) => l.writers === this.writers);
-    return load === undefined ? Number.NaN : (this.eventsPerRound / load.offeredEventsPerSecond) * 1000;
+    return load === undefined
+      ? Number.NaN
+      : (this.eventsPerRound / load.offeredEventsPerSecond) * 1000;
   }
   /** Chunks of one paced run. */
   get loadChunks(): number {

@@ -66,9 +66,7 @@ const CHEAP_HASHING: Hashing = {
 };
 
 function readI32(bytes: Uint8Array, at: number): number {
-  return (
-    bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24)
-  );
+  return bytes[at]! | (bytes[at + 1]! << 8) | (bytes[at + 2]! << 16) | (bytes[at + 3]! << 24);
 }
 
 function writeU32(bytes: Uint8Array, at: number, v: number): void {

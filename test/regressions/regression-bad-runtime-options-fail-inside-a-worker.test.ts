@@ -34,7 +34,10 @@ describe('regression: bad runtime options failed inside a worker (or not at all)
     for (const [name, options] of BAD) {
       const start = OffloadRuntime.start(options as RuntimeOptions);
       // A runtime that started anyway is closed, whatever the assertions say.
-      start.then((rt) => rt.close(), () => undefined);
+      start.then(
+        (rt) => rt.close(),
+        () => undefined,
+      );
       // Refused before a worker was spawned, not after one failed: spawning
       // and hearing from a worker takes turns of the event loop, and this
       // rejection comes within the call's own.
