@@ -10,6 +10,9 @@ import type { OpenDeviceOptions, OpenedDevice, WebGpuAdapterInfo } from './webgp
 import { GpuCopyLoop } from './webgpu-loop.js';
 import type { GpuCopyReport, GpuRings } from './webgpu-loop.js';
 
+/** Longest the thread waits, after destroying its device, for Dawn to settle what it owed. */
+const DESTROY_SETTLE_MS_MAX = 1000;
+
 /** What the GPU thread is started with (structured-cloned: the buffers are shared). */
 export interface GpuThreadSpec extends GpuRings {
   readonly device?: OpenDeviceOptions;
@@ -42,5 +45,17 @@ export async function runGpuThread(
   const report = await loop.run();
   // Used after the loop on purpose: `opened` holds Dawn's instance (opened.gpu) alive until here.
   opened.device.destroy();
+  // Dawn settles what the destroyed device still owed (its lost promise, the
+  // callbacks it rejects) on this thread's event loop, and the main thread
+  // ends this worker as soon as it has the report: Dawn calling into a worker
+  // being terminated aborts the process ("FATAL ERROR:
+  // Error::ThrowAsJavaScriptException napi_throw", 1 of 12 fixture processes
+  // closing backends at load). Let those run first, bounded.
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([
+    opened.device.lost,
+    new Promise((resolve) => (timer = setTimeout(resolve, DESTROY_SETTLE_MS_MAX))),
+  ]).finally(() => clearTimeout(timer));
+  await new Promise((resolve) => setTimeout(resolve, 1));
   post({ type: 'final', report });
 }

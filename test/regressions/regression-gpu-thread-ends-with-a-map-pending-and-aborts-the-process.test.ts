@@ -9,6 +9,14 @@
 // Here, in a process of its own (an abort would take vitest with it): sixteen
 // backends, each closed while its loads still run; the process must end on
 // its own with exit 0. Before the fix, 4 of 4 such test runs failed.
+//
+// A second abort behind the same test (a whole suite at load 4-7): Dawn
+// settles what a destroyed device owed on the GPU thread's event loop, and
+// the main thread ended the worker as soon as it had the thread's report, so
+// Dawn threw into a worker being terminated ("FATAL ERROR:
+// Error::ThrowAsJavaScriptException napi_throw"): 3 of 42 fixture processes,
+// three at a time. The thread now lets those callbacks run before it reports:
+// 0 of 84.
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { describe, expect, it } from 'vitest';
@@ -33,7 +41,7 @@ describe('regression: the GPU thread ended with a map pending and aborted the pr
         stderr: e.stderr ?? '',
       }),
     );
-    expect(child.stderr).not.toMatch(/Promise not resolved or rejected/);
+    expect(child.stderr).not.toMatch(/Promise not resolved or rejected|FATAL ERROR/);
     expect({ code: child.code, signal: child.signal }).toEqual({ code: 0, signal: null });
     const out = JSON.parse(child.stdout.trim().split('\n').pop()!) as {
       rounds: number;
